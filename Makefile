@@ -1,0 +1,38 @@
+# Set-up is part of every target: a fresh clone needs only `make demo` or `make test`.
+# Re-running is quick: packages are reinstalled only when a pyproject.toml changes.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+# Every workspace distribution, installed editable: core, drivers, conformance, examples.
+PROJECTS := . conformance/ $(sort $(dir $(wildcard drivers/*/pyproject.toml))) \
+            $(sort $(dir $(wildcard examples/*/pyproject.toml)))
+PYPROJECTS := $(addsuffix pyproject.toml,$(filter-out .,$(PROJECTS))) pyproject.toml
+
+export PYSPARK_PYTHON := $(abspath $(PY))
+export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
+
+.PHONY: setup demo test bench clean
+
+setup: $(STAMP)
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade "pip>=24" "setuptools>=68" wheel
+
+$(STAMP): $(PY) $(PYPROJECTS)
+	$(PY) -m pip install -q --no-build-isolation $(foreach p,$(PROJECTS),-e $(p)) -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/tiered demo
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(PY) bench/driver_throughput.py --driver posix
+
+clean:
+	rm -rf $(VENV) .tools demo-data

@@ -1,0 +1,4 @@
+"""The ``tiered`` command (placeholder until the CLI lands)."""
+
+def main() -> int:
+    return 0

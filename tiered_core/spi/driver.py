@@ -1,0 +1,269 @@
+"""The driver SPI: what a storage backend implements.
+
+A driver is one object per backend (it owns clients and pools) that stores bytes at
+paths. It knows nothing about messages. The core's :class:`tiered_core.segment.FileSegment`
+wraps ``(driver, path)`` and owns buffering, positions and retries, so a driver stays
+small: ten methods, all synchronous, all raising only :mod:`tiered_core.errors` types.
+
+Paths are relative, ``/``-separated, and never leave the driver's root: every method
+passes its ``path`` through :meth:`SegmentDriver.check_path` first.
+"""
+
+from __future__ import annotations
+
+import abc
+import inspect
+import posixpath
+import typing
+from typing import Any, ClassVar, Iterator, Mapping
+
+from tiered_core.errors import IllegalParam, InvalidOption, InvalidPath
+from tiered_core.spi.capabilities import Capabilities
+
+REDACTED = "***"
+
+
+def redact(options: Mapping[str, Any], secret: typing.Collection[str]) -> dict[str, Any]:
+    """A copy of ``options`` with the values of ``secret`` keys replaced by ``***``."""
+    return {k: (REDACTED if k in secret and v is not None else v) for k, v in options.items()}
+
+
+class SegmentDriver(abc.ABC):
+    """One storage backend, acting on byte objects at relative paths.
+
+    Contract (proved by ``tiered_conformance``):
+
+    * ``size(path)`` is the number of durably stored bytes, 0 when the object is absent.
+    * ``write(path, position, data)`` appends ``data`` at exactly ``position``, which must
+      equal ``size(path)``; otherwise it raises :class:`~tiered_core.errors.PositionMismatch`
+      carrying the real size and stores nothing. Writing a sealed object raises
+      :class:`~tiered_core.errors.SegmentSealed`. After any other error, ``size`` tells
+      exactly how much of ``data`` landed (all of it, none of it, or a prefix).
+    * ``read(path, position, length)`` returns exactly the stored bytes
+      ``[position, position + length)``; reading past the durable end raises
+      :class:`~tiered_core.errors.IllegalParam`, a missing object
+      :class:`~tiered_core.errors.NotFound`.
+    * ``create``, ``seal`` and ``delete`` are idempotent. After ``seal`` reads and size
+      stay as they were and writes fail.
+    * Calls for different paths may come from several threads at once.
+    * Failures are :class:`~tiered_core.errors.DriverError` (with ``retryable``), never a
+      backend's raw exception; messages never include secrets.
+
+    Options are the keyword-only parameters of the subclass's ``__init__``; an unknown
+    option raises :class:`~tiered_core.errors.InvalidOption` naming it, and string values
+    (from config files or the command line) are converted to the annotated type.
+    """
+
+    #: Registry name, e.g. ``"posix"``; what config's ``[tiered] driver`` selects.
+    name: ClassVar[str]
+    #: What this backend can do; the conformance suite is gated by it.
+    capabilities: ClassVar[Capabilities] = Capabilities()
+    #: Option names whose values are credentials: redacted in logs, errors and listings.
+    secret_options: ClassVar[frozenset[str]] = frozenset()
+    #: Other names this driver answers to (e.g. RocketMQ provider class names).
+    aliases: ClassVar[tuple[str, ...]] = ()
+
+    #: The options this instance was created with (secrets included; see ``describe``).
+    options: dict[str, Any]
+
+    def __new__(cls, *args: Any, **options: Any) -> "SegmentDriver":
+        self = super().__new__(cls)
+        # Kept so that a fresh instance on the same location can be made (reopen()).
+        self.options = dict(options)
+        return self
+
+    # -- the ten operations -------------------------------------------------------
+
+    @abc.abstractmethod
+    def size(self, path: str) -> int:
+        """Durably stored bytes at ``path``; 0 when absent."""
+
+    @abc.abstractmethod
+    def exists(self, path: str) -> bool:
+        """Whether an object (possibly empty) exists at ``path``."""
+
+    @abc.abstractmethod
+    def create(self, path: str) -> None:
+        """Create an empty object at ``path``; a no-op when it exists."""
+
+    @abc.abstractmethod
+    def write(self, path: str, position: int, data: bytes | memoryview) -> None:
+        """Append ``data`` at ``position`` (== current size). Creates the object if absent."""
+
+    @abc.abstractmethod
+    def read(self, path: str, position: int, length: int) -> bytes:
+        """Exactly ``length`` durable bytes from ``position``."""
+
+    @abc.abstractmethod
+    def seal(self, path: str) -> None:
+        """Finalize ``path``: later writes fail, reads and size stay. Idempotent."""
+
+    @abc.abstractmethod
+    def delete(self, path: str) -> None:
+        """Remove ``path``; absent is fine."""
+
+    @abc.abstractmethod
+    def list(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+        """``(path, size)`` of every object whose path starts with ``prefix``, sorted by path."""
+
+    def is_sealed(self, path: str) -> bool:
+        """Whether ``path`` is sealed. Drivers that can tell should override."""
+        return False
+
+    def close(self) -> None:
+        """Release clients and pools. Further calls may fail."""
+
+    # -- helpers shared by every driver ------------------------------------------
+
+    def __enter__(self) -> "SegmentDriver":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def reopen(self) -> "SegmentDriver":
+        """A fresh instance with the same options (sees the same bytes if persistent)."""
+        return type(self)(**self.options)
+
+    def describe(self) -> dict[str, Any]:
+        """Name, redacted options and capabilities, for listings and logs."""
+        return {
+            "name": self.name,
+            "options": redact(self.options, self.secret_options),
+            "capabilities": self.capabilities.as_dict(),
+        }
+
+    def __repr__(self) -> str:
+        opts = ", ".join(f"{k}={v!r}" for k, v in redact(self.options, self.secret_options).items())
+        return f"{type(self).__name__}({opts})"
+
+    @staticmethod
+    def check_path(path: str) -> str:
+        """Validate a relative object path and return it normalized.
+
+        Rejects empty, absolute, ``..``-escaping and NUL-containing paths with
+        :class:`~tiered_core.errors.InvalidPath` naming the path.
+        """
+        if not isinstance(path, str) or not path:
+            raise InvalidPath(f"path must be a non-empty string, got {path!r}", path=path)
+        if "\x00" in path or "\\" in path:
+            raise InvalidPath(f"path {path!r} contains a NUL or backslash", path=path)
+        if path.startswith("/"):
+            raise InvalidPath(f"path {path!r} is absolute; paths are relative to the root", path=path)
+        parts = path.split("/")
+        if any(p in ("..", ".") for p in parts):
+            raise InvalidPath(f"path {path!r} contains '.' or '..' and could leave the root", path=path)
+        norm = posixpath.normpath(path)
+        if norm in (".", "") or path.endswith("/"):
+            raise InvalidPath(f"path {path!r} names a directory, not an object", path=path)
+        return norm
+
+    @staticmethod
+    def check_prefix(prefix: str) -> str:
+        """Validate a list prefix: like a path, but may be empty or end with ``/``."""
+        if prefix == "":
+            return ""
+        if not isinstance(prefix, str) or "\x00" in prefix or "\\" in prefix or prefix.startswith("/"):
+            raise InvalidPath(f"prefix {prefix!r} must be relative, without NUL or backslash", path=prefix)
+        if any(p in ("..", ".") for p in prefix.split("/")):
+            raise InvalidPath(f"prefix {prefix!r} contains '.' or '..'", path=prefix)
+        return prefix
+
+    @staticmethod
+    def check_range(path: str, position: int, length: int | None = None) -> None:
+        """Reject a negative position or a non-positive length, naming them."""
+        if not isinstance(position, int) or isinstance(position, bool) or position < 0:
+            raise IllegalParam(f"position must be an int >= 0, got {position!r} for {path!r}",
+                               path=path, position=position)
+        if length is not None and (not isinstance(length, int) or isinstance(length, bool) or length <= 0):
+            raise IllegalParam(f"length must be an int > 0, got {length!r} for {path!r}",
+                               path=path, length=length)
+
+    # -- options ------------------------------------------------------------------
+
+    @classmethod
+    def option_names(cls) -> list[str]:
+        """The options ``__init__`` accepts."""
+        return list(_option_params(cls))
+
+    @classmethod
+    def coerce_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
+        """Check option names against ``__init__`` and convert string values by annotation.
+
+        Raises :class:`~tiered_core.errors.InvalidOption` naming the bad option.
+        """
+        params = _option_params(cls)
+        hints = _init_hints(cls)
+        out: dict[str, Any] = {}
+        for key, value in options.items():
+            if key not in params:
+                accepted = ", ".join(sorted(params)) or "(none)"
+                raise InvalidOption(
+                    f"driver {cls.name!r} has no option {key!r}; accepted options: {accepted}",
+                    option=key, driver=cls.name,
+                )
+            out[key] = _coerce(cls, key, value, hints.get(key), secret=key in cls.secret_options)
+        missing = [n for n, p in params.items() if p.default is inspect.Parameter.empty and n not in out]
+        if missing:
+            raise InvalidOption(
+                f"driver {cls.name!r} needs option(s) {', '.join(missing)}",
+                option=missing[0], driver=cls.name,
+            )
+        return out
+
+    @classmethod
+    def conformance_environment(cls, workdir: str) -> typing.ContextManager[dict[str, Any]]:
+        """Options for a throw-away test location under ``workdir``.
+
+        Used by ``tiered_conformance`` when run with ``--tiered-driver NAME``. Drivers
+        that need a server (an emulator) start it here and stop it on exit.
+        """
+        import contextlib
+
+        return contextlib.nullcontext({})
+
+
+def _option_params(cls: type) -> dict[str, inspect.Parameter]:
+    sig = inspect.signature(cls.__init__)
+    return {
+        n: p for n, p in sig.parameters.items()
+        if n != "self" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+    }
+
+
+def _init_hints(cls: type) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(cls.__init__)
+    except Exception:
+        return {}
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _coerce(cls: type, key: str, value: Any, hint: Any, *, secret: bool) -> Any:
+    if not isinstance(value, str) or hint is None:
+        return value
+    shown = REDACTED if secret else repr(value)
+    candidates = typing.get_args(hint) or (hint,)
+    if str in candidates or Any in candidates:
+        return value
+    if value.lower() in ("none", "null", "") and type(None) in candidates:
+        return None
+    for typ in candidates:
+        if typ is bool:
+            if value.lower() in _TRUE:
+                return True
+            if value.lower() in _FALSE:
+                return False
+        elif typ in (int, float):
+            try:
+                return typ(value)
+            except ValueError:
+                pass
+    names = ", ".join(getattr(t, "__name__", str(t)) for t in candidates)
+    raise InvalidOption(
+        f"option {key!r} of driver {getattr(cls, 'name', cls.__name__)!r} must be {names}, got {shown}",
+        option=key,
+    )

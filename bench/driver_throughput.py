@@ -1,0 +1,156 @@
+"""FileSegment commit throughput against the raw limit measured in the same run.
+
+    python bench/driver_throughput.py --driver posix [--json] [--mib 256]
+
+Figures:
+* ``ratio_vs_raw``: FileSegment commit throughput with 4 MiB batches (append 4 MiB,
+  commit) divided by raw ``os.pwrite`` + ``os.fdatasync`` of the same bytes in 4 MiB
+  calls, to a file in the same directory tree. Target >= 0.85 on posix.
+* ``batching_speedup``: 1 KiB appends committed every 4 MiB, divided by the same 1 KiB
+  appends each committed on its own. Target >= 3.
+* ``append_batched_mib_s``: the 1 KiB-append side alone, to show the per-append cost.
+
+Rounds alternate raw and segment runs and the median round counts, so a noisy
+neighbour hurts both sides alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+
+from tiered_core.plugins import driver_class, open_driver
+from tiered_core.segment import FileSegment
+
+MiB = 1 << 20
+BATCH = 4 * MiB
+MESSAGE = 1024
+
+
+def raw_pwrite(path: str, payload: bytes, total: int) -> float:
+    """Seconds to pwrite+fdatasync ``total`` bytes in BATCH-sized calls."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        start = time.perf_counter()
+        pos = 0
+        while pos < total:
+            n = os.pwrite(fd, payload, pos)
+            os.fdatasync(fd)
+            pos += n
+        return time.perf_counter() - start
+    finally:
+        os.close(fd)
+
+
+def segment_batched(driver, path: str, message: bytes, total: int) -> float:
+    """Seconds for FileSegment to append ``total`` bytes as ``message`` pieces, committing every 4 MiB."""
+    seg = FileSegment(driver, path, max_size=total + BATCH)
+    per_batch = max(1, BATCH // len(message))
+    start = time.perf_counter()
+    written = 0
+    while written < total:
+        for _ in range(per_batch):
+            seg.append(message)
+        if not seg.commit():
+            raise RuntimeError(f"commit failed at {seg.commit_position}")
+        written += per_batch * len(message)
+    return time.perf_counter() - start
+
+
+def segment_per_message(driver, path: str, message: bytes, count: int) -> float:
+    """Seconds for ``count`` appends each followed by its own commit."""
+    seg = FileSegment(driver, path, max_size=count * len(message) + 1)
+    start = time.perf_counter()
+    for _ in range(count):
+        seg.append(message)
+        if not seg.commit():
+            raise RuntimeError(f"commit failed at {seg.commit_position}")
+    return time.perf_counter() - start
+
+
+def parse_options(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            sys.exit(f"--option wants key=value, got {pair!r}")
+        out[key] = value
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--driver", default="posix")
+    ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--mib", type=int, default=128, help="MiB written per side per round")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--small-writes", type=int, default=2000, help="1 KiB commits for the unbatched side")
+    ap.add_argument("--workdir", default=None, help="where raw files and the posix root go")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+
+    workdir = tempfile.mkdtemp(prefix="tiered-bench-", dir=args.workdir)
+    total = args.mib * MiB
+    payload = os.urandom(BATCH)
+    message = os.urandom(MESSAGE)
+    cls = driver_class(args.driver)
+    options = parse_options(args.option)
+    try:
+        with cls.conformance_environment(workdir) as env_options:
+            driver = open_driver(args.driver, **{**env_options, **options})
+            raw_rates, seg_rates, append_rates, small_rates = [], [], [], []
+            for rnd in range(args.rounds):
+                tag = uuid.uuid4().hex[:8]
+                raw_file = os.path.join(workdir, f"raw-{tag}")
+                raw_s = raw_pwrite(raw_file, payload, total)
+                os.unlink(raw_file)
+                seg_path = f"bench/{tag}/batched"
+                seg_s = segment_batched(driver, seg_path, payload, total)
+                driver.delete(seg_path)
+                append_path = f"bench/{tag}/appends"
+                append_s = segment_batched(driver, append_path, message, total)
+                driver.delete(append_path)
+                small_path = f"bench/{tag}/per-message"
+                small_s = segment_per_message(driver, small_path, message, args.small_writes)
+                driver.delete(small_path)
+                raw_rates.append(total / MiB / raw_s)
+                seg_rates.append(total / MiB / seg_s)
+                append_rates.append(total / MiB / append_s)
+                small_rates.append(args.small_writes * MESSAGE / MiB / small_s)
+            driver.close()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    raw = statistics.median(raw_rates)
+    seg = statistics.median(seg_rates)
+    appends = statistics.median(append_rates)
+    small = statistics.median(small_rates)
+    result = {
+        "driver": args.driver,
+        "mib_per_round": args.mib,
+        "rounds": args.rounds,
+        "raw_pwrite_fdatasync_mib_s": round(raw, 2),
+        "segment_batched_mib_s": round(seg, 2),
+        "append_batched_mib_s": round(appends, 2),
+        "append_per_message_commit_mib_s": round(small, 3),
+        "ratio_vs_raw": round(seg / raw, 3),
+        "batching_speedup": round(appends / small, 1),
+        "targets": {"ratio_vs_raw": 0.85, "batching_speedup": 3},
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        for key, value in result.items():
+            print(f"{key:32} {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""``tiered drivers [--json]``: the installed drivers and where they come from.
+
+One line per driver (name, distribution, version, capabilities, aliases), or with
+``--json`` a JSON list of objects on stdout. Plugins that failed to load are reported
+on stderr (distribution and error); the listing still shows every driver that did
+load. With ``TIERED_STRICT_PLUGINS=1`` a broken plugin is an error instead.
+Only names are printed, never option values, so no secret can leak from here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import warnings
+from typing import Any
+
+from tiered_core.plugins import DriverInfo, PluginLoadWarning, Registry
+from tiered_core.spi.capabilities import Capabilities
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("drivers", help="list installed drivers",
+                                   description="List installed drivers: name, distribution, version, "
+                                               "capabilities and aliases.")
+    parser.add_argument("--json", action="store_true", help="print a JSON list of objects")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    registry = _load_quietly(Registry())
+    drivers = [describe(info) for _, info in sorted(registry.drivers.items())]
+    text = json.dumps(drivers, indent=2) + "\n" if args.json else format_table(drivers)
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:  # e.g. `tiered drivers --json | head`: not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    for failure in registry.failures:
+        print(f"tiered drivers: plugin {failure.plugin!r} from distribution {failure.distribution!r} "
+              f"failed to load and was skipped: {failure.error}", file=sys.stderr)
+    return 0
+
+
+def _load_quietly(registry: Registry) -> Registry:
+    """Load plugins; failures are reported by ``run`` once, not also as warnings/log lines."""
+    logger = logging.getLogger("tiered_core.plugins")
+    disabled = logger.disabled
+    logger.disabled = True
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PluginLoadWarning)
+            return registry.load()
+    finally:
+        logger.disabled = disabled
+
+
+def describe(info: DriverInfo) -> dict[str, Any]:
+    """A JSON-ready description of one registered driver (names only, no values)."""
+    caps = info.cls.capabilities.as_dict()
+    caps.pop("overridden", None)
+    return {
+        "name": info.name,
+        "distribution": info.distribution,
+        "version": info.version,
+        "aliases": list(info.aliases),
+        "capabilities": caps,
+        "options": info.cls.option_names(),
+        "class": f"{info.cls.__module__}:{info.cls.__qualname__}",
+    }
+
+
+def capability_summary(caps: dict[str, Any]) -> str:
+    """The capabilities a driver has, e.g. ``atomic_write,seal,max_write_size=4194304``."""
+    parts = []
+    for name in Capabilities.fields():
+        value = caps.get(name)
+        if value is True:
+            parts.append(name)
+        elif value not in (False, None):
+            parts.append(f"{name}={value}")
+    return ",".join(parts) or "-"
+
+
+def format_table(drivers: list[dict[str, Any]]) -> str:
+    header = ("NAME", "DISTRIBUTION", "VERSION", "CAPABILITIES", "ALIASES")
+    rows = [
+        (d["name"], d["distribution"], d["version"] or "-", capability_summary(d["capabilities"]),
+         ",".join(d["aliases"]) or "-")
+        for d in drivers
+    ]
+    if not rows:
+        return "no drivers installed (install e.g. tiered-driver-posix)\n"
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header, *rows]]
+    return "\n".join(lines) + "\n"

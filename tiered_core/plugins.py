@@ -80,6 +80,7 @@ class Registry:
         self._aliases: dict[str, str] = dict(ROCKETMQ_ALIASES)
         self._origin: dict[str, tuple[str, str]] = {}  # plugin name -> (distribution, version)
         self._loaded = False
+        self._load_error: PluginLoadError | None = None
         self._lock = threading.RLock()
 
     # -- loading ------------------------------------------------------------------
@@ -88,18 +89,25 @@ class Registry:
         """Load entry points (once) and collect what every plugin registers."""
         with self._lock:
             if self._loaded:
+                if self._load_error is not None:
+                    # Strict mode: keep failing, never serve a half-loaded registry.
+                    raise self._load_error
                 return self
             self._loaded = True
-            if self.entry_points:
-                self._load_entry_points()
-            self._collect()
+            try:
+                if self.entry_points:
+                    self._load_entry_points()
+                self._collect()
+            except PluginLoadError as exc:
+                self._load_error = exc
+                raise
         return self
 
     def register_plugin(self, plugin: Any, name: str, distribution: str = "(in-process)",
                         version: str = "") -> None:
         """Register a plugin object directly (tests, embedded use)."""
         with self._lock:
-            self.pm.register(plugin, name=name)
+            self._register(plugin, name)
             self._origin[name] = (distribution, version)
             if self._loaded:
                 self._collect(only=name)
@@ -115,15 +123,28 @@ class Registry:
                 dist_name = dist.metadata["Name"] or "?"
                 try:
                     plugin = ep.load()
-                    self.pm.register(plugin, name=ep.name)
+                    self._register(plugin, ep.name)
                 except Exception as exc:  # a broken plugin must not take the host down
                     self._fail(ep.name, dist_name, exc)
                     continue
                 self._origin[ep.name] = (dist_name, dist.version)
-        try:
-            self.pm.check_pending()
-        except pluggy.PluginValidationError as exc:
-            self._fail(getattr(exc, "plugin", "?") and str(exc.plugin), "?", exc)
+
+    def _register(self, plugin: Any, name: str) -> None:
+        """Register ``plugin``; one implementing a hook we do not define (a typo) is refused.
+
+        Checked per plugin, so the failure names the right plugin and distribution.
+        """
+        self.pm.register(plugin, name=name)
+        unknown = sorted(
+            caller.name for caller in self.pm.get_hookcallers(plugin) or ()
+            if not caller.has_spec()
+            and any(impl.plugin is plugin and not impl.optionalhook for impl in caller.get_hookimpls())
+        )
+        if unknown:
+            self.pm.unregister(plugin, name)
+            known = ", ".join(n for n in dir(hookspecs) if n.startswith("tiered_"))
+            raise pluggy.PluginValidationError(
+                plugin, f"plugin {name!r} implements unknown hook(s) {', '.join(unknown)}; known hooks: {known}")
 
     def _fail(self, plugin: str, distribution: str, exc: BaseException) -> None:
         text = f"{type(exc).__name__}: {exc}"
@@ -157,6 +178,11 @@ class Registry:
             if not (isinstance(cls, type) and issubclass(cls, SegmentDriver)):
                 raise TypeError(f"{cls!r} is not a SegmentDriver subclass")
             info = DriverInfo(cls.name, cls, plugin, dist, version, tuple(cls.aliases))
+            taken = table.get(cls.name)
+            if taken is not None and taken.cls is not cls:
+                # Never let one package silently replace another's driver.
+                raise ValueError(f"driver name {cls.name!r} is already registered by distribution "
+                                 f"{taken.distribution!r} ({taken.cls.__module__}.{taken.cls.__qualname__})")
             table[cls.name] = info
             for alias in cls.aliases:
                 self._aliases[alias] = cls.name
@@ -170,6 +196,8 @@ class Registry:
 
     def canonical_name(self, name: str) -> str:
         self.load()
+        if name in self.drivers:  # a real name wins over another driver's alias
+            return name
         return self._aliases.get(name, name)
 
     def driver_class(self, name: str) -> type[SegmentDriver]:

@@ -1,0 +1,20 @@
+"""Google Cloud Storage backend for tiered-store (gcsfs credentials, JSON API calls).
+
+Segments are a base object plus conditionally uploaded parts, composed into the base
+from time to time and at seal; see :mod:`tiered_driver_gcs.layout` for why the size is
+exact after a crash at any point.
+"""
+
+from __future__ import annotations
+
+from tiered_core import hookimpl
+
+from .driver import EMULATOR_GAP, GcsDriver, emulator_capabilities
+
+__version__ = "0.1.0"
+__all__ = ["EMULATOR_GAP", "GcsDriver", "emulator_capabilities", "__version__"]
+
+
+@hookimpl
+def tiered_register_drivers(register) -> None:
+    register(GcsDriver)

@@ -1,0 +1,1 @@
+"""Test support shared by the test suite, driver conformance environments and benchmarks."""

@@ -1,0 +1,62 @@
+"""Java ``String.hashCode`` and the two RocketMQ hashes built on it.
+
+``String.hashCode`` is ``s[0]*31^(n-1) + ... + s[n-1]`` over the string's UTF-16 code
+units with 32-bit signed overflow, so a character outside the BMP counts as its two
+surrogates, and a lone surrogate (legal in Java strings and Python ``str``) as itself.
+"""
+
+from __future__ import annotations
+
+import functools
+import struct
+
+INT_MIN_VALUE = -(1 << 31)
+
+
+def java_string_hash(s: str) -> int:
+    """Java's ``s.hashCode()``: a signed 32-bit int."""
+    if s.isascii():
+        units = s.encode("ascii")
+    else:
+        data = s.encode("utf-16-be", "surrogatepass")
+        units = struct.unpack(f">{len(data) // 2}H", data)
+    h = 0
+    for u in units:
+        h = (31 * h + u) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+@functools.lru_cache(maxsize=4096)
+def tags_hash_code(tags: str | None) -> int:
+    """The consume-queue ``tagsCode`` of a tags string (RocketMQ ``tagsString2tagsCode``):
+    0 for no or empty tags, else the signed ``hashCode`` (sign-extended to the 8-byte
+    field by the unit encoder)."""
+    if not tags:
+        return 0
+    return java_string_hash(tags)
+
+
+def build_index_key(topic: str, key: str) -> str:
+    """The string an index entry hashes: ``topic + "#" + key``."""
+    return f"{topic}#{key}"
+
+
+def index_key_hash(topic: str, key: str) -> int:
+    """Index hash of a message key: ``abs(hashCode(topic#key))``, always in 0..2^31-1.
+
+    Java's ``Math.abs(Integer.MIN_VALUE)`` stays negative, which the tiered index once
+    used as-is (a negative hash, a negative slot). Here that one value maps to 0, which
+    is what RocketMQ's local ``IndexFile`` does and what the later tiered fix
+    (``& 0x7FFFFFFF``) yields, so every other key hashes exactly as in RocketMQ.
+    """
+    h = java_string_hash(build_index_key(topic, key))
+    return 0 if h == INT_MIN_VALUE else abs(h)
+
+
+__all__ = [
+    "INT_MIN_VALUE",
+    "java_string_hash",
+    "tags_hash_code",
+    "build_index_key",
+    "index_key_hash",
+]

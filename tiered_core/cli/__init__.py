@@ -18,6 +18,7 @@ COMMANDS = [
     "drivers",
     "conformance",
     "demo",
+    "metadata",
 ]
 
 

@@ -1,0 +1,42 @@
+"""Metadata stores: SQLite (default) and RocketMQ's ``tieredStoreMetadata.json``.
+
+Stores are found through the plugin registry (``tiered_register_metadata_stores``),
+so a third-party store is chosen by name exactly like these two.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tiered_core.metadata.json_store import JsonMetadataStore
+from tiered_core.metadata.sqlite import SqliteMetadataStore
+from tiered_core.spi.metadata import TieredMetadataStore
+
+#: The store used when the configuration names none.
+DEFAULT_STORE = "sqlite"
+
+
+def metadata_store_class(name: str) -> type[TieredMetadataStore]:
+    """The store class registered as ``name``; raises UnknownDriver listing the installed ones."""
+    from tiered_core.plugins import get_registry
+
+    return get_registry().metadata_store_class(name)
+
+
+def open_metadata_store(name: str, path: str, **options: Any) -> TieredMetadataStore:
+    """Open (or create) the metadata store ``name`` at ``path``.
+
+    Raises :class:`~tiered_core.errors.UnknownDriver` for an unknown name,
+    :class:`~tiered_core.errors.InvalidOption` naming a bad option and
+    :class:`~tiered_core.errors.MetadataError` naming an unreadable file.
+    """
+    return metadata_store_class(name)(path, **options)
+
+
+__all__ = [
+    "DEFAULT_STORE",
+    "JsonMetadataStore",
+    "SqliteMetadataStore",
+    "metadata_store_class",
+    "open_metadata_store",
+]

@@ -1,0 +1,493 @@
+"""The default metadata store: one SQLite file in the store root.
+
+Why these settings:
+
+- ``journal_mode=WAL``: a commit appends to the write-ahead log instead of
+  rewriting pages in place, readers never block the writer, and a crash leaves
+  either the whole transaction or none of it.
+- ``synchronous=FULL`` (default): the WAL is fsynced at every commit, so a
+  committed update survives a power loss, not only a process crash. ``NORMAL``
+  would fsync only at checkpoints and may lose the last commits on power loss; a
+  lost segment record means the flat file forgets committed messages, which the
+  store promises never to do. The cost is one fsync per commit, which is why
+  batches go through :meth:`SqliteMetadataStore.transaction`.
+- Every lookup is by primary key (``WITHOUT ROWID`` tables clustered on the key),
+  so getting, updating or deleting one segment costs O(log n) whatever the count;
+  iteration pages through the key order (no long-lived cursor, no full table in
+  memory).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+from typing import Any, Callable, Iterator, TypeVar
+
+from tiered_core.errors import IllegalParam, InvalidOption, MetadataError
+from tiered_core.spi.metadata import (
+    FileSegmentMetadata,
+    QueueMetadata,
+    TieredMetadataStore,
+    TopicMetadata,
+    check_base_offset,
+    check_queue_id,
+    check_queue_metadata,
+    check_segment_metadata,
+    check_segment_path,
+    check_segment_type,
+    check_topic,
+    check_topic_metadata,
+    now_ms,
+    parse_options,
+)
+
+T = TypeVar("T")
+
+#: Bumped whenever the schema changes; a store written by a newer version is refused.
+SCHEMA_VERSION = 1
+
+_SCHEMA = [
+    "CREATE TABLE store_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID",
+    """CREATE TABLE topics (
+        topic TEXT PRIMARY KEY,
+        topic_id INTEGER NOT NULL UNIQUE,
+        reserve_time INTEGER NOT NULL,
+        status INTEGER NOT NULL,
+        update_timestamp INTEGER NOT NULL
+    ) WITHOUT ROWID""",
+    """CREATE TABLE queues (
+        topic TEXT NOT NULL,
+        queue_id INTEGER NOT NULL,
+        min_offset INTEGER NOT NULL,
+        max_offset INTEGER NOT NULL,
+        update_timestamp INTEGER NOT NULL,
+        broker_name TEXT NOT NULL,
+        PRIMARY KEY (topic, queue_id)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE file_segments (
+        type INTEGER NOT NULL,
+        path TEXT NOT NULL,
+        base_offset INTEGER NOT NULL,
+        size INTEGER NOT NULL,
+        status INTEGER NOT NULL,
+        create_timestamp INTEGER NOT NULL,
+        begin_timestamp INTEGER NOT NULL,
+        end_timestamp INTEGER NOT NULL,
+        seal_timestamp INTEGER NOT NULL,
+        PRIMARY KEY (type, path, base_offset)
+    ) WITHOUT ROWID""",
+    "INSERT INTO store_meta (key, value) VALUES ('max_topic_id', -1)",
+]
+
+_TOPIC_COLS = "topic_id, topic, reserve_time, status, update_timestamp"
+_QUEUE_COLS = "topic, queue_id, min_offset, max_offset, update_timestamp, broker_name"
+_SEGMENT_COLS = ("path, type, base_offset, size, status, create_timestamp, begin_timestamp, "
+                 "end_timestamp, seal_timestamp")
+
+_PAGE = 1000  # rows per query while iterating
+_SYNC_MODES = ("NORMAL", "FULL", "EXTRA")
+
+
+class SqliteMetadataStore(TieredMetadataStore):
+    """:class:`TieredMetadataStore` in a SQLite database file (WAL, synchronous=FULL).
+
+    Options: ``synchronous`` ("FULL" default, "EXTRA", or "NORMAL" to trade power-loss
+    durability for speed), ``busy_timeout`` (seconds to wait for another process's
+    write lock, default 30).
+
+    One connection is shared by the threads of the process under a lock; several
+    processes may open the same file (SQLite's file locks serialise writers).
+    Raises :class:`MetadataError` naming the path when the file is not a SQLite
+    database, belongs to something else, or was written by a newer schema.
+    """
+
+    name = "sqlite"
+    default_filename = "tieredStoreMetadata.db"
+
+    _OPTIONS: dict[str, Any] = {"synchronous": "FULL", "busy_timeout": 30.0}
+
+    def __init__(self, path: str, **options: Any) -> None:
+        opts = parse_options(self.name, options, self._OPTIONS)
+        sync = str(opts["synchronous"]).upper()
+        if sync not in _SYNC_MODES:
+            raise InvalidOption(f"option 'synchronous' of metadata store 'sqlite' must be one of "
+                                f"{', '.join(_SYNC_MODES)}, got {opts['synchronous']!r}",
+                                option="synchronous", store=self.name)
+        if opts["busy_timeout"] < 0:
+            raise InvalidOption(f"option 'busy_timeout' must be >= 0, got {opts['busy_timeout']!r}",
+                                option="busy_timeout", store=self.name)
+        self.path = os.fspath(path)
+        self.synchronous = sync
+        self._lock = threading.RLock()
+        self._depth = 0
+        self._conn: sqlite3.Connection | None = None
+        parent = os.path.dirname(os.path.abspath(self.path))
+        try:
+            os.makedirs(parent, exist_ok=True)
+        except OSError as exc:
+            raise MetadataError(f"cannot create the directory of metadata store {self.path!r}: {exc}",
+                                path=self.path) from exc
+        try:
+            conn = sqlite3.connect(self.path, timeout=float(opts["busy_timeout"]), isolation_level=None,
+                                   check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise MetadataError(f"cannot open metadata store {self.path!r}: {exc}", path=self.path) from exc
+        try:
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise MetadataError(f"metadata store {self.path!r}: the file system refused WAL mode "
+                                    f"(journal_mode={mode})", path=self.path)
+            conn.execute(f"PRAGMA synchronous={sync}")
+            self._conn = conn
+            self._migrate()
+        except sqlite3.Error as exc:
+            conn.close()
+            self._conn = None
+            raise MetadataError(f"cannot open metadata store {self.path!r}: {exc}", path=self.path) from exc
+        except BaseException:
+            conn.close()
+            self._conn = None
+            raise
+
+    def _migrate(self) -> None:
+        conn = self._conn
+        assert conn is not None
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if "schema_version" not in tables:
+                if tables:
+                    raise MetadataError(
+                        f"{self.path!r} is a SQLite database but not a tiered-store metadata store "
+                        f"(tables: {', '.join(sorted(tables))})", path=self.path)
+                conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+                for statement in _SCHEMA:
+                    conn.execute(statement)
+                conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+            else:
+                row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
+                version = row[0] if row else None
+                if version is None or version > SCHEMA_VERSION:
+                    raise MetadataError(
+                        f"metadata store {self.path!r} has schema version {version}; this version of "
+                        f"tiered-store reads up to {SCHEMA_VERSION}", path=self.path, version=version)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _guard(self, operation: str) -> Iterator[sqlite3.Connection]:
+        """Hold the lock, check the store is open, and type SQLite's errors."""
+        with self._lock:
+            if self._conn is None:
+                raise self._closed_error()
+            try:
+                yield self._conn
+            except sqlite3.Error as exc:
+                raise MetadataError(f"metadata store {self.path!r}: {operation} failed: {exc}",
+                                    path=self.path, operation=operation) from exc
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator["SqliteMetadataStore"]:
+        with self._lock:
+            depth = self._depth
+            savepoint = f"tiered_sp{depth}"
+            with self._guard("begin transaction") as conn:
+                conn.execute("BEGIN IMMEDIATE" if depth == 0 else f"SAVEPOINT {savepoint}")
+            self._depth = depth + 1
+            try:
+                yield self
+            except BaseException:
+                self._depth = depth
+                if self._conn is not None:
+                    with self._guard("rollback"):
+                        if depth == 0:
+                            self._conn.execute("ROLLBACK")
+                        else:
+                            self._conn.execute(f"ROLLBACK TO {savepoint}")
+                            self._conn.execute(f"RELEASE {savepoint}")
+                raise
+            self._depth = depth
+            with self._guard("commit") as conn:
+                try:
+                    conn.execute("COMMIT" if depth == 0 else f"RELEASE {savepoint}")
+                except sqlite3.Error:
+                    if depth == 0 and conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+
+    def _write(self, operation: str, fn: Callable[[sqlite3.Connection], T]) -> T:
+        with self.transaction(), self._guard(operation) as conn:
+            return fn(conn)
+
+    def _query(self, operation: str, sql: str, params: tuple = ()) -> list[tuple]:
+        with self._guard(operation) as conn:
+            return conn.execute(sql, params).fetchall()
+
+    @property
+    def closed(self) -> bool:
+        return self._conn is None
+
+    # -- topics -----------------------------------------------------------------------
+
+    def get_topic(self, topic: str) -> TopicMetadata | None:
+        check_topic(topic)
+        rows = self._query("get_topic", f"SELECT {_TOPIC_COLS} FROM topics WHERE topic = ?", (topic,))
+        return TopicMetadata(*rows[0]) if rows else None
+
+    def add_topic(self, topic: str, reserve_time: int = -1) -> TopicMetadata:
+        check_topic(topic)
+        if not isinstance(reserve_time, int) or isinstance(reserve_time, bool):
+            raise IllegalParam(f"reserve_time must be an int, got {reserve_time!r}", reserve_time=reserve_time)
+
+        def add(conn: sqlite3.Connection) -> TopicMetadata:
+            row = conn.execute(f"SELECT {_TOPIC_COLS} FROM topics WHERE topic = ?", (topic,)).fetchone()
+            if row:
+                return TopicMetadata(*row)
+            topic_id = self._max_topic_id(conn) + 1
+            m = TopicMetadata(topic_id, topic, reserve_time, 0, now_ms())
+            conn.execute(f"INSERT INTO topics ({_TOPIC_COLS}) VALUES (?, ?, ?, ?, ?)",
+                         (m.topic_id, m.topic, m.reserve_time, m.status, m.update_timestamp))
+            conn.execute("UPDATE store_meta SET value = ? WHERE key = 'max_topic_id'", (topic_id,))
+            return m
+
+        return self._write("add_topic", add)
+
+    def update_topic(self, metadata: TopicMetadata, *, touch: bool = True) -> TopicMetadata:
+        m = check_topic_metadata(metadata)
+        stored = TopicMetadata(m.topic_id, m.topic, m.reserve_time, m.status,
+                               now_ms() if touch else m.update_timestamp)
+
+        def update(conn: sqlite3.Connection) -> TopicMetadata:
+            row = conn.execute("SELECT topic FROM topics WHERE topic_id = ? AND topic != ?",
+                               (stored.topic_id, stored.topic)).fetchone()
+            if row:
+                raise MetadataError(f"topic id {stored.topic_id} of topic {stored.topic!r} already belongs "
+                                    f"to topic {row[0]!r} in {self.path!r}",
+                                    path=self.path, topic=stored.topic, topic_id=stored.topic_id)
+            conn.execute(f"INSERT OR REPLACE INTO topics ({_TOPIC_COLS}) VALUES (?, ?, ?, ?, ?)",
+                         (stored.topic_id, stored.topic, stored.reserve_time, stored.status,
+                          stored.update_timestamp))
+            conn.execute("UPDATE store_meta SET value = MAX(value, ?) WHERE key = 'max_topic_id'",
+                         (stored.topic_id,))
+            return stored
+
+        return self._write("update_topic", update)
+
+    def delete_topic(self, topic: str) -> bool:
+        check_topic(topic)
+        return self._write("delete_topic",
+                           lambda c: c.execute("DELETE FROM topics WHERE topic = ?", (topic,)).rowcount > 0)
+
+    def iterate_topics(self) -> Iterator[TopicMetadata]:
+        last: str | None = None
+        while True:
+            if last is None:
+                rows = self._query("iterate_topics",
+                                   f"SELECT {_TOPIC_COLS} FROM topics ORDER BY topic LIMIT {_PAGE}")
+            else:
+                rows = self._query("iterate_topics", f"SELECT {_TOPIC_COLS} FROM topics WHERE topic > ? "
+                                   f"ORDER BY topic LIMIT {_PAGE}", (last,))
+            for row in rows:
+                yield TopicMetadata(*row)
+            if len(rows) < _PAGE:
+                return
+            last = rows[-1][1]
+
+    @staticmethod
+    def _max_topic_id(conn: sqlite3.Connection) -> int:
+        return int(conn.execute("SELECT value FROM store_meta WHERE key = 'max_topic_id'").fetchone()[0])
+
+    @property
+    def max_topic_id(self) -> int:
+        with self._guard("max_topic_id") as conn:
+            return self._max_topic_id(conn)
+
+    def set_max_topic_id(self, value: int) -> None:
+        if not isinstance(value, int) or isinstance(value, bool) or value < -1:
+            raise IllegalParam(f"max_topic_id must be an int >= -1, got {value!r}", max_topic_id=value)
+
+        def put(conn: sqlite3.Connection) -> None:
+            highest = conn.execute("SELECT MAX(topic_id) FROM topics").fetchone()[0]
+            if highest is not None and value < highest:
+                raise IllegalParam(f"max_topic_id {value} is below the stored topic id {highest}",
+                                   max_topic_id=value)
+            conn.execute("UPDATE store_meta SET value = ? WHERE key = 'max_topic_id'", (value,))
+
+        self._write("set_max_topic_id", put)
+
+    # -- queues -----------------------------------------------------------------------
+
+    def get_queue(self, topic: str, queue_id: int) -> QueueMetadata | None:
+        check_topic(topic)
+        check_queue_id(queue_id)
+        rows = self._query("get_queue", f"SELECT {_QUEUE_COLS} FROM queues WHERE topic = ? AND queue_id = ?",
+                           (topic, queue_id))
+        return QueueMetadata(*rows[0]) if rows else None
+
+    def add_queue(self, topic: str, queue_id: int, base_offset: int = -1, *,
+                  broker_name: str = "") -> QueueMetadata:
+        m = check_queue_metadata(QueueMetadata(topic, queue_id, base_offset, base_offset, now_ms(), broker_name))
+
+        def add(conn: sqlite3.Connection) -> QueueMetadata:
+            row = conn.execute(f"SELECT {_QUEUE_COLS} FROM queues WHERE topic = ? AND queue_id = ?",
+                               (topic, queue_id)).fetchone()
+            if row:
+                return QueueMetadata(*row)
+            self._put_queue(conn, m)
+            return m
+
+        return self._write("add_queue", add)
+
+    @staticmethod
+    def _put_queue(conn: sqlite3.Connection, m: QueueMetadata) -> None:
+        conn.execute(f"INSERT OR REPLACE INTO queues ({_QUEUE_COLS}) VALUES (?, ?, ?, ?, ?, ?)",
+                     (m.topic, m.queue_id, m.min_offset, m.max_offset, m.update_timestamp, m.broker_name))
+
+    def update_queue(self, metadata: QueueMetadata, *, touch: bool = True) -> QueueMetadata:
+        m = check_queue_metadata(metadata)
+        stored = QueueMetadata(m.topic, m.queue_id, m.min_offset, m.max_offset,
+                               now_ms() if touch else m.update_timestamp, m.broker_name)
+        self._write("update_queue", lambda c: self._put_queue(c, stored))
+        return stored
+
+    def delete_queue(self, topic: str, queue_id: int) -> bool:
+        check_topic(topic)
+        check_queue_id(queue_id)
+        return self._write("delete_queue", lambda c: c.execute(
+            "DELETE FROM queues WHERE topic = ? AND queue_id = ?", (topic, queue_id)).rowcount > 0)
+
+    def iterate_queues(self, topic: str | None = None) -> Iterator[QueueMetadata]:
+        if topic is not None:
+            check_topic(topic)
+            last = -1
+            while True:
+                rows = self._query("iterate_queues", f"SELECT {_QUEUE_COLS} FROM queues WHERE topic = ? AND "
+                                   f"queue_id > ? ORDER BY queue_id LIMIT {_PAGE}", (topic, last))
+                yield from (QueueMetadata(*row) for row in rows)
+                if len(rows) < _PAGE:
+                    return
+                last = rows[-1][1]
+        after: tuple[str, int] | None = None
+        while True:
+            if after is None:
+                rows = self._query("iterate_queues", f"SELECT {_QUEUE_COLS} FROM queues "
+                                   f"ORDER BY topic, queue_id LIMIT {_PAGE}")
+            else:
+                rows = self._query("iterate_queues", f"SELECT {_QUEUE_COLS} FROM queues WHERE "
+                                   f"(topic, queue_id) > (?, ?) ORDER BY topic, queue_id LIMIT {_PAGE}", after)
+            yield from (QueueMetadata(*row) for row in rows)
+            if len(rows) < _PAGE:
+                return
+            after = (rows[-1][0], rows[-1][1])
+
+    # -- file segments ----------------------------------------------------------------
+
+    def get_file_segment(self, type: int, path: str, base_offset: int) -> FileSegmentMetadata | None:
+        key = (check_segment_type(type), check_segment_path(path), check_base_offset(base_offset))
+        rows = self._query("get_file_segment", f"SELECT {_SEGMENT_COLS} FROM file_segments "
+                           "WHERE type = ? AND path = ? AND base_offset = ?", key)
+        return FileSegmentMetadata(*rows[0]) if rows else None
+
+    def update_file_segment(self, metadata: FileSegmentMetadata) -> FileSegmentMetadata:
+        m = check_segment_metadata(metadata)
+        stored = FileSegmentMetadata(m.path, int(m.type), m.base_offset, m.size, int(m.status),
+                                     m.create_timestamp, m.begin_timestamp, m.end_timestamp,
+                                     m.seal_timestamp)
+        values = (stored.path, stored.type, stored.base_offset, stored.size, stored.status,
+                  stored.create_timestamp, stored.begin_timestamp, stored.end_timestamp, stored.seal_timestamp)
+        self._write("update_file_segment", lambda c: c.execute(
+            f"INSERT OR REPLACE INTO file_segments ({_SEGMENT_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            values))
+        return stored
+
+    def delete_file_segment(self, type: int, path: str, base_offset: int | None = None) -> int:
+        check_segment_type(type)
+        check_segment_path(path)
+        if base_offset is None:
+            sql, params = "DELETE FROM file_segments WHERE type = ? AND path = ?", (type, path)
+        else:
+            check_base_offset(base_offset)
+            sql = "DELETE FROM file_segments WHERE type = ? AND path = ? AND base_offset = ?"
+            params = (type, path, base_offset)
+        return self._write("delete_file_segment", lambda c: c.execute(sql, params).rowcount)
+
+    def iterate_file_segments(self, type: int | None = None, path: str | None = None
+                              ) -> Iterator[FileSegmentMetadata]:
+        where: list[str] = []
+        params: list[Any] = []
+        if type is not None:
+            where.append("type = ?")
+            params.append(check_segment_type(type))
+        else:
+            where.append("type IN (0, 1, 2)")  # lets the primary key serve a path-only filter
+        if path is not None:
+            where.append("path = ?")
+            params.append(check_segment_path(path))
+        base_sql = f"SELECT {_SEGMENT_COLS} FROM file_segments WHERE {' AND '.join(where)}"
+        order = f" ORDER BY type, path, base_offset LIMIT {_PAGE}"
+        last: tuple[int, str, int] | None = None
+        while True:
+            if last is None:
+                rows = self._query("iterate_file_segments", base_sql + order, tuple(params))
+            else:
+                rows = self._query("iterate_file_segments",
+                                   base_sql + " AND (type, path, base_offset) > (?, ?, ?)" + order,
+                                   tuple(params) + last)
+            for row in rows:
+                yield FileSegmentMetadata(*row)
+            if len(rows) < _PAGE:
+                return
+            path_, type_, base = rows[-1][0], rows[-1][1], rows[-1][2]
+            last = (type_, path_, base)
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def flush(self) -> None:
+        # Every commit is already durable (synchronous=FULL); fold the WAL back into
+        # the database so it does not grow without bound between automatic checkpoints.
+        with self._guard("flush") as conn:
+            if self._depth == 0:
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
+    def close(self) -> None:
+        with self._lock:
+            conn, self._conn = self._conn, None
+            self._depth = 0
+            if conn is not None:
+                try:
+                    conn.close()
+                except sqlite3.Error as exc:
+                    raise MetadataError(f"closing metadata store {self.path!r} failed: {exc}",
+                                        path=self.path) from exc
+
+    def destroy(self) -> None:
+        with self._lock:
+            self.close()
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                try:
+                    os.remove(self.path + suffix)
+                except FileNotFoundError:
+                    pass
+                except OSError as exc:
+                    raise MetadataError(f"cannot delete metadata store file {self.path + suffix!r}: {exc}",
+                                        path=self.path + suffix) from exc
+
+    # -- introspection (tests, benchmarks) ---------------------------------------------
+
+    def pragma(self, name: str) -> Any:
+        """The value of ``PRAGMA name`` (e.g. ``journal_mode``, ``synchronous``)."""
+        if not name.replace("_", "").isalnum():
+            raise IllegalParam(f"not a pragma name: {name!r}", name=name)
+        with self._guard(f"PRAGMA {name}") as conn:
+            row = conn.execute(f"PRAGMA {name}").fetchone()
+            return row[0] if row else None
+
+    def explain(self, sql: str, params: tuple = ()) -> list[str]:
+        """SQLite's query plan for ``sql`` (the details column of EXPLAIN QUERY PLAN)."""
+        return [row[3] for row in self._query("explain", "EXPLAIN QUERY PLAN " + sql, params)]

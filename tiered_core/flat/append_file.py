@@ -1,0 +1,307 @@
+"""FlatAppendFile: one logical append-only file made of FileSegments.
+
+Segments are named by base offset and kept sorted; only the last one is writable. A
+full segment is committed and sealed, then a new one is rolled at the append offset.
+Everything is rebuilt from the metadata store at start, and the last segment's size
+is re-checked against the backend (bytes that landed after the last metadata update
+are adopted: the backend is the truth).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import threading
+import time
+from typing import Callable, Iterator
+
+from tiered_core.errors import DriverError, IllegalOffset, IllegalParam, TieredStoreError
+from tiered_core.segment import AppendResult, FileSegment, FileSegmentType
+from tiered_core.spi.driver import SegmentDriver
+from tiered_core.spi.metadata import (
+    NO_TIMESTAMP,
+    FileSegmentMetadata,
+    SegmentStatus,
+    TieredMetadataStore,
+    now_ms,
+)
+
+log = logging.getLogger(__name__)
+
+_SIZE_RETRIES = 20
+
+
+class FlatAppendFile:
+    """An ordered list of segments of one type under one flat-file path.
+
+    ``file_path`` is the logical path recorded in metadata (``broker/topic/queue``);
+    ``segment_path(base_offset)`` names the backend object of each segment.
+
+    Guarantees: offsets are contiguous across segments; a segment is only rolled
+    after the previous one is fully committed; metadata records every segment before
+    it receives bytes. Raises :class:`~tiered_core.errors.IllegalOffset` for reads
+    outside the committed range.
+    """
+
+    def __init__(
+        self,
+        driver: SegmentDriver,
+        metadata: TieredMetadataStore,
+        file_path: str,
+        file_type: FileSegmentType,
+        segment_path: Callable[[int], str],
+        *,
+        max_size: int | None = None,
+        max_buffer_count: int | None = None,
+    ) -> None:
+        self.driver = driver
+        self.metadata = metadata
+        self.file_path = file_path
+        self.file_type = FileSegmentType(file_type)
+        self.segment_path = segment_path
+        self.max_size = max_size
+        self._segment_kwargs = {} if max_buffer_count is None else {"max_buffer_count": max_buffer_count}
+        self.segments: list[FileSegment] = []
+        self._lock = threading.RLock()
+        self._recover()
+
+    # -- recovery ---------------------------------------------------------------------
+
+    def _new_segment(self, base: int, **kwargs) -> FileSegment:
+        return FileSegment(self.driver, self.segment_path(base), self.file_type, base,
+                           self.max_size, **self._segment_kwargs, **kwargs)
+
+    def _recover(self) -> None:
+        metas = sorted(
+            (m for m in self.metadata.iterate_file_segments(int(self.file_type), self.file_path)
+             if m.status != SegmentStatus.DELETED),
+            key=lambda m: m.base_offset,
+        )
+        for meta in metas:
+            seg = self._new_segment(meta.base_offset, initial_position=meta.size,
+                                    sealed=meta.status == SegmentStatus.SEALED)
+            if meta.begin_timestamp != NO_TIMESTAMP:
+                seg.min_timestamp = meta.begin_timestamp
+            if meta.end_timestamp != NO_TIMESTAMP:
+                seg.max_timestamp = meta.end_timestamp
+            if meta.seal_timestamp:
+                seg.seal_timestamp = meta.seal_timestamp
+            self.segments.append(seg)
+        if self.segments:
+            self._recover_last_size()
+
+    def _recover_last_size(self) -> None:
+        last = self.segments[-1]
+        size = self._backend_size(last.path)
+        if size != last.commit_position:
+            if size < last.commit_position:
+                log.warning("%s: backend holds %d bytes but metadata says %d; trusting the backend",
+                            last.path, size, last.commit_position)
+            sealed = last.sealed or self.driver.is_sealed(last.path)
+            fixed = self._new_segment(last.base_offset, initial_position=size, sealed=sealed)
+            fixed.min_timestamp, fixed.max_timestamp = last.min_timestamp, last.max_timestamp
+            self.segments[-1] = fixed
+            self.flush_metadata(fixed)
+
+    def _backend_size(self, path: str) -> int:
+        # RocketMQ bug #9544: a failed size lookup must never become a size. Retry, then fail.
+        delay = 0.05
+        for attempt in range(_SIZE_RETRIES):
+            try:
+                return self.driver.size(path)
+            except DriverError as exc:
+                if not exc.retryable or attempt == _SIZE_RETRIES - 1:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        raise AssertionError("unreachable")
+
+    # -- metadata -----------------------------------------------------------------------
+
+    def flush_metadata(self, seg: FileSegment) -> None:
+        """Record ``seg``'s committed size, timestamps and status."""
+        meta = self.metadata.get_file_segment(int(self.file_type), self.file_path, seg.base_offset)
+        if meta is None:
+            meta = FileSegmentMetadata(self.file_path, int(self.file_type), seg.base_offset,
+                                       create_timestamp=now_ms())
+        meta.size = seg.commit_position
+        meta.begin_timestamp = NO_TIMESTAMP if seg.min_timestamp is None else seg.min_timestamp
+        meta.end_timestamp = NO_TIMESTAMP if seg.max_timestamp is None else seg.max_timestamp
+        if seg.sealed:
+            meta.status = SegmentStatus.SEALED
+            meta.seal_timestamp = seg.seal_timestamp or meta.seal_timestamp or now_ms()
+        self.metadata.update_file_segment(meta)
+
+    # -- offsets --------------------------------------------------------------------------
+
+    @property
+    def min_offset(self) -> int:
+        segs = self.segments
+        return segs[0].base_offset if segs else 0
+
+    @property
+    def commit_offset(self) -> int:
+        segs = self.segments
+        return segs[-1].commit_offset if segs else 0
+
+    @property
+    def append_offset(self) -> int:
+        segs = self.segments
+        return segs[-1].append_offset if segs else 0
+
+    @property
+    def min_timestamp(self) -> int | None:
+        segs = self.segments
+        return segs[0].min_timestamp if segs else None
+
+    @property
+    def max_timestamp(self) -> int | None:
+        segs = self.segments
+        return segs[-1].max_timestamp if segs else None
+
+    def __iter__(self) -> Iterator[FileSegment]:
+        return iter(list(self.segments))
+
+    # -- writing --------------------------------------------------------------------------
+
+    def init_offset(self, offset: int) -> None:
+        """Create the first segment at ``offset`` if there is none."""
+        with self._lock:
+            if not self.segments:
+                self.roll(offset)
+
+    def roll(self, offset: int) -> FileSegment:
+        """Start a new last segment at ``offset``; its metadata is recorded first."""
+        if offset < 0:
+            raise IllegalParam(f"cannot roll {self.file_path!r} at negative offset {offset}", offset=offset)
+        with self._lock:
+            seg = self._new_segment(offset, initial_position=0, sealed=False)
+            stale = self.driver.size(seg.path)
+            if stale:
+                # An object no metadata knows about (a crash between delete and metadata
+                # removal of an earlier incarnation): it must not shift our offsets.
+                log.warning("%s: removing %d stale bytes before reuse", seg.path, stale)
+                self.driver.delete(seg.path)
+            self.flush_metadata(seg)
+            self.segments.append(seg)
+            return seg
+
+    def writable(self) -> FileSegment:
+        if not self.segments:
+            raise IllegalOffset(f"{self.file_path!r} ({self.file_type.name}) has no segment: "
+                                "set its base offset first (init_offset)", path=self.file_path)
+        return self.segments[-1]
+
+    def append(self, data: bytes | bytearray, timestamp: int | None = None) -> AppendResult:
+        """Buffer ``data`` in the last segment, rolling when it is full."""
+        with self._lock:
+            last = self.writable()
+            result = last.append(data, timestamp)
+            if result is not AppendResult.FILE_FULL and result is not AppendResult.SEGMENT_SEALED:
+                return result
+            # Full: commit everything, seal, then roll (RocketMQ #8409: never roll over
+            # uncommitted bytes, or they are lost).
+            try:
+                if not last.sealed:
+                    last.seal()
+            except TieredStoreError as exc:
+                log.warning("cannot seal full segment %s: %s", last.path, exc)
+                return AppendResult.UNKNOWN_ERROR
+            self.flush_metadata(last)
+            if len(data) > (self.max_size or last.max_size):
+                return AppendResult.FILE_FULL  # can never fit; the caller must split
+            return self.roll(last.append_offset).append(data, timestamp)
+
+    def commit(self) -> bool:
+        """Commit the last segment and record its new size. True when nothing is left buffered."""
+        with self._lock:
+            if not self.segments:
+                return True
+            last = self.segments[-1]
+        if not last.needs_commit():
+            return True
+        ok = last.commit()
+        if last.commit_position:
+            self.flush_metadata(last)
+        return ok and not last.needs_commit()
+
+    # -- reading --------------------------------------------------------------------------
+
+    def find(self, offset: int) -> FileSegment | None:
+        """The segment holding ``offset`` (the one with the highest base <= offset)."""
+        segs = self.segments
+        idx = bisect.bisect_right([s.base_offset for s in segs], offset) - 1
+        return segs[idx] if idx >= 0 else None
+
+    def read(self, offset: int, length: int) -> bytes:
+        """Committed bytes from ``offset``; spans at most two segments; clamped to what is committed."""
+        if length <= 0:
+            raise IllegalParam(f"read of {self.file_path!r}: length must be > 0, got {length}", length=length)
+        segs = list(self.segments)
+        bases = [s.base_offset for s in segs]
+        idx = bisect.bisect_right(bases, offset) - 1
+        if idx < 0 or offset >= segs[idx].commit_offset:
+            lo = segs[0].base_offset if segs else 0
+            hi = segs[-1].commit_offset if segs else 0
+            raise IllegalOffset(
+                f"{self.file_path!r} ({self.file_type.name}): offset {offset} is outside the "
+                f"committed range [{lo}, {hi})", path=self.file_path, offset=offset)
+        seg = segs[idx]
+        # A later segment may start before this one's end (a realigned torn tail): it wins.
+        end = seg.commit_offset if idx + 1 == len(segs) else min(seg.commit_offset, segs[idx + 1].base_offset)
+        first = seg.read(offset - seg.base_offset, min(length, end - offset))
+        if len(first) < length and idx + 1 < len(segs) and segs[idx + 1].commit_position:
+            rest = length - len(first)
+            return first + segs[idx + 1].read(0, rest)
+        return first
+
+    # -- expiry and lifecycle -------------------------------------------------------------
+
+    def clean_expired(self, expire_timestamp: int) -> int:
+        """Phase 1 of expiry: stop serving head segments whose newest message is older than
+        ``expire_timestamp`` and mark them DELETED in metadata (no backend I/O).
+
+        The last (writable) segment is kept. Returns how many were cleaned.
+        """
+        cleaned = 0
+        with self._lock:
+            while len(self.segments) > 1:
+                head = self.segments[0]
+                if head.max_timestamp is not None and head.max_timestamp >= expire_timestamp:
+                    break
+                meta = self.metadata.get_file_segment(int(self.file_type), self.file_path, head.base_offset)
+                if meta is not None:
+                    meta.status = SegmentStatus.DELETED
+                    self.metadata.update_file_segment(meta)
+                self.segments.pop(0)
+                head.close()
+                cleaned += 1
+        return cleaned
+
+    def destroy_expired(self, expire_timestamp: int) -> int:
+        """Phase 2: clean, then delete every DELETED-marked segment from the backend and the
+        metadata (also those a crash left marked). Returns how many were deleted."""
+        self.clean_expired(expire_timestamp)
+        deleted = 0
+        for meta in list(self.metadata.iterate_file_segments(int(self.file_type), self.file_path)):
+            if meta.status == SegmentStatus.DELETED:
+                self.driver.delete(self.segment_path(meta.base_offset))
+                self.metadata.delete_file_segment(int(self.file_type), self.file_path, meta.base_offset)
+                deleted += 1
+        return deleted
+
+    def _destroy_segment(self, seg: FileSegment) -> None:
+        seg.destroy()
+        self.metadata.delete_file_segment(int(self.file_type), self.file_path, seg.base_offset)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            for seg in self.segments:
+                seg.close()
+
+    def destroy(self) -> None:
+        """Delete every segment from the backend and the metadata."""
+        with self._lock:
+            for seg in self.segments:
+                self._destroy_segment(seg)
+            self.segments.clear()

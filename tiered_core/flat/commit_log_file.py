@@ -1,0 +1,75 @@
+"""FlatCommitLogFile: a queue's tiered commit log.
+
+Tiered commit-log offsets start at 0 per queue, independent of the broker's local
+offsets; each message's physical-offset field is rewritten to its tiered offset as
+it is appended, so a message read back names where it lives in the tiered store.
+"""
+
+from __future__ import annotations
+
+import time
+
+from tiered_core.codec.message import peek_queue_offset, rewrite_physical_offset
+from tiered_core.errors import IllegalParam, TieredStoreError
+from tiered_core.flat.append_file import FlatAppendFile
+from tiered_core.segment import AppendResult, FileSegmentType
+
+#: Bytes needed to read a message's queue offset (RocketMQ QUEUE_OFFSET_POSITION + 8).
+_QUEUE_OFFSET_END = 28
+
+
+class FlatCommitLogFile(FlatAppendFile):
+    """Whole encoded messages, one after another, from tiered offset 0.
+
+    Raises :class:`~tiered_core.errors.IllegalParam` for a buffer too short to be a message.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, file_type=FileSegmentType.COMMIT_LOG, **kwargs)
+        self.init_offset(0)
+        self._first_queue_offset = -1
+
+    def append_message(self, message: bytes | bytearray, timestamp: int) -> AppendResult:
+        """Append one whole message, rewriting its physical offset to the tiered append offset."""
+        if len(message) < _QUEUE_OFFSET_END:
+            raise IllegalParam(f"a message is at least {_QUEUE_OFFSET_END} bytes, got {len(message)}",
+                               length=len(message))
+        with self._lock:
+            buf = bytearray(message)
+            # A roll on FILE_FULL starts the new segment at this same offset.
+            rewrite_physical_offset(buf, 0, self.writable().append_offset)
+            return self.append(buf, timestamp)
+
+    def try_rolling(self, interval_ms: int, min_size: int, now_ms: int | None = None) -> bool:
+        """Roll when the last segment's oldest message is older than ``interval_ms`` and it
+        holds at least ``min_size`` bytes. The caller must have committed it."""
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        with self._lock:
+            last = self.writable()
+            if (last.min_timestamp is None or last.min_timestamp + interval_ms >= now_ms
+                    or last.append_position < min_size or last.needs_commit()):
+                return False
+            try:
+                last.seal()
+            except TieredStoreError:
+                return False
+            self.flush_metadata(last)
+            self.roll(last.append_offset)
+            return True
+
+    def first_message_queue_offset(self) -> int:
+        """Queue offset of the first message still stored (cached); -1 if none is committed."""
+        if self._first_queue_offset >= 0:
+            return self._first_queue_offset
+        segs = self.segments
+        if not segs or segs[0].commit_position < _QUEUE_OFFSET_END:
+            return -1
+        head = self.read(self.min_offset, _QUEUE_OFFSET_END)
+        self._first_queue_offset = peek_queue_offset(head, 0)
+        return self._first_queue_offset
+
+    def clean_expired(self, expire_timestamp: int) -> int:
+        cleaned = super().clean_expired(expire_timestamp)
+        if cleaned:
+            self._first_queue_offset = -1  # RocketMQ #8076: the min moved
+        return cleaned

@@ -1,0 +1,51 @@
+"""FlatConsumeQueueFile: a queue's tiered consume queue (20-byte units at queue_offset * 20)."""
+
+from __future__ import annotations
+
+import logging
+
+from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
+from tiered_core.flat.append_file import FlatAppendFile
+from tiered_core.segment import FileSegmentType
+
+log = logging.getLogger(__name__)
+
+
+class FlatConsumeQueueFile(FlatAppendFile):
+    """Consume-queue units addressed by absolute byte offset ``queue_offset * 20``.
+
+    At recovery, a last segment whose size is not a whole number of units (a unit torn
+    by a crash mid-write) is sealed and a new segment is rolled at the start of the torn
+    unit; reads pick the newest segment at an offset, so the torn bytes are never read.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, file_type=FileSegmentType.CONSUME_QUEUE, **kwargs)
+        self._realign()
+
+    def _realign(self) -> None:
+        if not self.segments:
+            return
+        last = self.segments[-1]
+        torn = last.commit_position % CQ_UNIT_SIZE
+        if torn:
+            start = last.commit_offset - torn
+            log.warning("%s: %d bytes of a torn consume-queue unit; rolling at %d", last.path, torn, start)
+            try:
+                last.seal()
+            except Exception as exc:  # the torn segment stays unsealed; it is never read past `start`
+                log.warning("cannot seal %s: %s", last.path, exc)
+            self.flush_metadata(last)
+            self.roll(start)
+
+    @property
+    def min_queue_offset(self) -> int:
+        return self.min_offset // CQ_UNIT_SIZE
+
+    @property
+    def commit_queue_offset(self) -> int:
+        return self.commit_offset // CQ_UNIT_SIZE
+
+    @property
+    def append_queue_offset(self) -> int:
+        return self.append_offset // CQ_UNIT_SIZE

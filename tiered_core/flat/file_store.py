@@ -1,0 +1,102 @@
+"""FlatFileStore: every queue's FlatMessageFile, recovered from metadata at start."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Iterator
+
+from tiered_core.errors import TieredStoreError
+from tiered_core.flat.config import FlatFileConfig
+from tiered_core.flat.message_file import FlatMessageFile
+from tiered_core.spi.driver import SegmentDriver
+from tiered_core.spi.metadata import TieredMetadataStore, now_ms
+
+log = logging.getLogger(__name__)
+
+
+class FlatFileStore:
+    """Map (topic, queue id) -> :class:`FlatMessageFile` over one driver and metadata store.
+
+    :meth:`load` rebuilds every queue the metadata knows, ``recover_concurrency`` at a
+    time; a queue that fails to recover is reported and left out, and ``load`` returns
+    False so the caller can decide.
+    """
+
+    def __init__(self, driver: SegmentDriver, metadata: TieredMetadataStore,
+                 config: FlatFileConfig | None = None, executor: ThreadPoolExecutor | None = None) -> None:
+        self.driver = driver
+        self.metadata = metadata
+        self.config = config or FlatFileConfig()
+        self.executor = executor
+        self._files: dict[tuple[str, int], FlatMessageFile] = {}
+        self._lock = threading.RLock()
+        self.failures: list[tuple[str, int, str]] = []
+
+    def load(self) -> bool:
+        """Recover every queue recorded in metadata. True when all recovered."""
+        with self._lock:
+            self._files.clear()
+        self.failures = []
+        queues = [(q.topic, q.queue_id) for t in self.metadata.iterate_topics()
+                  for q in self.metadata.iterate_queues(t.topic)]
+        with ThreadPoolExecutor(max_workers=max(1, self.config.recover_concurrency),
+                                thread_name_prefix="tiered-recover") as pool:
+            for (topic, queue_id), fut in [(q, pool.submit(self.compute_if_absent, *q)) for q in queues]:
+                try:
+                    fut.result()
+                except TieredStoreError as exc:
+                    log.error("cannot recover %s/%d: %s", topic, queue_id, exc)
+                    self.failures.append((topic, queue_id, str(exc)))
+        return not self.failures
+
+    def compute_if_absent(self, topic: str, queue_id: int) -> FlatMessageFile:
+        key = (topic, queue_id)
+        with self._lock:
+            existing = self._files.get(key)
+        if existing is not None:
+            return existing
+        # Built outside the store lock: recovery of one queue talks to the backend.
+        created = FlatMessageFile(self.driver, self.metadata, topic, queue_id, self.config, self.executor)
+        with self._lock:
+            return self._files.setdefault(key, created)
+
+    def get(self, topic: str, queue_id: int) -> FlatMessageFile | None:
+        with self._lock:
+            return self._files.get((topic, queue_id))
+
+    def files(self) -> list[FlatMessageFile]:
+        with self._lock:
+            return list(self._files.values())
+
+    def __iter__(self) -> Iterator[FlatMessageFile]:
+        return iter(self.files())
+
+    def destroy_file(self, topic: str, queue_id: int) -> None:
+        with self._lock:
+            flat = self._files.pop((topic, queue_id), None)
+        if flat is not None:
+            flat.destroy()
+
+    def delete_expired(self, now: int | None = None) -> None:
+        """Destroy segments older than each topic's reserve time."""
+        now = now_ms() if now is None else now
+        for flat in self.files():
+            try:
+                flat.expire(now)
+            except TieredStoreError as exc:
+                log.warning("expiry of %s failed: %s", flat, exc)
+
+    def commit_all(self) -> bool:
+        return all([f.commit() for f in self.files()])
+
+    def shutdown(self) -> None:
+        for flat in self.files():
+            flat.shutdown()
+
+    def destroy(self) -> None:
+        for flat in self.files():
+            flat.destroy()
+        with self._lock:
+            self._files.clear()

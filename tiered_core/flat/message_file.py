@@ -1,0 +1,261 @@
+"""FlatMessageFile: the CompositeAccess of one queue (tiered commit log + consume queue)."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, decode_cq_unit, encode_cq_unit
+from tiered_core.codec.message import peek_store_timestamp
+from tiered_core.codec.naming import queue_path, segment_path, validate_topic
+from tiered_core.errors import IllegalOffset, IllegalParam
+from tiered_core.flat.commit_log_file import FlatCommitLogFile
+from tiered_core.flat.config import FlatFileConfig
+from tiered_core.flat.consume_queue_file import FlatConsumeQueueFile
+from tiered_core.segment import AppendResult, FileSegmentType, default_executor
+from tiered_core.spi.access import BoundaryType, CompositeAccess, ConsumeQueueRequest
+from tiered_core.spi.driver import SegmentDriver
+from tiered_core.spi.metadata import TieredMetadataStore, now_ms
+
+#: Bytes of a message that hold its store timestamp, whatever the host address sizes.
+_STORE_TS_END = 80
+
+
+class FlatMessageFile(CompositeAccess):
+    """One queue's tiered data: commit log, consume queue, topic and queue metadata.
+
+    Guarantees (see :class:`CompositeAccess`): commit order commit log -> consume queue;
+    contiguous queue offsets; committed-only reads. A commit holds the file lock, so no
+    unit can be appended between the commit log's commit and the consume queue's.
+    """
+
+    def __init__(
+        self,
+        driver: SegmentDriver,
+        metadata: TieredMetadataStore,
+        topic: str,
+        queue_id: int,
+        config: FlatFileConfig | None = None,
+        executor: ThreadPoolExecutor | None = None,
+    ) -> None:
+        validate_topic(topic)
+        if not isinstance(queue_id, int) or queue_id < 0:
+            raise IllegalParam(f"queue_id must be an int >= 0, got {queue_id!r}", queue_id=queue_id)
+        self.config = cfg = config or FlatFileConfig()
+        self.topic, self.queue_id = topic, queue_id
+        self.driver, self.metadata = driver, metadata
+        self.file_path = queue_path(cfg.broker, topic, queue_id)
+        self._executor = executor
+        self.topic_metadata = metadata.get_topic(topic) or metadata.add_topic(topic)
+        self.queue_metadata = (metadata.get_queue(topic, queue_id)
+                               or metadata.add_queue(topic, queue_id, broker_name=cfg.broker))
+
+        def path_of(kind: FileSegmentType):
+            return lambda base: segment_path(cfg.cluster, cfg.broker, topic, queue_id, kind.name, base)
+
+        self.commit_log = FlatCommitLogFile(
+            driver, metadata, self.file_path, segment_path=path_of(FileSegmentType.COMMIT_LOG),
+            max_size=cfg.commit_log_max_size, max_buffer_count=cfg.max_group_commit_count)
+        self.consume_queue = FlatConsumeQueueFile(
+            driver, metadata, self.file_path, segment_path=path_of(FileSegmentType.CONSUME_QUEUE),
+            max_size=cfg.consume_queue_max_size, max_buffer_count=cfg.max_group_commit_count)
+        self._lock = threading.RLock()  # the file lock: appends and commits
+        self._commit_lock = threading.Lock()
+        self.closed = False
+
+    def __repr__(self) -> str:
+        return f"FlatMessageFile({self.topic!r}, {self.queue_id})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, FlatMessageFile) and other.file_path == self.file_path
+
+    def __hash__(self) -> int:
+        return hash(self.file_path)
+
+    @property
+    def executor(self) -> ThreadPoolExecutor:
+        return self._executor or default_executor()
+
+    # -- offsets and times ----------------------------------------------------------------
+
+    @property
+    def initialized(self) -> bool:
+        return bool(self.consume_queue.segments)
+
+    def init_offset(self, queue_offset: int) -> None:
+        if queue_offset < 0:
+            raise IllegalParam(f"{self}: queue offset must be >= 0, got {queue_offset}", offset=queue_offset)
+        with self._lock:
+            self.consume_queue.init_offset(queue_offset * CQ_UNIT_SIZE)
+
+    def consume_queue_min_offset(self) -> int:
+        """First queue offset still readable (RocketMQ #8076: never below the first stored message)."""
+        return max(self.consume_queue.min_queue_offset, self.commit_log.first_message_queue_offset())
+
+    def consume_queue_max_offset(self) -> int:
+        """Queue offset after the last appended unit."""
+        return self.consume_queue.append_queue_offset
+
+    def consume_queue_commit_offset(self) -> int:
+        """Queue offset after the last durable unit."""
+        return self.consume_queue.commit_queue_offset
+
+    def get_commit_log_dispatch_commit_offset(self) -> int:
+        return self.consume_queue_commit_offset()
+
+    def min_store_timestamp(self) -> int:
+        """Earliest store time known from segment metadata; -1 when nothing is stored."""
+        times = [t for t in (self.commit_log.min_timestamp, self.consume_queue.min_timestamp) if t is not None]
+        return max(times) if times else -1
+
+    def max_store_timestamp(self) -> int:
+        t = self.commit_log.max_timestamp
+        return -1 if t is None else t
+
+    # -- appends ----------------------------------------------------------------------------
+
+    def append_commit_log(self, message: bytes, commit: bool = False) -> AppendResult:
+        if self.closed:
+            return AppendResult.FILE_CLOSED
+        with self._lock:
+            result = self.commit_log.append_message(message, peek_store_timestamp(message, 0))
+        if commit and result is AppendResult.SUCCESS:
+            self.commit()
+        return result
+
+    def append_consume_queue(self, request: ConsumeQueueRequest, commit: bool = False) -> AppendResult:
+        if self.closed:
+            return AppendResult.FILE_CLOSED
+        with self._lock:
+            expected = self.consume_queue.append_queue_offset
+            if request.queue_offset != expected:
+                raise IllegalOffset(
+                    f"{self}: consume-queue append at queue offset {request.queue_offset}, expected {expected}",
+                    offset=request.queue_offset, expected=expected)
+            unit = encode_cq_unit(request.commitlog_offset, request.size, request.tags_code)
+            result = self.consume_queue.append(unit, request.store_timestamp)
+        if commit and result is AppendResult.SUCCESS:
+            self.commit()
+        return result
+
+    # -- commits ----------------------------------------------------------------------------
+
+    def commit_commit_log(self) -> bool:
+        with self._lock:
+            return self.commit_log.commit()
+
+    def commit_consume_queue(self) -> bool:
+        with self._lock:
+            return self.consume_queue.commit()
+
+    def commit(self, sync: bool = True) -> "bool | Future[bool]":
+        if not sync:
+            return self.executor.submit(self.commit, True)
+        if self.closed or not self._commit_lock.acquire(blocking=False):
+            return False
+        try:
+            with self._lock:
+                ok = self.commit_log.commit() and self.consume_queue.commit()
+                if ok:
+                    self._flush_queue_metadata()
+                return ok
+        finally:
+            self._commit_lock.release()
+
+    def _flush_queue_metadata(self) -> None:
+        meta = self.queue_metadata
+        lo, hi = self.consume_queue.min_queue_offset, self.consume_queue.commit_queue_offset
+        if (meta.min_offset, meta.max_offset) != (lo, hi):
+            meta.min_offset, meta.max_offset = lo, hi
+            self.queue_metadata = self.metadata.update_queue(meta)
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def get_consume_queue(self, queue_offset: int, count: int = 1) -> bytes:
+        if count <= 0:
+            raise IllegalParam(f"{self}: count must be > 0, got {count}", count=count)
+        return self.consume_queue.read(queue_offset * CQ_UNIT_SIZE, count * CQ_UNIT_SIZE)
+
+    def get_commit_log(self, offset: int, length: int) -> bytes:
+        return self.commit_log.read(offset, length)
+
+    def get_message(self, queue_offset: int) -> bytes:
+        offset, size, _tags = decode_cq_unit(self.get_consume_queue(queue_offset), 0)
+        data = self.get_commit_log(offset, size)
+        if len(data) != size:
+            raise IllegalOffset(f"{self}: message at queue offset {queue_offset} (commit log {offset}, "
+                                f"{size} bytes) is not fully committed", offset=queue_offset)
+        return data
+
+    def get_message_async(self, queue_offset: int) -> "Future[bytes]":
+        return self.executor.submit(self.get_message, queue_offset)
+
+    def get_commit_log_async(self, offset: int, length: int) -> "Future[bytes]":
+        return self.executor.submit(self.get_commit_log, offset, length)
+
+    def get_consume_queue_async(self, queue_offset: int, count: int = 1) -> "Future[bytes]":
+        return self.executor.submit(self.get_consume_queue, queue_offset, count)
+
+    def _store_time(self, queue_offset: int) -> int:
+        offset, _size, _tags = decode_cq_unit(self.get_consume_queue(queue_offset), 0)
+        return peek_store_timestamp(self.get_commit_log(offset, _STORE_TS_END), 0)
+
+    def get_offset_in_consume_queue_by_time(self, timestamp: int, boundary: BoundaryType = BoundaryType.LOWER) -> int:
+        """The queue offset of the first message stored at or after ``timestamp`` (LOWER), or
+        of the last one stored exactly at it (UPPER); the commit offset if all are older."""
+        lo = self.consume_queue_min_offset()
+        hi = self.consume_queue_commit_offset() - 1
+        if hi < 0 or hi < lo:
+            return lo
+        if self._store_time(hi) < timestamp:
+            return hi + 1
+        if self._store_time(lo) > timestamp:
+            return lo
+        first = self._bisect(lo, hi, lambda t: t >= timestamp)
+        if boundary is BoundaryType.UPPER and self._store_time(first) == timestamp:
+            return self._bisect(first, hi + 1, lambda t: t > timestamp) - 1
+        return first
+
+    def _bisect(self, lo: int, hi: int, pred) -> int:
+        """Smallest offset in [lo, hi] whose store time satisfies ``pred`` (hi if none before it)."""
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if pred(self._store_time(mid)):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    # -- expiry and lifecycle ----------------------------------------------------------------
+
+    def reserved_hours(self) -> int:
+        reserve = self.topic_metadata.reserve_time
+        return reserve if reserve > 0 else self.config.file_reserved_hours
+
+    def clean_expired_file(self, expire_timestamp: int) -> None:
+        with self._lock:
+            self.consume_queue.clean_expired(expire_timestamp)  # RocketMQ #9371: queue first
+            self.commit_log.clean_expired(expire_timestamp)
+
+    def destroy_expired_file(self, expire_timestamp: int) -> None:
+        with self._lock:
+            self.consume_queue.destroy_expired(expire_timestamp)
+            self.commit_log.destroy_expired(expire_timestamp)
+
+    def expire(self, now: int | None = None) -> None:
+        """Destroy what is older than this topic's reserve time."""
+        now = now_ms() if now is None else now
+        self.destroy_expired_file(now - self.reserved_hours() * 3600_000)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            self.closed = True
+            self.consume_queue.shutdown()
+            self.commit_log.shutdown()
+
+    def destroy(self) -> None:
+        self.shutdown()
+        with self._lock:
+            self.consume_queue.destroy()
+            self.commit_log.destroy()
+            self.metadata.delete_queue(self.topic, self.queue_id)

@@ -1,0 +1,99 @@
+"""CompositeAccess (RIP-65): one queue's tiered commit log and consume queue as a unit.
+
+The access layer (dispatcher, fetcher) talks to a queue's tiered data only through
+this ABC; :class:`tiered_core.flat.FlatMessageFile` is the implementation.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from tiered_core.segment import AppendResult
+
+
+class BoundaryType(enum.Enum):
+    """Which offset a time lookup returns when several messages share the time.
+
+    LOWER: the first message stored at or after the time. UPPER: like LOWER, but when
+    messages were stored exactly at the time, the last of them.
+    """
+
+    LOWER = "LOWER"
+    UPPER = "UPPER"
+
+
+@dataclass(frozen=True)
+class ConsumeQueueRequest:
+    """One consume-queue unit to append: where message ``queue_offset`` lies in the tiered commit log."""
+
+    queue_offset: int
+    commitlog_offset: int  # the tiered commit-log offset (not the local one)
+    size: int
+    tags_code: int
+    store_timestamp: int
+
+
+class CompositeAccess(abc.ABC):
+    """A queue's tiered commit log + consume queue.
+
+    Guarantees: the commit log is committed before the consume queue, so every durable
+    consume-queue unit points at durable commit-log bytes; queue offsets are contiguous
+    (an append at the wrong queue offset raises
+    :class:`~tiered_core.errors.IllegalOffset`). Reads see committed data only.
+    """
+
+    @abc.abstractmethod
+    def init_offset(self, queue_offset: int) -> None:
+        """Start an empty queue at ``queue_offset`` (no-op once initialised)."""
+
+    @abc.abstractmethod
+    def append_commit_log(self, message: bytes, commit: bool = False) -> AppendResult:
+        """Buffer one whole encoded message; its physical offset is rewritten to the tiered offset."""
+
+    @abc.abstractmethod
+    def append_consume_queue(self, request: ConsumeQueueRequest, commit: bool = False) -> AppendResult:
+        """Buffer one consume-queue unit."""
+
+    @abc.abstractmethod
+    def commit_commit_log(self) -> bool: ...
+
+    @abc.abstractmethod
+    def commit_consume_queue(self) -> bool: ...
+
+    @abc.abstractmethod
+    def commit(self, sync: bool = True) -> "bool | Future[bool]":
+        """Commit the commit log, then (only if that succeeded) the consume queue."""
+
+    @abc.abstractmethod
+    def get_message_async(self, queue_offset: int) -> "Future[bytes]":
+        """The encoded message at ``queue_offset``."""
+
+    @abc.abstractmethod
+    def get_commit_log_async(self, offset: int, length: int) -> "Future[bytes]": ...
+
+    @abc.abstractmethod
+    def get_consume_queue_async(self, queue_offset: int, count: int = 1) -> "Future[bytes]": ...
+
+    @abc.abstractmethod
+    def get_commit_log_dispatch_commit_offset(self) -> int:
+        """Next queue offset to dispatch: everything below is durably tiered."""
+
+    @abc.abstractmethod
+    def get_offset_in_consume_queue_by_time(self, timestamp: int, boundary: BoundaryType) -> int: ...
+
+    @abc.abstractmethod
+    def clean_expired_file(self, expire_timestamp: int) -> None:
+        """Forget segments whose newest message is older than ``expire_timestamp``."""
+
+    @abc.abstractmethod
+    def destroy_expired_file(self, expire_timestamp: int) -> None:
+        """Delete expired segments from the backend and the metadata (consume queue first)."""
+
+    @abc.abstractmethod
+    def shutdown(self) -> None: ...
+
+    @abc.abstractmethod
+    def destroy(self) -> None: ...

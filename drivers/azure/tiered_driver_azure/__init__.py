@@ -1,0 +1,20 @@
+"""Azure Blob Storage backend for tiered-store: segments are append blobs.
+
+``append_block(..., appendpos_condition=position)`` makes every append conditional on
+the position, and ``seal_append_blob`` seals, so the service enforces the driver
+contract itself.
+"""
+
+from __future__ import annotations
+
+from tiered_core import hookimpl
+
+from .driver import MAX_APPEND_BLOCK, AzureDriver
+
+__version__ = "0.1.0"
+__all__ = ["AzureDriver", "MAX_APPEND_BLOCK", "__version__"]
+
+
+@hookimpl
+def tiered_register_drivers(register) -> None:
+    register(AzureDriver)

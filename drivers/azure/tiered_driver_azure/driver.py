@@ -1,0 +1,414 @@
+"""AzureDriver: segments as append blobs in one Azure Blob Storage container."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import threading
+import time
+import uuid
+from typing import Any, Callable, Iterator
+
+from tiered_core.errors import (
+    DriverError, IllegalParam, InvalidOption, InvalidPath, NotFound, PositionMismatch, SegmentSealed,
+)
+from tiered_core.spi import Capabilities, SegmentDriver
+
+log = logging.getLogger("tiered_driver_azure")
+
+#: Largest block one append_block call may carry (the append-blob limit of older API
+#: versions and of Azurite; newer service versions accept more).
+MAX_APPEND_BLOCK = 4 * 1024 * 1024
+TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+
+#: ``fault_hook(method, url_path)`` may return an HTTP status (the request then fails
+#: with it without reaching the server) or raise (a connection failure); None = send.
+FaultHook = Callable[[str, str], "int | None"]
+
+
+class AzureDriver(SegmentDriver):
+    """Segments as append blobs below ``prefix`` in one container.
+
+    ``write`` appends blocks of at most ``max_block_size`` bytes, each with
+    ``appendpos_condition`` = its position, so the service itself rejects a stale writer
+    (:class:`~tiered_core.errors.PositionMismatch` with the real size). A write larger
+    than one block may land partially when it fails; ``size`` then tells how much.
+    ``seal`` seals the append blob: later writes raise
+    :class:`~tiered_core.errors.SegmentSealed`.
+
+    Transient failures (HTTP 408/429/5xx, connection resets, timeouts) are retried
+    ``retries`` times with bounded backoff, then raised as ``DriverError(retryable=True)``;
+    401/403 and a missing container raise ``DriverError(retryable=False)`` naming the
+    container. ``connection_string``, ``credential`` and ``account_key`` are secrets: they
+    never appear in ``repr``, ``describe`` or errors.
+
+    Credentials, first that is given: ``connection_string``; ``account_key`` (with
+    ``account_name``); ``credential`` (a SAS token or a credential object); otherwise
+    ``DefaultAzureCredential`` (environment, managed identity, Azure CLI...).
+    """
+
+    name = "azure"
+    capabilities = Capabilities(
+        conditional_append=True,
+        seal=True,
+        list=True,
+        persistent=True,
+        survives_process_exit=True,
+        concurrent_paths=True,
+        atomic_write=False,
+    )
+    secret_options = frozenset({"connection_string", "credential", "account_key"})
+
+    def __init__(
+        self, *, container: str, account_name: str | None = None, prefix: str = "",
+        connection_string: str | None = None, credential: Any = None, account_key: str | None = None,
+        endpoint: str | None = None, retries: int = 5, timeout: float = 60.0,
+        max_block_size: int = MAX_APPEND_BLOCK,
+    ) -> None:
+        if not container:
+            raise InvalidOption("option 'container' of driver 'azure' is required", option="container")
+        if retries < 0 or timeout <= 0:
+            raise InvalidOption("options 'retries' (>= 0) and 'timeout' (> 0) of driver 'azure' are out of range",
+                                option="retries" if retries < 0 else "timeout")
+        if not 0 < max_block_size <= 100 * 1024 * 1024:
+            raise InvalidOption(f"option 'max_block_size' of driver 'azure' must be in (0, 100 MiB], "
+                                f"got {max_block_size}", option="max_block_size")
+        if not (connection_string or endpoint or account_name):
+            raise InvalidOption("driver 'azure' needs 'connection_string', 'endpoint' or 'account_name'",
+                                option="account_name")
+        self.container = container
+        self.root = prefix.strip("/")
+        self.retries = retries
+        self.timeout = timeout
+        self.max_block_size = max_block_size
+        self.fault_hook: FaultHook | None = None
+        self._sent = 0
+        self._lock = threading.Lock()
+        try:
+            self._service = self._make_service(connection_string, account_name, account_key, credential, endpoint)
+            self._container = self._service.get_container_client(container)
+        except (InvalidOption, DriverError):
+            raise
+        except Exception as exc:  # a malformed connection string must not be echoed
+            raise InvalidOption(f"driver 'azure': cannot build a client for container {container!r}: "
+                                f"{type(exc).__name__}", option="connection_string") from None
+
+    def _make_service(self, connection_string, account_name, account_key, credential, endpoint):
+        from azure.storage.blob import BlobServiceClient
+
+        kwargs: dict[str, Any] = {
+            "retry_total": 0,  # retries are ours (see _retrying)
+            "connection_timeout": min(self.timeout, 20.0),
+            "read_timeout": self.timeout,
+            "max_single_get_size": 256 * 1024 * 1024,  # one GET per read: no etag-pinned chunking
+            "raw_request_hook": _RequestHook(self),  # runs once per HTTP request sent
+        }
+        if connection_string:
+            return BlobServiceClient.from_connection_string(connection_string, **kwargs)
+        url = endpoint or f"https://{account_name}.blob.core.windows.net"
+        if account_key:
+            from azure.core.credentials import AzureNamedKeyCredential
+
+            name = account_name or url.rstrip("/").rsplit("/", 1)[-1]
+            cred: Any = AzureNamedKeyCredential(name, account_key)
+        elif credential is not None:
+            cred = credential
+        else:
+            from azure.identity import DefaultAzureCredential  # lazy: heavy, only when needed
+
+            cred = DefaultAzureCredential()
+        return BlobServiceClient(account_url=url, credential=cred, **kwargs)
+
+    # -- helpers ---------------------------------------------------------------------
+
+    @property
+    def requests(self) -> int:
+        """HTTP requests sent by this driver (for benchmarks)."""
+        with self._lock:
+            return self._sent
+
+    def _key(self, path: str) -> str:
+        path = self.check_path(path)
+        return f"{self.root}/{path}" if self.root else path
+
+    def _blob(self, path: str):
+        return self._container.get_blob_client(self._key(path))
+
+    def _error(self, exc: Exception, action: str, path: str | None, **ctx: Any) -> DriverError:
+        status, code = _status(exc)
+        target = f"{path!r} in container {self.container!r}" if path else f"container {self.container!r}"
+        if code == "ContainerNotFound":
+            return DriverError(f"azure: container {self.container!r} does not exist (while trying to {action} "
+                               f"{path!r})", retryable=False, container=self.container, path=path, status=status)
+        if status in (401, 403) or _is_auth_error(exc):
+            return DriverError(f"azure: access denied ({status or 'auth'}) to {action} {target}: check the "
+                               f"credentials and role assignments", retryable=False,
+                               container=self.container, path=path, status=status)
+        retryable = _transient(exc, status)
+        detail = f"HTTP {status} {code}".strip() if status else type(exc).__name__
+        return DriverError(f"azure: cannot {action} {target}: {detail}", retryable=retryable,
+                           container=self.container, path=path, status=status, **ctx)
+
+    def _retrying(self, action: str, path: str | None, fn: Callable[[], Any],
+                  handle: Callable[[Exception, int, str, int], Any] | None = None) -> Any:
+        """Call ``fn``; retry transient failures; ``handle(exc, status, code, attempt)`` may
+        return a value or raise a typed error for statuses the caller understands."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return fn()
+            except Exception as exc:
+                status, code = _status(exc)
+                if handle is not None:
+                    result = handle(exc, status, code, attempt)
+                    if result is not _UNHANDLED:
+                        return result
+                if not _transient(exc, status) or _is_auth_error(exc):
+                    raise self._error(exc, action, path) from None
+                if attempt > self.retries:
+                    err = self._error(exc, action, path, attempts=attempt)
+                    err.message = f"{err.message} (after {attempt} attempts)"
+                    raise err from None
+                delay = min(2.0, 0.05 * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
+                log.debug("azure: %s %r failed (%s %s); retry %d", action, path, status, code, attempt)
+                time.sleep(delay)
+
+    def _props(self, path: str):
+        blob = self._blob(path)
+
+        def handle(exc, status, code, attempt):
+            if status == 404 and code != "ContainerNotFound":
+                return None
+            return _UNHANDLED
+
+        return self._retrying("look up", path, blob.get_blob_properties, handle)
+
+    # -- the operations ---------------------------------------------------------------
+
+    def size(self, path: str) -> int:
+        props = self._props(path)
+        return 0 if props is None else int(props.size)
+
+    def exists(self, path: str) -> bool:
+        return self._props(path) is not None
+
+    def is_sealed(self, path: str) -> bool:
+        props = self._props(path)
+        return bool(props is not None and getattr(props, "is_append_blob_sealed", False))
+
+    def create(self, path: str) -> None:
+        from azure.core import MatchConditions
+
+        blob = self._blob(path)
+
+        def handle(exc, status, code, attempt):
+            if status in (409, 412) and code in ("BlobAlreadyExists", "ConditionNotMet", ""):
+                return None  # already there: create is idempotent
+            return _UNHANDLED
+
+        self._retrying("create", path, lambda: blob.create_append_blob(match_condition=MatchConditions.IfMissing),
+                       handle)
+
+    def write(self, path: str, position: int, data: bytes | memoryview) -> None:
+        self.check_range(path, position)
+        view = memoryview(data).cast("B")
+        blob = self._blob(path)
+        if not len(view):
+            props = self._props(path)
+            if props is not None and getattr(props, "is_append_blob_sealed", False):
+                raise SegmentSealed(path)
+            actual = 0 if props is None else int(props.size)
+            if actual != position:
+                raise PositionMismatch(path, position, actual)
+            if props is None:
+                self.create(path)
+            return
+        done = 0
+        while done < len(view):
+            chunk = bytes(view[done:done + self.max_block_size])
+            try:
+                self._append(blob, path, position + done, chunk)
+            except _Mismatch as mismatch:
+                if done == 0:
+                    raise PositionMismatch(path, position, mismatch.actual) from None
+                raise DriverError(
+                    f"azure: {path!r} in container {self.container!r} grew under this write: {done} of "
+                    f"{len(view)} bytes landed at {position}, then the size was {mismatch.actual}",
+                    retryable=True, container=self.container, path=path, position=position,
+                ) from None
+            done += len(chunk)
+
+    def _append(self, blob, path: str, pos: int, chunk: bytes) -> None:
+        state = {"created": False}
+
+        def handle(exc, status, code, attempt):
+            if code == "BlobIsSealed":
+                raise SegmentSealed(path) from None
+            if status == 404 and code == "BlobNotFound" and pos == 0 and not state["created"]:
+                self.create(path)
+                state["created"] = True
+                return _AGAIN
+            if status == 404 and code == "BlobNotFound":
+                raise _Mismatch(0) from None
+            if status == 412 and code in ("AppendPositionConditionNotMet", ""):
+                actual = self.size(path)
+                # After a retry our earlier attempt may have landed with its answer lost.
+                if attempt > 1 and actual >= pos + len(chunk) and self.read(path, pos, len(chunk)) == chunk:
+                    return None
+                raise _Mismatch(actual) from None
+            return _UNHANDLED
+
+        while True:
+            result = self._retrying(
+                f"append at {pos} to", path,
+                lambda: blob.append_block(chunk, length=len(chunk), appendpos_condition=pos), handle,
+            )
+            if result is not _AGAIN:
+                return
+
+    def read(self, path: str, position: int, length: int) -> bytes:
+        self.check_range(path, position, length)
+        blob = self._blob(path)
+
+        def handle(exc, status, code, attempt):
+            if status == 404 and code != "ContainerNotFound":
+                raise NotFound(path) from None
+            if status == 416:
+                return b""
+            return _UNHANDLED
+
+        body = self._retrying("read", path,
+                              lambda: blob.download_blob(offset=position, length=length).readall(), handle)
+        if len(body) != length:
+            raise IllegalParam(f"read of {path!r} [{position}, {position + length}) passes its size "
+                               f"{self.size(path)}", path=path, position=position, length=length)
+        return body
+
+    def seal(self, path: str) -> None:
+        blob = self._blob(path)
+
+        def handle(exc, status, code, attempt):
+            if status == 404 and code != "ContainerNotFound":
+                raise NotFound(path, "cannot be sealed: it does not exist") from None
+            if code == "BlobIsSealed":
+                return None
+            return _UNHANDLED
+
+        self._retrying("seal", path, blob.seal_append_blob, handle)
+
+    def delete(self, path: str) -> None:
+        blob = self._blob(path)
+
+        def handle(exc, status, code, attempt):
+            if status == 404 and code != "ContainerNotFound":
+                return None
+            return _UNHANDLED
+
+        self._retrying("delete", path, blob.delete_blob, handle)
+
+    def list(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+        prefix = self.check_prefix(prefix)
+        full = f"{self.root}/{prefix}" if self.root else prefix
+        cut = len(self.root) + 1 if self.root else 0
+
+        def fetch():
+            return sorted((b.name[cut:], int(b.size)) for b in self._container.list_blobs(name_starts_with=full))
+
+        return iter(self._retrying("list prefix", prefix, fetch))
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._service.close()
+
+    # -- conformance ------------------------------------------------------------------
+
+    @classmethod
+    def conformance_environment(cls, workdir: str):
+        return _conformance_environment(workdir)
+
+
+class _Mismatch(Exception):
+    def __init__(self, actual: int) -> None:
+        self.actual = actual
+
+
+_UNHANDLED = object()
+_AGAIN = object()
+
+
+class _InjectedFault(Exception):
+    """Raised by the fault hook's status: looks like an HTTP error with ``status_code``."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"injected HTTP {status}")
+        self.status_code = status
+        self.error_code = ""
+
+
+class _RequestHook:
+    """Called by the SDK for each HTTP request it sends: counts, and injects faults."""
+
+    def __init__(self, driver: AzureDriver) -> None:
+        self._driver = driver
+
+    def __call__(self, request) -> None:
+        drv = self._driver
+        with drv._lock:
+            drv._sent += 1
+        hook = drv.fault_hook
+        if hook is not None:
+            http = request.http_request
+            status = hook(http.method, http.url.split("?", 1)[0])
+            if status is not None:
+                raise _InjectedFault(int(status))
+
+
+def _status(exc: Exception) -> tuple[int, str]:
+    status = getattr(exc, "status_code", None) or 0
+    code = getattr(exc, "error_code", None) or ""
+    code = getattr(code, "value", code)  # StorageErrorCode is an enum
+    if not code:
+        response = getattr(exc, "response", None)
+        headers = getattr(response, "headers", None) or {}
+        code = headers.get("x-ms-error-code", "") if hasattr(headers, "get") else ""
+    return int(status), str(code)
+
+
+def _is_auth_error(exc: Exception) -> bool:
+    from azure.core.exceptions import ClientAuthenticationError
+
+    try:
+        from azure.identity import CredentialUnavailableError
+    except ImportError:  # pragma: no cover - azure-identity is a dependency
+        CredentialUnavailableError = ClientAuthenticationError
+    return isinstance(exc, (ClientAuthenticationError, CredentialUnavailableError))
+
+
+def _transient(exc: Exception, status: int) -> bool:
+    from azure.core.exceptions import ServiceRequestError, ServiceResponseError
+
+    if status:
+        return status in TRANSIENT_STATUS
+    return isinstance(exc, (ServiceRequestError, ServiceResponseError, ConnectionError, TimeoutError))
+
+
+@contextlib.contextmanager
+def _conformance_environment(workdir: str):
+    """Options for a throw-away container prefix; starts Azurite when no endpoint is set.
+
+    An endpoint is configured by ``TIERED_AZURE_CONNECTION_STRING`` (``TIERED_AZURE_CONTAINER``
+    names the container, default ``tiered-conformance``).
+    """
+    container = os.environ.get("TIERED_AZURE_CONTAINER", "tiered-conformance")
+    prefix = f"conformance-{uuid.uuid4().hex[:12]}"
+    conn = os.environ.get("TIERED_AZURE_CONNECTION_STRING")
+    if conn:
+        yield {"container": container, "prefix": prefix, "connection_string": conn}
+        return
+    from tiered_core.testing.emulators import running_azurite
+
+    with running_azurite(os.path.join(workdir, "azurite-data"), container=container) as server:
+        yield {"container": container, "prefix": prefix, "connection_string": server.connection_string}

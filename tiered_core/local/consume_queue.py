@@ -1,0 +1,272 @@
+"""The local ConsumeQueue of one (topic, queue id): 20-byte units, one per message.
+
+Layout (RocketMQ's): ``consumequeue/{topic}/{queueId}/`` holds files of
+``units_per_file * 20`` bytes named by the 20-digit *byte* offset of their first
+unit (so unit ``i`` lives at byte ``i * 20``). A unit is ``commitLogOffset (8)``,
+``size (4)``, ``tagsCode (8)``. Units that were never written (zeros: a gap filled
+when a queue starts past its first file's start) are not valid and are skipped by
+readers.
+
+The queue is built by the store's reput step from the commit log, so it can always
+be rebuilt: recovery cuts units that point past the recovered commit log, and
+retention moves :attr:`ConsumeQueue.min_offset` past units whose commit-log bytes
+were deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+from tiered_core.codec.consume_queue import (
+    CQ_UNIT_SIZE,
+    ConsumeQueueUnit,
+    decode_cq_units,
+    encode_cq_unit,
+)
+from tiered_core.errors import IllegalOffset, IllegalParam, SegmentClosed
+from tiered_core.local.mapped_file import MappedFile, MappedFileQueue
+
+log = logging.getLogger(__name__)
+
+#: RocketMQ's mappedFileSizeConsumeQueue: 300,000 units (5.72 MiB) per file.
+DEFAULT_UNITS_PER_FILE = 300_000
+
+
+class ConsumeQueue:
+    """The units of one queue, addressed by queue offset.
+
+    Guarantees: units are contiguous from :attr:`min_offset` to :attr:`max_offset`
+    (exclusive); :meth:`put` is idempotent for offsets already stored and never
+    overwrites; ``delete_expired`` never removes the last file, so
+    :attr:`max_offset` survives retention. Thread-safe. Raises
+    :class:`IllegalParam` for bad arguments and :class:`IllegalOffset` for reads
+    outside the stored range.
+    """
+
+    def __init__(self, directory: str, topic: str, queue_id: int,
+                 units_per_file: int = DEFAULT_UNITS_PER_FILE) -> None:
+        if units_per_file <= 0:
+            raise IllegalParam(f"units per consume-queue file must be > 0, got {units_per_file}",
+                               units_per_file=units_per_file)
+        self.directory = directory
+        self.topic = topic
+        self.queue_id = queue_id
+        self.units_per_file = units_per_file
+        self._files = MappedFileQueue(directory, units_per_file * CQ_UNIT_SIZE)
+        self._lock = threading.RLock()
+        self._min_offset = self._files.min_offset // CQ_UNIT_SIZE
+        self._dirty = False
+
+    # ---- offsets -------------------------------------------------------------------
+    @property
+    def min_offset(self) -> int:
+        """First queue offset whose unit is readable."""
+        return self._min_offset
+
+    @property
+    def max_offset(self) -> int:
+        """Next queue offset to be written (one past the last unit)."""
+        return self._files.max_offset // CQ_UNIT_SIZE
+
+    @property
+    def dirty(self) -> bool:
+        """Units were added since the last :meth:`flush`."""
+        return self._dirty
+
+    def __len__(self) -> int:
+        return self.max_offset - self.min_offset
+
+    # ---- writing -------------------------------------------------------------------
+    def put(self, queue_offset: int, commitlog_offset: int, size: int, tags_code: int) -> bool:
+        """Store the unit of ``queue_offset``; False when it is already stored.
+
+        A ``queue_offset`` past :attr:`max_offset` leaves a gap of invalid (zero)
+        units before it, with a warning (the queue's files were lost or the queue
+        starts late).
+        """
+        unit = encode_cq_unit(commitlog_offset, size, tags_code)
+        if queue_offset < 0:
+            raise IllegalParam(f"queue offset {queue_offset} must be >= 0", queue_offset=queue_offset)
+        with self._lock:
+            expected = self.max_offset
+            if queue_offset < expected:
+                return False
+            if queue_offset > expected:
+                self._fill_gap(expected, queue_offset)
+            mf = self._files.last_for_append(queue_offset * CQ_UNIT_SIZE)
+            if mf.end != queue_offset * CQ_UNIT_SIZE:  # pragma: no cover - guarded by _fill_gap
+                raise IllegalOffset(f"consume queue {self.topic}/{self.queue_id}: unit {queue_offset} "
+                                    f"would land at byte {mf.end}", offset=queue_offset)
+            mf.append(unit)
+            self._dirty = True
+            return True
+
+    def _fill_gap(self, expected: int, queue_offset: int) -> None:
+        empty = self._files.is_empty()
+        if not empty:
+            log.warning("consume queue %s/%d: units %d..%d are missing; filled with invalid units",
+                        self.topic, self.queue_id, expected, queue_offset - 1)
+        pos = expected * CQ_UNIT_SIZE
+        target = queue_offset * CQ_UNIT_SIZE
+        file_size = self._files.file_size
+        if empty:
+            pos = target - target % file_size
+        while pos < target:
+            mf = self._files.last_for_append(pos)
+            n = min(target - pos, mf.limit - mf.end)
+            mf.append(bytes(n))
+            pos += n
+        if empty:
+            self._min_offset = queue_offset
+
+    # ---- reading -------------------------------------------------------------------
+    def get_unit(self, queue_offset: int) -> ConsumeQueueUnit:
+        """The unit at ``queue_offset``; IllegalOffset outside ``[min_offset, max_offset)``."""
+        units = self.get_units(queue_offset, 1)
+        if not units:
+            raise IllegalOffset(
+                f"queue offset {queue_offset} of {self.topic}/{self.queue_id} is not stored "
+                f"({self.min_offset}..{self.max_offset})", offset=queue_offset)
+        return units[0]
+
+    def get_units(self, queue_offset: int, max_count: int) -> list[ConsumeQueueUnit]:
+        """Up to ``max_count`` units from ``queue_offset`` on (fewer at the end).
+
+        IllegalOffset when ``queue_offset`` is below :attr:`min_offset` or above
+        :attr:`max_offset`; an empty list at :attr:`max_offset`. Invalid (gap) units
+        are included; check ``unit.is_valid``.
+        """
+        if max_count <= 0:
+            raise IllegalParam(f"max_count must be > 0, got {max_count}", max_count=max_count)
+        lo, hi = self.min_offset, self.max_offset
+        if not lo <= queue_offset <= hi:
+            raise IllegalOffset(
+                f"queue offset {queue_offset} of {self.topic}/{self.queue_id} is not stored "
+                f"({lo}..{hi})", offset=queue_offset, min_offset=lo, max_offset=hi)
+        end = min(queue_offset + max_count, hi)
+        out: list[ConsumeQueueUnit] = []
+        pos = queue_offset * CQ_UNIT_SIZE
+        stop = end * CQ_UNIT_SIZE
+        while pos < stop:
+            try:
+                with self._files.reading(pos) as mf:
+                    n = min(stop, mf.end) - pos
+                    if n <= 0:
+                        break
+                    data = mf.read(pos - mf.start, n)
+            except (IllegalOffset, SegmentClosed):
+                if pos // CQ_UNIT_SIZE < self.min_offset:
+                    raise IllegalOffset(
+                        f"queue offset {pos // CQ_UNIT_SIZE} of {self.topic}/{self.queue_id} "
+                        "was deleted", offset=pos // CQ_UNIT_SIZE) from None
+                raise
+            data = data[: len(data) - len(data) % CQ_UNIT_SIZE]
+            if not data:
+                break
+            out.extend(decode_cq_units(data, base_offset=pos))
+            pos += len(data)
+        return out
+
+    def first_offset_at_or_after(self, commitlog_offset: int) -> int:
+        """The first queue offset whose valid unit points at or after ``commitlog_offset``
+        (:attr:`max_offset` when none does). Binary search: units grow with the offset."""
+        lo, hi = self.min_offset, self.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            unit = self.get_unit(mid)
+            if unit.is_valid and unit.commitlog_offset >= commitlog_offset:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def last_unit_end(self) -> int:
+        """Commit-log offset one past the message of the last valid unit (-1 when none)."""
+        hi = self.max_offset
+        lo = self.min_offset
+        for off in range(hi - 1, max(lo, hi - 1024) - 1, -1):
+            unit = self.get_unit(off)
+            if unit.is_valid:
+                return unit.commitlog_offset + unit.size
+        return -1
+
+    # ---- recovery and retention --------------------------------------------------------
+    def recover(self, commitlog_max_offset: int) -> int:
+        """Cut a partial trailing unit and every unit whose message ends past
+        ``commitlog_max_offset`` (the recovered commit log). Returns units removed."""
+        with self._lock:
+            before = self._files.max_offset
+            end = before - before % CQ_UNIT_SIZE
+            files = self._files.files
+            # Units grow with the commit-log offset: walk back from the end over files.
+            cut_at = end
+            for mf in reversed(files):
+                first = max(mf.start, self._min_offset * CQ_UNIT_SIZE)
+                if cut_at <= first:
+                    continue
+                data = mf.read(first - mf.start, cut_at - first)
+                units = decode_cq_units(data[: len(data) - len(data) % CQ_UNIT_SIZE], base_offset=first)
+                keep = len(units)
+                while keep and (units[keep - 1].commitlog_offset + units[keep - 1].size > commitlog_max_offset
+                                or not units[keep - 1].is_valid):
+                    keep -= 1
+                cut_at = first + keep * CQ_UNIT_SIZE
+                if keep:
+                    break
+            if cut_at < before:
+                if cut_at < self._min_offset * CQ_UNIT_SIZE:
+                    cut_at = self._min_offset * CQ_UNIT_SIZE
+                self._files.truncate(cut_at)
+                if self._files.is_empty():
+                    self._min_offset = 0
+                log.warning("consume queue %s/%d: recovery removed %d bytes (%d units) after unit %d",
+                            self.topic, self.queue_id, before - cut_at, (before - cut_at) // CQ_UNIT_SIZE,
+                            cut_at // CQ_UNIT_SIZE)
+            return (before - self._files.max_offset) // CQ_UNIT_SIZE
+
+    def correct_min_offset(self, commitlog_min_offset: int) -> int:
+        """Move :attr:`min_offset` past units whose messages start before
+        ``commitlog_min_offset`` (deleted by retention) or are invalid; returns it."""
+        with self._lock:
+            new_min = self.first_offset_at_or_after(commitlog_min_offset)
+            if new_min > self._min_offset:
+                self._min_offset = new_min
+            return self._min_offset
+
+    def delete_expired(self, commitlog_min_offset: int) -> int:
+        """Correct :attr:`min_offset`, then delete the leading files all of whose
+        units are below it (never the last file). Returns files deleted."""
+        with self._lock:
+            self.correct_min_offset(commitlog_min_offset)
+            limit = self._min_offset * CQ_UNIT_SIZE
+            return len(self._files.delete_head(lambda mf: mf.limit <= limit))
+
+    def flush(self) -> None:
+        with self._lock:
+            self._dirty = False
+        self._files.flush()
+
+    def files(self) -> list[MappedFile]:
+        return self._files.files
+
+    def close(self) -> None:
+        self._files.close()
+
+    def destroy(self) -> None:
+        """Close and delete every file and the queue directory."""
+        files = self._files.files
+        self._files.close()
+        for mf in files:
+            try:
+                os.unlink(mf.path)
+            except FileNotFoundError:
+                pass
+        try:
+            os.rmdir(self.directory)
+        except OSError:
+            pass
+
+
+__all__ = ["ConsumeQueue", "DEFAULT_UNITS_PER_FILE"]

@@ -1,0 +1,388 @@
+"""The local IndexFile: a hash index from message keys to commit-log offsets.
+
+Layout (RocketMQ's, seed 001; big-endian)::
+
+    header (40 bytes)   beginTimestamp 8 | endTimestamp 8 | beginPhyOffset 8 |
+                        endPhyOffset 8 | hashSlotCount 4 | indexCount 4
+    slots  (4 bytes x hash_slots)   newest item number of the slot, 0 = empty
+    items  (20 bytes x max_items)   keyHash 4 | phyOffset 8 | timeDiff (s) 4 | prevIndex 4
+
+Item numbers start at 1 (``indexCount`` starts at 1 and is the next number), so a
+file holds ``max_items - 1`` items. A key goes to slot ``hash % hash_slots``; the
+slot points at the newest item, each item at the previous item of the same slot,
+so collisions form a chain read newest first. ``timeDiff`` is seconds since the
+file's ``beginTimestamp``. ``hashSlotCount`` counts puts, as RocketMQ's does.
+
+Files are named by their creation time, ``yyyyMMddHHmmssSSS`` (UTC here, so names
+sort in creation order whatever the local zone does), and are pre-sized and
+memory-mapped like RocketMQ's.
+
+The index only narrows a lookup: a hit means "the key's hash matched and the time
+is about right". Callers read the message and check its topic, keys and time.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import mmap
+import os
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from tiered_core.codec.hashing import index_key_hash
+from tiered_core.errors import IllegalParam, SegmentClosed, StateConflict
+from tiered_core.local.mapped_file import fsync_dir
+
+log = logging.getLogger(__name__)
+
+HEADER_SIZE = 40
+SLOT_SIZE = 4
+ITEM_SIZE = 20
+INVALID_INDEX = 0
+#: RocketMQ defaults: maxHashSlotNum and maxIndexNum.
+DEFAULT_HASH_SLOTS = 5_000_000
+DEFAULT_MAX_ITEMS = 5_000_000 * 4
+
+_HEADER = struct.Struct(">qqqqii")
+_SLOT = struct.Struct(">i")
+_ITEM = struct.Struct(">iqii")
+_INT_MAX = (1 << 31) - 1
+_NAME_LEN = 17
+
+
+def index_file_name(ts_ms: int) -> str:
+    """``yyyyMMddHHmmssSSS`` of ``ts_ms`` (UTC)."""
+    t = _dt.datetime.fromtimestamp(ts_ms / 1000, _dt.timezone.utc)
+    return t.strftime("%Y%m%d%H%M%S") + f"{ts_ms % 1000:03d}"
+
+
+def parse_index_file_name(name: str) -> int | None:
+    """The creation time (ms, UTC) encoded in an index file name, or None."""
+    if len(name) != _NAME_LEN or not name.isdigit():
+        return None
+    try:
+        t = _dt.datetime.strptime(name[:14], "%Y%m%d%H%M%S").replace(tzinfo=_dt.timezone.utc)
+    except ValueError:
+        return None
+    return int(t.timestamp()) * 1000 + int(name[14:])
+
+
+class IndexFile:
+    """One index file (see the module docstring for the layout).
+
+    Guarantees: :meth:`put` returns False (and writes nothing) when the file is
+    full; the item is written before the slot and the header, so a process killed
+    in the middle leaves a file whose every reachable item is whole. Thread-safe.
+    Raises :class:`StateConflict` when an existing file does not match the
+    configured slot and item counts (they must not change across restarts),
+    :class:`SegmentClosed` after close.
+    """
+
+    def __init__(self, path: str, hash_slots: int = DEFAULT_HASH_SLOTS,
+                 max_items: int = DEFAULT_MAX_ITEMS, *, create: bool = False) -> None:
+        if hash_slots <= 0 or max_items <= 1:
+            raise IllegalParam(f"index file needs hash_slots > 0 and max_items > 1, got "
+                               f"{hash_slots} and {max_items}", hash_slots=hash_slots, max_items=max_items)
+        self.path = path
+        self.hash_slots = hash_slots
+        self.max_items = max_items
+        self.file_size = HEADER_SIZE + hash_slots * SLOT_SIZE + max_items * ITEM_SIZE
+        self._items_base = HEADER_SIZE + hash_slots * SLOT_SIZE
+        self._lock = threading.Lock()
+        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        fd = os.open(path, flags, 0o644)
+        try:
+            if create:
+                os.ftruncate(fd, self.file_size)
+            size = os.fstat(fd).st_size
+            if size != self.file_size:
+                raise StateConflict(
+                    f"index file {path!r} is {size} bytes but {hash_slots} slots and {max_items} items "
+                    f"need {self.file_size}: the index slot and item counts must not change",
+                    path=path, size=size, expected=self.file_size)
+            self._mm: mmap.mmap | None = mmap.mmap(fd, self.file_size)
+        finally:
+            os.close(fd)
+        (self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset,
+         self.hash_slot_count, self.index_count) = _HEADER.unpack_from(self._mm, 0)
+        if self.index_count <= 0:
+            self.index_count = 1
+        if self.index_count > max_items:
+            raise StateConflict(f"index file {path!r} claims {self.index_count} items, more than "
+                                f"{max_items}", path=path)
+        if create:
+            self._write_header()
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+    @property
+    def item_count(self) -> int:
+        return self.index_count - 1
+
+    def is_full(self) -> bool:
+        return self.index_count >= self.max_items
+
+    def _mmap(self) -> mmap.mmap:
+        if self._mm is None:
+            raise SegmentClosed(f"index file {self.path!r} is closed", path=self.path)
+        return self._mm
+
+    def _write_header(self) -> None:
+        _HEADER.pack_into(self._mmap(), 0, self.begin_timestamp, self.end_timestamp,
+                          self.begin_phy_offset, self.end_phy_offset,
+                          self.hash_slot_count, self.index_count)
+
+    def _slot_head(self, mm: mmap.mmap, slot_pos: int) -> int:
+        """The newest item of a slot, or 0. A slot pointing at the uncounted item
+        ``index_count`` (killed after writing it, before counting it) is read
+        through that item's ``prev`` so the older chain is kept."""
+        value = _SLOT.unpack_from(mm, slot_pos)[0]
+        if value == self.index_count and value < self.max_items:
+            prev = _ITEM.unpack_from(mm, self._items_base + value * ITEM_SIZE)[3]
+            value = prev
+        if value <= INVALID_INDEX or value >= self.index_count:
+            return INVALID_INDEX
+        return value
+
+    def put(self, key_hash: int, phy_offset: int, store_timestamp: int) -> bool:
+        """Add an item for ``key_hash`` (0..2^31-1); False when the file is full."""
+        if not 0 <= key_hash <= _INT_MAX:
+            raise IllegalParam(f"key hash {key_hash} must be in 0..2^31-1", key_hash=key_hash)
+        with self._lock:
+            mm = self._mmap()
+            if self.is_full():
+                return False
+            slot_pos = HEADER_SIZE + (key_hash % self.hash_slots) * SLOT_SIZE
+            prev = self._slot_head(mm, slot_pos)
+            if self.begin_timestamp <= 0:
+                diff = 0
+            else:
+                diff = min(max((store_timestamp - self.begin_timestamp) // 1000, 0), _INT_MAX)
+            number = self.index_count
+            _ITEM.pack_into(mm, self._items_base + number * ITEM_SIZE, key_hash, phy_offset, diff, prev)
+            _SLOT.pack_into(mm, slot_pos, number)
+            if number <= 1:
+                self.begin_phy_offset = phy_offset
+                self.begin_timestamp = store_timestamp
+            self.hash_slot_count += 1
+            self.index_count += 1
+            self.end_phy_offset = phy_offset
+            self.end_timestamp = store_timestamp
+            self._write_header()
+            return True
+
+    def is_time_matched(self, begin: int, end: int) -> bool:
+        """The file's items may lie in ``[begin, end]`` (ms)."""
+        if self.item_count <= 0:
+            return False
+        return self.begin_timestamp <= end and self.end_timestamp >= begin
+
+    def select(self, key_hash: int, begin: int, end: int, max_count: int,
+               accept: Callable[[int], bool] | None = None) -> list[int]:
+        """Commit-log offsets of items with ``key_hash`` stored in about ``[begin, end]``,
+        newest first, at most ``max_count`` accepted ones.
+
+        Item times have second precision, so an item is a candidate when its second
+        overlaps the range; ``accept(phy_offset)`` (e.g. read and check the message)
+        filters candidates before they count.
+        """
+        out: list[int] = []
+        if max_count <= 0:
+            return out
+        with self._lock:
+            mm = self._mmap()
+            if self.item_count <= 0:
+                return out
+            slot_pos = HEADER_SIZE + (key_hash % self.hash_slots) * SLOT_SIZE
+            number = self._slot_head(mm, slot_pos)
+            while number > INVALID_INDEX and len(out) < max_count:
+                h, phy, diff, prev = _ITEM.unpack_from(mm, self._items_base + number * ITEM_SIZE)
+                if diff < 0:
+                    break
+                time_read = self.begin_timestamp + diff * 1000
+                if h == key_hash and time_read <= end and time_read + 999 >= begin:
+                    if accept is None or accept(phy):
+                        out.append(phy)
+                if time_read + 999 < begin:
+                    break  # older items of the chain are older still
+                if prev <= INVALID_INDEX or prev >= number:
+                    break  # chain end (items only point back)
+                number = prev
+        return out
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._mm is not None:
+                self._mm.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._mm is not None:
+                self._mm.close()
+                self._mm = None
+
+    def destroy(self) -> None:
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def __repr__(self) -> str:
+        return f"IndexFile({self.name}, items={self.item_count}, phy={self.begin_phy_offset}..{self.end_phy_offset})"
+
+
+class IndexService:
+    """The index files of a store: puts go to the newest file, a full file rolls.
+
+    Keys are indexed as ``topic#key`` (:func:`tiered_core.codec.index_key_hash`).
+    Guarantees: queries look at every file whose time range meets the query's,
+    newest first; :meth:`delete_expired` never deletes the newest file. Thread-safe.
+    """
+
+    def __init__(self, directory: str, hash_slots: int = DEFAULT_HASH_SLOTS,
+                 max_items: int = DEFAULT_MAX_ITEMS, *, clock: Callable[[], int] | None = None) -> None:
+        self.directory = directory
+        self.hash_slots = hash_slots
+        self.max_items = max_items
+        self._clock = clock or (lambda: time.time_ns() // 1_000_000)
+        self._lock = threading.RLock()
+        os.makedirs(directory, exist_ok=True)
+        self._files: list[IndexFile] = []
+        for name in sorted(os.listdir(directory)):
+            if parse_index_file_name(name) is None:
+                continue
+            self._files.append(IndexFile(os.path.join(directory, name), hash_slots, max_items))
+
+    @property
+    def files(self) -> list[IndexFile]:
+        with self._lock:
+            return list(self._files)
+
+    @property
+    def max_phy_offset(self) -> int:
+        """Commit-log offset of the newest indexed message (-1 when none)."""
+        with self._lock:
+            for f in reversed(self._files):
+                if f.item_count > 0:
+                    return f.end_phy_offset
+            return -1
+
+    def _new_file(self) -> IndexFile:
+        ts = self._clock()
+        if self._files:
+            self._files[-1].flush()  # only the newest file is flushed from now on
+            last = parse_index_file_name(self._files[-1].name) or 0
+            ts = max(ts, last + 1)
+        while True:
+            path = os.path.join(self.directory, index_file_name(ts))
+            if not os.path.exists(path):
+                break
+            ts += 1
+        f = IndexFile(path, self.hash_slots, self.max_items, create=True)
+        self._files.append(f)
+        fsync_dir(self.directory)
+        return f
+
+    def put_keys(self, topic: str, keys: Iterable[str], phy_offset: int, store_timestamp: int) -> int:
+        """Index each key of a message as ``topic#key``; returns items written.
+
+        A message at or before the newest indexed offset is skipped (recovery
+        replays the commit log from a checkpoint, so this keeps replays from
+        duplicating items).
+        """
+        keys = [k for k in keys if k]
+        if not keys:
+            return 0
+        with self._lock:
+            if phy_offset <= self.max_phy_offset:
+                return 0
+            n = 0
+            for key in keys:
+                h = index_key_hash(topic, key)
+                f = self._files[-1] if self._files else self._new_file()
+                if not f.put(h, phy_offset, store_timestamp):
+                    f = self._new_file()
+                    if not f.put(h, phy_offset, store_timestamp):  # pragma: no cover - fresh file
+                        raise StateConflict(f"fresh index file {f.path!r} refused a key", path=f.path)
+                n += 1
+            return n
+
+    def query(self, topic: str, key: str, max_count: int, begin: int = 0, end: int = (1 << 63) - 1,
+              accept: Callable[[int], bool] | None = None) -> list[int]:
+        """Commit-log offsets of messages that may carry ``key`` in ``topic``, stored in
+        ``[begin, end]`` ms, newest first, at most ``max_count``, without duplicates.
+
+        ``accept(offset)`` filters candidates (the store reads the message and checks
+        it); without it hash collisions can yield other keys' messages.
+        """
+        if max_count <= 0:
+            return []
+        h = index_key_hash(topic, key)
+        seen: set[int] = set()
+
+        def check(phy: int) -> bool:
+            if phy in seen:
+                return False
+            if accept is not None and not accept(phy):
+                return False
+            seen.add(phy)
+            return True
+
+        out: list[int] = []
+        for f in reversed(self.files):
+            if len(out) >= max_count:
+                break
+            if f.item_count > 0 and f.end_timestamp < begin:
+                break  # files are in time order: the rest are older
+            if not f.is_time_matched(begin, end):
+                continue
+            try:
+                out.extend(f.select(h, begin, end, max_count - len(out), check))
+            except SegmentClosed:
+                continue  # deleted by retention meanwhile
+        return out
+
+    def delete_expired(self, commitlog_min_offset: int) -> int:
+        """Delete leading files whose every message lies before ``commitlog_min_offset``
+        (never the newest file); returns files deleted."""
+        removed = []
+        with self._lock:
+            while len(self._files) > 1 and self._files[0].end_phy_offset < commitlog_min_offset:
+                removed.append(self._files.pop(0))
+        for f in removed:
+            log.info("deleting expired index file %s", f.path)
+            f.destroy()
+        if removed:
+            fsync_dir(self.directory)
+        return len(removed)
+
+    def flush(self) -> None:
+        """msync the newest file (older ones were flushed when the index rolled)."""
+        files = self.files
+        if files:
+            files[-1].flush()
+
+    def close(self) -> None:
+        with self._lock:
+            files, self._files = self._files, []
+        for f in files:
+            f.close()
+
+
+__all__ = [
+    "IndexFile",
+    "IndexService",
+    "index_file_name",
+    "parse_index_file_name",
+    "HEADER_SIZE",
+    "SLOT_SIZE",
+    "ITEM_SIZE",
+    "DEFAULT_HASH_SLOTS",
+    "DEFAULT_MAX_ITEMS",
+]

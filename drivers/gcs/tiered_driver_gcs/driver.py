@@ -377,4 +377,4 @@ def _conformance_environment(workdir: str):
     from tiered_core.testing.emulators import running_fake_gcs
 
     with running_fake_gcs(os.path.join(workdir, "fake-gcs-data"), bucket=bucket) as server:
-        yield {"bucket": bucket, "prefix": prefix, "endpoint": server.url, "emulated": True}
+        yield {"bucket": bucket, "prefix": prefix, "endpoint": server.url, "emulated": True, "token": "anon"}

@@ -1,0 +1,261 @@
+"""The gcs driver against a real fake-gcs-server: layout, crash leftovers, retries, secrets."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tiered_core.errors import DriverError, IllegalParam, InvalidPath, NotFound, PositionMismatch, SegmentSealed
+from tiered_core.plugins import open_driver
+from tiered_core.segment import FileSegment
+from tiered_core.testing.pytest_emulators import GCS_BUCKET, fake_gcs  # noqa: F401  (fixture)
+from tiered_driver_gcs import EMULATOR_GAP, GcsDriver
+from tiered_driver_gcs.layout import META_SEALED, PART_MARK, part_key
+
+
+@pytest.fixture
+def driver(fake_gcs):  # noqa: F811
+    drv = GcsDriver(bucket=GCS_BUCKET, prefix=f"t-{uuid.uuid4().hex[:10]}", endpoint=fake_gcs.url, retries=3)
+    yield drv
+    drv.close()
+
+
+def raw_objects(drv: GcsDriver, path: str) -> list[dict]:
+    """What the bucket really holds for ``path`` (base and parts)."""
+    status, items, _ = drv.client.list(drv._key(path), what="test listing")
+    assert status == 200
+    return items
+
+
+def test_registered_and_opened_by_name(fake_gcs):  # noqa: F811
+    with open_driver("gcs", bucket=GCS_BUCKET, endpoint=fake_gcs.url, prefix="by-name") as drv:
+        assert isinstance(drv, GcsDriver)
+        drv.write("x", 0, b"abc")
+        assert drv.size("x") == 3
+
+
+def test_emulator_gap_is_declared(driver):
+    assert driver.capabilities.conditional_append is False
+    assert driver.capabilities.overridden["conditional_append"] == EMULATOR_GAP
+    assert GcsDriver.capabilities.conditional_append is True  # the real service enforces it
+
+
+def test_appends_are_parts_and_reads_span_them(driver):
+    driver.write("seg", 0, b"base-")
+    driver.write("seg", 5, b"part1-")
+    driver.write("seg", 11, b"part2")
+    assert driver.size("seg") == 16
+    assert driver.read("seg", 0, 16) == b"base-part1-part2"
+    assert driver.read("seg", 3, 10) == b"e-part1-pa"
+    names = sorted(o["name"] for o in raw_objects(driver, "seg"))
+    assert len(names) == 3 and sum(PART_MARK in n for n in names) == 2
+    with pytest.raises(IllegalParam):
+        driver.read("seg", 10, 7)
+    with pytest.raises(NotFound):
+        driver.read("absent", 0, 1)
+
+
+def test_position_mismatch_carries_the_real_size_and_stores_nothing(driver):
+    driver.write("seg", 0, b"12345")
+    driver.write("seg", 5, b"678")
+    for bad in (0, 5, 9):
+        with pytest.raises(PositionMismatch) as info:
+            driver.write("seg", bad, b"zz")
+        assert info.value.actual_size == 8
+    assert driver.read("seg", 0, 8) == b"12345678"
+
+
+def test_compaction_keeps_few_objects_and_the_bytes(driver):
+    expected = bytearray()
+    for i in range(40):
+        chunk = f"<{i:03d}>".encode()
+        driver.write("seg", len(expected), chunk)
+        expected += chunk
+    assert driver.size("seg") == len(expected)
+    assert driver.read("seg", 0, len(expected)) == bytes(expected)
+    parts = [o for o in raw_objects(driver, "seg") if PART_MARK in o["name"]]
+    assert len(parts) < 31  # composed into the base at 31
+
+
+def test_seal_leaves_one_object_and_rejects_writes(driver):
+    expected = b"".join(f"[{i}]".encode() for i in range(12))
+    pos = 0
+    for i in range(12):
+        chunk = f"[{i}]".encode()
+        driver.write("seg", pos, chunk)
+        pos += len(chunk)
+    driver.seal("seg")
+    objs = raw_objects(driver, "seg")
+    assert [o["name"] for o in objs] == [driver._key("seg")]
+    assert objs[0]["metadata"][META_SEALED] == "true"
+    assert driver.is_sealed("seg") and driver.size("seg") == len(expected)
+    assert driver.read("seg", 0, len(expected)) == expected
+    with pytest.raises(SegmentSealed):
+        driver.write("seg", len(expected), b"more")
+    with pytest.raises(SegmentSealed):
+        driver.reopen().write("seg", len(expected), b"more")
+    driver.seal("seg")  # idempotent
+    with pytest.raises(NotFound):
+        driver.seal("never-written")
+
+
+def test_crash_leftovers_are_never_counted(driver):
+    """Each state a crash can leave behind reads back exactly."""
+    driver.write("seg", 0, b"AAAA")
+    driver.write("seg", 4, b"BBBB")
+    view = driver._view(driver._key("seg"), "seg")
+    # (1) crash after a compose but before its parts were deleted: parts inside the base.
+    resp = driver.client.compose(driver._key("seg"), [driver._key("seg"), view.chain[0].name], view.metadata,
+                                 what="test compose", if_generation_match=view.generation)
+    assert resp.status == 200
+    assert driver.size("seg") == 8
+    assert driver.read("seg", 0, 8) == b"AAAABBBB"
+    # (2) a part after a gap (a stale writer's upload that never joined the chain).
+    assert driver.client.upload(part_key(driver._key("seg"), view.segment_id, 100), b"zz", None,
+                                what="test upload").status == 200
+    # (3) a part of a different segment id (left by a deleted predecessor).
+    assert driver.client.upload(part_key(driver._key("seg"), "0ld", 8), b"yy", None, what="test upload").status == 200
+    assert driver.size("seg") == 8
+    assert dict(driver.list("")) == {"seg": 8}
+    driver.write("seg", 8, b"CC")
+    assert driver.read("seg", 0, 10) == b"AAAABBBBCC"
+    driver.seal("seg")  # garbage is removed with the seal
+    assert [o["name"] for o in raw_objects(driver, "seg")] == [driver._key("seg")]
+
+
+def test_delete_interrupted_after_base_leaves_no_size(driver):
+    driver.write("seg", 0, b"old-")
+    driver.write("seg", 4, b"parts")
+    assert driver.client.delete(driver._key("seg"), what="test delete").status in (200, 204)
+    assert driver.size("seg") == 0 and not driver.exists("seg")
+    driver.write("seg", 0, b"new-")  # a new segment must not adopt the old parts
+    driver.write("seg", 4, b"!")
+    assert driver.read("seg", 0, 5) == b"new-!"
+    driver.delete("seg")
+    assert raw_objects(driver, "seg") == []
+
+
+def test_list_sizes_and_prefixes(driver):
+    driver.write("a/1", 0, b"x")
+    driver.write("a/1", 1, b"yy")
+    driver.create("a/2")
+    driver.write("b/1", 0, b"zzzz")
+    assert list(driver.list("a/")) == [("a/1", 3), ("a/2", 0)]
+    assert list(driver.list("")) == [("a/1", 3), ("a/2", 0), ("b/1", 4)]
+    with pytest.raises(InvalidPath):
+        driver.write("a#tiered-part/x", 0, b"x")
+
+
+def test_transient_failures_are_retried_then_succeed(driver):
+    failures = {"left": 2}
+
+    def hook(method, what):
+        if method == "POST" and failures["left"]:
+            failures["left"] -= 1
+            return 503
+        return None
+
+    driver.write("seg", 0, b"first")
+    driver.fault_hook = hook
+    before = driver.requests
+    driver.write("seg", 5, b"second")
+    assert failures["left"] == 0
+    assert driver.requests - before >= 4  # listing, 2 failed uploads, the upload, check
+    driver.fault_hook = None
+    assert driver.read("seg", 0, 11) == b"firstsecond"
+
+
+def test_connection_resets_are_retried(driver):
+    calls = {"n": 0}
+
+    def hook(method, what):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise ConnectionResetError("injected reset")
+        return None
+
+    driver.fault_hook = hook
+    driver.write("seg", 0, b"abc")
+    assert driver.size("seg") == 3
+
+
+def test_persistent_transient_failure_is_retryable_driver_error(driver):
+    driver.write("seg", 0, b"abc")
+    driver.fault_hook = lambda method, what: 503 if method == "POST" else None
+    with pytest.raises(DriverError) as info:
+        driver.write("seg", 3, b"def")
+    assert info.value.retryable is True
+    assert GCS_BUCKET in str(info.value)
+    driver.fault_hook = None
+    assert driver.size("seg") == 3  # nothing landed
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_access_denied_is_permanent_and_names_the_bucket(driver, status):
+    calls = {"n": 0}
+
+    def hook(method, what):
+        calls["n"] += 1
+        return status
+
+    driver.fault_hook = hook
+    with pytest.raises(DriverError) as info:
+        driver.size("seg")
+    assert info.value.retryable is False
+    assert calls["n"] == 1  # never retried
+    assert GCS_BUCKET in str(info.value) and "access denied" in str(info.value)
+
+
+def test_missing_bucket_is_a_clear_permanent_error(fake_gcs):  # noqa: F811
+    drv = GcsDriver(bucket="no-such-bucket-xyz", endpoint=fake_gcs.url)
+    for call in (lambda: drv.size("x"), lambda: drv.write("x", 0, b"a")):
+        with pytest.raises(DriverError) as info:
+            call()
+        assert info.value.retryable is False
+        assert "no-such-bucket-xyz" in str(info.value) and "does not exist" in str(info.value)
+
+
+def test_file_segment_commits_over_gcs(driver):
+    seg = FileSegment(driver, "commitlog/00000000000000000000")
+    data = [bytes([i]) * 1000 for i in range(50)]
+    for i, chunk in enumerate(data):
+        seg.append(chunk)
+        if i % 7 == 6:
+            assert seg.commit()
+    assert seg.commit()
+    seg.seal()
+    again = FileSegment(driver.reopen(), "commitlog/00000000000000000000")
+    assert again.commit_position == 50_000 and again.sealed
+    assert again.read(0, 50_000) == b"".join(data)
+
+
+SECRET = "ya29.SECRET-token-value-never-shown"
+
+
+def test_token_is_redacted_everywhere(fake_gcs):  # noqa: F811
+    drv = GcsDriver(bucket=GCS_BUCKET, endpoint=fake_gcs.url, token="anon", prefix="secret-test")
+    drv.options["token"] = SECRET  # as if configured: every rendering goes through redact()
+    assert SECRET not in repr(drv) and SECRET not in json.dumps(drv.describe())
+    assert drv.describe()["options"]["token"] == "***"
+    with pytest.raises(Exception) as info:
+        GcsDriver(bucket=GCS_BUCKET, token=SECRET)  # not a usable credential
+    assert SECRET not in str(info.value) and SECRET not in repr(info.value)
+
+
+def test_tiered_drivers_json_lists_gcs_with_version_and_no_secret(tmp_path):
+    tiered = Path(sys.executable).parent / "tiered"
+    env = {**os.environ, "TIERED_DRIVER": "gcs", "TIERED_OPTION_TOKEN": SECRET, "GOOGLE_OAUTH_ACCESS_TOKEN": SECRET}
+    out = subprocess.run([str(tiered), "drivers", "--json"], capture_output=True, text=True, timeout=120,
+                         env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    listed = {d["name"]: d for d in json.loads(out.stdout)}
+    assert listed["gcs"]["version"] == "0.1.0"
+    assert listed["gcs"]["distribution"] == "tiered-driver-gcs"
+    assert "token" in listed["gcs"]["options"]
+    assert SECRET not in out.stdout and SECRET not in out.stderr

@@ -42,14 +42,15 @@ def test_digest_hash_and_path_vectors():
 
 def test_segment_and_index_paths():
     h = hashlib.md5(b"DefaultCluster").hexdigest()[:8]
-    assert cluster_dir("DefaultCluster") == f"{h}_DefaultCluster"
-    assert segment_path("DefaultCluster", "broker-a", "TopicTest", 3, FileSegmentType.COMMIT_LOG, 0) == \
-        f"{h}_DefaultCluster/broker-a/TopicTest/3/COMMIT_LOG/cfcd208400000000000000000000"
-    assert segment_path("DefaultCluster", "broker-a", "TopicTest", 3, "CONSUME_QUEUE", 4294937144) == \
-        f"{h}_DefaultCluster/broker-a/TopicTest/3/CONSUME_QUEUE/b10da56800000000004294937144"
+    c = f"{h}_DefaultCluster"
+    assert cluster_dir("DefaultCluster") == c
+    cl = segment_path("DefaultCluster", "broker-a", "TopicTest", 3, FileSegmentType.COMMIT_LOG, 0)
+    assert cl == f"{c}/broker-a/TopicTest/3/COMMIT_LOG/cfcd208400000000000000000000"
+    cq = segment_path("DefaultCluster", "broker-a", "TopicTest", 3, "CONSUME_QUEUE", 4294937144)
+    assert cq == f"{c}/broker-a/TopicTest/3/CONSUME_QUEUE/b10da56800000000004294937144"
     assert index_path("DefaultCluster", "broker-a", 0) == \
-        f"{h}_DefaultCluster/broker-a/rmq_sys_INDEX/0/INDEX/cfcd208400000000000000000000"
-    assert segment_dir("DefaultCluster", "broker-a", "T", 0, 1) == f"{h}_DefaultCluster/broker-a/T/0/CONSUME_QUEUE"
+        f"{c}/broker-a/rmq_sys_INDEX/0/INDEX/cfcd208400000000000000000000"
+    assert segment_dir("DefaultCluster", "broker-a", "T", 0, 1) == f"{c}/broker-a/T/0/CONSUME_QUEUE"
 
 
 def test_file_name_strictness():
@@ -103,7 +104,8 @@ def test_bad_queue_ids_and_types(queue_id, file_type):
 
 
 def test_parse_segment_path_inverts_segment_path():
-    path = segment_path("my_cluster_1", "broker-a", "%RETRY%g", 17, FileSegmentType.CONSUME_QUEUE, 2000)
+    path = segment_path("my_cluster_1", "broker-a", "%RETRY%g", 17,
+                        FileSegmentType.CONSUME_QUEUE, 2000)
     assert parse_segment_path(path) == SegmentPathInfo(
         "my_cluster_1", "broker-a", "%RETRY%g", 17, FileSegmentType.CONSUME_QUEUE, 2000)
     info = parse_segment_path(index_path("c", "b", 5))

@@ -18,7 +18,8 @@ def commit_log(n: int, start: int = 1000) -> tuple[bytes, list[ConsumeQueueUnit]
     parts, units, off = [], [], start
     for i in range(n):
         msg = Message(topic="T", body=bytes([i]) * (i + 1), tags=f"t{i}", born_timestamp=i)
-        raw = encode_message(msg, queue_id=0, queue_offset=i, store_timestamp=i, physical_offset=off)
+        raw = encode_message(msg, queue_id=0, queue_offset=i, store_timestamp=i,
+                             physical_offset=off)
         parts.append(raw)
         units.append(ConsumeQueueUnit(off, len(raw), tags_hash_code(f"t{i}")))
         off += len(raw)

@@ -68,7 +68,7 @@ def decode_cq_unit(buf: Buffer, offset: int = 0, *, base_offset: int = 0) -> Con
         raise CorruptData(f"consume-queue unit at offset {at}: only "
                           f"{max(len(buf) - offset, 0)} of {CQ_UNIT_SIZE} bytes",
                           offset=at, reason="truncated")
-    return ConsumeQueueUnit(*_UNIT.unpack_from(buf, offset))
+    return ConsumeQueueUnit._make(_UNIT.unpack_from(buf, offset))
 
 
 def iter_cq_units(buf: Buffer, *, base_offset: int = 0) -> Iterator[ConsumeQueueUnit]:
@@ -80,7 +80,7 @@ def iter_cq_units(buf: Buffer, *, base_offset: int = 0) -> Iterator[ConsumeQueue
         raise CorruptData(f"consume-queue buffer of {n} bytes at offset {base_offset} is not "
                           f"a whole number of {CQ_UNIT_SIZE}-byte units; partial unit at {at}",
                           offset=at, reason="truncated")
-    return (ConsumeQueueUnit(*u) for u in _UNIT.iter_unpack(buf))
+    return map(ConsumeQueueUnit._make, _UNIT.iter_unpack(buf))
 
 
 def decode_cq_units(buf: Buffer, *, base_offset: int = 0) -> list[ConsumeQueueUnit]:

@@ -121,7 +121,8 @@ def index_queue_path(broker: str) -> str:
 def segment_dir(cluster: str, broker: str, topic: str, queue_id: int,
                 file_type: FileSegmentType | str | int) -> str:
     """The directory holding one flat file's segments (no trailing slash)."""
-    return f"{cluster_dir(cluster)}/{queue_path(broker, topic, queue_id)}/{_file_type(file_type).name}"
+    type_name = _file_type(file_type).name
+    return f"{cluster_dir(cluster)}/{queue_path(broker, topic, queue_id)}/{type_name}"
 
 
 def segment_path(cluster: str, broker: str, topic: str, queue_id: int,
@@ -178,7 +179,8 @@ def parse_segment_path(path: str) -> SegmentPathInfo:
         base_offset = file_name_to_offset(file_name, strict=True)
     except IllegalParam as exc:
         raise IllegalParam(f"{path!r} is not a segment path: {exc.message}", path=path) from None
-    return SegmentPathInfo(cluster, broker, topic, queue_id, FileSegmentType[type_name], base_offset)
+    return SegmentPathInfo(cluster, broker, topic, queue_id, FileSegmentType[type_name],
+                           base_offset)
 
 
 __all__ = [

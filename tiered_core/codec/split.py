@@ -16,7 +16,7 @@ from tiered_core.errors import CorruptData
 
 
 class UnitSlice(NamedTuple):
-    """The message of unit ``index`` (of the units given) lies at ``buf[position:position+unit.size]``."""
+    """Unit ``index`` (of the units given): its message is ``buf[position:position+unit.size]``."""
 
     index: int
     unit: ConsumeQueueUnit

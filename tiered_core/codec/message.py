@@ -296,7 +296,7 @@ def format_properties(props: Mapping[str, str]) -> str:
     """
     parts = []
     for name, value in props.items():
-        if type(name) is not str or type(value) is not str or not name or not value:
+        if not isinstance(name, str) or not isinstance(value, str) or not name or not value:
             raise _property_error(name, value) or IllegalParam(
                 f"property {name!r}={value!r} is not storable", property=name)
         parts.append(f"{name}\x01{value}\x02")

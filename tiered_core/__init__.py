@@ -5,7 +5,8 @@ Layers (DESIGN.md): drivers (``tiered_core.spi``, plugins), the container layer
 """
 
 from tiered_core.spi.hookspecs import hookimpl
+from tiered_core.config import StoreConfig
 
 __version__ = "0.1.0"
 
-__all__ = ["hookimpl", "__version__"]
+__all__ = ["hookimpl", "StoreConfig", "__version__"]

@@ -1,0 +1,298 @@
+"""StoreConfig: TOML, RocketMQ broker.conf, TIERED_* overrides, and the errors for bad values."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+
+from tiered_core import StoreConfig
+from tiered_core.config import parse_properties, parse_size
+from tiered_core.errors import ConfigError
+from tiered_core.flat import FlatFileConfig
+
+EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
+
+
+def write(tmp_path: pathlib.Path, name: str, text: str) -> pathlib.Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# -- the example files ----------------------------------------------------------------
+
+
+def test_example_toml_is_posix_and_sqlite_under_demo_data():
+    cfg = StoreConfig.load(EXAMPLES / "tiered.toml", environ={})
+    demo = str(EXAMPLES / "demo-data")
+    assert (cfg.driver, cfg.metadata, cfg.store_path) == ("posix", "sqlite", demo)
+    assert cfg.effective_driver_options() == {"fsync": True, "root": os.path.join(demo, "tiered")}
+    assert cfg.effective_metadata_path() == os.path.join(demo, "tiered-metadata.db")
+    assert cfg.commit_log_max_size == 1 << 30 and cfg.group_commit_interval_ms == 30_000
+    assert cfg.rolling_interval_ms == 24 * 3600 * 1000 and cfg.read_ahead_cache_expire_ms == 10_000
+    # Apart from where it came from, the example is exactly the documented defaults.
+    defaults = StoreConfig.from_mapping({"options": {"fsync": True}}, base_dir=str(EXAMPLES))
+    assert cfg == defaults
+
+
+def test_example_broker_conf_maps_rocketmq_keys():
+    cfg = StoreConfig.load(EXAMPLES / "broker.conf", environ={})
+    demo = str(EXAMPLES / "demo-data")
+    assert cfg.driver == "posix"  # org.apache.rocketmq.tieredstore.provider.PosixFileSegment
+    assert cfg.storage_level == "FORCE"
+    assert cfg.metadata == "json"  # DefaultMetadataStore
+    assert cfg.effective_metadata_path() == os.path.join(demo, "config", "tieredStoreMetadata.json")
+    assert cfg.driver_options == {"root": os.path.join(demo, "tieredstore")}  # tieredStoreFilePath
+    assert cfg.max_pending_limit == 2500  # tieredStoreMaxPendingLimit 10000 / 4, as RocketMQ divides it
+    assert cfg.read_ahead_cache_expire_ms == 15_000
+    assert cfg.local_retention_hours == 48 and cfg.local_flush == "async"
+
+
+def test_broker_conf_opens_the_posix_driver_and_json_metadata(tmp_path):
+    conf = write(tmp_path, "broker.conf", "storePathRootDir=store\n"
+                 "tieredBackendServiceProvider=org.apache.rocketmq.tieredstore.provider.PosixFileSegment\n"
+                 "tieredStoreFilePath=tiered\ntieredStorageLevel=FORCE\n"
+                 "tieredMetadataServiceProvider=org.apache.rocketmq.tieredstore.metadata.DefaultMetadataStore\n")
+    cfg = StoreConfig.load(conf, environ={})
+    with cfg.open_driver() as driver:
+        assert type(driver).name == "posix"
+        driver.write("a/b", 0, b"xyz")
+    assert (tmp_path / "tiered" / "a" / "b").read_bytes() == b"xyz"
+    meta = cfg.open_metadata()
+    try:
+        meta.add_topic("TopicTest")
+    finally:
+        meta.close()
+    assert (tmp_path / "store" / "config" / "tieredStoreMetadata.json").is_file()
+
+
+def test_seed_broker_conf_snippet():
+    # The seed's broker.conf lines verbatim: Java properties escapes ("\\\\" is one backslash).
+    text = ("# tiered\n"
+            "messageStorePlugIn=org.apache.rocketmq.tieredstore.TieredMessageStore\n"
+            "tieredBackendServiceProvider=org.apache.rocketmq.tieredstore.provider.PosixFileSegment\n"
+            "tieredStoreFilePath=e:\\\\data\\\\rocketmq\\\\node\\\\tieredstore\n"
+            "tieredStorageLevel=FORCE\n")
+    assert parse_properties(text)["tieredStoreFilePath"] == r"e:\data\rocketmq\node\tieredstore"
+    cfg = StoreConfig.from_text(text, "properties", base_dir="/srv/broker")
+    assert (cfg.driver, cfg.storage_level) == ("posix", "FORCE")
+    assert cfg.driver_options["root"] == "/srv/broker/" + r"e:\data\rocketmq\node\tieredstore"
+
+
+def test_properties_syntax():
+    text = ("! bang comment\n  # indented comment\nkey1 = spaced value  \nkey2:colon\nkey3 space\n"
+            "multi=one,\\\n    two\nuni=\\u00e9t\\u00e9\nempty=\ndup=1\ndup=2\n")
+    assert parse_properties(text) == {"key1": "spaced value  ", "key2": "colon", "key3": "space",
+                                      "multi": "one,two", "uni": "été", "empty": "", "dup": "2"}
+
+
+def test_memory_provider_ignores_the_posix_root_and_other_broker_keys_are_ignored():
+    cfg = StoreConfig.from_text(
+        "tieredBackendServiceProvider=org.apache.rocketmq.tieredstore.provider.MemoryFileSegment\n"
+        "tieredStoreFilePath=/data/tiered\nlistenPort=10911\nautoCreateTopicEnable=true\n"
+        "tieredStoreIndexFileMaxIndexNum=20000000\n"
+        "readAheadCacheEnable=false\ntieredStoreGroupCommit=false\ntieredStoreGroupCommitCount=100\n"
+        "tiered.options.namespace=ns1\ntiered.commit_log_max_size=8MiB\n", "properties")
+    assert cfg.driver == "memory" and dict(cfg.driver_options) == {"namespace": "ns1"}
+    assert cfg.read_ahead_cache_bytes == 0  # readAheadCacheEnable=false
+    assert cfg.group_commit_count == 1  # tieredStoreGroupCommit=false: every message is dispatched
+    assert cfg.commit_log_max_size == 8 << 20
+
+
+# -- TOML -----------------------------------------------------------------------------
+
+
+def test_toml_round_trip_and_relative_paths(tmp_path):
+    conf = write(tmp_path, "t.toml", '[tiered]\nstore_path = "data"\nstorage_level = "not_in_mem"\n'
+                 'commit_log_max_size = "4MiB"\nconsume_queue_max_size = 2000\n'
+                 'group_commit_interval_ms = "1.5s"\nfile_reserved_hours = "3d"\n'
+                 'read_ahead_disk_cache_path = "cache"\nmetadata_path = "/abs/meta.db"\n'
+                 'cluster = "c1"\nbroker = "b1"\nlocal_flush = "SYNC"\n'
+                 '[tiered.options]\nfsync = "false"\nroot = "objects"\n'
+                 '[other_tool]\nanything = 1\n')
+    cfg = StoreConfig.load(conf, environ={})
+    assert cfg.store_path == str(tmp_path / "data")
+    assert cfg.read_ahead_disk_cache_path == str(tmp_path / "cache")
+    assert cfg.storage_level == "NOT_IN_MEM" and cfg.local_flush == "sync"
+    assert (cfg.commit_log_max_size, cfg.consume_queue_max_size) == (4 << 20, 2000)
+    assert (cfg.group_commit_interval_ms, cfg.file_reserved_hours) == (1500, 72)
+    assert dict(cfg.driver_options) == {"fsync": False, "root": str(tmp_path / "objects")}
+    again = StoreConfig.from_text(cfg.to_toml(), "toml", base_dir="/elsewhere")
+    assert again == cfg
+    assert cfg.flat_config() == FlatFileConfig(cluster="c1", broker="b1", commit_log_max_size=4 << 20,
+                                               consume_queue_max_size=2000)
+
+
+def test_to_toml_keeps_secrets_describe_and_repr_redact_them():
+    cfg = StoreConfig.from_mapping({"driver": "azure", "options": {"container": "c", "account_key": "s3cr3t"}})
+    assert "s3cr3t" in cfg.to_toml()
+    assert StoreConfig.from_text(cfg.to_toml(), "toml") == cfg
+    assert cfg.describe()["driver_options"] == {"container": "c", "account_key": "***"}
+    assert "s3cr3t" not in repr(cfg) and "s3cr3t" not in str(cfg.describe())
+
+
+@pytest.mark.parametrize("text,key", [
+    ('[tiered]\nstorage_levle = "FORCE"\n', "storage_levle"),
+    ('[tiered]\noptions = 3\n', "tiered.options"),
+    ('driver = "posix"\n', "tiered"),
+    ('[tiered\n', "config"),
+])
+def test_toml_structure_errors(tmp_path, text, key):
+    conf = write(tmp_path, "bad.toml", text)
+    with pytest.raises(ConfigError) as err:
+        StoreConfig.load(conf, environ={})
+    assert key in err.value.key and str(conf) in str(err.value)
+
+
+def test_unknown_tiered_key_lists_accepted_keys(tmp_path):
+    conf = write(tmp_path, "bad.toml", '[tiered]\ncommit_log_size = 5\n')
+    with pytest.raises(ConfigError) as err:
+        StoreConfig.load(conf, environ={})
+    text = str(err.value)
+    assert "'tiered.commit_log_size'" in text and "commit_log_max_size" in text and "storage_level" in text
+
+
+# -- bad values ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key,value,accepted", [
+    ("storage_level", "ALWAYS", "DISABLE | NOT_IN_DISK | NOT_IN_MEM | FORCE"),
+    ("storage_level", 7, "DISABLE"),
+    ("commit_log_max_size", -1, "size > 0"),
+    ("commit_log_max_size", 0, "size > 0"),
+    ("commit_log_max_size", "4 parsecs", "4MiB"),
+    ("commit_log_max_size", True, "size"),
+    ("consume_queue_max_size", "1.3k", "size"),
+    ("rolling_min_size", "-5", "size >= 0"),
+    ("group_commit_count", 0, "int >= 1"),
+    ("max_pending_limit", "many", "int >= 1"),
+    ("group_commit_interval_ms", -10, "duration"),
+    ("rolling_interval_ms", "soon", "duration"),
+    ("file_reserved_hours", -1, "int >= 0"),
+    ("file_reserved_hours", "90m", "hours"),
+    ("local_flush", "never", "async | sync"),
+    ("cluster", "a/b", "without '/'"),
+    ("broker", "", "non-empty"),
+    ("store_path", "", "non-empty path"),
+])
+def test_bad_values_name_key_file_and_accepted_values(tmp_path, key, value, accepted):
+    literal = f'"{value}"' if isinstance(value, str) else str(value).lower()
+    conf = write(tmp_path, "cfg.toml", f"[tiered]\n{key} = {literal}\n")
+    with pytest.raises(ConfigError) as err:
+        StoreConfig.load(conf, environ={})
+    text = str(err.value)
+    assert err.value.key == key and f"tiered.{key}" in text
+    assert str(conf) in text and accepted in text
+
+
+@pytest.mark.parametrize("line,key,accepted", [
+    ("tieredStorageLevel=SOMETIMES", "tieredStorageLevel", "FORCE"),
+    ("tieredStoreCommitLogMaxSize=-1073741824", "tieredStoreCommitLogMaxSize", "size > 0"),
+    ("commitLogRollingInterval=-2", "commitLogRollingInterval", "hours"),
+    ("readAheadCacheEnable=perhaps", "readAheadCacheEnable", "true | false"),
+    ("tieredStorageLevl=FORCE", "tieredStorageLevl", "tieredStorageLevel"),  # a typo is not ignored
+    ("tiered.nonsense=1", "tiered.nonsense", "storage_level"),
+])
+def test_bad_broker_conf_values(tmp_path, line, key, accepted):
+    conf = write(tmp_path, "broker.conf", f"brokerName=b\n{line}\n")
+    with pytest.raises(ConfigError) as err:
+        StoreConfig.load(conf, environ={})
+    text = str(err.value)
+    assert key in text and str(conf) in text and accepted in text
+
+
+def test_unknown_driver_metadata_and_driver_option(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        StoreConfig.load(write(tmp_path, "a.toml", '[tiered]\ndriver = "floppy"\n'), environ={})
+    assert err.value.key == "driver" and "floppy" in str(err.value) and "posix" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        StoreConfig.load(write(tmp_path, "b.toml", '[tiered]\nmetadata = "redis"\n'), environ={})
+    assert err.value.key == "metadata" and "sqlite" in str(err.value) and "json" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        StoreConfig.load(write(tmp_path, "c.toml", '[tiered.options]\nfsynk = true\n'), environ={})
+    assert err.value.key == "options.fsynk" and "fsync" in str(err.value) and "root" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        StoreConfig.load(write(tmp_path, "d.toml", '[tiered.options]\nfsync = "maybe"\n'), environ={})
+    assert err.value.key == "options.fsync" and "bool" in str(err.value)
+
+
+def test_missing_file_and_bad_format(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        StoreConfig.load(tmp_path / "nope.toml")
+    assert "nope.toml" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        StoreConfig.from_text("", "yaml")
+    assert "toml, properties" in str(err.value)
+
+
+def test_sizes():
+    assert parse_size("4MiB") == 4 << 20
+    assert parse_size("1GiB") == 1 << 30
+    assert parse_size("512k") == 512 << 10
+    assert parse_size("1.5GiB") == 3 << 29
+    assert parse_size("16M") == 16 << 20
+    assert parse_size(" 100 ") == 100
+    for bad in ("-1", "1.3k", "k", "4 MiBs", -3, True, None):
+        with pytest.raises(ValueError):
+            parse_size(bad)
+
+
+# -- environment overrides -----------------------------------------------------------------
+
+
+def test_environment_overrides(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    conf = write(tmp_path, "t.toml", '[tiered]\nstorage_level = "DISABLE"\n[tiered.options]\nfsync = false\n')
+    env = {"TIERED_STORAGE_LEVEL": "force", "TIERED_COMMIT_LOG_MAX_SIZE": "2MiB",
+           "TIERED_OPTION_FSYNC": "true", "TIERED_STORE_PATH": "elsewhere",
+           "TIERED_STRICT_PLUGINS": "1", "TIERED_CRASH_RUNS": "9", "PATH": "/bin"}
+    cfg = StoreConfig.load(conf, environ=env)
+    assert cfg.storage_level == "FORCE" and cfg.commit_log_max_size == 2 << 20
+    assert dict(cfg.driver_options) == {"fsync": True}
+    assert cfg.store_path == str(tmp_path / "elsewhere")
+    # load() applies os.environ by default.
+    monkeypatch.setenv("TIERED_BROKER", "broker-b")
+    assert StoreConfig.load(conf).broker == "broker-b"
+
+
+def test_environment_switching_driver_drops_the_files_driver_options(tmp_path):
+    conf = write(tmp_path, "t.toml", '[tiered.options]\nfsync = false\n')
+    cfg = StoreConfig.load(conf, environ={"TIERED_DRIVER": "memory", "TIERED_OPTION_NAMESPACE": "n2"})
+    assert cfg.driver == "memory" and dict(cfg.driver_options) == {"namespace": "n2"}
+    same = StoreConfig.load(conf, environ={"TIERED_DRIVER": "org.apache.rocketmq.tieredstore.provider.PosixFileSegment"})
+    assert same.driver == "posix" and dict(same.driver_options) == {"fsync": False}
+
+
+@pytest.mark.parametrize("name,value,key", [
+    ("TIERED_STORAGE_LEVEL", "LOUD", "storage_level"),
+    ("TIERED_GROUP_COMMIT_SIZE", "-4MiB", "group_commit_size"),
+    ("TIERED_DRIVER", "nosuch", "driver"),
+    ("TIERED_OPTION_BOGUS", "1", "options.bogus"),
+    ("TIERED_METADATA", "csv", "metadata"),
+])
+def test_bad_environment_value_names_the_variable(tmp_path, name, value, key):
+    conf = write(tmp_path, "t.toml", "[tiered]\n")
+    with pytest.raises(ConfigError) as err:
+        StoreConfig.load(conf, environ={name: value})
+    assert err.value.key == key
+    assert f"environment variable {name}" in str(err.value)
+
+
+# -- replace and derived values --------------------------------------------------------------
+
+
+def test_replace_checks_values(tmp_path):
+    cfg = StoreConfig.load(write(tmp_path, "t.toml", "[tiered]\n"), environ={})
+    smaller = cfg.replace(commit_log_max_size="64KiB", storage_level=3)
+    assert smaller.commit_log_max_size == 64 << 10 and smaller.storage_level == "FORCE"
+    assert smaller.store_path == cfg.store_path
+    with pytest.raises(ConfigError):
+        cfg.replace(consume_queue_max_size=-20)
+    with pytest.raises(ConfigError) as err:
+        cfg.replace(colour="blue")
+    assert "colour" in str(err.value)
+    moved = cfg.replace(driver="memory")
+    assert moved.driver == "memory" and dict(moved.driver_options) == {}
+    assert moved.effective_driver_options() == {}

@@ -1,0 +1,870 @@
+"""StoreConfig: the settings of a tiered store, from TOML, a RocketMQ broker.conf, or TIERED_* variables.
+
+Three sources, applied in this order by :meth:`StoreConfig.load`:
+
+1. A file. ``.toml``: a ``[tiered]`` table with the snake_case field names and a
+   ``[tiered.options]`` table of driver options. ``.conf`` / ``.properties`` (Java
+   properties): RocketMQ's broker keys (``tieredBackendServiceProvider``,
+   ``tieredStorageLevel``, ``tieredStoreFilePath``...; see :data:`ROCKETMQ_KEYS`), plus
+   ``tiered.FIELD=...`` and ``tiered.options.NAME=...`` for what RocketMQ has no key for.
+   Other broker keys are ignored (a broker.conf holds many); an unknown ``tiered*`` key is an
+   error (a typo would otherwise be silently ignored).
+2. Environment overrides: ``TIERED_<FIELD>`` (``TIERED_DRIVER``, ``TIERED_STORAGE_LEVEL``,
+   ``TIERED_STORE_PATH``...) and ``TIERED_OPTION_<NAME>`` for driver options. Other ``TIERED_*``
+   variables belong to other tools and are ignored. When ``TIERED_DRIVER`` switches to a
+   different driver, the file's driver options are dropped (they were for the old driver).
+3. Defaults (RocketMQ's, see the digest's config table).
+
+Every bad value raises :class:`~tiered_core.errors.ConfigError` naming the key, where it came
+from (file, environment variable) and the accepted values. Relative paths resolve against
+the directory of the file that names them (the working directory for environment values).
+Sizes accept ints or strings with binary units (``4MiB``, ``1G``, ``512k``: K/KB/KiB = 1024);
+durations accept ints (ms, or hours for ``*_hours``) or strings (``30s``, ``500ms``, ``24h``, ``3d``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import types
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from tiered_core.errors import ConfigError, TieredStoreError
+
+if TYPE_CHECKING:  # imported lazily at run time: keep `import tiered_core` light
+    from tiered_core.flat.config import FlatFileConfig
+    from tiered_core.spi.driver import SegmentDriver
+    from tiered_core.spi.metadata import TieredMetadataStore
+
+STORAGE_LEVELS = ("DISABLE", "NOT_IN_DISK", "NOT_IN_MEM", "FORCE")
+LOCAL_FLUSH_MODES = ("async", "sync")
+
+#: RocketMQ's metadata provider class names -> our metadata store names.
+METADATA_ALIASES = {
+    "org.apache.rocketmq.tieredstore.metadata.DefaultMetadataStore": "json",
+    "DefaultMetadataStore": "json",
+}
+
+#: Driver options holding local paths: relative values resolve against the config file's directory.
+_PATH_OPTIONS = ("root", "database")
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
+_SIZE_RE = re.compile(r"\s*([0-9][0-9_]*(?:\.[0-9]+)?)\s*(?:([kmgtp]?)(?:i?b)?)?\s*", re.I)
+_DURATION_MS = {"ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000,
+                "d": 86_400_000}
+_DURATION_RE = re.compile(r"\s*([0-9][0-9_]*(?:\.[0-9]+)?)\s*(ms|s|sec|min|m|h|d)?\s*", re.I)
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """Validated, immutable settings of one tiered store.
+
+    Contract: an instance made by :meth:`load`, :meth:`from_text`, :meth:`from_mapping`,
+    :meth:`with_env` or :meth:`replace` holds only valid values (driver and metadata names
+    installed, driver options accepted by the driver, sizes > 0...); otherwise those raise
+    :class:`~tiered_core.errors.ConfigError` naming the key, its source and the accepted
+    values. ``driver`` is stored as the registry's canonical name (aliases such as
+    RocketMQ's ``PosixFileSegment`` class name are resolved). Secrets in ``driver_options``
+    are kept (needed to open the driver) but :meth:`describe` redacts them.
+    """
+
+    store_path: str = "./demo-data"
+    driver: str = "posix"
+    driver_options: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    metadata: str = "sqlite"
+    metadata_path: str | None = None
+    cluster: str = "DefaultCluster"
+    broker: str = "broker-a"
+    storage_level: str = "NOT_IN_DISK"
+    commit_log_max_size: int = 1 << 30
+    consume_queue_max_size: int = 100 << 20
+    max_group_commit_count: int = 10000
+    group_commit_count: int = 4096
+    group_commit_size: int = 4 << 20
+    group_commit_interval_ms: int = 30000
+    max_pending_limit: int = 2500
+    rolling_min_size: int = 16 << 20
+    rolling_interval_ms: int = 24 * 3600 * 1000
+    file_reserved_hours: int = 72
+    read_ahead_cache_bytes: int = 64 << 20
+    read_ahead_cache_expire_ms: int = 10000
+    read_ahead_disk_cache_path: str | None = None
+    local_commit_log_file_size: int = 1 << 30
+    local_flush: str = "async"
+    local_retention_hours: int = 72
+    source: str | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        # Cheap checks of every scalar field (no plugin loading here).
+        where = self.source or "StoreConfig"
+        for name, value in _normalize_fields({f.name: getattr(self, f.name) for f in _FIELDS},
+                                             {}, where).items():
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "driver_options", types.MappingProxyType(dict(self.driver_options)))
+
+    def __repr__(self) -> str:
+        # Never show secrets, even when a config object ends up in a log line.
+        shown = []
+        for f in _FIELDS:
+            value = getattr(self, f.name)
+            if f.name == "driver_options":
+                value = self.describe_options(defaults=False)
+            shown.append(f"{f.name}={value!r}")
+        return f"StoreConfig({', '.join(shown)})"
+
+    # -- construction ---------------------------------------------------------------
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, *, environ: Mapping[str, str] | None = None) -> "StoreConfig":
+        """Read ``path`` (``.toml``, or a broker.conf / ``.properties`` file), then apply the
+        ``TIERED_*`` overrides of ``environ`` (default ``os.environ``).
+
+        Other extensions are sniffed: a file with a ``[table]`` line is TOML.
+        """
+        path = os.fspath(path)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path!r} does not exist", key="config", source=path) from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read config file {path!r}: {exc}", key="config", source=path) from None
+        ext = os.path.splitext(path)[1].lower()
+        if ext == ".toml":
+            fmt = "toml"
+        elif ext in (".conf", ".properties", ".cfg"):
+            fmt = "properties"
+        else:
+            fmt = "toml" if re.search(r"^\s*\[", text, re.M) else "properties"
+        base_dir = os.path.dirname(os.path.abspath(path))
+        config = cls.from_text(text, fmt, base_dir, source=path)
+        return config.with_env(os.environ if environ is None else environ)
+
+    @classmethod
+    def from_text(cls, text: str, fmt: str, base_dir: str = ".", *, source: str | None = None) -> "StoreConfig":
+        """Parse ``text`` as ``fmt`` (``"toml"`` or ``"properties"``); no environment overrides."""
+        where = source or f"<{fmt} text>"
+        if fmt == "toml":
+            values, labels = _from_toml(text, where)
+        elif fmt in ("properties", "conf"):
+            values, labels = _from_properties(text, where)
+        else:
+            raise ConfigError(f"config format {fmt!r} is not one of toml, properties", key="format",
+                              source=where, accepted=["toml", "properties"])
+        return cls._build(values, labels, base_dir, source)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any], base_dir: str = ".", *,
+                     source: str | None = None) -> "StoreConfig":
+        """Build from a ``[tiered]``-style mapping (snake_case keys; ``options`` holds driver
+        options; ``driver_options`` is accepted too)."""
+        values = dict(values)
+        if "options" in values:
+            if "driver_options" in values:
+                raise ConfigError(f"{source or 'mapping'}: give driver options as 'options' or "
+                                  "'driver_options', not both", key="options", source=source)
+            values["driver_options"] = values.pop("options")
+        _reject_unknown(values, source or "mapping", "")
+        return cls._build(values, {}, base_dir, source)
+
+    @classmethod
+    def _build(cls, values: dict[str, Any], labels: dict[str, str], base_dir: str,
+               source: str | None) -> "StoreConfig":
+        where = source or "config"
+        options = values.pop("driver_options", None)
+        if options is None:
+            options = {}
+        if not isinstance(options, Mapping):
+            raise ConfigError(f"{where}: {labels.get('driver_options', 'options')} must be a table of "
+                              f"driver options, got {options!r}", key="options", source=source)
+        values.setdefault("store_path", cls.store_path)  # the default is relative to the file too
+        values = _normalize_fields(values, labels, where)
+        for key in ("store_path", "metadata_path", "read_ahead_disk_cache_path"):
+            if values.get(key) is not None:
+                values[key] = _resolve(values[key], base_dir)
+        driver = _canonical_driver(values.get("driver", cls.driver), labels.get("driver", "driver"), where)
+        values["driver"] = driver
+        values["driver_options"] = _check_driver_options(driver, dict(options), base_dir, where,
+                                                         labels.get("driver_options", "options"))
+        if "metadata" in values:
+            values["metadata"] = _check_metadata(values["metadata"], labels.get("metadata", "metadata"), where)
+        return cls(**values, source=source)
+
+    def with_env(self, environ: Mapping[str, str] = os.environ) -> "StoreConfig":
+        """A copy with the ``TIERED_*`` overrides of ``environ`` applied (see the module doc)."""
+        changes: dict[str, Any] = {}
+        labels: dict[str, str] = {}
+        options: dict[str, tuple[str, str]] = {}  # lower-case option name -> (variable, value)
+        for name, value in environ.items():
+            if not name.startswith("TIERED_"):
+                continue
+            rest = name[len("TIERED_"):]
+            if rest.startswith("OPTION_") and len(rest) > len("OPTION_"):
+                options[rest[len("OPTION_"):].lower()] = (name, value)
+                continue
+            key = rest.lower()
+            if key in _FIELD_NAMES and key not in ("driver_options", "source"):
+                changes[key] = None if value == "" and _FIELD_TYPES[key] == "path?" else value
+                labels[key] = f"environment variable {name}"
+        if not changes and not options:
+            return self
+        where = "environment"
+        values = _normalize_fields(changes, labels, where)
+        cwd = os.getcwd()
+        for key in ("store_path", "metadata_path", "read_ahead_disk_cache_path"):
+            if values.get(key) is not None:
+                values[key] = _resolve(values[key], cwd)
+        driver_options = dict(self.driver_options)
+        if "driver" in values:
+            values["driver"] = _canonical_driver(values["driver"], labels["driver"], where)
+            if values["driver"] != self.driver:
+                driver_options = {}
+        option_labels: dict[str, str] = {}
+        if options:
+            accepted = _driver_option_names(values.get("driver", self.driver))
+            by_lower = {n.lower(): n for n in accepted}
+            for low, (var, value) in options.items():
+                driver_options[by_lower.get(low, low)] = value
+                option_labels[by_lower.get(low, low)] = f"environment variable {var}"
+        values["driver_options"] = _check_driver_options(
+            values.get("driver", self.driver), driver_options, cwd, where, "options", option_labels)
+        if "metadata" in values:
+            values["metadata"] = _check_metadata(values["metadata"], labels["metadata"], where)
+        return dataclasses.replace(self, **values)
+
+    def replace(self, **changes: Any) -> "StoreConfig":
+        """A copy with ``changes`` (field names) applied and checked like a file's values.
+
+        Relative paths resolve against the source file's directory (else the working directory).
+        """
+        unknown = sorted(set(changes) - (_FIELD_NAMES - {"source"}))
+        if unknown:
+            raise ConfigError(f"StoreConfig has no field(s) {', '.join(map(repr, unknown))}; "
+                              f"accepted: {', '.join(sorted(_FIELD_NAMES - {'source'}))}",
+                              key=unknown[0], accepted=sorted(_FIELD_NAMES - {"source"}))
+        values = {f.name: getattr(self, f.name) for f in _FIELDS if f.name != "source"}
+        if "driver" in changes and "driver_options" not in changes and changes["driver"] != self.driver:
+            values["driver_options"] = {}
+        values.update(changes)
+        base_dir = os.path.dirname(os.path.abspath(self.source)) if self.source else os.getcwd()
+        return type(self)._build(values, {}, base_dir, self.source)
+
+    # -- derived values ---------------------------------------------------------------
+
+    def effective_metadata_path(self) -> str:
+        """``metadata_path``, or the default file of the metadata store under ``store_path``."""
+        if self.metadata_path is not None:
+            return self.metadata_path
+        if self.metadata == "json":
+            return os.path.join(self.store_path, "config", "tieredStoreMetadata.json")
+        if self.metadata == "sqlite":
+            return os.path.join(self.store_path, "tiered-metadata.db")
+        return os.path.join(self.store_path, f"tiered-metadata.{self.metadata}")
+
+    def effective_driver_options(self) -> dict[str, Any]:
+        """``driver_options`` with defaults filled in (a ``root`` option defaults to ``{store_path}/tiered``)."""
+        options = dict(self.driver_options)
+        if "root" not in options and "root" in _driver_option_names(self.driver):
+            options["root"] = os.path.join(self.store_path, "tiered")
+        return options
+
+    # -- opening what it describes ---------------------------------------------------------
+
+    def open_driver(self) -> "SegmentDriver":
+        """The configured driver, through the plugin registry."""
+        from tiered_core.plugins import open_driver
+
+        return open_driver(self.driver, **self.effective_driver_options())
+
+    def open_metadata(self) -> "TieredMetadataStore":
+        """The configured metadata store (created if absent)."""
+        from tiered_core.metadata import open_metadata_store
+
+        return open_metadata_store(self.metadata, self.effective_metadata_path())
+
+    def flat_config(self) -> "FlatFileConfig":
+        """The container layer's settings."""
+        from tiered_core.flat.config import FlatFileConfig
+
+        return FlatFileConfig(
+            cluster=self.cluster,
+            broker=self.broker,
+            commit_log_max_size=self.commit_log_max_size,
+            consume_queue_max_size=self.consume_queue_max_size,
+            max_group_commit_count=self.max_group_commit_count,
+            rolling_min_size=self.rolling_min_size,
+            rolling_interval_ms=self.rolling_interval_ms,
+            file_reserved_hours=self.file_reserved_hours,
+        )
+
+    # -- output ---------------------------------------------------------------------------
+
+    def to_toml(self) -> str:
+        """This config as a TOML document that :meth:`from_text` reads back equal.
+
+        Secrets are included: write it to a protected file, never to a log.
+        """
+        lines = ["[tiered]"]
+        for f in _FIELDS:
+            if f.name in ("driver_options", "source"):
+                continue
+            value = getattr(self, f.name)
+            if value is not None:
+                lines.append(f"{f.name} = {_toml_value(value)}")
+        lines += ["", "[tiered.options]"]
+        for key, value in sorted(self.driver_options.items()):
+            if value is not None:
+                lines.append(f"{_toml_key(key)} = {_toml_value(value)}")
+        return "\n".join(lines) + "\n"
+
+    def describe(self) -> dict[str, Any]:
+        """Every setting, for printing: driver options with defaults, secrets redacted."""
+        out: dict[str, Any] = {}
+        for f in _FIELDS:
+            out[f.name] = getattr(self, f.name)
+        out["driver_options"] = self.describe_options()
+        out["metadata_path"] = self.effective_metadata_path()
+        return out
+
+    def describe_options(self, *, defaults: bool = True) -> dict[str, Any]:
+        """Driver options (with defaults filled in unless ``defaults=False``), secrets redacted."""
+        from tiered_core.spi.driver import redact
+
+        options = self.effective_driver_options() if defaults else dict(self.driver_options)
+        try:
+            secret = _driver_class(self.driver).secret_options
+        except TieredStoreError:
+            secret = frozenset(options)  # cannot tell which are secret: hide every value
+        return redact(options, secret)
+
+
+_FIELDS = dataclasses.fields(StoreConfig)
+_FIELD_NAMES = frozenset(f.name for f in _FIELDS)
+
+# How each field's value is checked: see _normalize_fields.
+_FIELD_TYPES: dict[str, str] = {
+    "store_path": "path",
+    "driver": "name",
+    "driver_options": "options",
+    "metadata": "name",
+    "metadata_path": "path?",
+    "cluster": "component",
+    "broker": "component",
+    "storage_level": "level",
+    "commit_log_max_size": "size",
+    "consume_queue_max_size": "size",
+    "max_group_commit_count": "count",
+    "group_commit_count": "count",
+    "group_commit_size": "size",
+    "group_commit_interval_ms": "ms",
+    "max_pending_limit": "count",
+    "rolling_min_size": "size0",
+    "rolling_interval_ms": "ms",
+    "file_reserved_hours": "hours",
+    "read_ahead_cache_bytes": "size0",
+    "read_ahead_cache_expire_ms": "ms",
+    "read_ahead_disk_cache_path": "path?",
+    "local_commit_log_file_size": "size",
+    "local_flush": "flush",
+    "local_retention_hours": "hours",
+    "source": "source",
+}
+assert set(_FIELD_TYPES) == _FIELD_NAMES
+
+
+# -- value checks ---------------------------------------------------------------------
+
+
+def _bad(where: str, label: str, value: Any, accepted: str, key: str) -> ConfigError:
+    return ConfigError(f"{where}: {label} = {value!r} is invalid; accepted: {accepted}",
+                       key=key, source=where, value=value, accepted=accepted)
+
+
+def parse_size(value: Any) -> int:
+    """Bytes from an int or a string like ``"4MiB"``, ``"1G"``, ``"512k"`` (binary units).
+
+    Raises ValueError for anything else, including negative numbers.
+    """
+    if isinstance(value, bool):
+        raise ValueError(value)
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(value)
+        return value
+    if isinstance(value, float):
+        if value < 0 or not value.is_integer():
+            raise ValueError(value)
+        return int(value)
+    if not isinstance(value, str):
+        raise ValueError(value)
+    m = _SIZE_RE.fullmatch(value)
+    if not m:
+        raise ValueError(value)
+    number, unit = m.group(1).replace("_", ""), (m.group(2) or "").lower()
+    total = float(number) * _UNITS[unit] if "." in number else int(number) * _UNITS[unit]
+    if isinstance(total, float):
+        if not total.is_integer():
+            raise ValueError(value)
+        total = int(total)
+    return total
+
+
+def parse_duration_ms(value: Any) -> int:
+    """Milliseconds from an int (ms) or a string like ``"30s"``, ``"500ms"``, ``"24h"``, ``"3d"``."""
+    if isinstance(value, bool):
+        raise ValueError(value)
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(value)
+        return value
+    if not isinstance(value, str):
+        raise ValueError(value)
+    m = _DURATION_RE.fullmatch(value)
+    if not m:
+        raise ValueError(value)
+    total = float(m.group(1).replace("_", "")) * _DURATION_MS[(m.group(2) or "ms").lower()]
+    if not total.is_integer():
+        raise ValueError(value)
+    return int(total)
+
+
+def parse_bool(value: Any) -> bool:
+    """True/False from a bool or ``1/0, true/false, yes/no, on/off`` (any case)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ValueError(value)
+
+
+def _parse_count(value: Any, minimum: int) -> int:
+    if isinstance(value, bool):
+        raise ValueError(value)
+    if isinstance(value, str):
+        value = int(value.strip().replace("_", ""), 10)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or value < minimum:
+        raise ValueError(value)
+    return value
+
+
+def _check_one(name: str, value: Any, label: str, where: str) -> Any:
+    kind = _FIELD_TYPES[name]
+    try:
+        if kind == "source":
+            return value
+        if kind in ("path", "path?"):
+            if value is None and kind == "path?":
+                return None
+            if not isinstance(value, (str, os.PathLike)) or not os.fspath(value).strip():
+                raise ValueError(value)
+            return os.path.expanduser(os.fspath(value))
+        if kind == "name":
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(value)
+            return value.strip()
+        if kind == "component":
+            if (not isinstance(value, str) or not value or value in (".", "..") or "/" in value
+                    or "\\" in value or any(ord(c) < 0x20 for c in value)):
+                raise ValueError(value)
+            return value
+        if kind == "level":
+            if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(STORAGE_LEVELS):
+                return STORAGE_LEVELS[value]
+            text = str(value).strip().upper() if isinstance(value, str) else None
+            if text is not None and text.isdigit() and int(text) < len(STORAGE_LEVELS):
+                return STORAGE_LEVELS[int(text)]
+            if text not in STORAGE_LEVELS:
+                raise ValueError(value)
+            return text
+        if kind == "flush":
+            text = str(value).strip().lower() if isinstance(value, str) else None
+            text = {"async_flush": "async", "sync_flush": "sync"}.get(text, text)  # RocketMQ flushDiskType
+            if text not in LOCAL_FLUSH_MODES:
+                raise ValueError(value)
+            return text
+        if kind in ("size", "size0"):
+            size = parse_size(value)
+            if kind == "size" and size <= 0:
+                raise ValueError(value)
+            return size
+        if kind == "count":
+            return _parse_count(value, 1)
+        if kind == "ms":
+            return parse_duration_ms(value)
+        if kind == "hours":
+            if isinstance(value, str) and not value.strip().isdigit():
+                ms = parse_duration_ms(value)
+                if ms % 3_600_000:
+                    raise ValueError(value)
+                return ms // 3_600_000
+            return _parse_count(value, 0)
+    except (ValueError, TypeError, OverflowError):
+        raise _bad(where, label, value, _ACCEPTED[kind], name) from None
+    raise AssertionError(kind)
+
+
+_ACCEPTED = {
+    "path": "a non-empty path (relative to the config file's directory)",
+    "path?": "a path (relative to the config file's directory) or nothing",
+    "name": "a registry name (see `tiered drivers`)",
+    "component": "a non-empty name without '/', '\\' or control characters",
+    "level": " | ".join(STORAGE_LEVELS) + " (or 0-3)",
+    "flush": " | ".join(LOCAL_FLUSH_MODES),
+    "size": "a size > 0: an int (bytes) or a string like '4MiB', '1GiB', '512k'",
+    "size0": "a size >= 0: an int (bytes) or a string like '4MiB', '1GiB', '512k'",
+    "count": "an int >= 1",
+    "ms": "a duration >= 0: an int (milliseconds) or a string like '500ms', '30s', '24h'",
+    "hours": "an int >= 0 (hours) or a string like '72h', '3d'",
+}
+
+
+def _normalize_fields(values: Mapping[str, Any], labels: Mapping[str, str], where: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in values.items():
+        if name == "driver_options":
+            out[name] = value
+            continue
+        out[name] = _check_one(name, value, labels.get(name, name), where)
+    return out
+
+
+def _reject_unknown(values: Mapping[str, Any], where: str, prefix: str) -> None:
+    accepted = sorted((_FIELD_NAMES - {"source", "driver_options"}) | {"options"})
+    for key in values:
+        if key not in accepted and key != "driver_options":
+            raise ConfigError(f"{where}: unknown key {prefix + str(key)!r}; accepted keys: {', '.join(accepted)}",
+                              key=f"{prefix}{key}", source=where, accepted=accepted)
+
+
+def _resolve(path: str, base_dir: str) -> str:
+    path = os.path.expanduser(path)
+    return os.path.normpath(path if os.path.isabs(path) else os.path.join(os.path.abspath(base_dir), path))
+
+
+# -- plugins -------------------------------------------------------------------------
+
+
+def _driver_class(name: str) -> type:
+    from tiered_core.plugins import driver_class
+
+    return driver_class(name)
+
+
+def _driver_option_names(driver: str) -> list[str]:
+    try:
+        return _driver_class(driver).option_names()
+    except TieredStoreError:
+        return []
+
+
+def _canonical_driver(name: str, label: str, where: str) -> str:
+    from tiered_core.plugins import get_registry
+
+    try:
+        registry = get_registry()
+        cls = registry.driver_class(name)
+    except TieredStoreError as exc:
+        installed = ", ".join(sorted(get_registry().drivers)) or "(none)"
+        raise ConfigError(f"{where}: {label} = {name!r} is not an installed driver ({exc.message}); "
+                          f"accepted: {installed}, their aliases, or module:Class",
+                          key="driver", source=where, value=name) from None
+    return name if ":" in name else cls.name
+
+
+def _check_driver_options(driver: str, options: dict[str, Any], base_dir: str, where: str,
+                          label: str, option_labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+    for key in list(options):
+        if not isinstance(key, str) or not key:
+            raise ConfigError(f"{where}: driver option name {key!r} must be a non-empty string",
+                              key=f"options.{key}", source=where)
+        if key in _PATH_OPTIONS and isinstance(options[key], str) and options[key]:
+            options[key] = _resolve(options[key], base_dir)
+    cls = _driver_class(driver)
+    effective = dict(options)
+    if "root" not in effective and "root" in cls.option_names():
+        effective["root"] = "(default)"  # filled from store_path when opened
+    try:
+        coerced = cls.coerce_options(effective)
+    except TieredStoreError as exc:
+        option = getattr(exc, "option", "?")
+        label = (option_labels or {}).get(option, label)
+        raise ConfigError(f"{where}: {label}: {exc.message}", key=f"options.{option}", source=where,
+                          accepted=cls.option_names()) from None
+    return {k: coerced[k] for k in options}
+
+
+def _check_metadata(name: str, label: str, where: str) -> str:
+    from tiered_core.plugins import get_registry
+
+    name = METADATA_ALIASES.get(name, name)
+    registry = get_registry()
+    if name not in registry.metadata_stores:
+        installed = ", ".join(sorted(registry.metadata_stores)) or "(none)"
+        raise ConfigError(f"{where}: {label} = {name!r} is not an installed metadata store; accepted: "
+                          f"{installed} (or {', '.join(METADATA_ALIASES)})", key="metadata",
+                          source=where, value=name, accepted=sorted(registry.metadata_stores))
+    return name
+
+
+# -- TOML ------------------------------------------------------------------------------
+
+
+def _from_toml(text: str, where: str) -> tuple[dict[str, Any], dict[str, str]]:
+    import tomllib
+
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{where}: not valid TOML: {exc}", key="config", source=where) from None
+    table = data.get("tiered")
+    if table is None:
+        if data:
+            raise ConfigError(f"{where}: no [tiered] table (found {', '.join(map(repr, data))}); "
+                              "put the settings under [tiered] and driver options under [tiered.options]",
+                              key="tiered", source=where)
+        return {}, {}
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: 'tiered' must be a table", key="tiered", source=where)
+    values = dict(table)
+    if "driver_options" in values:
+        raise ConfigError(f"{where}: write driver options as the table [tiered.options]",
+                          key="tiered.driver_options", source=where)
+    _reject_unknown(values, where, "tiered.")
+    if "options" in values:
+        if not isinstance(values["options"], dict):
+            raise ConfigError(f"{where}: tiered.options must be a table", key="tiered.options", source=where)
+        values["driver_options"] = values.pop("options")
+    labels = {k: f"tiered.{k}" for k in values}
+    labels["driver_options"] = "[tiered.options]"
+    return values, labels
+
+
+def _toml_key(key: str) -> str:
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else _toml_str(key)
+
+
+def _toml_str(text: str) -> str:
+    out = ['"']
+    for ch in text:
+        if ch == '"':
+            out.append('\\"')
+        elif ch == "\\":
+            out.append("\\\\")
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return _toml_str(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise ConfigError(f"cannot write {value!r} ({type(value).__name__}) to TOML", key="options", value=value)
+
+
+# -- RocketMQ broker.conf ------------------------------------------------------------------
+
+
+def _hours_to_ms(value: Any) -> int:
+    return _parse_count(value, 0) * 3_600_000
+
+
+def _pending_to_uploads(value: Any) -> int:
+    # RocketMQ divides tieredStoreMaxPendingLimit by 4 for its upload semaphores.
+    return max(1, _parse_count(value, 1) // 4)
+
+
+#: RocketMQ broker keys -> (our field, converter of the raw string or None).
+ROCKETMQ_KEYS: dict[str, tuple[str, Callable[[str], Any] | None]] = {
+    "brokerClusterName": ("cluster", None),
+    "brokerName": ("broker", None),
+    "storePathRootDir": ("store_path", None),
+    "tieredBackendServiceProvider": ("driver", None),
+    "tieredMetadataServiceProvider": ("metadata", None),
+    "tieredStorageLevel": ("storage_level", None),
+    "tieredStoreCommitLogMaxSize": ("commit_log_max_size", None),
+    "tieredStoreConsumeQueueMaxSize": ("consume_queue_max_size", None),
+    "tieredStoreMaxGroupCommitCount": ("max_group_commit_count", None),
+    "tieredStoreGroupCommitCount": ("group_commit_count", None),
+    "tieredStoreGroupCommitSize": ("group_commit_size", None),
+    "tieredStoreGroupCommitTimeout": ("group_commit_interval_ms", None),
+    "tieredStoreMaxPendingLimit": ("max_pending_limit", _pending_to_uploads),
+    "commitLogRollingMinimumSize": ("rolling_min_size", None),
+    "commitLogRollingInterval": ("rolling_interval_ms", _hours_to_ms),
+    "tieredStoreFileReservedTime": ("file_reserved_hours", None),
+    "readAheadCacheExpireDuration": ("read_ahead_cache_expire_ms", None),
+    "mappedFileSizeCommitLog": ("local_commit_log_file_size", None),
+    "flushDiskType": ("local_flush", None),
+    "fileReservedTime": ("local_retention_hours", None),
+}
+
+#: Keys handled specially: the POSIX root, and switches that turn a feature off.
+_ROCKETMQ_ROOT_KEYS = ("tieredStoreFilePath", "tieredStoreFilepath")
+_ROCKETMQ_SWITCHES = ("readAheadCacheEnable", "tieredStoreGroupCommit")
+
+#: RocketMQ tiered keys accepted but without effect here (checked for nothing but presence).
+ROCKETMQ_IGNORED_TIERED_KEYS = frozenset({
+    "tieredStoreIndexFileMaxHashSlotNum", "tieredStoreIndexFileMaxIndexNum", "tieredStoreDeleteFileEnable",
+    "tieredStoreDeleteFileInterval", "tieredStoreCrcCheckEnable",
+})
+
+
+def _accepted_properties_keys() -> list[str]:
+    return sorted(set(ROCKETMQ_KEYS) | set(_ROCKETMQ_ROOT_KEYS[:1]) | set(_ROCKETMQ_SWITCHES)
+                  | ROCKETMQ_IGNORED_TIERED_KEYS | {"tiered.<field>", "tiered.options.<name>"})
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java ``.properties`` text -> ordered key/value strings (the last of duplicate keys wins).
+
+    Handles ``#``/``!`` comments, ``=``, ``:`` or whitespace separators, backslash line
+    continuations and escapes (``\\\\``, ``\\t``, ``\\n``, ``\\uXXXX``), as broker.conf is read.
+    """
+    logical: list[str] = []
+    pending = ""
+    for raw in text.splitlines():
+        line = raw.lstrip(" \t\f")
+        if not pending and (not line or line[0] in "#!"):
+            continue
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2 == 1:  # an odd number of backslashes continues the line
+            pending += line[:-1]
+            continue
+        logical.append(pending + line)
+        pending = ""
+    if pending:
+        logical.append(pending)
+    out: dict[str, str] = {}
+    for line in logical:
+        key_chars: list[str] = []
+        i, n = 0, len(line)
+        while i < n:
+            ch = line[i]
+            if ch == "\\" and i + 1 < n:
+                key_chars.append("\\" + line[i + 1])
+                i += 2
+                continue
+            if ch in "=: \t\f":
+                break
+            key_chars.append(ch)
+            i += 1
+        while i < n and line[i] in " \t\f":
+            i += 1
+        if i < n and line[i] in "=:":
+            i += 1
+            while i < n and line[i] in " \t\f":
+                i += 1
+        out[_unescape("".join(key_chars))] = _unescape(line[i:])
+    return out
+
+
+def _unescape(text: str) -> str:
+    if "\\" not in text:
+        return text
+    out: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch != "\\" or i + 1 == n:
+            out.append(ch)
+            i += 1
+            continue
+        nxt = text[i + 1]
+        if nxt == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", text[i + 2:i + 6]):
+            out.append(chr(int(text[i + 2:i + 6], 16)))
+            i += 6
+            continue
+        out.append({"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(nxt, nxt))
+        i += 2
+    return "".join(out)
+
+
+def _from_properties(text: str, where: str) -> tuple[dict[str, Any], dict[str, str]]:
+    props = parse_properties(text)
+    values: dict[str, Any] = {}
+    labels: dict[str, str] = {}
+    options: dict[str, str] = {}
+    switches: dict[str, bool] = {}
+    root: str | None = None
+    for key, raw in props.items():
+        value = raw.strip()
+        if key in ROCKETMQ_KEYS:
+            name, convert = ROCKETMQ_KEYS[key]
+            if convert is not None:
+                try:
+                    value = convert(value)
+                except (ValueError, TypeError):
+                    raise _bad(where, key, raw, _ACCEPTED["count"] if convert is _pending_to_uploads
+                               else "an int >= 0 (hours)", name) from None
+            values[name] = value
+            labels[name] = f"{key} ({name})"
+        elif key in _ROCKETMQ_ROOT_KEYS:
+            root = value or None
+        elif key in _ROCKETMQ_SWITCHES:
+            try:
+                switches[key] = parse_bool(value)
+            except ValueError:
+                raise _bad(where, key, raw, "true | false", key) from None
+        elif key.startswith("tiered.options."):
+            options[key[len("tiered.options."):]] = value
+        elif key.startswith("tiered."):
+            name = key[len("tiered."):]
+            if name not in _FIELD_NAMES or name in ("source", "driver_options"):
+                _reject_unknown({name: value}, where, "tiered.")
+            values[name] = value
+            labels[name] = key
+        elif key.startswith("tiered") and key not in ROCKETMQ_IGNORED_TIERED_KEYS:
+            raise ConfigError(f"{where}: unknown tiered-store key {key!r}; accepted keys: "
+                              f"{', '.join(_accepted_properties_keys())}", key=key, source=where,
+                              accepted=_accepted_properties_keys())
+        # Every other broker key belongs to the broker: ignored.
+    if switches.get("readAheadCacheEnable") is False:
+        values["read_ahead_cache_bytes"] = 0
+        labels["read_ahead_cache_bytes"] = "readAheadCacheEnable"
+    if switches.get("tieredStoreGroupCommit") is False:
+        values["group_commit_count"] = 1  # RocketMQ: false forces every dispatch
+        labels["group_commit_count"] = "tieredStoreGroupCommit"
+    if root is not None:
+        options.setdefault("root", root)
+    if options:
+        # tieredStoreFilePath is the POSIX provider's root; a driver without a root ignores it.
+        driver = values.get("driver", StoreConfig.driver)
+        try:
+            names = _driver_class(driver).option_names()
+        except TieredStoreError:
+            names = None  # reported when the driver is checked
+        if names is not None and "root" not in names and root is not None and options.get("root") == root:
+            del options["root"]
+        values["driver_options"] = options
+    labels["driver_options"] = "tiered.options.* / tieredStoreFilePath"
+    return values, labels
+
+
+__all__ = [
+    "StoreConfig",
+    "STORAGE_LEVELS",
+    "LOCAL_FLUSH_MODES",
+    "METADATA_ALIASES",
+    "ROCKETMQ_KEYS",
+    "parse_properties",
+    "parse_size",
+    "parse_duration_ms",
+    "parse_bool",
+]

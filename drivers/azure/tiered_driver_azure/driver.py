@@ -23,7 +23,7 @@ log = logging.getLogger("tiered_driver_azure")
 MAX_APPEND_BLOCK = 4 * 1024 * 1024
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
-#: ``fault_hook(method, url_path)`` may return an HTTP status (the request then fails
+#: ``fault_hook(method, url_path_and_comp)`` may return an HTTP status (the request then fails
 #: with it without reaching the server) or raise (a connection failure); None = send.
 FaultHook = Callable[[str, str], "int | None"]
 
@@ -226,6 +226,8 @@ class AzureDriver(SegmentDriver):
             if props is None:
                 self.create(path)
             return
+        if position == 0:
+            self.create(path)  # cheaper than a 404 from the first append
         done = 0
         while done < len(view):
             chunk = bytes(view[done:done + self.max_block_size])
@@ -361,7 +363,10 @@ class _RequestHook:
         hook = drv.fault_hook
         if hook is not None:
             http = request.http_request
-            status = hook(http.method, http.url.split("?", 1)[0])
+            # The path plus the operation (?comp=...); never the rest of the query (a SAS).
+            base, _, query = http.url.partition("?")
+            comp = [q for q in query.split("&") if q.startswith("comp=")]
+            status = hook(http.method, base + ("?" + comp[0] if comp else ""))
             if status is not None:
                 raise _InjectedFault(int(status))
 

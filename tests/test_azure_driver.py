@@ -1,0 +1,235 @@
+"""The azure driver against a real Azurite: append blocks, partial landing, retries, secrets."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tiered_core.errors import DriverError, IllegalParam, InvalidOption, NotFound, PositionMismatch, SegmentSealed
+from tiered_core.plugins import open_driver
+from tiered_core.segment import FileSegment
+from tiered_core.testing.emulators import AZURITE_KEY
+from tiered_core.testing.pytest_emulators import AZURE_CONTAINER, azurite  # noqa: F401  (fixture)
+from tiered_driver_azure import MAX_APPEND_BLOCK, AzureDriver
+
+BLOCK = 1000  # small blocks make multi-block writes cheap to test
+
+
+@pytest.fixture
+def driver(azurite):  # noqa: F811
+    drv = AzureDriver(container=AZURE_CONTAINER, prefix=f"t-{uuid.uuid4().hex[:10]}",
+                      connection_string=azurite.connection_string, retries=3, max_block_size=BLOCK)
+    yield drv
+    drv.close()
+
+
+def appends_sent(drv: AzureDriver):
+    """A fault hook recorder: (method, url) of each request."""
+    seen: list[tuple[str, str]] = []
+
+    def hook(method, url):
+        seen.append((method, url))
+        return None
+
+    drv.fault_hook = hook
+    return seen
+
+
+def test_registered_and_opened_by_name(azurite):  # noqa: F811
+    with open_driver("azure", container=AZURE_CONTAINER, connection_string=azurite.connection_string,
+                     prefix="by-name") as drv:
+        assert isinstance(drv, AzureDriver)
+        drv.write("x", 0, b"abc")
+        assert drv.size("x") == 3
+
+
+def test_block_limit_default_is_the_append_blob_limit():
+    assert MAX_APPEND_BLOCK == 4 * 1024 * 1024
+    with pytest.raises(InvalidOption):
+        AzureDriver(container="c", connection_string="UseDevelopmentStorage=true", max_block_size=0)
+
+
+def test_large_write_is_split_into_blocks(driver):
+    data = bytes(range(256)) * 11  # 2816 bytes -> 3 blocks of <= 1000
+    seen = appends_sent(driver)
+    driver.write("seg", 0, data)
+    puts = [s for s in seen if s[1].endswith("comp=appendblock")]
+    assert len(puts) >= 3
+    driver.fault_hook = None
+    assert driver.size("seg") == len(data)
+    assert driver.read("seg", 0, len(data)) == data
+    assert driver.read("seg", 999, 3) == data[999:1002]
+
+
+def test_position_mismatch_is_enforced_by_the_service(driver):
+    driver.write("seg", 0, b"12345")
+    other = driver.reopen()
+    other.write("seg", 5, b"678")
+    with pytest.raises(PositionMismatch) as info:
+        driver.write("seg", 5, b"zz")  # a stale writer
+    assert info.value.actual_size == 8
+    assert driver.read("seg", 0, 8) == b"12345678"
+    with pytest.raises(PositionMismatch):
+        driver.write("fresh", 3, b"x")
+
+
+def test_partial_landing_is_told_by_size_and_resumed(driver):
+    data = b"".join(bytes([65 + i]) * BLOCK for i in range(4))
+    calls = {"puts": 0}
+
+    def hook(method, url):
+        if url.endswith("comp=appendblock"):
+            calls["puts"] += 1
+            if calls["puts"] >= 2:  # the first block passes; the second keeps failing
+                return 500
+        return None
+
+    driver.create("seg")
+    driver.fault_hook = hook
+    with pytest.raises(DriverError) as info:
+        driver.write("seg", 0, data)
+    assert info.value.retryable is True
+    driver.fault_hook = None
+    landed = driver.size("seg")
+    assert landed == BLOCK
+    assert driver.read("seg", 0, landed) == data[:landed]
+    seg = FileSegment(driver, "seg")  # recovers the position from size() and goes on
+    assert seg.commit_position == landed
+    seg.append(data[landed:])
+    assert seg.commit()
+    assert driver.read("seg", 0, len(data)) == data
+
+
+def test_seal(driver):
+    driver.write("seg", 0, b"sealed bytes")
+    driver.seal("seg")
+    driver.seal("seg")  # idempotent
+    assert driver.is_sealed("seg")
+    with pytest.raises(SegmentSealed):
+        driver.write("seg", 12, b"more")
+    assert driver.read("seg", 0, 12) == b"sealed bytes"
+    with pytest.raises(NotFound):
+        driver.seal("never-written")
+
+
+def test_reads_and_list(driver):
+    driver.write("a/1", 0, b"xyz")
+    driver.create("a/2")
+    driver.create("a/2")  # idempotent
+    driver.write("b/1", 0, b"q")
+    assert list(driver.list("a/")) == [("a/1", 3), ("a/2", 0)]
+    assert list(driver.list("")) == [("a/1", 3), ("a/2", 0), ("b/1", 1)]
+    with pytest.raises(IllegalParam):
+        driver.read("a/1", 2, 5)
+    with pytest.raises(IllegalParam):
+        driver.read("a/1", 30, 1)
+    with pytest.raises(NotFound):
+        driver.read("nope", 0, 1)
+    driver.delete("a/1")
+    driver.delete("a/1")
+    assert driver.size("a/1") == 0 and not driver.exists("a/1")
+
+
+def test_transient_failures_are_retried(driver):
+    left = {"n": 2}
+
+    def hook(method, url):
+        if left["n"]:
+            left["n"] -= 1
+            return 503
+        return None
+
+    driver.fault_hook = hook
+    before = driver.requests
+    driver.write("seg", 0, b"abc")
+    assert left["n"] == 0 and driver.requests - before >= 3
+    calls = {"n": 0}
+
+    def reset(method, url):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise ConnectionResetError("injected reset")
+        return None
+
+    driver.fault_hook = reset
+    driver.write("seg", 3, b"def")
+    driver.fault_hook = None
+    assert driver.read("seg", 0, 6) == b"abcdef"
+
+
+def test_persistent_transient_failure_is_retryable_and_bounded(driver):
+    calls = {"n": 0}
+
+    def hook(method, url):
+        calls["n"] += 1
+        return 429
+
+    driver.fault_hook = hook
+    with pytest.raises(DriverError) as info:
+        driver.size("seg")
+    assert info.value.retryable is True and calls["n"] == driver.retries + 1
+    assert AZURE_CONTAINER in str(info.value)
+
+
+def test_access_denied_is_permanent(azurite):  # noqa: F811
+    wrong_key = "A" * 4 + AZURITE_KEY[4:]
+    drv = AzureDriver(container=AZURE_CONTAINER, endpoint=azurite.blob_endpoint,
+                      account_name="devstoreaccount1", account_key=wrong_key)
+    with pytest.raises(DriverError) as info:
+        drv.size("x")
+    assert info.value.retryable is False and "access denied" in str(info.value)
+    assert AZURE_CONTAINER in str(info.value)
+    assert wrong_key not in str(info.value) and wrong_key not in repr(drv)
+
+
+def test_missing_container_is_a_clear_permanent_error(azurite):  # noqa: F811
+    drv = AzureDriver(container="no-such-container", connection_string=azurite.connection_string)
+    for call in (lambda: drv.size("x"), lambda: drv.write("x", 0, b"a"), lambda: list(drv.list(""))):
+        with pytest.raises(DriverError) as info:
+            call()
+        assert info.value.retryable is False
+        assert "no-such-container" in str(info.value) and "does not exist" in str(info.value)
+
+
+def test_secrets_are_redacted(azurite):  # noqa: F811
+    drv = AzureDriver(container=AZURE_CONTAINER, connection_string=azurite.connection_string)
+    text = repr(drv) + json.dumps(drv.describe())
+    assert AZURITE_KEY not in text and "AccountKey" not in text
+    assert drv.describe()["options"]["connection_string"] == "***"
+    bad = "DefaultEndpointsProtocol=http;AccountName=x;AccountKey=NotBase64!!SECRET;BlobEndpoint=::bad"
+    try:
+        AzureDriver(container=AZURE_CONTAINER, connection_string=bad).size("x")
+    except Exception as exc:
+        assert "SECRET" not in str(exc) and "SECRET" not in repr(exc)
+
+
+def test_tiered_drivers_json_lists_azure_without_secrets(tmp_path, azurite):  # noqa: F811
+    tiered = Path(sys.executable).parent / "tiered"
+    env = {**os.environ, "AZURE_STORAGE_CONNECTION_STRING": azurite.connection_string,
+           "TIERED_AZURE_CONNECTION_STRING": azurite.connection_string}
+    out = subprocess.run([str(tiered), "drivers", "--json"], capture_output=True, text=True, timeout=120,
+                         env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    listed = {d["name"]: d for d in json.loads(out.stdout)}
+    assert listed["azure"]["version"] == "0.1.0"
+    assert listed["azure"]["distribution"] == "tiered-driver-azure"
+    assert AZURITE_KEY not in out.stdout + out.stderr
+
+
+def test_file_segment_over_azure(driver):
+    seg = FileSegment(driver, "commitlog/00000000000000000000")
+    data = [bytes([i]) * 700 for i in range(30)]
+    for i, chunk in enumerate(data):
+        seg.append(chunk)
+        if i % 5 == 4:
+            assert seg.commit()
+    seg.seal()
+    again = FileSegment(driver.reopen(), "commitlog/00000000000000000000")
+    assert again.commit_position == 21_000 and again.sealed
+    assert again.read(0, 21_000) == b"".join(data)

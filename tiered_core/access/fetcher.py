@@ -1,0 +1,185 @@
+"""MessageStoreFetcher: reads messages from the tiered store, through a read-ahead cache.
+
+A cold read takes the consume-queue units of the batch, then ONE commit-log range that
+spans them (trimmed to ``read_ahead_bytes`` and ``read_ahead_count``, at least one
+message), splits it and validates every message (magic, size, CRC, queue offset)
+before caching it. A message that fails validation is reported, never served.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from tiered_core.access.cache import ReadAheadCache, cache_key
+from tiered_core.access.results import GetMessageResult, GetMessageStatus, StoreTier
+from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, decode_cq_unit
+from tiered_core.codec.message import MessageExt, decode_message
+from tiered_core.errors import CorruptData, TieredStoreError
+from tiered_core.flat.file_store import FlatFileStore
+from tiered_core.flat.message_file import FlatMessageFile
+from tiered_core.spi.access import BoundaryType
+
+log = logging.getLogger(__name__)
+
+#: RocketMQ defaults: readAheadMessageCountThreshold, readAheadMessageSizeThreshold.
+READ_AHEAD_COUNT = 4096
+READ_AHEAD_BYTES = 16 << 20
+#: A pull returns at most this many bytes (always at least one message) -- RocketMQ #9080.
+MAX_TRANSFER_BYTES = 16 << 20
+
+#: ``(tags_code) -> bool``: True keeps the message.
+MessageFilter = Callable[[int], bool]
+
+
+class MessageStoreFetcher:
+    """Reads from the tiered store. Thread-safe; never raises for a missing queue or offset
+    (statuses say it); raises nothing for corrupt bytes either (they are skipped and logged)."""
+
+    def __init__(self, flat_files: FlatFileStore, cache: ReadAheadCache | None = None, *,
+                 read_ahead_count: int = READ_AHEAD_COUNT, read_ahead_bytes: int = READ_AHEAD_BYTES,
+                 max_transfer_bytes: int = MAX_TRANSFER_BYTES) -> None:
+        self.flat_files = flat_files
+        self.cache = cache
+        self.read_ahead_count = read_ahead_count
+        self.read_ahead_bytes = read_ahead_bytes
+        self.max_transfer_bytes = max_transfer_bytes
+        self.corrupt_messages = 0
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def get_message(self, topic: str, queue_id: int, offset: int, max_count: int,
+                    message_filter: MessageFilter | None = None) -> GetMessageResult:
+        flat = self.flat_files.get(topic, queue_id)
+        if flat is None:
+            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, next_begin_offset=offset,
+                                    tier=StoreTier.TIERED)
+        lo, hi = flat.consume_queue_min_offset(), flat.consume_queue_commit_offset()
+        status = self._bounds(offset, lo, hi)
+        if status is not None:
+            nxt = {GetMessageStatus.OFFSET_TOO_SMALL: lo, GetMessageStatus.NO_MESSAGE_IN_QUEUE: offset}.get(status, hi)
+            return GetMessageResult(status, next_begin_offset=nxt, min_offset=lo, max_offset=hi,
+                                    tier=StoreTier.TIERED)
+        max_count = max(1, max_count)
+        if self.cache is not None and not self.cache.busy():
+            result = self._from_cache(flat, offset, max_count, message_filter, lo, hi)
+            if result.found:
+                return result
+            # Miss: read ahead (a short prefetch for single-message reads), then retry.
+            fetch = 32 if max_count == 1 else self.read_ahead_count
+            try:
+                for q, raw, tags in self.read(flat, offset, fetch):
+                    self.cache.put(cache_key(flat.topic, flat.queue_id, q), raw, tags)
+            except TieredStoreError as exc:
+                log.warning("read-ahead of %s at %d failed: %s", flat, offset, exc)
+                return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, next_begin_offset=offset,
+                                        min_offset=lo, max_offset=hi, tier=StoreTier.TIERED)
+            return self._from_cache(flat, offset, max_count, message_filter, lo, hi)
+        return self._direct(flat, offset, max_count, message_filter, lo, hi)
+
+    @staticmethod
+    def _bounds(offset: int, lo: int, hi: int) -> GetMessageStatus | None:
+        if hi <= 0:
+            return GetMessageStatus.NO_MESSAGE_IN_QUEUE
+        if offset < lo:
+            return GetMessageStatus.OFFSET_TOO_SMALL
+        if offset == hi:
+            return GetMessageStatus.OFFSET_OVERFLOW_ONE
+        if offset > hi:
+            return GetMessageStatus.OFFSET_OVERFLOW_BADLY
+        return None
+
+    def _from_cache(self, flat: FlatMessageFile, offset: int, max_count: int,
+                    message_filter: MessageFilter | None, lo: int, hi: int) -> GetMessageResult:
+        assert self.cache is not None
+        messages: list[MessageExt] = []
+        nxt, total = offset, 0
+        for cur in range(offset, min(offset + self.read_ahead_count, hi)):
+            hit = self.cache.get(cache_key(flat.topic, flat.queue_id, cur))
+            if hit is None:
+                break
+            nxt = cur + 1  # filtered-out messages are skipped past too
+            raw, tags = hit
+            if message_filter is not None and not message_filter(tags):
+                continue
+            messages.append(decode_message(raw, verify_crc=False))  # validated when cached
+            total += len(raw)
+            if len(messages) >= max_count or total >= self.max_transfer_bytes:
+                break
+        status = GetMessageStatus.FOUND if messages else GetMessageStatus.NO_MATCHED_MESSAGE
+        if not messages and nxt == offset:
+            status = GetMessageStatus.NO_MATCHED_MESSAGE
+        return GetMessageResult(status, messages, nxt, lo, hi, StoreTier.TIERED)
+
+    def _direct(self, flat: FlatMessageFile, offset: int, max_count: int,
+                message_filter: MessageFilter | None, lo: int, hi: int) -> GetMessageResult:
+        try:
+            batch = self.read(flat, offset, max_count)
+        except TieredStoreError as exc:
+            log.warning("read of %s at %d failed: %s", flat, offset, exc)
+            return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, next_begin_offset=offset,
+                                    min_offset=lo, max_offset=hi, tier=StoreTier.TIERED)
+        messages, nxt, total = [], offset, 0
+        for q, raw, tags in batch:
+            nxt = q + 1
+            if message_filter is not None and not message_filter(tags):
+                continue
+            messages.append(decode_message(raw, verify_crc=False))
+            total += len(raw)
+            if len(messages) >= max_count or total >= self.max_transfer_bytes:
+                break
+        status = GetMessageStatus.FOUND if messages else GetMessageStatus.NO_MATCHED_MESSAGE
+        return GetMessageResult(status, messages, nxt if batch else offset, lo, hi, StoreTier.TIERED)
+
+    def read(self, flat: FlatMessageFile, offset: int, count: int) -> list[tuple[int, bytes, int]]:
+        """Up to ``count`` validated messages from ``offset``: ``(queue_offset, bytes, tags_code)``.
+
+        One consume-queue read, then one commit-log read spanning the batch (trimmed).
+        """
+        count = min(count, flat.consume_queue_commit_offset() - offset, self.read_ahead_count)
+        if count <= 0:
+            return []
+        units_raw = flat.get_consume_queue(offset, count)
+        units = [decode_cq_unit(units_raw, i * CQ_UNIT_SIZE) for i in range(len(units_raw) // CQ_UNIT_SIZE)]
+        first = units[0].commitlog_offset
+        # Trim to the byte budget, keeping at least one message.
+        n = len(units)
+        while n > 1 and units[n - 1].commitlog_offset + units[n - 1].size - first > self.read_ahead_bytes:
+            n -= 1
+        units = units[:n]
+        last = units[-1]
+        if last.commitlog_offset < first:
+            return []
+        data = flat.get_commit_log(first, last.commitlog_offset + last.size - first)
+        out = []
+        for i, unit in enumerate(units):
+            q = offset + i
+            pos = unit.commitlog_offset - first
+            if pos < 0 or pos + unit.size > len(data):
+                break
+            raw = data[pos:pos + unit.size]
+            try:
+                msg = decode_message(raw, verify_crc=True)
+                if msg.queue_offset != q or msg.store_size != unit.size:
+                    raise CorruptData(f"message at {flat} queue offset {q} says queue offset "
+                                      f"{msg.queue_offset}, size {msg.store_size} (unit size {unit.size})",
+                                      offset=unit.commitlog_offset)
+            except CorruptData as exc:
+                self.corrupt_messages += 1
+                log.error("skipping corrupt tiered message: %s", exc)
+                continue
+            out.append((q, raw, unit.tags_code))
+        return out
+
+    # -- lookups ---------------------------------------------------------------------------
+
+    def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
+        flat = self.flat_files.get(topic, queue_id)
+        return -1 if flat is None else flat.min_store_timestamp()
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int,
+                                    boundary: BoundaryType = BoundaryType.LOWER) -> int:
+        flat = self.flat_files.get(topic, queue_id)
+        if flat is None:
+            return -1
+        return flat.get_offset_in_consume_queue_by_time(timestamp, boundary)

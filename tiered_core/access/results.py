@@ -1,0 +1,66 @@
+"""Result types of the public API (RocketMQ's names and statuses)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from tiered_core.codec.message import MessageExt
+
+
+class PutMessageStatus(enum.Enum):
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+
+class GetMessageStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+class StoreTier(enum.Enum):
+    """Which tier served a read."""
+
+    LOCAL = "local"
+    TIERED = "tiered"
+
+
+@dataclass
+class PutMessageResult:
+    status: PutMessageStatus
+    queue_offset: int = -1
+    commitlog_offset: int = -1
+    store_timestamp: int = -1
+
+    @property
+    def ok(self) -> bool:
+        return self.status is PutMessageStatus.PUT_OK
+
+
+@dataclass
+class GetMessageResult:
+    """Messages from ``offset`` on; ``next_begin_offset`` is where the next read starts."""
+
+    status: GetMessageStatus
+    messages: list[MessageExt] = field(default_factory=list)
+    next_begin_offset: int = 0
+    min_offset: int = 0
+    max_offset: int = 0
+    tier: StoreTier | None = None
+
+    @property
+    def found(self) -> bool:
+        return self.status is GetMessageStatus.FOUND
+
+
+@dataclass
+class QueryMessageResult:
+    messages: list[MessageExt] = field(default_factory=list)

@@ -184,13 +184,23 @@ class ConsumeQueue:
 
     def last_unit_end(self) -> int:
         """Commit-log offset one past the message of the last valid unit (-1 when none)."""
-        hi = self.max_offset
-        lo = self.min_offset
-        for off in range(hi - 1, max(lo, hi - 1024) - 1, -1):
-            unit = self.get_unit(off)
-            if unit.is_valid:
-                return unit.commitlog_offset + unit.size
-        return -1
+        with self._lock:
+            hi = self.max_offset
+            lo = self._files.min_offset // CQ_UNIT_SIZE  # expired units still tell progress
+            start = max(lo, hi - 1024)
+            if start >= hi:
+                return -1
+            pos = start * CQ_UNIT_SIZE
+            data = b""
+            while pos < hi * CQ_UNIT_SIZE:
+                with self._files.reading(pos) as mf:
+                    chunk = mf.read(pos - mf.start, min(hi * CQ_UNIT_SIZE, mf.end) - pos)
+                data += chunk
+                pos += len(chunk)
+            for unit in reversed(decode_cq_units(data, base_offset=start * CQ_UNIT_SIZE)):
+                if unit.is_valid:
+                    return unit.commitlog_offset + unit.size
+            return -1
 
     # ---- recovery and retention --------------------------------------------------------
     def recover(self, commitlog_max_offset: int) -> int:

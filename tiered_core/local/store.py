@@ -271,6 +271,11 @@ class LocalMessageStore:
                                     cfg.index_max_items, clock=self._clock)
                        if cfg.message_index_enable else None)
         start = cp.reput_offset if cp else cl_min
+        # Consume queues lost since the checkpoint (e.g. their directory was removed)
+        # are rebuilt: replay from the newest message any queue still knows.
+        cq_end = max((cq.last_unit_end() for cq in self._cqs.values()), default=-1)
+        if cq_end < start:
+            start = max(cq_end, cl_min)
         self._reput_offset = min(max(start, cl_min), cl_max)
         self._last_store_ts = self._commit_log._last_store_timestamp
         self.reput()

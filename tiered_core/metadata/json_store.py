@@ -576,7 +576,7 @@ class _Decoder:
     def load_into(self, store: JsonMetadataStore, doc: Any) -> None:
         root = self.obj(doc, "$")
         for seg_type, table_name in SEGMENT_TABLES.items():
-            table = self.obj(root.get(table_name) or {}, table_name)
+            table = self.obj(_or_empty(root.get(table_name)), table_name)
             out = store._segments[seg_type]
             for path, by_base in table.items():
                 w_path = f"{table_name}[{path!r}]"
@@ -584,14 +584,14 @@ class _Decoder:
                     where = f"{w_path}[{key}]"
                     m = self.segment(self.obj(raw, where), where, seg_type, path, self.key_int(key, where))
                     out.setdefault(m.path, {})[m.base_offset] = m
-        queues = self.obj(root.get("queueMetadataTable") or {}, "queueMetadataTable")
+        queues = self.obj(_or_empty(root.get("queueMetadataTable")), "queueMetadataTable")
         for topic, by_id in queues.items():
             w_topic = f"queueMetadataTable[{topic!r}]"
             for key, raw in self.obj(by_id, w_topic).items():
                 where = f"{w_topic}[{key}]"
                 m = self.queue(self.obj(raw, where), where, topic, self.key_int(key, where))
                 store._queues.setdefault(m.topic, {})[m.queue_id] = m
-        topics = self.obj(root.get("topicMetadataTable") or {}, "topicMetadataTable")
+        topics = self.obj(_or_empty(root.get("topicMetadataTable")), "topicMetadataTable")
         ids: dict[int, str] = {}
         for name, raw in topics.items():
             where = f"topicMetadataTable[{name!r}]"
@@ -628,7 +628,7 @@ class _Decoder:
         return m
 
     def queue(self, raw: dict, where: str, topic: str, queue_id: int) -> QueueMetadata:
-        mq = self.obj(raw.get("queue") or {}, f"{where}.queue")
+        mq = self.obj(_or_empty(raw.get("queue")), f"{where}.queue")
         m = QueueMetadata(
             topic=self.str_(mq, "topic", f"{where}.queue", default=topic),
             queue_id=self.int_(mq, "queueId", f"{where}.queue", default=queue_id),
@@ -655,6 +655,10 @@ class _Decoder:
             raise self.fail(where, f"entry says topic={m.topic!r} but is filed under {name!r}")
         self._check(where, check_topic_metadata, m)
         return m
+
+
+def _or_empty(value: Any) -> Any:
+    return {} if value is None else value
 
 
 def _kind(value: Any) -> str:

@@ -419,32 +419,24 @@ class SqliteMetadataStore(TieredMetadataStore):
 
     def iterate_file_segments(self, type: int | None = None, path: str | None = None
                               ) -> Iterator[FileSegmentMetadata]:
-        where: list[str] = []
-        params: list[Any] = []
-        if type is not None:
-            where.append("type = ?")
-            params.append(check_segment_type(type))
-        else:
-            where.append("type IN (0, 1, 2)")  # lets the primary key serve a path-only filter
+        types = (0, 1, 2) if type is None else (check_segment_type(type),)
         if path is not None:
-            where.append("path = ?")
-            params.append(check_segment_path(path))
-        base_sql = f"SELECT {_SEGMENT_COLS} FROM file_segments WHERE {' AND '.join(where)}"
-        order = f" ORDER BY type, path, base_offset LIMIT {_PAGE}"
-        last: tuple[int, str, int] | None = None
-        while True:
-            if last is None:
-                rows = self._query("iterate_file_segments", base_sql + order, tuple(params))
+            check_segment_path(path)
+        select = f"SELECT {_SEGMENT_COLS} FROM file_segments WHERE type = ?"
+        # Keyset pagination on the primary key: every page is a range search, never a scan.
+        for seg_type in types:
+            if path is None:
+                sql = select + f" AND (path, base_offset) > (?, ?) ORDER BY path, base_offset LIMIT {_PAGE}"
+                after: tuple = ("", -1)
             else:
-                rows = self._query("iterate_file_segments",
-                                   base_sql + " AND (type, path, base_offset) > (?, ?, ?)" + order,
-                                   tuple(params) + last)
-            for row in rows:
-                yield FileSegmentMetadata(*row)
-            if len(rows) < _PAGE:
-                return
-            path_, type_, base = rows[-1][0], rows[-1][1], rows[-1][2]
-            last = (type_, path_, base)
+                sql = select + f" AND path = ? AND base_offset > ? ORDER BY base_offset LIMIT {_PAGE}"
+                after = (path, -1)
+            while True:
+                rows = self._query("iterate_file_segments", sql, (seg_type, *after))
+                yield from (FileSegmentMetadata(*row) for row in rows)
+                if len(rows) < _PAGE:
+                    break
+                after = (rows[-1][0], rows[-1][2])
 
     # -- lifecycle --------------------------------------------------------------------
 

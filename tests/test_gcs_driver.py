@@ -16,6 +16,7 @@ from tiered_core.plugins import open_driver
 from tiered_core.segment import FileSegment
 from tiered_core.testing.pytest_emulators import GCS_BUCKET, fake_gcs  # noqa: F401  (fixture)
 from tiered_driver_gcs import EMULATOR_GAP, GcsDriver
+from tiered_driver_gcs.driver import COMPACT_AT
 from tiered_driver_gcs.layout import META_SEALED, PART_MARK, part_key
 
 
@@ -73,14 +74,17 @@ def test_position_mismatch_carries_the_real_size_and_stores_nothing(driver):
 
 def test_compaction_keeps_few_objects_and_the_bytes(driver):
     expected = bytearray()
-    for i in range(40):
+    for i in range(COMPACT_AT + 6):
         chunk = f"<{i:03d}>".encode()
         driver.write("seg", len(expected), chunk)
         expected += chunk
     assert driver.size("seg") == len(expected)
     assert driver.read("seg", 0, len(expected)) == bytes(expected)
-    parts = [o for o in raw_objects(driver, "seg") if PART_MARK in o["name"]]
-    assert len(parts) < 31  # composed into the base at 31
+    objs = raw_objects(driver, "seg")
+    parts = [o for o in objs if PART_MARK in o["name"]]
+    base = [o for o in objs if PART_MARK not in o["name"]][0]
+    assert len(parts) < COMPACT_AT  # composed into the base when the chain got long
+    assert int(base["size"]) > len(b"<000>")
 
 
 def test_seal_leaves_one_object_and_rejects_writes(driver):

@@ -22,8 +22,12 @@ from .layout import (
 
 log = logging.getLogger("tiered_driver_gcs")
 
-#: Compose the chain into the base once it has this many parts (keeps listings short).
-COMPACT_AT = MAX_COMPOSE_SOURCES - 1
+#: Parts one compose call folds into the base (the base is the 32nd source).
+COMPOSE_BATCH = MAX_COMPOSE_SOURCES - 1
+#: Compose the chain into the base once it has this many parts: keeps listings and
+#: ranged reads short, while a run of large commits (the usual 4 MiB batches) is
+#: not slowed by composes it does not need.
+COMPACT_AT = 64
 
 
 class GcsDriver(SegmentDriver):
@@ -228,7 +232,7 @@ class GcsDriver(SegmentDriver):
         meta = dict(view.metadata)
         try:
             while chain or seal:
-                batch, chain = chain[:COMPACT_AT], chain[COMPACT_AT:]
+                batch, chain = chain[:COMPOSE_BATCH], chain[COMPOSE_BATCH:]
                 last = not chain
                 if seal and last:
                     meta[META_SEALED] = "true"

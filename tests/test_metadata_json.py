@@ -238,3 +238,13 @@ def test_compact_output_option(tmp_path):
     assert text.count("\n") == 1 and "\t" not in text
     with JsonMetadataStore(path) as store:
         assert store.get_topic("T").topic_id == 0
+
+
+def test_pretty_output_is_exactly_what_the_generic_json_encoder_writes(seed_copy):
+    with JsonMetadataStore(seed_copy) as store:
+        store.update_file_segment(FileSegmentMetadata('odd "path"\\\u4e2d\n', CQ, 7, size=1))
+        store.add_queue("topic-tiered", 9, 3, broker_name='b"\t')
+        store.update_file_segment(FileSegmentMetadata("empty-index", 2, 0))
+        text = store.encode()
+        assert text == json.dumps(store.document(), indent="\t", separators=(",", ":"), ensure_ascii=False) + "\n"
+        assert json.loads(text) == store.document()

@@ -207,3 +207,53 @@ def test_recovery_drops_files_after_a_file_that_is_not_complete(tmp_path):
     assert rec.max_offset == cut_at
     assert [mf.start for mf in log.files()] == [0]
     assert [r.offset for r in log.iter_records(0)] == [o for o, _ in in_first[:-3]]
+
+
+def test_recovery_of_a_file_killed_while_being_ended(tmp_path):
+    """Killed after the zero fill but before the BLANK head: the fill is cut again."""
+    log = CommitLog(str(tmp_path), FILE_SIZE)
+    written = _fill(log, 60)
+    files = log.files()
+    log.close()
+    first = files[0]
+    ends = [o + len(d) for o, d in written if o < first.limit]
+    with open(first.path, "r+b") as f:
+        f.seek(max(ends))
+        f.write(b"\x00" * 8)  # the BLANK head never landed
+    for mf in files[1:]:
+        os.unlink(mf.path)  # nor did anything after it
+    log, rec = _reopen(tmp_path)
+    assert rec.max_offset == max(ends)
+    assert os.path.getsize(first.path) == max(ends)
+    res = log.append(_encoded(1, FILE_SIZE - max(ends)), 1)  # does not fit: ends the file again
+    assert res.commitlog_offset == FILE_SIZE
+    assert [r.offset for r in log.iter_records(0)] == [o for o, _ in written if o < first.limit] + [FILE_SIZE]
+
+
+def test_readers_never_see_a_half_ended_file(tmp_path):
+    """A reader racing the writer only ever sees whole records (the BLANK record and
+    the zero fill appear at once)."""
+    import threading
+
+    log = CommitLog(str(tmp_path), FILE_SIZE)
+    stop = threading.Event()
+    errors = []
+
+    def reader() -> None:
+        offset = 0
+        while not stop.is_set() or offset < log.max_offset:
+            end = log.max_offset
+            try:
+                for rec in log.iter_records(offset, end):
+                    offset = rec.offset + len(rec.data)
+                offset = max(offset, end)
+            except Exception as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+                return
+
+    t = threading.Thread(target=reader)
+    t.start()
+    _fill(log, 400)
+    stop.set()
+    t.join()
+    assert errors == []

@@ -165,9 +165,7 @@ class CommitLog:
 
     def _end_file(self, mf: MappedFile) -> None:
         """Fill the rest of ``mf`` with a BLANK record and stamp its mtime."""
-        left = mf.remaining
-        mf.append(_HEAD.pack(left, BLANK_MAGIC))
-        mf.fill_to_capacity()
+        mf.seal_with(_HEAD.pack(mf.remaining, BLANK_MAGIC))
         if self._last_store_timestamp > 0:
             # Retention compares a file's mtime with the retention period: make it the
             # store time of the file's last message, which also survives restarts.

@@ -258,6 +258,7 @@ class IndexService:
             if parse_index_file_name(name) is None:
                 continue
             self._files.append(IndexFile(os.path.join(directory, name), hash_slots, max_items))
+        self._indexed_upto = self.max_phy_offset
 
     @property
     def files(self) -> list[IndexFile]:
@@ -294,14 +295,15 @@ class IndexService:
 
         A message at or before the newest indexed offset is skipped (recovery
         replays the commit log from a checkpoint, so this keeps replays from
-        duplicating items).
+        duplicating items); see :meth:`forget_after`.
         """
         keys = [k for k in keys if k]
         if not keys:
             return 0
         with self._lock:
-            if phy_offset <= self.max_phy_offset:
+            if phy_offset <= self._indexed_upto:
                 return 0
+            self._indexed_upto = phy_offset
             n = 0
             for key in keys:
                 h = index_key_hash(topic, key)
@@ -312,6 +314,13 @@ class IndexService:
                         raise StateConflict(f"fresh index file {f.path!r} refused a key", path=f.path)
                 n += 1
             return n
+
+    def forget_after(self, commitlog_max_offset: int) -> None:
+        """Recovery cut the commit log at ``commitlog_max_offset``: messages written
+        there from now on are new and get indexed (items left from the cut bytes stay
+        but point at other messages, which a checking query filters out)."""
+        with self._lock:
+            self._indexed_upto = min(self._indexed_upto, commitlog_max_offset - 1)
 
     def query(self, topic: str, key: str, max_count: int, begin: int = 0, end: int = (1 << 63) - 1,
               accept: Callable[[int], bool] | None = None) -> list[int]:

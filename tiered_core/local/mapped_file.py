@@ -164,6 +164,19 @@ class MappedFile:
         self._write_pos = pos + n
         return pos
 
+    def seal_with(self, record: bytes) -> None:
+        """Write ``record`` at the write position, zero-fill the rest of the file and
+        only then move the write position to the capacity, so a reader never sees a
+        write position inside the record."""
+        self._check_open()
+        if len(record) > self.remaining:
+            raise IllegalParam(f"{len(record)} bytes do not fit in {self.path!r}", path=self.path)
+        os.ftruncate(self._fd, self.capacity)
+        done = 0
+        while done < len(record):
+            done += os.pwrite(self._fd, record[done:], self._write_pos + done)
+        self._write_pos = self.capacity
+
     def fill_to_capacity(self) -> None:
         """Extend the file with zeros to its capacity (sparse where the FS allows)."""
         self._check_open()

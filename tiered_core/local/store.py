@@ -270,6 +270,8 @@ class LocalMessageStore:
         self._index = (IndexService(os.path.join(self.root, "index"), cfg.index_hash_slots,
                                     cfg.index_max_items, clock=self._clock)
                        if cfg.message_index_enable else None)
+        if self._index is not None:
+            self._index.forget_after(cl_max)
         start = cp.reput_offset if cp else cl_min
         # Consume queues lost since the checkpoint (e.g. their directory was removed)
         # are rebuilt: replay from the newest message any queue still knows.

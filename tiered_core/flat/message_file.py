@@ -133,6 +133,12 @@ class FlatMessageFile(CompositeAccess):
                     f"{self}: consume-queue append at queue offset {request.queue_offset}, expected {expected}",
                     offset=request.queue_offset, expected=expected)
             unit = encode_cq_unit(request.commitlog_offset, request.size, request.tags_code)
+            last = self.consume_queue.writable()
+            if last.append_position + CQ_UNIT_SIZE > last.max_size and not self.commit_log.commit():
+                # This unit rolls the consume queue, and sealing the full segment commits its
+                # buffered units: their messages must be durable first (commit order), or a
+                # crash leaves units pointing past the commit log.
+                return AppendResult.UNKNOWN_ERROR
             result = self.consume_queue.append(unit, request.store_timestamp)
         if commit and result is AppendResult.SUCCESS:
             self.commit()

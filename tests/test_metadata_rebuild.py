@@ -1,0 +1,257 @@
+"""`tiered metadata rebuild`: delete the metadata, rebuild it from the driver's listing, and find
+every queue's offsets, every segment and every message again."""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import pytest
+
+from tiered_core import StoreConfig
+from tiered_core.cli import main
+from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
+from tiered_core.codec.message import Message, decode_message, encode_message
+from tiered_core.codec.naming import cluster_dir, index_path
+from tiered_core.flat import FlatFileStore, FlatMessageFile
+from tiered_core.metadata.rebuild import rebuild_metadata
+from tiered_core.segment import AppendResult, FileSegmentType
+from tiered_core.spi.access import ConsumeQueueRequest
+from tiered_core.spi.metadata import NO_TIMESTAMP, SegmentStatus, now_ms
+
+# Queue -> (first queue offset, number of messages). Small segments make every queue roll.
+QUEUES = {("TopicA", 0): (0, 60), ("TopicA", 1): (0, 45), ("TopicB", 0): (100, 30),
+          ("orders", 3): (0, 7), ("orders", 4): (0, 0)}
+
+
+def write_config(tmp_path, metadata: str = "sqlite") -> str:
+    path = tmp_path / "tiered.toml"
+    path.write_text(f'[tiered]\nstore_path = "store"\nmetadata = "{metadata}"\n'
+                    f'commit_log_max_size = 1500\nconsume_queue_max_size = {8 * CQ_UNIT_SIZE}\n'
+                    '[tiered.options]\nfsync = false\n')
+    return str(path)
+
+
+def put(flat: FlatMessageFile, queue_offset: int, store_ts: int) -> None:
+    body = f"{flat.topic}/{flat.queue_id}/{queue_offset}".encode() * 3
+    raw = encode_message(Message(topic=flat.topic, body=body, keys=[f"k{queue_offset}"], tags="tag"),
+                         queue_id=flat.queue_id, queue_offset=queue_offset, store_timestamp=store_ts)
+    offset = flat.commit_log.append_offset
+    assert flat.append_commit_log(raw) is AppendResult.SUCCESS
+    assert flat.append_consume_queue(
+        ConsumeQueueRequest(queue_offset, offset, len(raw), 0, store_ts)) is AppendResult.SUCCESS
+
+
+def populate(cfg: StoreConfig) -> None:
+    driver, metadata = cfg.open_driver(), cfg.open_metadata()
+    store = FlatFileStore(driver, metadata, cfg.flat_config())
+    store.load()
+    ts = 1_700_000_000_000
+    for (topic, qid), (first, count) in QUEUES.items():
+        flat = store.compute_if_absent(topic, qid)
+        flat.init_offset(first)
+        for q in range(first, first + count):
+            ts += 7
+            put(flat, q, ts)
+            if q % 9 == 0:
+                assert flat.commit()
+        assert flat.commit()
+    # TopicA/1 loses its oldest segments to expiry: its min offset is no longer 0.
+    flat = store.get("TopicA", 1)
+    cutoff = flat.commit_log.segments[1].max_timestamp + 1
+    flat.destroy_expired_file(cutoff)
+    assert flat.consume_queue_min_offset() > 0
+    store.shutdown()
+    metadata.close()
+    driver.close()
+
+
+def snapshot(cfg: StoreConfig) -> dict:
+    """Every queue's offsets, every segment's metadata and every message, as the store serves them."""
+    driver, metadata = cfg.open_driver(), cfg.open_metadata()
+    store = FlatFileStore(driver, metadata, cfg.flat_config())
+    assert store.load()
+    out: dict = {"queues": {}, "messages": {}, "segments": {}}
+    for flat in store:
+        lo, hi = flat.consume_queue_min_offset(), flat.consume_queue_commit_offset()
+        q = metadata.get_queue(flat.topic, flat.queue_id)
+        # (served min, served max, first stored unit, recorded max). The recorded min_offset is
+        # kept apart: the flat layer refreshes it only at commits, so expiry leaves it stale.
+        out["queues"][(flat.topic, flat.queue_id)] = (lo, hi, flat.consume_queue.min_queue_offset, q.max_offset)
+        out.setdefault("recorded_min", {})[(flat.topic, flat.queue_id)] = q.min_offset
+        for offset in range(lo, hi):
+            out["messages"][(flat.topic, flat.queue_id, offset)] = flat.get_message(offset)
+    for seg in metadata.iterate_file_segments():
+        out["segments"][seg.key] = (seg.size, seg.status, seg.begin_timestamp, seg.end_timestamp)
+    out["topics"] = {t.topic: (t.topic_id, t.reserve_time) for t in metadata.iterate_topics()}
+    store.shutdown()
+    metadata.close()
+    driver.close()
+    return out
+
+
+def without_empty(snap: dict) -> dict:
+    """The snapshot minus segments without bytes and queues without any segment holding bytes."""
+    segments = {k: v for k, v in snap["segments"].items() if v[0] > 0}
+    paths = {path for (_type, path, _base) in segments}
+    queues = {k: v for k, v in snap["queues"].items() if f"broker-a/{k[0]}/{k[1]}" in paths}
+    return {**snap, "segments": segments, "queues": queues}
+
+
+def assert_segments_restored(after: dict, expected: dict) -> None:
+    """Sizes, status and begin/end store times of every segment, with one exception: the first
+    consume-queue segment of TopicA/1 starts with units whose messages expired, so its begin is
+    the store time of the first message still stored."""
+    lo, _hi, first_unit, _max = expected["queues"][("TopicA", 1)]
+    key = (int(FileSegmentType.CONSUME_QUEUE), "broker-a/TopicA/1", CQ_UNIT_SIZE * first_unit)
+    (size, status, begin, end), rebuilt = expected["segments"][key], after["segments"][key]
+    first_stored = decode_message(after["messages"][("TopicA", 1, lo)]).store_timestamp
+    assert rebuilt == (size, status, first_stored, end) and begin < first_stored
+    assert {k: v for k, v in after["segments"].items() if k != key} == \
+        {k: v for k, v in expected["segments"].items() if k != key}
+
+
+def delete_metadata(cfg: StoreConfig) -> None:
+    path = cfg.effective_metadata_path()
+    for suffix in ("", "-wal", "-shm", ".bak"):
+        if os.path.exists(path + suffix):
+            os.remove(path + suffix)
+
+
+@pytest.mark.parametrize("metadata", ["sqlite", "json"])
+def test_delete_the_metadata_and_rebuild_restores_every_queue_segment_and_message(tmp_path, capsys, metadata):
+    conf = write_config(tmp_path, metadata)
+    cfg = StoreConfig.load(conf, environ={})
+    populate(cfg)
+    before = snapshot(cfg)
+    # The fixture is what the test claims: rolled and sealed segments, an expired head, an empty queue.
+    statuses = [s[1] for s in before["segments"].values()]
+    assert statuses.count(SegmentStatus.SEALED) >= 10 and SegmentStatus.NEW in statuses
+    assert before["queues"][("TopicA", 1)][0] > 0 and before["queues"][("TopicB", 0)][0] == 100
+    assert len(before["messages"]) > 100
+
+    # A queue that never committed a byte has no object in the backend: nothing to rebuild (and
+    # nothing lost). Every other queue and every segment holding bytes must come back.
+    expected = without_empty(before)
+    assert ("orders", 4) in before["queues"] and ("orders", 4) not in expected["queues"]
+
+    delete_metadata(cfg)
+    assert main(["metadata", "rebuild", "--config", conf, "--progress-every", "10"]) == 0
+    out = capsys.readouterr().out
+    n_segments = len(expected["segments"])
+    assert f"{n_segments} file segment(s)" in out and f"{len(expected['queues'])} queue(s)" in out
+    assert f"{n_segments}/{n_segments} segments" in out  # progress lines
+
+    after = snapshot(cfg)
+    assert after["queues"] == expected["queues"]
+    # The rebuilt min_offset is the first stored unit (of TopicA/1 too, whose head expired).
+    assert after["recorded_min"] == {k: v[2] for k, v in expected["queues"].items()}
+    assert_segments_restored(after, expected)
+    assert after["messages"] == expected["messages"]
+    # Topic ids are assigned in sorted order (uppercase sorts first).
+    assert after["topics"] == {"TopicA": (0, -1), "TopicB": (1, -1), "orders": (2, -1)}
+
+
+def test_rebuilt_store_accepts_new_messages(tmp_path):
+    cfg = StoreConfig.load(write_config(tmp_path), environ={})
+    populate(cfg)
+    delete_metadata(cfg)
+    with cfg.open_driver() as driver, cfg.open_metadata() as metadata:
+        rebuild_metadata(driver, metadata, cluster=cfg.cluster, broker=cfg.broker)
+        flat = FlatMessageFile(driver, metadata, "TopicA", 0, cfg.flat_config())
+        start = flat.consume_queue_commit_offset()
+        assert start == 60
+        for q in range(start, start + 20):
+            put(flat, q, 1_800_000_000_000 + q)
+        assert flat.commit()
+        flat.shutdown()
+        again = FlatMessageFile(driver, metadata, "TopicA", 0, cfg.flat_config())
+        assert again.consume_queue_commit_offset() == start + 20
+        assert [decode_message(again.get_message(q)).queue_offset for q in (0, start, start + 19)] == \
+            [0, start, start + 19]
+        again.shutdown()
+
+
+def test_refuses_a_store_that_is_not_empty_unless_forced(tmp_path, capsys):
+    conf = write_config(tmp_path)
+    cfg = StoreConfig.load(conf, environ={})
+    populate(cfg)
+    with cfg.open_metadata() as metadata:
+        topic = metadata.get_topic("orders")
+        topic.reserve_time = 5
+        metadata.update_topic(topic)
+        metadata.add_topic("gone")  # no segment of it is listed
+    before = snapshot(cfg)
+    assert main(["metadata", "rebuild", "--config", conf]) == 2
+    assert "--force" in capsys.readouterr().err
+    assert snapshot(cfg) == before  # untouched
+    assert main(["metadata", "rebuild", "--config", conf, "--force"]) == 0
+    after = snapshot(cfg)
+    expected = without_empty(before)
+    assert after["queues"] == expected["queues"] and after["messages"] == expected["messages"]
+    assert after["recorded_min"] == {k: v[2] for k, v in expected["queues"].items()}
+    assert_segments_restored(after, expected)
+    # Topics still listed keep their entries (ids, reserve time); the unlisted one is removed.
+    assert after["topics"] == {k: v for k, v in before["topics"].items() if k != "gone"}
+    assert after["topics"]["orders"][1] == 5
+
+
+def test_without_timestamps_segments_get_the_rebuild_time(tmp_path):
+    cfg = StoreConfig.load(write_config(tmp_path), environ={})
+    populate(cfg)
+    delete_metadata(cfg)
+    t0 = now_ms()
+    with cfg.open_driver() as driver, cfg.open_metadata() as metadata:
+        stats = rebuild_metadata(driver, metadata, cluster=cfg.cluster, broker=cfg.broker, timestamps=False)
+        assert stats.timestamps_read == 0
+        for seg in metadata.iterate_file_segments():
+            if seg.size:
+                assert t0 <= seg.begin_timestamp <= seg.end_timestamp <= now_ms()
+            else:
+                assert seg.begin_timestamp == seg.end_timestamp == NO_TIMESTAMP
+
+
+def test_torn_tail_strays_and_index_segments(tmp_path):
+    cfg = StoreConfig.load(write_config(tmp_path), environ={})
+    with cfg.open_driver() as driver, cfg.open_metadata() as metadata:
+        flat = FlatMessageFile(driver, metadata, "TopicT", 0, cfg.flat_config())
+        flat.init_offset(0)
+        for q in range(5):
+            put(flat, q, 1000 + q)
+        assert flat.commit()
+        cq_last = flat.consume_queue.segments[-1]
+        flat.shutdown()
+        driver.write(cq_last.path, cq_last.commit_position, b"\x01" * 7)  # a crash tore a sixth unit
+        base = f"{cluster_dir(cfg.cluster)}/{cfg.broker}"
+        driver.write(f"{base}/notes.txt", 0, b"not a segment")
+        driver.write(f"{base}/TopicT/0/COMMIT_LOG/00000000000000000000", 0, b"bad name")  # no md5 prefix
+        header = struct.pack(">iqqii", 0xBCC50285 - (1 << 32), 5000, 6000, 0, 0)
+        driver.write(index_path(cfg.cluster, cfg.broker, 0), 0, header)
+        driver.write(f"{cluster_dir('OtherCluster')}/{cfg.broker}/TopicT/0/notes", 0, b"elsewhere")
+    delete_metadata(cfg)
+    with cfg.open_driver() as driver, cfg.open_metadata() as metadata:
+        stats = rebuild_metadata(driver, metadata, cluster=cfg.cluster, broker=cfg.broker)
+        assert stats.strays == 2 and len(stats.stray_examples) == 2
+        queue = metadata.get_queue("TopicT", 0)
+        assert (queue.min_offset, queue.max_offset) == (0, 5)  # the torn unit is not counted
+        assert [t.topic for t in metadata.iterate_topics()] == ["TopicT"]  # no topic for the index
+        (index,) = metadata.iterate_file_segments(int(FileSegmentType.INDEX))
+        assert (index.path, index.begin_timestamp, index.end_timestamp) == (f"{cfg.broker}/rmq_sys_INDEX/0",
+                                                                           5000, 6000)
+        (cl,) = metadata.iterate_file_segments(int(FileSegmentType.COMMIT_LOG))
+        (cq,) = metadata.iterate_file_segments(int(FileSegmentType.CONSUME_QUEUE))
+        assert (cl.begin_timestamp, cl.end_timestamp, cq.begin_timestamp, cq.end_timestamp) == (1000, 1004, 1000, 1004)
+        assert cq.size == 5 * CQ_UNIT_SIZE + 7
+        flat = FlatMessageFile(driver, metadata, "TopicT", 0, cfg.flat_config())
+        assert flat.consume_queue_commit_offset() == 5
+        put(flat, 5, 1005)
+        assert flat.commit()
+        assert [decode_message(flat.get_message(q)).queue_offset for q in range(6)] == list(range(6))
+        flat.shutdown()
+
+
+def test_rebuild_of_an_empty_backend(tmp_path, capsys):
+    conf = write_config(tmp_path)
+    assert main(["metadata", "rebuild", "--config", conf]) == 0
+    assert "rebuilt 0 topic(s), 0 queue(s), 0 file segment(s)" in capsys.readouterr().out
+

@@ -1,0 +1,355 @@
+"""Rebuild lost metadata from a driver's listing (``tiered metadata rebuild``).
+
+Every segment path names its cluster, broker, topic, queue, file type and base offset
+(:func:`tiered_core.codec.naming.parse_segment_path`), and the listing gives its size, so
+the file-segment table and the queue table can be reconstructed from ``driver.list()``
+alone. What the listing cannot tell is recovered by reading a few bytes:
+
+* **status**: SEALED when ``driver.is_sealed(path)``, and for every segment but the last of
+  its flat file (the flat layer only rolls after sealing); NEW otherwise.
+* **timestamps** (``timestamps=True``, the default): a commit-log segment's begin/end are the
+  store times of its first/last message, found through the consume queue (binary search
+  over its units, ~log2(units) reads of 20 bytes) and read from the message header; a
+  consume-queue segment's are those of the messages its first/last whole unit points at; an
+  index segment's come from its 28-byte header. Where no message can be read (the consume
+  queue expired first, orphaned bytes), the begin is read from the segment's head if it
+  holds a valid message, the end from the next segment's begin. A non-empty segment whose
+  times stay unknown, or every segment with ``timestamps=False``, gets the rebuild time:
+  expiry then keeps it for a full reserve period instead of deleting it at once (the flat
+  layer treats an unknown end time as expired). Empty segments keep ``NO_TIMESTAMP``.
+* **queues**: ``min_offset`` = first consume-queue segment's base / 20, ``max_offset`` = end of
+  the last one / 20, a torn partial unit ignored. A queue without consume-queue segments
+  gets -1/-1 (like a queue that was never initialised).
+* **topics**: ids are assigned in sorted topic order. The reserve time is unknown (-1:
+  the configured default). With ``force``, a topic already in the store keeps its entry
+  (id and reserve time), so the key index's topic ids stay valid.
+
+Everything is written in one transaction of the target store: a failed rebuild leaves it
+as it was.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import struct
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, decode_cq_unit
+from tiered_core.codec.message import MAGIC_V1, MAGIC_V2, peek_magic, peek_store_timestamp
+from tiered_core.codec.naming import cluster_dir, index_queue_path, parse_segment_path, queue_path
+from tiered_core.errors import IllegalParam, MetadataError, TieredStoreError
+from tiered_core.segment import FileSegmentType
+from tiered_core.spi.driver import SegmentDriver
+from tiered_core.spi.metadata import (
+    NO_TIMESTAMP,
+    FileSegmentMetadata,
+    QueueMetadata,
+    SegmentStatus,
+    TieredMetadataStore,
+    TopicMetadata,
+    now_ms,
+)
+
+log = logging.getLogger(__name__)
+
+#: Bytes of a message that hold its store timestamp, whatever its host address sizes.
+_STORE_TS_END = 80
+_INDEX_HEADER = struct.Struct(">iqq")  # magic, begin timestamp, end timestamp
+_INDEX_MAGICS = {0xBCC50289 - (1 << 32), 0xBCC50285 - (1 << 32)}  # open / sealed (Java ints)
+_MAX_STRAYS_KEPT = 20
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class RebuildStats:
+    """What a rebuild found and wrote."""
+
+    topics: int = 0
+    queues: int = 0
+    segments: int = 0
+    sealed: int = 0
+    bytes: int = 0
+    timestamps_read: int = 0
+    strays: int = 0  # listed objects that are not segment paths (skipped)
+    stray_examples: list[str] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+
+@dataclass
+class _Seg:
+    path: str
+    base: int
+    size: int
+    sealed: bool = False
+    begin: int = NO_TIMESTAMP
+    end: int = NO_TIMESTAMP
+
+
+def is_empty(metadata: TieredMetadataStore) -> bool:
+    """True when the store holds no topic, queue or file segment."""
+    return (next(iter(metadata.iterate_topics()), None) is None
+            and next(iter(metadata.iterate_queues()), None) is None
+            and next(iter(metadata.iterate_file_segments()), None) is None)
+
+
+def rebuild_metadata(
+    driver: SegmentDriver,
+    metadata: TieredMetadataStore,
+    *,
+    cluster: str,
+    broker: str,
+    force: bool = False,
+    timestamps: bool = True,
+    progress: Progress | None = None,
+    progress_every: int = 1000,
+) -> RebuildStats:
+    """Reconstruct ``metadata`` from the segments of ``cluster``/``broker`` that ``driver`` lists.
+
+    Refuses a store that is not empty unless ``force``, in which case its queues and segments
+    are replaced (topics present in the listing keep their entries; the others are removed).
+    ``progress(done, total)`` is called every ``progress_every`` segments and at the end.
+
+    Raises :class:`MetadataError` (store not empty) or what the driver and store raise.
+    """
+    started = time.monotonic()
+    if not force and not is_empty(metadata):
+        raise MetadataError(f"metadata store {getattr(metadata, 'path', metadata)!r} is not empty; "
+                            "refusing to overwrite it (use force / --force to replace its contents)",
+                            path=getattr(metadata, "path", None))
+    stats = RebuildStats()
+    now = now_ms()
+    files = _scan(driver, f"{cluster_dir(cluster)}/{broker}/", cluster, broker, stats)
+    total = sum(len(segs) for segs in files.values())
+    done = 0
+
+    def tick(n: int) -> None:
+        nonlocal done
+        before, done = done, done + n
+        if progress is not None and progress_every > 0 and done // progress_every > before // progress_every:
+            progress(done, total)
+
+    queues: dict[tuple[str, int], tuple[int, int]] = {}
+    topics: set[str] = set()
+    for (topic, queue_id) in sorted({(t, q) for (t, q, _type) in files}):
+        cl = files.get((topic, queue_id, FileSegmentType.COMMIT_LOG), [])
+        cq = files.get((topic, queue_id, FileSegmentType.CONSUME_QUEUE), [])
+        idx = files.get((topic, queue_id, FileSegmentType.INDEX), [])
+        for segs in (cl, cq, idx):
+            segs.sort(key=lambda s: s.base)
+            for i, seg in enumerate(segs):
+                seg.sealed = i + 1 < len(segs) or driver.is_sealed(seg.path)
+        if timestamps:
+            _QueueTimes(driver, cl, cq, stats).fill()
+            for seg in idx:
+                _index_times(driver, seg, stats)
+        for seg in (*cl, *cq, *idx):
+            if seg.size and seg.begin == NO_TIMESTAMP:
+                seg.begin = now
+            if seg.size and seg.end == NO_TIMESTAMP:
+                seg.end = max(now, seg.begin)
+        tick(len(cl) + len(cq) + len(idx))
+        if cl or cq:
+            topics.add(topic)
+            queues[(topic, queue_id)] = _queue_range(cq)
+
+    with metadata.transaction():
+        kept = _replace_topics(metadata, sorted(topics)) if force else {}
+        if force:
+            for queue in list(metadata.iterate_queues()):
+                metadata.delete_queue(queue.topic, queue.queue_id)
+            for key in {(s.type, s.path) for s in metadata.iterate_file_segments()}:
+                metadata.delete_file_segment(*key)
+        for topic in sorted(topics):
+            if topic not in kept:
+                metadata.add_topic(topic)
+        stats.topics = len(topics)
+        for (topic, queue_id), (lo, hi) in sorted(queues.items()):
+            metadata.update_queue(QueueMetadata(topic, queue_id, lo, hi, now, broker_name=broker), touch=False)
+        stats.queues = len(queues)
+        for (topic, queue_id, file_type), segs in sorted(files.items()):
+            logical = (index_queue_path(broker) if file_type is FileSegmentType.INDEX
+                       else queue_path(broker, topic, queue_id))
+            for seg in segs:
+                meta = FileSegmentMetadata(
+                    logical, int(file_type), seg.base, size=seg.size,
+                    status=int(SegmentStatus.SEALED if seg.sealed else SegmentStatus.NEW),
+                    create_timestamp=now, begin_timestamp=seg.begin, end_timestamp=seg.end,
+                    seal_timestamp=now if seg.sealed else 0)
+                metadata.update_file_segment(meta)
+                stats.segments += 1
+                stats.sealed += seg.sealed
+                stats.bytes += seg.size
+    if progress is not None:
+        progress(total, total)
+    stats.elapsed_s = time.monotonic() - started
+    return stats
+
+
+def _scan(driver: SegmentDriver, prefix: str, cluster: str, broker: str,
+          stats: RebuildStats) -> dict[tuple[str, int, FileSegmentType], list[_Seg]]:
+    files: dict[tuple[str, int, FileSegmentType], list[_Seg]] = {}
+    for path, size in driver.list(prefix):
+        try:
+            info = parse_segment_path(path)
+        except IllegalParam:
+            info = None
+        if info is None or info.cluster != cluster or info.broker != broker:
+            stats.strays += 1
+            if len(stats.stray_examples) < _MAX_STRAYS_KEPT:
+                stats.stray_examples.append(path)
+            log.warning("rebuild: %r is not a segment path of %s/%s; skipped", path, cluster, broker)
+            continue
+        files.setdefault((info.topic, info.queue_id, info.file_type), []).append(
+            _Seg(path, info.base_offset, size))
+    return files
+
+
+def _queue_range(cq: list[_Seg]) -> tuple[int, int]:
+    if not cq:
+        return -1, -1
+    last = cq[-1]
+    end = last.base + last.size - last.size % CQ_UNIT_SIZE
+    return cq[0].base // CQ_UNIT_SIZE, end // CQ_UNIT_SIZE
+
+
+def _replace_topics(metadata: TieredMetadataStore, topics: Iterable[str]) -> dict[str, TopicMetadata]:
+    """With force: keep the entries of topics still present, drop the others."""
+    wanted = set(topics)
+    kept: dict[str, TopicMetadata] = {}
+    for topic in list(metadata.iterate_topics()):
+        if topic.topic in wanted:
+            kept[topic.topic] = topic
+        else:
+            metadata.delete_topic(topic.topic)
+    return kept
+
+
+def _index_times(driver: SegmentDriver, seg: _Seg, stats: RebuildStats) -> None:
+    if seg.size < _INDEX_HEADER.size:
+        return
+    try:
+        magic, begin, end = _INDEX_HEADER.unpack(driver.read(seg.path, 0, _INDEX_HEADER.size))
+    except TieredStoreError as exc:
+        log.warning("rebuild: cannot read the header of %s: %s", seg.path, exc)
+        return
+    if magic in _INDEX_MAGICS and 0 <= begin <= end:
+        seg.begin, seg.end = begin, end
+        stats.timestamps_read += 1
+
+
+def _known(ts: int | None) -> int:
+    return NO_TIMESTAMP if ts is None else ts
+
+
+class _QueueTimes:
+    """Store times of one queue's segments, read through its consume queue (see the module doc)."""
+
+    def __init__(self, driver: SegmentDriver, cl: list[_Seg], cq: list[_Seg], stats: RebuildStats) -> None:
+        self.driver, self.cl, self.cq, self.stats = driver, cl, cq, stats
+        self.cl_bases = [s.base for s in cl]
+        # Each consume-queue segment serves whole units from its base up to the next one's base
+        # (a segment rolled at a torn unit's start overrides the torn tail).
+        self.ranges: list[tuple[int, int, _Seg]] = []
+        for i, seg in enumerate(cq):
+            end = seg.base + seg.size - seg.size % CQ_UNIT_SIZE
+            if i + 1 < len(cq):
+                end = min(end, cq[i + 1].base)
+            if end > seg.base:
+                self.ranges.append((seg.base // CQ_UNIT_SIZE, end // CQ_UNIT_SIZE, seg))
+        self.range_starts = [r[0] for r in self.ranges]
+
+    # -- reads -------------------------------------------------------------------------
+
+    def unit(self, q: int) -> tuple[int, int] | None:
+        """(commit-log offset, size) of unit ``q``, or None when unreadable."""
+        i = bisect.bisect_right(self.range_starts, q) - 1
+        if i < 0 or q >= self.ranges[i][1]:
+            return None
+        seg = self.ranges[i][2]
+        try:
+            unit = decode_cq_unit(self.driver.read(seg.path, q * CQ_UNIT_SIZE - seg.base, CQ_UNIT_SIZE))
+        except TieredStoreError:
+            return None
+        return (unit.commitlog_offset, unit.size) if unit.is_valid else None
+
+    def store_time(self, offset: int) -> int | None:
+        """Store time of the message at commit-log ``offset``, or None when unreadable."""
+        i = bisect.bisect_right(self.cl_bases, offset) - 1
+        if i < 0:
+            return None
+        seg = self.cl[i]
+        pos = offset - seg.base
+        length = min(_STORE_TS_END, seg.size - pos)
+        if length <= 0:
+            return None
+        try:
+            head = self.driver.read(seg.path, pos, length)
+            if peek_magic(head) not in (MAGIC_V1, MAGIC_V2):
+                return None
+            ts = peek_store_timestamp(head)
+        except TieredStoreError:
+            return None
+        self.stats.timestamps_read += 1
+        return ts if 0 <= ts < NO_TIMESTAMP else None
+
+    def unit_time(self, q: int) -> int | None:
+        unit = self.unit(q)
+        return None if unit is None else self.store_time(unit[0])
+
+    def _first_unit_at_or_after(self, offset: int) -> int | None:
+        """The smallest queue offset whose unit points at or after commit-log ``offset``."""
+        if not self.ranges:
+            return None
+        lo, hi = self.ranges[0][0], self.ranges[-1][1]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            unit = self.unit(mid)
+            if unit is None:
+                return None  # a hole: give up on the search rather than guess
+            if unit[0] >= offset:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo if lo < self.ranges[-1][1] else None
+
+    # -- filling -----------------------------------------------------------------------
+
+    def fill(self) -> None:
+        for i, seg in enumerate(self.cl):
+            if not seg.size:
+                continue
+            end_offset = seg.base + seg.size
+            first = self._first_unit_at_or_after(seg.base)
+            after = self._first_unit_at_or_after(end_offset)
+            if first is not None and self._points_into(first, seg):
+                seg.begin = _known(self.unit_time(first))
+                last = (after if after is not None else self.ranges[-1][1]) - 1
+                if last >= first and self._points_into(last, seg):
+                    seg.end = _known(self.unit_time(last))
+            if seg.begin == NO_TIMESTAMP:
+                seg.begin = _known(self.store_time(seg.base))
+        for i, seg in enumerate(self.cl):
+            if seg.size and seg.end == NO_TIMESTAMP:
+                nxt = next((s.begin for s in self.cl[i + 1:] if s.begin != NO_TIMESTAMP), NO_TIMESTAMP)
+                seg.end = nxt if nxt != NO_TIMESTAMP else seg.begin
+        first_stored = self.cl[0].base if self.cl else None
+        for start, end, seg in self.ranges:
+            begin = self.unit_time(start)
+            if begin is None and first_stored is not None:
+                # The head's messages expired before its units: take the first one still stored.
+                q = self._first_unit_at_or_after(first_stored)
+                if q is not None and start < q < end:
+                    begin = self.unit_time(q)
+            seg.end = _known(self.unit_time(end - 1))
+            seg.begin = _known(begin) if begin is not None else seg.end
+
+    def _points_into(self, q: int, seg: _Seg) -> bool:
+        unit = self.unit(q)
+        return unit is not None and seg.base <= unit[0] < seg.base + seg.size
+
+
+__all__ = ["RebuildStats", "is_empty", "rebuild_metadata"]

@@ -20,13 +20,12 @@ missing or empty.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import logging
 import os
 import re
 import threading
-from typing import Any, Iterator
+from typing import Any, Iterator, TypeVar
 
 from tiered_core.errors import IllegalParam, MetadataError
 from tiered_core.spi.metadata import (
@@ -51,6 +50,8 @@ from tiered_core.spi.metadata import (
 )
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: The wrapper's segment tables, by FileSegmentType.
 SEGMENT_TABLES = {
@@ -281,7 +282,7 @@ class JsonMetadataStore(TieredMetadataStore):
         check_topic(topic)
         with self._reading():
             m = self._topics.get(topic)
-            return dataclasses.replace(m) if m else None
+            return _clone(m) if m else None
 
     def add_topic(self, topic: str, reserve_time: int = -1) -> TopicMetadata:
         check_topic(topic)
@@ -290,12 +291,12 @@ class JsonMetadataStore(TieredMetadataStore):
         with self.transaction():
             existing = self._topics.get(topic)
             if existing:
-                return dataclasses.replace(existing)
+                return _clone(existing)
             topic_id = self._state["serial"] + 1
             m = TopicMetadata(topic_id, topic, reserve_time, 0, now_ms())
             self._put(self._state, "serial", topic_id)
             self._put(self._topics, topic, m)
-        return dataclasses.replace(m)
+        return _clone(m)
 
     def update_topic(self, metadata: TopicMetadata, *, touch: bool = True) -> TopicMetadata:
         m = check_topic_metadata(metadata)
@@ -310,7 +311,7 @@ class JsonMetadataStore(TieredMetadataStore):
             self._put(self._topics, stored.topic, stored)
             if stored.topic_id > self._state["serial"]:
                 self._put(self._state, "serial", stored.topic_id)
-        return dataclasses.replace(stored)
+        return _clone(stored)
 
     def delete_topic(self, topic: str) -> bool:
         check_topic(topic)
@@ -324,7 +325,7 @@ class JsonMetadataStore(TieredMetadataStore):
         with self._reading():
             snapshot = sorted(self._topics.items())
         for _, m in snapshot:
-            yield dataclasses.replace(m)
+            yield _clone(m)
 
     @property
     def max_topic_id(self) -> int:
@@ -349,7 +350,7 @@ class JsonMetadataStore(TieredMetadataStore):
         check_queue_id(queue_id)
         with self._reading():
             m = self._queues.get(topic, {}).get(queue_id)
-            return dataclasses.replace(m) if m else None
+            return _clone(m) if m else None
 
     def add_queue(self, topic: str, queue_id: int, base_offset: int = -1, *,
                   broker_name: str = "") -> QueueMetadata:
@@ -357,9 +358,9 @@ class JsonMetadataStore(TieredMetadataStore):
         with self.transaction():
             existing = self._queues.get(topic, {}).get(queue_id)
             if existing:
-                return dataclasses.replace(existing)
+                return _clone(existing)
             self._put(self._inner(self._queues, topic), queue_id, m)
-        return dataclasses.replace(m)
+        return _clone(m)
 
     def update_queue(self, metadata: QueueMetadata, *, touch: bool = True) -> QueueMetadata:
         m = check_queue_metadata(metadata)
@@ -367,7 +368,7 @@ class JsonMetadataStore(TieredMetadataStore):
                                now_ms() if touch else m.update_timestamp, m.broker_name)
         with self.transaction():
             self._put(self._inner(self._queues, stored.topic), stored.queue_id, stored)
-        return dataclasses.replace(stored)
+        return _clone(stored)
 
     def delete_queue(self, topic: str, queue_id: int) -> bool:
         check_topic(topic)
@@ -387,7 +388,7 @@ class JsonMetadataStore(TieredMetadataStore):
             topics = sorted(self._queues) if topic is None else [topic]
             snapshot = [m for name in topics for _, m in sorted(self._queues.get(name, {}).items())]
         for m in snapshot:
-            yield dataclasses.replace(m)
+            yield _clone(m)
 
     # -- file segments ----------------------------------------------------------------
 
@@ -397,7 +398,7 @@ class JsonMetadataStore(TieredMetadataStore):
         check_base_offset(base_offset)
         with self._reading():
             m = self._segments[seg_type].get(path, {}).get(base_offset)
-            return dataclasses.replace(m) if m else None
+            return _clone(m) if m else None
 
     def update_file_segment(self, metadata: FileSegmentMetadata) -> FileSegmentMetadata:
         m = check_segment_metadata(metadata)
@@ -406,7 +407,7 @@ class JsonMetadataStore(TieredMetadataStore):
                                      m.seal_timestamp)
         with self.transaction():
             self._put(self._inner(self._segments[stored.type], stored.path), stored.base_offset, stored)
-        return dataclasses.replace(stored)
+        return _clone(stored)
 
     def delete_file_segment(self, type: int, path: str, base_offset: int | None = None) -> int:
         seg_type = check_segment_type(type)
@@ -441,7 +442,7 @@ class JsonMetadataStore(TieredMetadataStore):
                 else:
                     snapshot = [m for _, m in sorted(table.get(path, {}).items())]
             for m in snapshot:
-                yield dataclasses.replace(m)
+                yield _clone(m)
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -707,6 +708,13 @@ class _Decoder:
             raise self.fail(where, f"entry says topic={m.topic!r} but is filed under {name!r}")
         self._check(where, check_topic_metadata, m)
         return m
+
+
+def _clone(m: T) -> T:
+    """A copy of an entity (a shallow copy is enough: every field is immutable)."""
+    copy = object.__new__(type(m))
+    copy.__dict__.update(m.__dict__)
+    return copy
 
 
 def _or_empty(value: Any) -> Any:

@@ -225,6 +225,15 @@ class SqliteMetadataStore(TieredMetadataStore):
         with self.transaction(), self._guard(operation) as conn:
             return fn(conn)
 
+    def _write_one(self, operation: str, sql: str, params: tuple) -> int:
+        """Run one statement; returns its row count.
+
+        A single statement needs no explicit transaction: outside one it commits on
+        its own (atomically, durably), inside one it is part of it.
+        """
+        with self._guard(operation) as conn:
+            return conn.execute(sql, params).rowcount
+
     def _query(self, operation: str, sql: str, params: tuple = ()) -> list[tuple]:
         with self._guard(operation) as conn:
             return conn.execute(sql, params).fetchall()
@@ -281,8 +290,7 @@ class SqliteMetadataStore(TieredMetadataStore):
 
     def delete_topic(self, topic: str) -> bool:
         check_topic(topic)
-        return self._write("delete_topic",
-                           lambda c: c.execute("DELETE FROM topics WHERE topic = ?", (topic,)).rowcount > 0)
+        return self._write_one("delete_topic", "DELETE FROM topics WHERE topic = ?", (topic,)) > 0
 
     def iterate_topics(self) -> Iterator[TopicMetadata]:
         last: str | None = None
@@ -344,23 +352,26 @@ class SqliteMetadataStore(TieredMetadataStore):
 
         return self._write("add_queue", add)
 
-    @staticmethod
-    def _put_queue(conn: sqlite3.Connection, m: QueueMetadata) -> None:
-        conn.execute(f"INSERT OR REPLACE INTO queues ({_QUEUE_COLS}) VALUES (?, ?, ?, ?, ?, ?)",
+    _PUT_QUEUE = f"INSERT OR REPLACE INTO queues ({_QUEUE_COLS}) VALUES (?, ?, ?, ?, ?, ?)"
+
+    def _put_queue(self, conn: sqlite3.Connection, m: QueueMetadata) -> None:
+        conn.execute(self._PUT_QUEUE,
                      (m.topic, m.queue_id, m.min_offset, m.max_offset, m.update_timestamp, m.broker_name))
 
     def update_queue(self, metadata: QueueMetadata, *, touch: bool = True) -> QueueMetadata:
         m = check_queue_metadata(metadata)
         stored = QueueMetadata(m.topic, m.queue_id, m.min_offset, m.max_offset,
                                now_ms() if touch else m.update_timestamp, m.broker_name)
-        self._write("update_queue", lambda c: self._put_queue(c, stored))
+        self._write_one("update_queue", self._PUT_QUEUE, (stored.topic, stored.queue_id, stored.min_offset,
+                                                          stored.max_offset, stored.update_timestamp,
+                                                          stored.broker_name))
         return stored
 
     def delete_queue(self, topic: str, queue_id: int) -> bool:
         check_topic(topic)
         check_queue_id(queue_id)
-        return self._write("delete_queue", lambda c: c.execute(
-            "DELETE FROM queues WHERE topic = ? AND queue_id = ?", (topic, queue_id)).rowcount > 0)
+        return self._write_one("delete_queue", "DELETE FROM queues WHERE topic = ? AND queue_id = ?",
+                               (topic, queue_id)) > 0
 
     def iterate_queues(self, topic: str | None = None) -> Iterator[QueueMetadata]:
         if topic is not None:
@@ -394,6 +405,8 @@ class SqliteMetadataStore(TieredMetadataStore):
                            "WHERE type = ? AND path = ? AND base_offset = ?", key)
         return FileSegmentMetadata(*rows[0]) if rows else None
 
+    _PUT_SEGMENT = f"INSERT OR REPLACE INTO file_segments ({_SEGMENT_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+
     def update_file_segment(self, metadata: FileSegmentMetadata) -> FileSegmentMetadata:
         m = check_segment_metadata(metadata)
         stored = FileSegmentMetadata(m.path, int(m.type), m.base_offset, m.size, int(m.status),
@@ -401,9 +414,7 @@ class SqliteMetadataStore(TieredMetadataStore):
                                      m.seal_timestamp)
         values = (stored.path, stored.type, stored.base_offset, stored.size, stored.status,
                   stored.create_timestamp, stored.begin_timestamp, stored.end_timestamp, stored.seal_timestamp)
-        self._write("update_file_segment", lambda c: c.execute(
-            f"INSERT OR REPLACE INTO file_segments ({_SEGMENT_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            values))
+        self._write_one("update_file_segment", self._PUT_SEGMENT, values)
         return stored
 
     def delete_file_segment(self, type: int, path: str, base_offset: int | None = None) -> int:
@@ -415,7 +426,7 @@ class SqliteMetadataStore(TieredMetadataStore):
             check_base_offset(base_offset)
             sql = "DELETE FROM file_segments WHERE type = ? AND path = ? AND base_offset = ?"
             params = (type, path, base_offset)
-        return self._write("delete_file_segment", lambda c: c.execute(sql, params).rowcount)
+        return self._write_one("delete_file_segment", sql, params)
 
     def iterate_file_segments(self, type: int | None = None, path: str | None = None
                               ) -> Iterator[FileSegmentMetadata]:

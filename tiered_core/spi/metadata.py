@@ -145,6 +145,8 @@ def check_base_offset(base_offset: Any) -> int:
 
 
 def _check_ints(entity: Any, *names: str) -> None:
+    if all(type(getattr(entity, name)) is int for name in names):  # the common case, checked fast
+        return
     for name in names:
         value = getattr(entity, name)
         if not _is_int(value):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pytest
 
@@ -376,6 +377,63 @@ def test_config_errors_name_the_key():
     with pytest.raises(ConfigError) as err:
         LocalStoreConfig(store_host=("127.0.0.1", 70000))
     assert err.value.key == "store_host"
+    with pytest.raises(ConfigError) as err:
+        LocalStoreConfig(index_max_items=1)
+    assert err.value.key == "index_max_items"
+    # RocketMQ's flushDiskType values are understood
+    assert LocalStoreConfig(flush_mode="SYNC_FLUSH").flush_mode is FlushMode.SYNC
+    assert LocalStoreConfig(flush_mode="async_flush").flush_mode is FlushMode.ASYNC
+
+
+def test_without_the_index_key_queries_find_nothing(tmp_path):
+    store = _store(tmp_path, message_index_enable=False)
+    store.put_message("orders", 0, _msg("orders", 1))
+    store.reput()
+    assert store.query_message("orders", "key-1") == []
+    assert not os.path.exists(tmp_path / "index")
+    assert len(store.get_messages("orders", 0, 0)) == 1
+    store.close()
+
+
+def test_reads_race_retention_safely(tmp_path):
+    """Readers chasing the min offset while retention deletes files see only whole
+    messages or IllegalOffset for offsets that just expired."""
+    clock = Clock(1_000_000)
+    store = _store(tmp_path, clock=clock, file_reserved_time_ms=0)
+    _fill_for_retention(store, clock, 300)
+    stop = threading.Event()
+    errors: list[Exception] = []
+    reads = [0]
+
+    def reader() -> None:
+        while not stop.is_set():
+            lo = store.get_min_offset_in_queue("orders", 0)
+            try:
+                got = store.get_messages("orders", 0, lo, 8)
+            except IllegalOffset:
+                continue
+            except Exception as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+                return
+            assert all(m.body.startswith(f"orders-{m.keys[0][4:]}:".encode()) for m in got)
+            reads[0] += 1
+
+    threads = [threading.Thread(target=reader) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for _ in range(10_000):  # let the readers get going first
+        if reads[0] or errors:
+            break
+        time.sleep(0.001)
+    deleted = 0
+    for f in store.commit_log.files()[:-1]:
+        deleted += store.delete_expired(f.mtime_ms())
+    stop.set()
+    for t in threads:
+        t.join()
+    assert errors == [] and deleted >= 5 and reads[0] > 0
+    assert len(store.commit_log.files()) == 1
+    store.close()
 
 
 def test_a_store_directory_is_opened_by_one_owner_at_a_time(tmp_path):

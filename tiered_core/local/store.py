@@ -103,7 +103,7 @@ class LocalStoreConfig:
     message_index_enable: bool = True
     flush_mode: FlushMode = FlushMode.ASYNC
     flush_interval_ms: int = 500  # flushIntervalCommitLog
-    reput_interval_ms: int = 1  # background reput poll (it also wakes on every put)
+    reput_interval_ms: int = 10  # background reput poll (it also wakes on every put)
     background_services: bool = True  # run the reput and flush threads
     file_reserved_time_ms: int = 72 * 3600 * 1000  # fileReservedTime (72 h)
     max_message_size: int = 16 << 20  # largest encoded message accepted
@@ -124,8 +124,9 @@ class LocalStoreConfig:
         positive("file_reserved_time_ms", 0)
         positive("max_message_size", 128)
         try:
-            object.__setattr__(self, "flush_mode", FlushMode(str(getattr(self.flush_mode, "value",
-                                                                         self.flush_mode)).upper()))
+            mode = str(getattr(self.flush_mode, "value", self.flush_mode)).upper()
+            # RocketMQ's flushDiskType spelling (ASYNC_FLUSH / SYNC_FLUSH) is accepted too
+            object.__setattr__(self, "flush_mode", FlushMode(mode.removesuffix("_FLUSH")))
         except ValueError:
             raise ConfigError(f"flush_mode must be one of {[m.value for m in FlushMode]}, got "
                               f"{self.flush_mode!r}", key="flush_mode", value=self.flush_mode) from None
@@ -223,6 +224,7 @@ class LocalMessageStore:
         self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
         self._queue_offsets: dict[tuple[str, int], int] = {}
         self._last_store_ts = 0
+        self._valid_topics: set[str] = set()
         self._last_checkpoint: _Checkpoint | None = None
         self._reput_error: TieredStoreError | None = None
         self._stop = threading.Event()
@@ -231,9 +233,12 @@ class LocalMessageStore:
 
         os.makedirs(self.root, exist_ok=True)
         self._lock_fd = self._acquire_dir_lock()
+        self._commit_log: CommitLog | None = None
+        self._index: IndexService | None = None
         try:
             self._open()
         except BaseException:
+            self._close_files()
             self._release_dir_lock()
             raise
         if self.config.background_services:
@@ -387,7 +392,9 @@ class LocalMessageStore:
         topic, queue id or message (nothing is stored).
         """
         self._check_open()
-        validate_topic(topic)
+        if topic not in self._valid_topics:
+            validate_topic(topic)
+            self._valid_topics.add(topic)
         if isinstance(queue_id, bool) or not isinstance(queue_id, int) or not 0 <= queue_id <= _INT_MAX:
             raise IllegalParam(f"queue id {queue_id!r} must be an int in 0..2^31-1", queue_id=queue_id)
         if not isinstance(message, Message):
@@ -407,7 +414,7 @@ class LocalMessageStore:
         with self._put_lock:
             self._check_open()
             queue_offset = self._queue_offsets.get(key, 0)
-            ts = max(self._clock(), self._last_store_ts)
+            ts = max(int(self._clock()), self._last_store_ts)
             _I64.pack_into(data, QUEUE_OFFSET_POS, queue_offset)
             _I64.pack_into(data, ts_pos, ts)
             res = self._commit_log.append(data, ts)
@@ -482,11 +489,13 @@ class LocalMessageStore:
         return cq
 
     def _dispatch(self, msg: MessageExt, offset: int, size: int) -> None:
-        try:
-            validate_topic(msg.topic)
-        except IllegalParam:
-            raise CorruptData(f"message at commit-log offset {offset} has an invalid topic {msg.topic!r}",
-                              offset=offset, reason="bad_topic") from None
+        if msg.topic not in self._valid_topics:
+            try:
+                validate_topic(msg.topic)  # it becomes a directory name
+            except IllegalParam:
+                raise CorruptData(f"message at commit-log offset {offset} has an invalid topic "
+                                  f"{msg.topic!r}", offset=offset, reason="bad_topic") from None
+            self._valid_topics.add(msg.topic)
         cq = self._consume_queue(msg.topic, msg.queue_id, create=True)
         tags_code = tags_hash_code(msg.tags)
         cq.put(msg.queue_offset, offset, size, tags_code)
@@ -789,12 +798,16 @@ class LocalMessageStore:
         finally:
             with self._put_lock, self._reput_lock:
                 self._closed = True
-                for cq in self._cqs.values():
-                    cq.close()
-                if self._index is not None:
-                    self._index.close()
-                self._commit_log.close()
+                self._close_files()
             self._release_dir_lock()
+
+    def _close_files(self) -> None:
+        for cq in self._cqs.values():
+            cq.close()
+        if self._index is not None:
+            self._index.close()
+        if self._commit_log is not None:
+            self._commit_log.close()
 
     def __enter__(self) -> "LocalMessageStore":
         return self

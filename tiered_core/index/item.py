@@ -1,0 +1,135 @@
+"""IndexItem: one entry of the tiered key index, in RocketMQ's byte layout.
+
+An item is 32 bytes, big-endian (Java ``ByteBuffer``)::
+
+    0 hash code (int)   4 topic id (int)   8 queue id (int)   12 offset (long)
+    20 size (int)       24 time diff (int, seconds since the file's begin)
+    28 previous item index in the slot's chain (int, 0 = end of chain)
+
+The compacted (sealed, uploaded) form is the first 28 bytes: chains are replaced by
+contiguous runs, so the previous-item link is gone.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from tiered_core.errors import IllegalParam
+
+ITEM_SIZE = 32
+COMPACT_ITEM_SIZE = 28
+
+_ITEM = struct.Struct(">iiiqiii")
+_COMPACT_ITEM = struct.Struct(">iiiqii")
+
+INT_MIN = -(1 << 31)
+INT_MAX = (1 << 31) - 1
+LONG_MAX = (1 << 63) - 1
+
+# Field offsets within an item (RocketMQ IndexItem.getByteBuffer layout).
+HASH_POSITION = 0
+TOPIC_ID_POSITION = 4
+QUEUE_ID_POSITION = 8
+OFFSET_POSITION = 12
+SIZE_POSITION = 20
+TIME_DIFF_POSITION = 24
+ITEM_INDEX_POSITION = 28
+
+
+def _check_int(name: str, value: object, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise IllegalParam(f"index item {name} {value!r} must be an int in {lo}..{hi}", **{name: value})
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class IndexItem:
+    """One index entry. Construction checks every field fits its Java type.
+
+    ``item_index`` is the previous item of the same hash slot (0 = none); it is not
+    part of the compacted form. Raises :class:`~tiered_core.errors.IllegalParam`
+    naming a field out of range or a buffer of the wrong length.
+    """
+
+    hash_code: int
+    topic_id: int
+    queue_id: int
+    offset: int
+    size: int
+    time_diff: int
+    item_index: int = 0
+
+    def __post_init__(self) -> None:
+        _check_int("hash_code", self.hash_code, INT_MIN, INT_MAX)
+        _check_int("topic_id", self.topic_id, INT_MIN, INT_MAX)
+        _check_int("queue_id", self.queue_id, INT_MIN, INT_MAX)
+        _check_int("offset", self.offset, -LONG_MAX - 1, LONG_MAX)
+        _check_int("size", self.size, INT_MIN, INT_MAX)
+        _check_int("time_diff", self.time_diff, INT_MIN, INT_MAX)
+        _check_int("item_index", self.item_index, INT_MIN, INT_MAX)
+
+    def encode(self) -> bytes:
+        """The 32-byte form (with the chain link)."""
+        return _ITEM.pack(self.hash_code, self.topic_id, self.queue_id, self.offset, self.size,
+                          self.time_diff, self.item_index)
+
+    def encode_compact(self) -> bytes:
+        """The 28-byte compacted form (without the chain link)."""
+        return _COMPACT_ITEM.pack(self.hash_code, self.topic_id, self.queue_id, self.offset,
+                                  self.size, self.time_diff)
+
+    @classmethod
+    def decode(cls, data: bytes | bytearray | memoryview) -> "IndexItem":
+        """An item from exactly 32 or 28 bytes (the compacted form has ``item_index`` 0)."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise IllegalParam(f"index item bytes must be bytes, got {type(data).__name__}", data=data)
+        if len(data) == ITEM_SIZE:
+            return cls(*_ITEM.unpack(data))
+        if len(data) == COMPACT_ITEM_SIZE:
+            return cls(*_COMPACT_ITEM.unpack(data))
+        raise IllegalParam(f"an index item is {ITEM_SIZE} or {COMPACT_ITEM_SIZE} bytes, got {len(data)}",
+                           length=len(data))
+
+    @classmethod
+    def unpack_from(cls, buffer: bytes | bytearray | memoryview, position: int, *,
+                    compact: bool) -> "IndexItem":
+        """The item at ``position`` of ``buffer`` (32-byte form, or 28-byte with ``compact``)."""
+        layout = _COMPACT_ITEM if compact else _ITEM
+        if position < 0 or position + layout.size > len(buffer):
+            raise IllegalParam(f"no {layout.size}-byte index item at position {position} of a "
+                               f"{len(buffer)}-byte buffer", position=position)
+        return cls(*layout.unpack_from(buffer, position))
+
+
+class IndexEntry(NamedTuple):
+    """What a key lookup returns: where the message lives in the tiered store.
+
+    ``offset`` is the tiered commit-log offset of queue ``queue_id``; ``size`` the
+    message size. ``store_timestamp`` is precise to the second: the index keeps whole
+    seconds since its file's begin, so the message's real store time lies in
+    ``[store_timestamp, store_timestamp + 999]``. Entries are found by hash, so a
+    lookup may return a message whose key merely collides: read it and check its keys.
+    """
+
+    topic_id: int
+    queue_id: int
+    offset: int
+    size: int
+    store_timestamp: int
+
+
+__all__ = [
+    "ITEM_SIZE",
+    "COMPACT_ITEM_SIZE",
+    "HASH_POSITION",
+    "TOPIC_ID_POSITION",
+    "QUEUE_ID_POSITION",
+    "OFFSET_POSITION",
+    "SIZE_POSITION",
+    "TIME_DIFF_POSITION",
+    "ITEM_INDEX_POSITION",
+    "IndexItem",
+    "IndexEntry",
+]

@@ -131,6 +131,10 @@ def test_to_toml_keeps_secrets_describe_and_repr_redact_them():
     assert StoreConfig.from_text(cfg.to_toml(), "toml") == cfg
     assert cfg.describe()["driver_options"] == {"container": "c", "account_key": "***"}
     assert "s3cr3t" not in repr(cfg) and "s3cr3t" not in str(cfg.describe())
+    # A structured secret (a GCS service-account token) round-trips as an inline table.
+    gcs = StoreConfig.from_mapping({"driver": "gcs", "options": {"bucket": "b", "token": {"type": "sa", "key": 'k"1'}}})
+    assert StoreConfig.from_text(gcs.to_toml(), "toml") == gcs
+    assert gcs.describe()["driver_options"] == {"bucket": "b", "token": "***"}
 
 
 @pytest.mark.parametrize("text,key", [

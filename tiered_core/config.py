@@ -676,6 +676,8 @@ def _toml_value(value: Any) -> str:
         return _toml_str(value)
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{_toml_key(str(k))} = {_toml_value(v)}" for k, v in value.items()) + "}"
     raise ConfigError(f"cannot write {value!r} ({type(value).__name__}) to TOML", key="options", value=value)
 
 

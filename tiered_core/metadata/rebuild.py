@@ -183,7 +183,7 @@ def rebuild_metadata(
                 stats.segments += 1
                 stats.sealed += seg.sealed
                 stats.bytes += seg.size
-    if progress is not None:
+    if progress is not None and progress_every > 0:
         progress(total, total)
     stats.elapsed_s = time.monotonic() - started
     return stats

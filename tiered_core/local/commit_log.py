@@ -120,6 +120,11 @@ class CommitLog:
         return self._files.flushed_offset
 
     @property
+    def last_store_timestamp(self) -> int:
+        """Store time of the newest message appended or seen by recovery (0 if none)."""
+        return self._last_store_timestamp
+
+    @property
     def max_message_size(self) -> int:
         """Largest message a file can take."""
         return self.file_size - END_FILE_MIN_BLANK_LENGTH

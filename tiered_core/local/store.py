@@ -203,6 +203,9 @@ class LocalMessageStore:
     * bad input raises :class:`~tiered_core.errors.IllegalParam` naming it and
       stores nothing.
 
+    After opening, :attr:`recovery` (a :class:`~tiered_core.local.commit_log.RecoveryResult`)
+    tells what restart recovery validated and cut.
+
     Thread-safe: puts from many threads, reads, reput, flush and retention may run
     concurrently. Raises :class:`~tiered_core.errors.SegmentClosed` after
     :meth:`close` and :class:`~tiered_core.errors.StateConflict` when another
@@ -277,6 +280,7 @@ class LocalMessageStore:
                        if cfg.message_index_enable else None)
         if self._index is not None:
             self._index.forget_after(cl_max)
+        fsync_dir(self.root)  # the directories just created
         start = cp.reput_offset if cp else cl_min
         # Consume queues lost since the checkpoint (e.g. their directory was removed)
         # are rebuilt: replay from the newest message any queue still knows.
@@ -284,7 +288,7 @@ class LocalMessageStore:
         if cq_end < start:
             start = max(cq_end, cl_min)
         self._reput_offset = min(max(start, cl_min), cl_max)
-        self._last_store_ts = self._commit_log._last_store_timestamp
+        self._last_store_ts = self._commit_log.last_store_timestamp
         self.reput()
         if self._reput_error is not None:
             raise self._reput_error
@@ -483,8 +487,12 @@ class LocalMessageStore:
             with self._cq_lock:
                 cq = self._cqs.get(key)
                 if cq is None:
-                    d = os.path.join(self.root, "consumequeue", topic, str(queue_id))
+                    base = os.path.join(self.root, "consumequeue")
+                    d = os.path.join(base, topic, str(queue_id))
                     cq = ConsumeQueue(d, topic, queue_id, self.config.consume_queue_units_per_file)
+                    # a queue directory lost in a power cut would restart its offsets at 0
+                    fsync_dir(os.path.join(base, topic))
+                    fsync_dir(base)
                     self._cqs[key] = cq
         return cq
 

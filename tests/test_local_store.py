@@ -444,3 +444,25 @@ def test_a_store_directory_is_opened_by_one_owner_at_a_time(tmp_path):
     store.close()  # idempotent
     with _store(tmp_path) as again:
         assert again.list_queues() == []
+
+
+def test_read_messages_filters_by_tags_code_and_says_where_to_go_on(tmp_path):
+    store = _store(tmp_path)
+    for i in range(40):
+        store.put_message("orders", 0, _msg("orders", i, size=100, tags="paid" if i % 10 == 9 else "new"))
+    store.reput()
+    paid = tags_hash_code("paid")
+    r = store.read_messages("orders", 0, 0, 2, message_filter=lambda code: code == paid)
+    assert [m.queue_offset for m in r.messages] == [9, 19]
+    assert (r.next_offset, r.min_offset, r.max_offset) == (20, 0, 40)
+    r = store.read_messages("orders", 0, 20, 10, message_filter=lambda code: code == paid, max_scan=5)
+    assert (r.messages, r.next_offset) == ([], 25)
+    r = store.read_messages("orders", 0, 25, 10, message_filter=lambda code: code == paid)
+    assert [m.queue_offset for m in r.messages] == [29, 39] and r.next_offset == 40
+    r = store.read_messages("orders", 0, 3, 10, max_bytes=250)
+    assert [m.queue_offset for m in r.messages] == [3] and r.next_offset == 4
+    r = store.read_messages("orders", 0, 40, 10)
+    assert (r.messages, r.next_offset) == ([], 40)
+    r = store.read_messages("unknown", 0, 7, 10)
+    assert (r.messages, r.next_offset, r.min_offset, r.max_offset) == ([], 7, 0, 0)
+    store.close()

@@ -15,6 +15,7 @@ from tiered_core.local.store import (
     FlushMode,
     LocalMessageStore,
     LocalPutResult,
+    LocalReadResult,
     LocalStoreConfig,
 )
 
@@ -30,6 +31,7 @@ __all__ = [
     "IndexService",
     "LocalMessageStore",
     "LocalPutResult",
+    "LocalReadResult",
     "LocalStoreConfig",
     "MappedFile",
     "MappedFileQueue",

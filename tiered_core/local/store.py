@@ -75,6 +75,8 @@ log = logging.getLogger(__name__)
 _I64 = struct.Struct(">q")
 _INT_MAX = (1 << 31) - 1
 _LONG_MAX = (1 << 63) - 1
+#: Units one read_messages call looks at, at most (bounds a filtered read).
+DEFAULT_MAX_SCAN = 16_000
 CHECKPOINT_FILE = "checkpoint.json"
 LOCK_FILE = "lock"
 #: Bytes read to find a message's store timestamp (its head, IPv6 hosts included).
@@ -150,6 +152,15 @@ class LocalPutResult(NamedTuple):
     queue_offset: int
     commitlog_offset: int
     store_timestamp: int
+
+
+class LocalReadResult(NamedTuple):
+    """What :meth:`LocalMessageStore.read_messages` found."""
+
+    messages: list[MessageExt]
+    next_offset: int  # queue offset to read next (past skipped and filtered units)
+    min_offset: int  # the queue's bounds when the read began
+    max_offset: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -612,35 +623,63 @@ class LocalMessageStore:
         ``max_bytes`` bounds the total size (at least one message is returned).
         Messages whose commit-log bytes expired meanwhile are left out.
         """
+        return self.read_messages(topic, queue_id, offset, max_count, max_bytes=max_bytes).messages
+
+    def read_messages(self, topic: str, queue_id: int, offset: int, max_count: int = 32, *,
+                      max_bytes: int | None = None,
+                      message_filter: Callable[[int], bool] | None = None,
+                      max_scan: int = DEFAULT_MAX_SCAN) -> "LocalReadResult":
+        """Like :meth:`get_messages`, with a tags filter and where to read on.
+
+        ``message_filter(tags_code)`` False skips a message without reading it; at
+        most ``max_scan`` units are looked at per call (so a filter matching nothing
+        cannot make one call read the whole queue). ``next_offset`` is the queue
+        offset after the last unit looked at: the next call starts there. The bounds
+        are those of the queue when the read began.
+        """
         self._check_open()
         if max_count <= 0:
             raise IllegalParam(f"max_count must be > 0, got {max_count}", max_count=max_count)
+        if max_scan <= 0:
+            raise IllegalParam(f"max_scan must be > 0, got {max_scan}", max_scan=max_scan)
         cq = self._cqs.get((topic, queue_id))
         if cq is None:
-            return []
-        units = cq.get_units(offset, max_count)
+            return LocalReadResult([], offset, 0, 0)
+        lo, hi = cq.min_offset, cq.max_offset
         out: list[MessageExt] = []
         total = 0
-        for i, unit in enumerate(units):
-            if not unit.is_valid:
-                continue
-            if max_bytes is not None and out and total + unit.size > max_bytes:
+        cur = offset
+        scanned = 0
+        batch = max_count if message_filter is None else max(max_count, 256)
+        while len(out) < max_count and scanned < max_scan:
+            units = cq.get_units(cur, min(batch, max_scan - scanned))
+            if not units:
                 break
-            try:
-                data = self._commit_log.read(unit.commitlog_offset, unit.size)
-            except IllegalOffset:
-                if unit.commitlog_offset < self._commit_log.min_offset:
-                    continue  # expired while we read
-                raise
-            msg = decode_message(data, base_offset=unit.commitlog_offset)
-            if msg.topic != topic or msg.queue_id != queue_id or msg.queue_offset != offset + i:
-                raise CorruptData(
-                    f"consume queue {topic}/{queue_id} unit {offset + i} points at commit-log offset "
-                    f"{unit.commitlog_offset}, which holds {msg.topic}/{msg.queue_id}@{msg.queue_offset}",
-                    offset=unit.commitlog_offset, reason="index_mismatch")
-            out.append(msg)
-            total += unit.size
-        return out
+            for unit in units:
+                if max_bytes is not None and out and total + unit.size > max_bytes:
+                    return LocalReadResult(out, cur, lo, hi)
+                here = cur
+                cur += 1
+                scanned += 1
+                if not unit.is_valid or (message_filter is not None and not message_filter(unit.tags_code)):
+                    continue
+                try:
+                    data = self._commit_log.read(unit.commitlog_offset, unit.size)
+                except IllegalOffset:
+                    if unit.commitlog_offset < self._commit_log.min_offset:
+                        continue  # expired while we read
+                    raise
+                msg = decode_message(data, base_offset=unit.commitlog_offset)
+                if msg.topic != topic or msg.queue_id != queue_id or msg.queue_offset != here:
+                    raise CorruptData(
+                        f"consume queue {topic}/{queue_id} unit {here} points at commit-log offset "
+                        f"{unit.commitlog_offset}, which holds {msg.topic}/{msg.queue_id}@{msg.queue_offset}",
+                        offset=unit.commitlog_offset, reason="index_mismatch")
+                out.append(msg)
+                total += unit.size
+                if len(out) >= max_count:
+                    break
+        return LocalReadResult(out, cur, lo, hi)
 
     def _store_time_of_unit(self, unit: ConsumeQueueUnit) -> int | None:
         if not unit.is_valid:
@@ -828,6 +867,7 @@ __all__ = [
     "LocalMessageStore",
     "LocalStoreConfig",
     "LocalPutResult",
+    "LocalReadResult",
     "DispatchRequest",
     "DispatchListener",
     "FlushMode",

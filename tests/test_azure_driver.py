@@ -16,7 +16,7 @@ from tiered_core.plugins import open_driver
 from tiered_core.segment import FileSegment
 from tiered_core.testing.emulators import AZURITE_KEY
 from tiered_core.testing.pytest_emulators import AZURE_CONTAINER, azurite  # noqa: F401  (fixture)
-from tiered_driver_azure import MAX_APPEND_BLOCK, AzureDriver
+from tiered_driver_azure import LOST_ANSWER, MAX_APPEND_BLOCK, AzureDriver
 
 BLOCK = 1000  # small blocks make multi-block writes cheap to test
 
@@ -233,3 +233,22 @@ def test_file_segment_over_azure(driver):
     again = FileSegment(driver.reopen(), "commitlog/00000000000000000000")
     assert again.commit_position == 21_000 and again.sealed
     assert again.read(0, 21_000) == b"".join(data)
+
+
+def test_lost_answer_of_an_append_is_not_written_twice(driver):
+    data = b"".join(bytes([97 + i]) * BLOCK for i in range(3))
+    driver.create("seg")
+    state = {"n": 0}
+
+    def hook(method, url):
+        if url.endswith("comp=appendblock"):
+            state["n"] += 1
+            if state["n"] == 2:  # the second block lands, its answer does not
+                return LOST_ANSWER
+        return None
+
+    driver.fault_hook = hook
+    driver.write("seg", 0, data)  # the retry gets 412, reads the block back: ours
+    driver.fault_hook = None
+    assert driver.size("seg") == len(data)
+    assert driver.read("seg", 0, len(data)) == data

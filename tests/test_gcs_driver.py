@@ -15,7 +15,7 @@ from tiered_core.errors import DriverError, IllegalParam, InvalidPath, NotFound,
 from tiered_core.plugins import open_driver
 from tiered_core.segment import FileSegment
 from tiered_core.testing.pytest_emulators import GCS_BUCKET, fake_gcs  # noqa: F401  (fixture)
-from tiered_driver_gcs import EMULATOR_GAP, GcsDriver
+from tiered_driver_gcs import EMULATOR_GAP, LOST_ANSWER, GcsDriver
 from tiered_driver_gcs.driver import COMPACT_AT
 from tiered_driver_gcs.layout import META_SEALED, PART_MARK, part_key
 
@@ -263,3 +263,43 @@ def test_tiered_drivers_json_lists_gcs_with_version_and_no_secret(tmp_path):
     assert listed["gcs"]["distribution"] == "tiered-driver-gcs"
     assert "token" in listed["gcs"]["options"]
     assert SECRET not in out.stdout and SECRET not in out.stderr
+
+
+def lose_first_answer(match):
+    """A fault hook: the first request matching ``match`` is carried out, its answer lost."""
+    state = {"done": False}
+
+    def hook(method, what):
+        if not state["done"] and match(method, what):
+            state["done"] = True
+            return LOST_ANSWER
+        return None
+
+    return hook
+
+
+def test_lost_answer_of_a_part_upload_is_not_written_twice(driver):
+    driver.write("seg", 0, b"base")
+    driver.fault_hook = lose_first_answer(lambda m, w: w.startswith("write"))
+    driver.write("seg", 4, b"-part")  # the retry finds its own part (412 + same md5)
+    driver.fault_hook = None
+    assert driver.read("seg", 0, driver.size("seg")) == b"base-part"
+
+
+def test_lost_answer_of_a_compose_is_not_composed_twice(driver):
+    """The emulator does not enforce the generation precondition: a blind retry would
+    append the parts twice. The driver looks at the base before composing again."""
+    expected = bytearray()
+    for i in range(COMPACT_AT):  # the first is the base, then COMPACT_AT - 1 parts
+        chunk = f"<{i:03d}>".encode()
+        driver.write("seg", len(expected), chunk)
+        expected += chunk
+    driver.fault_hook = lose_first_answer(lambda m, w: w.startswith("compose"))
+    driver.write("seg", len(expected), b"<last>")  # reaches COMPACT_AT: composes
+    expected += b"<last>"
+    driver.fault_hook = None
+    assert len([o for o in raw_objects(driver, "seg") if PART_MARK in o["name"]]) < COMPACT_AT  # it composed
+    assert driver.size("seg") == len(expected)
+    assert driver.read("seg", 0, len(expected)) == bytes(expected)
+    driver.seal("seg")
+    assert driver.read("seg", 0, len(expected)) == bytes(expected)

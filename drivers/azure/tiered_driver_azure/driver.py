@@ -24,8 +24,10 @@ MAX_APPEND_BLOCK = 4 * 1024 * 1024
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
 #: ``fault_hook(method, url_path_and_comp)`` may return an HTTP status (the request then fails
-#: with it without reaching the server) or raise (a connection failure); None = send.
-FaultHook = Callable[[str, str], "int | None"]
+#: with it without reaching the server), :data:`LOST_ANSWER` (it is carried out but its
+#: answer is lost), or raise (a connection failure); None = send.
+FaultHook = Callable[[str, str], "int | str | None"]
+LOST_ANSWER = "lost-answer"
 
 
 class AzureDriver(SegmentDriver):
@@ -104,6 +106,7 @@ class AzureDriver(SegmentDriver):
             "read_timeout": self.timeout,
             "max_single_get_size": 256 * 1024 * 1024,  # one GET per read: no etag-pinned chunking
             "raw_request_hook": _RequestHook(self),  # runs once per HTTP request sent
+            "raw_response_hook": _lose_answer_if_asked,
         }
         if connection_string:
             return BlobServiceClient.from_connection_string(connection_string, **kwargs)
@@ -366,9 +369,16 @@ class _RequestHook:
             # The path plus the operation (?comp=...); never the rest of the query (a SAS).
             base, _, query = http.url.partition("?")
             comp = [q for q in query.split("&") if q.startswith("comp=")]
-            status = hook(http.method, base + ("?" + comp[0] if comp else ""))
-            if status is not None:
-                raise _InjectedFault(int(status))
+            fault = hook(http.method, base + ("?" + comp[0] if comp else ""))
+            if fault == LOST_ANSWER:
+                request.context["tiered_lost_answer"] = True
+            elif fault is not None:
+                raise _InjectedFault(int(fault))
+
+
+def _lose_answer_if_asked(response) -> None:
+    if response.context.get("tiered_lost_answer"):
+        raise ConnectionResetError("injected: answer lost after the request was carried out")
 
 
 def _status(exc: Exception) -> tuple[int, str]:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from tiered_core import hookimpl
 
+from .client import LOST_ANSWER
 from .driver import EMULATOR_GAP, GcsDriver, emulator_capabilities
 
 __version__ = "0.1.0"
-__all__ = ["EMULATOR_GAP", "GcsDriver", "emulator_capabilities", "__version__"]
+__all__ = ["EMULATOR_GAP", "LOST_ANSWER", "GcsDriver", "emulator_capabilities", "__version__"]
 
 
 @hookimpl

@@ -32,8 +32,10 @@ log = logging.getLogger("tiered_driver_gcs")
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
 #: ``fault_hook(method, what)`` may return an HTTP status (the request then fails with it
-#: without reaching the server) or raise an exception (a connection failure); None = send.
-FaultHook = Callable[[str, str], "int | None"]
+#: without reaching the server), :data:`LOST_ANSWER` (the request is carried out but its
+#: answer is lost: a connection reset), or raise (a connection failure); None = send.
+FaultHook = Callable[[str, str], "int | str | None"]
+LOST_ANSWER = "lost-answer"
 
 
 @dataclass
@@ -110,13 +112,16 @@ class GcsClient:
     def request(
         self, method: str, url: str, *, what: str, params: Mapping[str, Any] | None = None,
         data: bytes | None = None, headers: Mapping[str, str] | None = None, json_body: Any = None,
+        retries: int | None = None,
     ) -> Response:
         """Send with retries of transient failures; any other status is returned.
 
         ``what`` names the operation and object for messages (never credentials).
+        ``retries`` overrides the client's count (0 for calls that are not idempotent).
         """
         from fsspec.asyn import sync
 
+        retries = self.retries if retries is None else retries
         attempt = 0
         while True:
             attempt += 1
@@ -132,7 +137,7 @@ class GcsClient:
                 raise
             except Exception as exc:  # connection reset, timeout, DNS... all transient here
                 failure = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            if attempt > self.retries:
+            if attempt > retries:
                 raise DriverError(
                     f"gcs: {what} in bucket {self.bucket!r} failed after {attempt} attempts: {failure}",
                     retryable=True, bucket=self.bucket, attempts=attempt,
@@ -145,10 +150,9 @@ class GcsClient:
         import aiohttp
 
         self._counted()
-        if self.fault_hook is not None:
-            status = self.fault_hook(method, what)
-            if status is not None:
-                return int(status), b'{"error": {"message": "injected fault"}}'
+        fault = self.fault_hook(method, what) if self.fault_hook is not None else None
+        if fault is not None and fault != LOST_ANSWER:
+            return int(fault), b'{"error": {"message": "injected fault"}}'
         await self.fs._set_session()
         hdrs = self.fs._get_headers(dict(headers or {}))
         body = data
@@ -159,7 +163,10 @@ class GcsClient:
             method, url, params={k: str(v) for k, v in (params or {}).items()}, data=body,
             headers=hdrs, timeout=aiohttp.ClientTimeout(total=self.timeout),
         ) as resp:
-            return resp.status, await resp.read()
+            body = await resp.read()
+        if fault == LOST_ANSWER:
+            raise ConnectionResetError("injected: answer lost after the request was carried out")
+        return resp.status, body
 
     # -- JSON API operations ----------------------------------------------------------
 
@@ -186,10 +193,10 @@ class GcsClient:
         )
 
     def compose(self, key: str, sources: list[str], metadata: Mapping[str, str], *, what: str,
-                if_generation_match: int | None) -> Response:
+                if_generation_match: int | None, retries: int | None = None) -> Response:
         params = {} if if_generation_match is None else {"ifGenerationMatch": if_generation_match}
         return self.request(
-            "POST", self.object_url(key, suffix="/compose"), what=what, params=params,
+            "POST", self.object_url(key, suffix="/compose"), what=what, params=params, retries=retries,
             json_body={
                 "sourceObjects": [{"name": s} for s in sources],
                 "destination": {"contentType": "application/octet-stream", "metadata": dict(metadata)},

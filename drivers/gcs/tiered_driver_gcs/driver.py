@@ -5,8 +5,10 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import json
 import logging
 import os
+import time
 import uuid
 from typing import Any, Iterator
 
@@ -237,8 +239,7 @@ class GcsDriver(SegmentDriver):
                 if seal and last:
                     meta[META_SEALED] = "true"
                 if batch:
-                    resp = self.client.compose(key, [key] + [p.name for p in batch], meta,
-                                               what=f"compose {path!r}", if_generation_match=generation)
+                    resp = self._compose(key, path, batch, meta, generation)
                 else:
                     resp = self.client.patch_metadata(key, meta, what=f"seal {path!r}",
                                                       if_generation_match=generation)
@@ -255,6 +256,36 @@ class GcsDriver(SegmentDriver):
         for name in done + [p.name for p in view.garbage]:
             with contextlib.suppress(DriverError):
                 self.client.delete(name, what=f"remove composed part of {path!r}")
+
+    def _compose(self, key: str, path: str, batch: list, meta: dict, generation: int) -> Response:
+        """One compose of the base and ``batch``, retried only when it surely did not land.
+
+        A compose whose answer was lost may have happened; blindly sending it again would
+        append the parts twice wherever the generation precondition is not enforced (the
+        emulator). So after a transient failure the base is looked at first.
+        """
+        before = self._view(key, path)
+        expected = before.base_size + sum(p.size for p in batch)
+        for attempt in range(self.client.retries + 1):
+            try:
+                resp = self.client.compose(key, [key] + [p.name for p in batch], meta, what=f"compose {path!r}",
+                                           if_generation_match=generation, retries=0)
+            except DriverError as exc:
+                if not exc.retryable:
+                    raise
+                failure: Exception | None = exc
+            else:
+                if resp.status != 412:
+                    return resp
+                failure = None
+            now = self._view(key, path)
+            if now.generation != generation and now.base_size == expected:
+                return Response(200, json.dumps({"generation": str(now.generation)}).encode(), attempt + 1)
+            if now.generation != generation or failure is None:
+                raise DriverError(f"gcs: {path!r} in bucket {self.bucket!r} changed during a compose",
+                                  retryable=True, bucket=self.bucket, path=path)
+            time.sleep(min(2.0, 0.05 * 2 ** attempt))
+        raise failure  # type: ignore[misc]
 
     def read(self, path: str, position: int, length: int) -> bytes:
         key = self._key(path)

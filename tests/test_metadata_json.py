@@ -248,3 +248,56 @@ def test_pretty_output_is_exactly_what_the_generic_json_encoder_writes(seed_copy
         text = store.encode()
         assert text == json.dumps(store.document(), indent="\t", separators=(",", ":"), ensure_ascii=False) + "\n"
         assert json.loads(text) == store.document()
+
+
+def test_incremental_rendering_always_matches_the_full_document(tmp_path, monkeypatch):
+    """The store re-renders only changed groups on persist; after any mix of updates,
+    deletes, rolled-back transactions and failed writes the file must still be exactly the store."""
+    import random
+
+    real_replace = os.replace
+
+    def failing_replace(src, dst):
+        raise OSError(5, "injected I/O error")
+
+    rng = random.Random(7)
+    path = str(tmp_path / "m.json")
+    store = JsonMetadataStore(path, fsync=False)
+
+    def check() -> None:
+        expected = json.dumps(store.document(), indent="\t", separators=(",", ":"), ensure_ascii=False) + "\n"
+        assert Path(path).read_text() == expected
+        assert store.encode() == expected
+
+    for step in range(300):
+        op = rng.random()
+        p, base, t = f"p{rng.randrange(6)}", rng.randrange(5) * 10, rng.randrange(3)
+        if op < 0.4:
+            store.update_file_segment(FileSegmentMetadata(p, t, base, size=step))
+        elif op < 0.5:
+            store.delete_file_segment(t, p, base if rng.random() < 0.7 else None)
+        elif op < 0.6:
+            store.update_queue(QueueMetadata(f"t{rng.randrange(3)}", rng.randrange(4), step, step))
+        elif op < 0.65:
+            store.delete_queue(f"t{rng.randrange(3)}", rng.randrange(4))
+        elif op < 0.7:
+            monkeypatch.setattr(json_store_module.os, "replace", failing_replace)
+            with pytest.raises(MetadataError):
+                store.update_file_segment(FileSegmentMetadata(p, t, base, size=step + 2000))
+            monkeypatch.setattr(json_store_module.os, "replace", real_replace)
+        elif op < 0.8:
+            with pytest.raises(KeyError):
+                with store.transaction():
+                    store.update_file_segment(FileSegmentMetadata(p, t, base, size=step + 1000))
+                    store.update_queue(QueueMetadata("t0", 0, -step, 0))
+                    raise KeyError("roll back")
+        else:
+            with store.transaction():
+                for _ in range(3):
+                    store.update_file_segment(FileSegmentMetadata(f"p{rng.randrange(6)}", t, base, size=step))
+                store.add_topic(f"topic{rng.randrange(5)}")
+        if Path(path).exists():
+            check()
+    store.close()
+    with JsonMetadataStore(path) as again:
+        assert again.document() == json.loads(Path(path).read_text())

@@ -102,6 +102,10 @@ class JsonMetadataStore(TieredMetadataStore):
         self._queues: dict[str, dict[int, QueueMetadata]] = {}
         self._segments: dict[int, dict[str, dict[int, FileSegmentMetadata]]] = {t: {} for t in SEGMENT_TABLES}
         self._state: dict[str, int] = {"serial": -1}
+        # Pretty text of each segment group ("s", type, path) and queue group ("q", topic),
+        # so a persist re-renders only the groups changed since the last one.
+        self._rendered: dict[tuple, str] = {}
+        self._stale: set[tuple] = set()
         try:
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         except OSError as exc:
@@ -170,24 +174,30 @@ class JsonMetadataStore(TieredMetadataStore):
         if not self.pretty:
             return json.dumps(self.document(), separators=(",", ":"), ensure_ascii=False) + "\n"
         with self._lock:
+            rendered: dict[tuple, str] = {}
+            stale, cache = self._stale, self._rendered
+
+            def group(key: tuple, name: str, render: Any, entries: dict) -> tuple[str, str]:
+                text = cache.get(key)
+                if text is None or key in stale:
+                    text = ",\n".join(render(k, m) for k, m in sorted(entries.items()))
+                rendered[key] = text
+                return q(name), text
+
             sections = []
             for seg_type, table_name in SEGMENT_TABLES.items():
                 sections.append(_pretty_table(table_name, [
-                    (q(path), [_SEGMENT_TEMPLATE % (base, m.base_offset, m.begin_timestamp, m.create_timestamp,
-                                                    m.end_timestamp, q(m.path), m.seal_timestamp, m.size,
-                                                    m.status, m.type)
-                               for base, m in sorted(by_base.items())])
+                    group(("s", seg_type, path), path, _render_segment, by_base)
                     for path, by_base in sorted(self._segments[seg_type].items())]))
             sections.append(_pretty_table("queueMetadataTable", [
-                (q(topic), [_QUEUE_TEMPLATE % (qid, m.max_offset, m.min_offset, q(m.broker_name), m.queue_id,
-                                               q(m.topic), m.update_timestamp)
-                            for qid, m in sorted(by_id.items())])
+                group(("q", topic), topic, _render_queue, by_id)
                 for topic, by_id in sorted(self._queues.items())]))
             topics = [_TOPIC_TEMPLATE % (q(name), m.reserve_time, m.status, q(m.topic), m.topic_id,
                                          m.update_timestamp)
                       for name, m in sorted(self._topics.items())]
             sections.append('\t"topicMetadataTable":' + ("{\n" + ",\n".join(topics) + "\n\t}" if topics else "{}"))
             sections.append('\t"topicSerialNumber":%d' % self._state["serial"])
+            self._rendered, self._stale = rendered, set()
         return "{\n" + ",\n".join(sections) + "\n}\n"
 
     def _persist(self) -> None:
@@ -233,6 +243,8 @@ class JsonMetadataStore(TieredMetadataStore):
             self._put(table, key, _MISSING)
 
     def _rollback_to(self, mark: int) -> None:
+        if len(self._undo) > mark:
+            self._rendered.clear()  # rare: simply render everything again
         while len(self._undo) > mark:
             table, key, old = self._undo.pop()
             if old is _MISSING:
@@ -360,6 +372,7 @@ class JsonMetadataStore(TieredMetadataStore):
             if existing:
                 return _clone(existing)
             self._put(self._inner(self._queues, topic), queue_id, m)
+            self._stale.add(("q", topic))
         return _clone(m)
 
     def update_queue(self, metadata: QueueMetadata, *, touch: bool = True) -> QueueMetadata:
@@ -368,6 +381,7 @@ class JsonMetadataStore(TieredMetadataStore):
                                now_ms() if touch else m.update_timestamp, m.broker_name)
         with self.transaction():
             self._put(self._inner(self._queues, stored.topic), stored.queue_id, stored)
+            self._stale.add(("q", stored.topic))
         return _clone(stored)
 
     def delete_queue(self, topic: str, queue_id: int) -> bool:
@@ -378,6 +392,7 @@ class JsonMetadataStore(TieredMetadataStore):
             if not by_id or queue_id not in by_id:
                 return False
             self._put(by_id, queue_id, _MISSING)
+            self._stale.add(("q", topic))
             self._drop_if_empty(self._queues, topic)
         return True
 
@@ -407,6 +422,7 @@ class JsonMetadataStore(TieredMetadataStore):
                                      m.seal_timestamp)
         with self.transaction():
             self._put(self._inner(self._segments[stored.type], stored.path), stored.base_offset, stored)
+            self._stale.add(("s", stored.type, stored.path))
         return _clone(stored)
 
     def delete_file_segment(self, type: int, path: str, base_offset: int | None = None) -> int:
@@ -419,6 +435,7 @@ class JsonMetadataStore(TieredMetadataStore):
             by_base = table.get(path)
             if not by_base:
                 return 0
+            self._stale.add(("s", seg_type, path))
             if base_offset is None:
                 count = len(by_base)
                 self._put(table, path, _MISSING)
@@ -548,11 +565,21 @@ _TOPIC_TEMPLATE = (
     '\t\t\t"updateTimestamp":%d\n\t\t}')
 
 
-def _pretty_table(name: str, groups: list[tuple[str, list[str]]]) -> str:
+def _render_segment(base: int, m: FileSegmentMetadata) -> str:
+    return _SEGMENT_TEMPLATE % (base, m.base_offset, m.begin_timestamp, m.create_timestamp, m.end_timestamp,
+                                q(m.path), m.seal_timestamp, m.size, m.status, m.type)
+
+
+def _render_queue(queue_id: int, m: QueueMetadata) -> str:
+    return _QUEUE_TEMPLATE % (queue_id, m.max_offset, m.min_offset, q(m.broker_name), m.queue_id, q(m.topic),
+                              m.update_timestamp)
+
+
+def _pretty_table(name: str, groups: list[tuple[str, str]]) -> str:
     """``"name":{ key:{ entries } ... }`` at the wrapper's nesting depth, from pre-rendered entries."""
     if not groups:
         return f'\t"{name}":{{}}'
-    blocks = [f"\t\t{key}:" + ("{\n" + ",\n".join(entries) + "\n\t\t}" if entries else "{}")
+    blocks = [f"\t\t{key}:" + ("{\n" + entries + "\n\t\t}" if entries else "{}")
               for key, entries in groups]
     return f'\t"{name}":{{\n' + ",\n".join(blocks) + "\n\t}"
 

@@ -252,3 +252,17 @@ def test_lost_answer_of_an_append_is_not_written_twice(driver):
     driver.fault_hook = None
     assert driver.size("seg") == len(data)
     assert driver.read("seg", 0, len(data)) == data
+
+
+def test_account_key_never_reaches_logs(azurite, caplog):  # noqa: F811
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    drv = AzureDriver(container=AZURE_CONTAINER, endpoint=azurite.blob_endpoint, account_name="devstoreaccount1",
+                      account_key=AZURITE_KEY, prefix="logs")
+    drv.write("x", 0, b"abc")
+    drv.fault_hook = lambda method, url: 500
+    with pytest.raises(DriverError) as info:
+        drv.write("x", 3, b"d")
+    assert AZURITE_KEY not in str(info.value) + repr(info.value) + repr(drv) + json.dumps(drv.describe())
+    assert AZURITE_KEY not in caplog.text

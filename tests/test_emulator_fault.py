@@ -173,3 +173,37 @@ def test_azure_kill_during_multi_block_commit(tmp_path, delay):
         driver.close()
     finally:
         server.close()
+
+
+MISSING_EMULATOR_TEST = '''
+from tiered_core.testing.pytest_emulators import azurite, fake_gcs  # noqa: F401
+
+
+def test_needs_azurite(azurite):
+    pass
+
+
+def test_needs_fake_gcs(fake_gcs):
+    pass
+'''
+
+
+@pytest.mark.parametrize("ci", ["true", ""])
+def test_missing_emulator_fails_under_ci_and_skips_otherwise(tmp_path, ci):
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "test_missing.py").write_text(MISSING_EMULATOR_TEST)
+    env = {**os.environ, "CI": ci, "TIERED_AZURITE": str(tmp_path / "no-azurite"),
+           "TIERED_FAKE_GCS_SERVER": str(tmp_path / "no-fake-gcs-server")}
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
+                          "-c", os.devnull, str(tmp_path)], capture_output=True, text=True, env=env,
+                         timeout=300, cwd=tmp_path)
+    if ci:
+        assert out.returncode == 1, out.stdout
+        assert "2 failed" in out.stdout or "2 errors" in out.stdout, out.stdout
+    else:
+        assert out.returncode == 0, out.stdout
+        assert "2 skipped" in out.stdout, out.stdout
+    assert "no-azurite" in out.stdout and "no-fake-gcs-server" in out.stdout  # says what was missing

@@ -303,3 +303,31 @@ def test_lost_answer_of_a_compose_is_not_composed_twice(driver):
     assert driver.read("seg", 0, len(expected)) == bytes(expected)
     driver.seal("seg")
     assert driver.read("seg", 0, len(expected)) == bytes(expected)
+
+
+def test_storage_emulator_host_is_honoured(fake_gcs, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs.url)
+    drv = GcsDriver(bucket=GCS_BUCKET, prefix=f"env-{uuid.uuid4().hex[:8]}")  # no endpoint option
+    assert drv.emulated and drv.client.location == fake_gcs.url
+    drv.write("x", 0, b"via env")
+    assert drv.read("x", 0, 7) == b"via env"
+
+
+def test_bearer_token_never_reaches_logs_or_errors(fake_gcs, caplog):  # noqa: F811
+    import logging
+
+    from google.oauth2.credentials import Credentials
+
+    creds = Credentials(token=SECRET)  # sent as "Authorization: Bearer ..." (the emulator ignores it)
+    drv = GcsDriver(bucket=GCS_BUCKET, endpoint=fake_gcs.url, token=creds, prefix="bearer")
+    caplog.set_level(logging.DEBUG)
+    texts = [repr(drv), json.dumps(drv.describe(), default=str)]
+    drv.write("x", 0, b"abc")
+    drv.fault_hook = lambda method, what: 503
+    for call in (lambda: drv.write("x", 3, b"d"), lambda: drv.read("x", 0, 3),
+                 lambda: GcsDriver(bucket="missing-bucket-q", endpoint=fake_gcs.url, token=creds).size("x")):
+        with pytest.raises(DriverError) as info:
+            call()
+        texts += [str(info.value), repr(info.value), repr(info.value.context)]
+    texts.append(caplog.text)
+    assert all(SECRET not in text for text in texts)

@@ -1,0 +1,84 @@
+"""``tiered spark export|migrate|import``: the Spark jobs over a tiered store."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("spark", help="bulk jobs on Apache Spark (export, migrate, import)",
+                                   description="Bulk jobs over a tiered store, run on Apache Spark "
+                                               "(local mode unless --master says otherwise).")
+    jobs = parser.add_subparsers(dest="job", metavar="JOB")
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--config", required=True, help="the store's tiered.toml or broker.conf")
+        p.add_argument("--master", default=None, help="Spark master (default $TIERED_SPARK_MASTER or local[*])")
+        p.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+    p = jobs.add_parser("export", help="write the tiered messages as Parquet, partitioned by topic")
+    common(p)
+    p.add_argument("--to", required=True, help="output directory")
+    p.add_argument("--format", default="parquet", choices=["parquet"])
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
+    p.add_argument("--topics", help="comma list of topics")
+    p.add_argument("--queues", help="comma list of queue ids")
+    p.add_argument("--start-time", help="epoch ms or ISO 8601 (inclusive)")
+    p.add_argument("--end-time", help="epoch ms or ISO 8601 (inclusive)")
+    p.set_defaults(func=run_export)
+
+    p = jobs.add_parser("migrate", help="copy every segment to another backend, verify, write its metadata once")
+    common(p)
+    p.add_argument("--to-config", required=True, help="config of the target store (driver, metadata)")
+    p.add_argument("--chunk-size", type=int, default=8 << 20, help="bytes per read/write (default 8 MiB)")
+    p.set_defaults(func=run_migrate)
+
+    p = jobs.add_parser("import", help="bulk-load Parquet messages (the tiered schema) into the store")
+    common(p)
+    p.add_argument("--from", dest="source", required=True, help="Parquet file or directory")
+    p.add_argument("--partitions", type=int, default=None, help="Spark partitions for the load")
+    p.set_defaults(func=run_import)
+
+    parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
+
+
+def _session(args):
+    from tiered_core.spark import get_session
+
+    return get_session(args.master, app_name=f"tiered-{args.job}")
+
+
+def _report(args, result) -> int:
+    if args.json:
+        import dataclasses
+
+        print(json.dumps(dataclasses.asdict(result)))
+    else:
+        print(result.summary())
+    sys.stdout.flush()
+    return 0
+
+
+def run_export(args) -> int:
+    from tiered_core.spark.jobs import export
+
+    options = {k: v for k, v in (("topics", args.topics), ("queues", args.queues),
+                                 ("start_time", args.start_time), ("end_time", args.end_time)) if v}
+    spark = _session(args)
+    result = export(spark, args.config, args.to, format=args.format,
+                    mode="overwrite" if args.overwrite else "errorifexists", **options)
+    return _report(args, result)
+
+
+def run_migrate(args) -> int:
+    from tiered_core.spark.jobs import migrate
+
+    return _report(args, migrate(_session(args), args.config, args.to_config, chunk=args.chunk_size))
+
+
+def run_import(args) -> int:
+    from tiered_core.spark.jobs import import_parquet
+
+    return _report(args, import_parquet(_session(args), args.config, args.source, partitions=args.partitions))

@@ -1,0 +1,118 @@
+"""Appending messages to one queue's FlatMessageFile in queue-offset order (import, sample data)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterable
+
+from tiered_core.codec.hashing import tags_hash_code
+from tiered_core.codec.message import PROPERTY_KEYS, PROPERTY_TAGS, Message, encode_message
+from tiered_core.errors import DriverError, IllegalOffset
+from tiered_core.flat.message_file import FlatMessageFile
+from tiered_core.segment import AppendResult
+from tiered_core.spi.access import ConsumeQueueRequest
+
+#: Messages buffered between commits.
+COMMIT_EVERY = 2000
+_COMMIT_ATTEMPTS = 8
+
+
+@dataclass
+class AppendStats:
+    """What :class:`QueueAppender` did: messages appended, and skipped as already stored."""
+
+    appended: int = 0
+    skipped: int = 0
+
+
+class QueueAppender:
+    """Appends rows to one queue in ``queue_offset`` order; durable after :meth:`finish`.
+
+    A row whose queue offset is below the queue's next offset is already stored and is
+    skipped (so a re-run of an interrupted load does not duplicate); a gap raises
+    :class:`~tiered_core.errors.IllegalOffset` naming the queue and both offsets. An empty
+    queue starts at the first row's offset.
+    """
+
+    def __init__(self, flat: FlatMessageFile) -> None:
+        self.flat = flat
+        self.stats = AppendStats()
+        self._buffered = 0
+
+    @property
+    def next_offset(self) -> int | None:
+        return self.flat.consume_queue_max_offset() if self.flat.initialized else None
+
+    def append(self, queue_offset: int, message: Message, store_timestamp: int) -> None:
+        flat = self.flat
+        if not flat.initialized:
+            flat.init_offset(queue_offset)
+        expected = flat.consume_queue_max_offset()
+        if queue_offset < expected:
+            self.stats.skipped += 1
+            return
+        if queue_offset > expected:
+            raise IllegalOffset(f"{flat.topic}/{flat.queue_id}: next message has queue offset {queue_offset} "
+                                f"but the queue continues at {expected} (a gap in the input)",
+                                topic=flat.topic, queue_id=flat.queue_id, offset=queue_offset, expected=expected)
+        raw = encode_message(message, queue_id=flat.queue_id, queue_offset=queue_offset,
+                             store_timestamp=store_timestamp)
+        offset = self._append_commit_log(raw)
+        request = ConsumeQueueRequest(queue_offset, offset, len(raw), tags_hash_code(message.tags), store_timestamp)
+        result = flat.append_consume_queue(request)
+        if result is AppendResult.BUFFER_FULL:
+            self.commit()
+            result = flat.append_consume_queue(request)
+        if result is not AppendResult.SUCCESS:
+            raise DriverError(f"{flat.topic}/{flat.queue_id}: consume-queue append at {queue_offset} "
+                              f"returned {result.name}", retryable=True, topic=flat.topic)
+        self.stats.appended += 1
+        self._buffered += 1
+        if self._buffered >= COMMIT_EVERY:
+            self.commit()
+
+    def _append_commit_log(self, raw: bytes) -> int:
+        flat = self.flat
+        for _ in range(2):
+            offset = flat.commit_log.append_offset
+            result = flat.append_commit_log(raw)
+            if result is AppendResult.SUCCESS:
+                return offset
+            if result is AppendResult.BUFFER_FULL:
+                self.commit()
+                continue
+            break
+        raise DriverError(f"{flat.topic}/{flat.queue_id}: commit-log append of {len(raw)} bytes returned "
+                          f"{result.name}", retryable=result is not AppendResult.FILE_FULL, topic=flat.topic)
+
+    def commit(self) -> None:
+        """Commit everything buffered (commit log, then consume queue), retrying a failed commit."""
+        delay = 0.05
+        for attempt in range(_COMMIT_ATTEMPTS):
+            if self.flat.commit():
+                self._buffered = 0
+                return
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+        raise DriverError(f"{self.flat.topic}/{self.flat.queue_id}: commit failed {_COMMIT_ATTEMPTS} times",
+                          retryable=True, topic=self.flat.topic, queue_id=self.flat.queue_id)
+
+    def finish(self) -> AppendStats:
+        self.commit()
+        return self.stats
+
+
+def message_from_row(topic: str, keys: Iterable[str] | None, tags: str | None,
+                     properties: dict[str, str] | Iterable[tuple[str, str]] | None, body: bytes | None,
+                     born_timestamp: int | None) -> Message:
+    """A :class:`Message` from the columns of a tiered row; ``keys``/``tags`` win over
+    ``KEYS``/``TAGS`` in ``properties``."""
+    props = dict(properties or {})
+    key_list = list(keys or [])
+    if not key_list and PROPERTY_KEYS in props:
+        key_list = [k for k in props[PROPERTY_KEYS].split(" ") if k]
+    props.pop(PROPERTY_KEYS, None)
+    stored_tags = props.pop(PROPERTY_TAGS, None)
+    return Message(topic=topic, body=bytes(body or b""), keys=key_list, tags=tags if tags is not None else stored_tags,
+                   properties=props, born_timestamp=0 if born_timestamp is None else born_timestamp)

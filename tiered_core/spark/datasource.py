@@ -1,0 +1,80 @@
+"""The PySpark Python data source ``tiered``: one row per tiered message.
+
+Planning (``partitions``) runs where Spark plans, reading only metadata; ``read`` runs
+in executor tasks, which open the backend driver themselves from the configuration
+text carried by the (pickled) reader.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from tiered_core.spark.options import ConfigSource, ReadOptions, config_source, parse_read_options
+from tiered_core.spark.plan import QueuePartition, plan_partitions
+from tiered_core.spark.reader import read_messages
+from tiered_core.spark.schema import arrow_schema, messages_to_batch, spark_schema
+
+#: The format name: ``spark.read.format("tiered")``.
+FORMAT = "tiered"
+
+
+class TieredDataSource(DataSource):
+    """``spark.read.format("tiered").option("config", "tiered.toml").load()``.
+
+    Options: ``config`` (a tiered.toml or broker.conf, read where Spark plans; its content,
+    not its path, goes to executors) or ``config_text`` (+ ``config_format``,
+    ``config_base_dir``); ``topics`` (comma list), ``queues`` (comma list of ids),
+    ``start_time`` / ``end_time`` (epoch ms or ISO 8601, inclusive; naive times are UTC);
+    ``max_units_per_partition``. Bad options raise
+    :class:`~tiered_core.errors.InvalidOption` / :class:`~tiered_core.errors.ConfigError`
+    naming the option. Read-only: the store is read as its metadata describes it.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self):
+        return spark_schema()
+
+    def reader(self, schema) -> "TieredReader":
+        options = dict(self.options)
+        read = parse_read_options(options)
+        return TieredReader(config_source(options), read)
+
+
+class TieredReader(DataSourceReader):
+    """Plans :class:`~tiered_core.spark.plan.QueuePartition` s and reads them as Arrow batches."""
+
+    def __init__(self, source: ConfigSource, read: ReadOptions) -> None:
+        self.source = source
+        self.read_options = read
+
+    def partitions(self) -> Sequence[InputPartition]:
+        parts = planned_partitions(self.source, self.read_options)
+        # Spark needs at least one partition; an empty plan reads nothing.
+        return parts or [_EmptyPartition()]
+
+    def read(self, partition: InputPartition) -> Iterator:
+        if not isinstance(partition, QueuePartition):
+            return
+        schema = arrow_schema()
+        for messages in read_messages(self.source, partition, self.read_options):
+            yield messages_to_batch(messages, schema)
+
+
+class _EmptyPartition(InputPartition):
+    def __init__(self) -> None:
+        super().__init__(None)
+
+
+def planned_partitions(source: ConfigSource, read: ReadOptions) -> list[QueuePartition]:
+    """The partitions a read plans (metadata only)."""
+    config = source.load()
+    metadata = config.open_metadata()
+    try:
+        return plan_partitions(config, metadata, read)
+    finally:
+        metadata.close()

@@ -1,0 +1,280 @@
+"""Migrate job: copy every segment of one backend to another, verify, then write metadata once.
+
+The Spark driver plans one :class:`CopyTask` per live segment (from the source's
+metadata); each Spark task copies one segment with the target's driver, appending from
+the target object's current size, so a re-run after a failure resumes where the copy
+stopped instead of writing bytes twice. Each copy is verified (size, and SHA-256 of the
+source and target bytes) and sealed when the source segment is sealed. Only after every
+task succeeded does the Spark driver write the target's metadata, in one transaction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+from tiered_core.codec.naming import segment_path
+from tiered_core.errors import (
+    ConfigError, CorruptData, DriverError, PositionMismatch, StateConflict, TieredStoreError,
+)
+from tiered_core.spark.options import ConfigSource
+from tiered_core.spark.plan import parse_flat_path
+from tiered_core.spi.driver import SegmentDriver
+from tiered_core.spi.metadata import FileSegmentMetadata, SegmentStatus, TieredMetadataStore
+
+log = logging.getLogger(__name__)
+
+#: Bytes per read of the source and per write to the target.
+DEFAULT_CHUNK = 8 << 20
+
+
+@dataclass(frozen=True)
+class CopyTask:
+    """One segment object to copy: ``path`` (same in both backends), ``sealed`` in the source."""
+
+    index: int
+    path: str
+    sealed: bool
+    metadata_size: int
+
+
+@dataclass(frozen=True)
+class CopyResult:
+    """One verified copy: its ``size`` and ``sha256``; ``copied`` bytes written by this run
+    (0 when the target was already complete), ``resumed_at`` the target size found at start,
+    ``replaced`` when a target object that did not match was deleted and copied again."""
+
+    index: int
+    path: str
+    size: int
+    sha256: str
+    copied: int
+    resumed_at: int
+    replaced: bool
+    sealed: bool
+
+
+@dataclass(frozen=True)
+class MigrateResult:
+    """Totals of a migration."""
+
+    segments: int
+    bytes: int
+    copied: int
+    resumed: int
+    replaced: int
+    topics: int
+    queues: int
+    seconds: float
+
+    def summary(self) -> str:
+        return (f"migrated {self.segments} segments ({self.bytes} bytes; {self.copied} copied by this run, "
+                f"{self.resumed} resumed, {self.replaced} replaced), metadata of {self.topics} topics and "
+                f"{self.queues} queues written once, in {self.seconds:.1f}s")
+
+
+def backend_path(cluster: str, meta: FileSegmentMetadata) -> str | None:
+    """The backend object of a segment recorded in metadata (None for a path we cannot place)."""
+    parsed = parse_flat_path(meta.path)
+    if parsed is None:
+        return None
+    broker, topic, queue_id = parsed
+    return segment_path(cluster, broker, topic, queue_id, meta.type, meta.base_offset)
+
+
+def plan_copies(source_config, metadata: TieredMetadataStore) -> list[CopyTask]:
+    """One task per segment the source's metadata lists as live (NEW or SEALED)."""
+    tasks: list[CopyTask] = []
+    for meta in metadata.iterate_file_segments():
+        if meta.status == SegmentStatus.DELETED:
+            continue
+        path = backend_path(source_config.cluster, meta)
+        if path is None:
+            raise StateConflict(f"segment metadata path {meta.path!r} is not broker/topic/queue; cannot place it",
+                                path=meta.path)
+        tasks.append(CopyTask(len(tasks), path, meta.status == SegmentStatus.SEALED, meta.size))
+    return tasks
+
+
+def _sha256(driver: SegmentDriver, path: str, size: int, chunk: int) -> str:
+    digest = hashlib.sha256()
+    pos = 0
+    while pos < size:
+        data = driver.read(path, pos, min(chunk, size - pos))
+        if not data:
+            raise CorruptData(f"{path!r}: read at {pos} of {size} bytes returned nothing", path=path, offset=pos)
+        digest.update(data)
+        pos += len(data)
+    return digest.hexdigest()
+
+
+def _append_from(source: SegmentDriver, target: SegmentDriver, task: CopyTask, size: int, chunk: int,
+                 fail_after: int | None) -> tuple[int, int]:
+    """Append the source's bytes from the target's current size on. Returns (start, bytes written)."""
+    if not target.exists(task.path):
+        target.create(task.path)
+    start = pos = target.size(task.path)
+    written = 0
+    while pos < size:
+        length = min(chunk, size - pos)
+        if fail_after is not None and written >= fail_after:
+            raise DriverError(f"injected failure copying {task.path!r} at {pos} of {size} bytes",
+                              retryable=True, path=task.path)
+        data = source.read(task.path, pos, length)
+        try:
+            target.write(task.path, pos, data)
+        except PositionMismatch as exc:
+            # An earlier attempt's write landed but its answer was lost: the backend size is the truth.
+            pos = exc.actual_size
+            continue
+        pos += len(data)
+        written += len(data)
+    return start, written
+
+
+def copy_segment(source: SegmentDriver, target: SegmentDriver, task: CopyTask, *, chunk: int = DEFAULT_CHUNK,
+                 fail_after: int | None = None) -> CopyResult:
+    """Copy, seal (if the source is sealed) and verify one segment; resumable.
+
+    ``fail_after`` (fault injection for tests) raises DriverError after that many bytes.
+    Raises :class:`StateConflict` when the source holds fewer bytes than its metadata
+    records and :class:`CorruptData` when a copy does not verify even after a fresh copy.
+    """
+    size = source.size(task.path)
+    if size < task.metadata_size:
+        raise StateConflict(f"source segment {task.path!r} holds {size} bytes but metadata records "
+                            f"{task.metadata_size}", path=task.path, size=size, expected=task.metadata_size)
+    sealed = task.sealed or (size > 0 and source.is_sealed(task.path))
+    source_hash = _sha256(source, task.path, size, chunk)
+    replaced = False
+    for attempt in range(2):
+        target_size = target.size(task.path)
+        if target_size > size or (target_size and target.is_sealed(task.path) and target_size != size):
+            log.warning("%s: target holds %d bytes, source %d: copying it again", task.path, target_size, size)
+            target.delete(task.path)
+            replaced = True
+        resumed_at, copied = _append_from(source, target, task, size, chunk, fail_after)
+        if sealed and not target.is_sealed(task.path):
+            target.seal(task.path)
+        target_size = target.size(task.path)
+        if target_size == size and _sha256(target, task.path, size, chunk) == source_hash:
+            return CopyResult(task.index, task.path, size, source_hash, copied, resumed_at, replaced, sealed)
+        if attempt == 0:  # the resumed prefix was not the source's: start over once
+            log.warning("%s: copy does not verify (size %d vs %d); copying it again", task.path, target_size, size)
+            target.delete(task.path)
+            replaced = True
+    raise CorruptData(f"copy of {task.path!r} does not verify: target size {target_size}, source {size}",
+                      path=task.path)
+
+
+def _copy_partition(source_cfg: ConfigSource, target_cfg: ConfigSource, chunk: int, fail_index: int | None,
+                    tasks: Iterator[CopyTask]) -> Iterator[CopyResult]:
+    from tiered_core.spark.reader import driver_for
+
+    source = driver_for(source_cfg)
+    target = driver_for(target_cfg)
+    for task in tasks:
+        fail_after = None
+        if fail_index is not None and task.index == fail_index:
+            fail_after = max(1, (task.metadata_size or 2) // 2)  # half of it lands, then the task dies
+        yield copy_segment(source, target, task, chunk=chunk, fail_after=fail_after)
+
+
+def write_target_metadata(source: TieredMetadataStore, target: TieredMetadataStore,
+                          results: dict[str, CopyResult], cluster: str) -> tuple[int, int]:
+    """Copy topics, queues and live segments into ``target`` in one transaction; every segment's
+    recorded size is checked against the verified copy. Returns (topics, queues)."""
+    topics = queues = 0
+    with target.transaction():
+        for topic in source.iterate_topics():
+            target.update_topic(topic, touch=False)
+            topics += 1
+        target.set_max_topic_id(max(source.max_topic_id, target.max_topic_id))
+        for queue in source.iterate_queues():
+            target.update_queue(queue, touch=False)
+            queues += 1
+        for meta in source.iterate_file_segments():
+            if meta.status == SegmentStatus.DELETED:
+                continue
+            path = backend_path(cluster, meta)
+            done = results.get(path)
+            if done is None or done.size < meta.size:
+                raise StateConflict(f"segment {path!r}: metadata records {meta.size} bytes but the verified "
+                                    f"copy has {None if done is None else done.size}", path=path)
+            target.update_file_segment(meta)
+    return topics, queues
+
+
+def migrate(spark, config: str | os.PathLike, to_config: str | os.PathLike, *, chunk: int = DEFAULT_CHUNK,
+            fail_segment: int | None = None) -> MigrateResult:
+    """Copy the store of ``config`` to the backend and metadata store of ``to_config``.
+
+    The source must not be written meanwhile. Both configs must name the same cluster and
+    broker (segment paths contain them) and different backends. ``fail_segment`` (tests)
+    makes the copy of that planned segment fail halfway. A failed run raises
+    :class:`DriverError` and leaves the target's metadata untouched; running again finishes
+    the job without duplicating bytes.
+    """
+    from tiered_core.config import StoreConfig
+
+    started = time.perf_counter()
+    source_src, target_src = ConfigSource.from_file(config), ConfigSource.from_file(to_config)
+    source_cfg, target_cfg = StoreConfig.load(config), StoreConfig.load(to_config)
+    for key in ("cluster", "broker"):
+        if getattr(source_cfg, key) != getattr(target_cfg, key):
+            raise ConfigError(f"{to_config}: {key} {getattr(target_cfg, key)!r} differs from the source's "
+                              f"{getattr(source_cfg, key)!r}; segment paths contain it, so they must match",
+                              key=key, source=os.fspath(to_config))
+    if (source_cfg.driver, source_cfg.effective_driver_options()) == (
+            target_cfg.driver, target_cfg.effective_driver_options()):
+        raise ConfigError(f"{to_config}: the target backend is the source backend", key="driver",
+                          source=os.fspath(to_config))
+    if os.path.abspath(source_cfg.effective_metadata_path()) == os.path.abspath(target_cfg.effective_metadata_path()):
+        raise ConfigError(f"{to_config}: the target metadata store is the source's", key="metadata_path",
+                          source=os.fspath(to_config))
+    source_meta = source_cfg.open_metadata()
+    try:
+        tasks = plan_copies(source_cfg, source_meta)
+        results: list[CopyResult] = []
+        if tasks:
+            rdd = spark.sparkContext.parallelize(tasks, min(len(tasks), 4096))
+            copy = _copy_job(source_src, target_src, chunk, fail_segment)
+            try:
+                results = rdd.mapPartitions(copy).collect()
+            except Exception as exc:  # a Spark job failure wraps the task's error in Java's
+                if isinstance(exc, TieredStoreError):
+                    raise
+                raise DriverError(f"migration incomplete (target metadata not written; run again to resume): "
+                                  f"{_first_cause(exc)}", retryable=True) from None
+        by_path = {r.path: r for r in results}
+        if len(by_path) != len(tasks):
+            raise StateConflict(f"migration copied {len(by_path)} of {len(tasks)} segments", planned=len(tasks))
+        target_meta = target_cfg.open_metadata()
+        try:
+            topics, queues = write_target_metadata(source_meta, target_meta, by_path, source_cfg.cluster)
+        finally:
+            target_meta.close()
+    finally:
+        source_meta.close()
+    return MigrateResult(len(results), sum(r.size for r in results), sum(r.copied for r in results),
+                         sum(1 for r in results if r.resumed_at and r.copied), sum(1 for r in results if r.replaced),
+                         topics, queues, time.perf_counter() - started)
+
+
+def _copy_job(source: ConfigSource, target: ConfigSource, chunk: int, fail_index: int | None):
+    def run(tasks):
+        return _copy_partition(source, target, chunk, fail_index, tasks)
+    return run
+
+
+def _first_cause(exc: BaseException) -> str:
+    """The line of a Spark failure that names our error (the Java wrapper says little)."""
+    text = str(exc)
+    for line in text.splitlines():
+        if "tiered_core.errors" in line or "[" in line and "]" in line and "Error" in line:
+            return line.strip()[:500]
+    return text.strip().splitlines()[0][:500] if text.strip() else type(exc).__name__

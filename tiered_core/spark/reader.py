@@ -1,0 +1,131 @@
+"""Reading one planned partition on an executor: consume-queue units first, then the
+commit-log ranges they point at. Commit-log bytes no unit points at (left by a crash
+between the two commits) are never returned."""
+
+from __future__ import annotations
+
+import atexit
+import bisect
+import threading
+from typing import Iterator
+
+from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, ConsumeQueueUnit, iter_cq_units
+from tiered_core.codec.message import MessageExt, decode_message
+from tiered_core.errors import CorruptData, IllegalOffset
+from tiered_core.spark.options import ConfigSource, ReadOptions
+from tiered_core.spark.plan import QueuePartition, SegmentRef
+from tiered_core.spi.driver import SegmentDriver
+
+#: Units read from the consume queue per request.
+UNITS_PER_READ = 4096
+#: A commit-log read spans at most this many bytes (one larger message is read alone).
+MAX_READ_BYTES = 16 << 20
+
+_drivers: dict[ConfigSource, SegmentDriver] = {}
+_drivers_lock = threading.Lock()
+
+
+def driver_for(source: ConfigSource) -> SegmentDriver:
+    """The backend driver of ``source``, opened once per executor process and reused by its tasks."""
+    with _drivers_lock:
+        driver = _drivers.get(source)
+        if driver is None:
+            driver = _drivers[source] = source.load().open_driver()
+        return driver
+
+
+@atexit.register
+def _close_drivers() -> None:
+    with _drivers_lock:
+        for driver in _drivers.values():
+            try:
+                driver.close()
+            except Exception:  # closing at exit: nothing left to report to
+                pass
+        _drivers.clear()
+
+
+class _CommitLog:
+    """Ranged reads over a queue's commit-log segments (each read stays inside one segment)."""
+
+    def __init__(self, driver: SegmentDriver, segments: tuple[SegmentRef, ...]) -> None:
+        self.driver = driver
+        self.segments = segments
+        self.bases = [s.base_offset for s in segments]
+
+    @property
+    def min_offset(self) -> int:
+        return self.bases[0]
+
+    def segment_index(self, offset: int) -> int:
+        return bisect.bisect_right(self.bases, offset) - 1
+
+    def read(self, index: int, start: int, end: int) -> bytes:
+        seg = self.segments[index]
+        data = self.driver.read(seg.path, start - seg.base_offset, end - start)
+        if len(data) != end - start:
+            raise IllegalOffset(f"commit log {seg.path!r}: read of [{start}, {end}) returned {len(data)} bytes",
+                                path=seg.path, offset=start)
+        return data
+
+
+def _units(driver: SegmentDriver, part: QueuePartition) -> Iterator[tuple[int, ConsumeQueueUnit]]:
+    """(queue offset, unit) for every unit of the partition, read ``UNITS_PER_READ`` at a time."""
+    seg = part.consume_queue
+    end = part.end
+    if part.open_end:
+        # The queue's newest range: units committed after the last metadata update count.
+        size = driver.size(seg.path)
+        end = max(end, seg.base_offset + size - size % CQ_UNIT_SIZE)
+        if part.limit >= 0:
+            end = min(end, part.limit)
+    pos = part.start
+    while pos < end:
+        length = min(end - pos, UNITS_PER_READ * CQ_UNIT_SIZE)
+        buf = driver.read(seg.path, pos - seg.base_offset, length)
+        for i, unit in enumerate(iter_cq_units(buf, base_offset=pos)):
+            yield (pos // CQ_UNIT_SIZE) + i, unit
+        pos += length
+
+
+def read_messages(source: ConfigSource, part: QueuePartition, read: ReadOptions) -> Iterator[list[MessageExt]]:
+    """The partition's messages that match ``read``, in queue order, in lists of up to 4096."""
+    driver = driver_for(source)
+    log = _CommitLog(driver, part.commit_log)
+    pending: list[tuple[int, ConsumeQueueUnit]] = []
+    pending_index = -1
+
+    def flush() -> list[MessageExt]:
+        first = pending[0][1].commitlog_offset
+        last_end = max(u.commitlog_offset + u.size for _, u in pending)
+        buf = log.read(pending_index, first, last_end)
+        out = []
+        for queue_offset, unit in pending:
+            try:
+                msg = decode_message(buf, unit.commitlog_offset - first, base_offset=first)
+            except CorruptData as exc:
+                raise CorruptData(f"{part.topic}/{part.queue_id} queue offset {queue_offset}: {exc.message}",
+                                  topic=part.topic, queue_id=part.queue_id, queue_offset=queue_offset) from None
+            if read.wants_time(msg.store_timestamp):
+                out.append(msg)
+        pending.clear()
+        return out
+
+    for queue_offset, unit in _units(driver, part):
+        if not unit.is_valid or unit.commitlog_offset < log.min_offset:
+            continue  # expired from the commit log already (RocketMQ #8076), or never written
+        index = log.segment_index(unit.commitlog_offset)
+        if pending:
+            first = pending[0][1].commitlog_offset
+            if (index != pending_index or unit.commitlog_offset < first
+                    or unit.commitlog_offset + unit.size - first > MAX_READ_BYTES
+                    or len(pending) >= UNITS_PER_READ):
+                batch = flush()
+                if batch:
+                    yield batch
+        pending_index = index
+        pending.append((queue_offset, unit))
+    if pending:
+        batch = flush()
+        if batch:
+            yield batch

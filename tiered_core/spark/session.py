@@ -1,0 +1,66 @@
+"""A SparkSession for tiered-store jobs: the venv's interpreter for workers, Java checked first."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from typing import Mapping
+
+from tiered_core.errors import ConfigError
+
+#: Settings every tiered session gets (times in UTC; Parquet timestamps readable everywhere).
+DEFAULT_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.sql.shuffle.partitions": "8",
+    "spark.driver.memory": "1g",
+}
+
+
+def prepare_environment() -> None:
+    """Make Spark's Python workers run this interpreter (so they find pyarrow and tiered_core)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+def check_java() -> str:
+    """The first line of ``java -version``; :class:`ConfigError` with a clear message when Java is missing."""
+    java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else "java"
+    if shutil.which(java) is None:
+        raise ConfigError(f"Spark needs a Java runtime (17 or later) and {java!r} was not found: install one "
+                          "(e.g. apt-get install default-jre-headless) or set JAVA_HOME", key="java")
+    try:
+        done = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ConfigError(f"Spark needs a Java runtime: `{java} -version` failed: {exc}", key="java") from None
+    if done.returncode != 0:
+        raise ConfigError(f"Spark needs a Java runtime: `{java} -version` exited {done.returncode}: "
+                          f"{done.stderr.strip()[:200]}", key="java")
+    return (done.stderr or done.stdout).strip().splitlines()[0]
+
+
+def get_session(master: str | None = None, app_name: str = "tiered", conf: Mapping[str, str] | None = None):
+    """A SparkSession (the active one if there is one) with the ``tiered`` format registered.
+
+    ``master`` defaults to ``$TIERED_SPARK_MASTER`` or ``local[*]``. Raises
+    :class:`ConfigError` when Java or pyspark is missing.
+    """
+    prepare_environment()
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise ConfigError("Spark jobs need the spark extra: pip install 'tiered-core[spark]'", key="pyspark") from None
+    check_java()
+    builder = SparkSession.builder.appName(app_name).master(
+        master or os.environ.get("TIERED_SPARK_MASTER") or "local[*]")
+    for key, value in {**DEFAULT_CONF, **dict(conf or {})}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("TIERED_SPARK_LOG_LEVEL", "WARN"))
+    from tiered_core.spark import register
+
+    register(spark)
+    return spark

@@ -19,6 +19,7 @@ COMMANDS = [
     "conformance",
     "demo",
     "metadata",
+    "spark",
 ]
 
 

@@ -73,3 +73,15 @@ def test_out_of_range_fields_are_named(field, value):
     with pytest.raises(IllegalParam) as err:
         IndexItem(**kwargs)
     assert field in err.value.message
+
+
+def test_message_index_keys():
+    from tiered_core.codec.message import Message, decode_message, encode_message
+    from tiered_core.index import message_index_keys
+
+    msg = Message(topic="T", body=b"x", keys=["o-1", "o-2", "o-1"], properties={"UNIQ_KEY": "U1"})
+    assert message_index_keys(msg) == ["U1", "o-1", "o-2"]
+    assert message_index_keys({"KEYS": " a  b ", "UNIQ_KEY": ""}) == ["a", "b"]
+    assert message_index_keys({}) == [] and message_index_keys(None) == []
+    ext = decode_message(encode_message(msg, queue_id=0, queue_offset=0, store_timestamp=1))
+    assert message_index_keys(ext) == ["U1", "o-1", "o-2"]

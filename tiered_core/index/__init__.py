@@ -7,6 +7,7 @@ expiry and queries.
 """
 
 from tiered_core.index.item import COMPACT_ITEM_SIZE, ITEM_SIZE, IndexEntry, IndexItem
+from tiered_core.index.keys import message_index_keys
 from tiered_core.index.service import IndexConfig, IndexStoreService
 from tiered_core.index.store_file import (
     BEGIN_MAGIC,
@@ -36,4 +37,5 @@ __all__ = [
     "UploadedIndexFile",
     "IndexConfig",
     "IndexStoreService",
+    "message_index_keys",
 ]

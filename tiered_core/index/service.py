@@ -580,18 +580,20 @@ class IndexStoreService:
         thread = self._thread
         if thread is not None:
             thread.join()
-        with self._upload_lock, self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            for f in self._local.values():
-                try:
-                    f.flush()
-                except TieredStoreError as exc:
-                    log.warning("cannot fsync index file %s: %s", f.path, exc)
-                f.close()
-            self._current = None
-        self._executor.shutdown(wait=True)
+        with self._upload_lock:
+            with self._lock:
+                if self._closed:
+                    return
+                self._closed = True  # no new queries or puts from here on
+            self._executor.shutdown(wait=True)  # lets queries in flight finish first
+            with self._lock:
+                for f in self._local.values():
+                    try:
+                        f.flush()
+                    except TieredStoreError as exc:
+                        log.warning("cannot fsync index file %s: %s", f.path, exc)
+                    f.close()
+                self._current = None
         self.flat_file.shutdown()
 
     close = shutdown

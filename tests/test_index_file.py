@@ -413,3 +413,18 @@ def test_uploaded_garbage_is_corrupt_data(driver):
     assert seg.commit()
     with pytest.raises(CorruptData):
         UploadedIndexFile(seg).query(T, "k", 1, 0, BEGIN)
+
+
+def test_open_file_without_recorded_slot_count_uses_the_default(tmp_path):
+    """A file written by RocketMQ leaves slot 0's second word 0: the configured count applies."""
+    f = new_file(tmp_path)
+    put(f, "k", 42, BEGIN + 2000)
+    f.close()
+    with open(f.path, "r+b") as fh:
+        fh.seek(28 + 4)
+        fh.write(b"\x00\x00\x00\x00")
+    g = IndexStoreFile.open(f.path, default_slot_count=5)
+    assert g.slot_count == 5 and [e.offset for e in g.query(T, "k", 5, 0, BEGIN * 2)] == [42]
+    g.close()
+    with pytest.raises(CorruptData):
+        IndexStoreFile.open(f.path, default_slot_count=6)

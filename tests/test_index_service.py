@@ -424,3 +424,22 @@ def test_from_store_config(tmp_path, env):
     assert svc.compact_and_upload() == 1
     assert env.driver.exists(index_path("c1", "b1", 0))
     assert os.path.isdir(tmp_path / "s2" / "tiered_index_file")
+
+
+def test_memory_driver_round_trip(tmp_path):
+    driver = open_driver("memory", namespace=f"index-{tmp_path}")
+    metadata = SqliteMetadataStore(str(tmp_path / "meta.db"))
+    clock = Clock(T0)
+    cfg = IndexConfig(max_hash_slots=5, max_items=20)
+    svc = IndexStoreService(driver, metadata, str(tmp_path / "store"), config=cfg, clock=clock)
+    put_n(svc, 45)
+    before = all_lookups(svc, 45)
+    assert svc.compact_and_upload() == 2
+    svc.shutdown()
+    again = IndexStoreService(driver, metadata, str(tmp_path / "store"), config=cfg, clock=clock)
+    try:
+        assert again.statuses() == [U, U, L]
+        assert all_lookups(again, 45) == before
+    finally:
+        again.shutdown()
+        metadata.close()

@@ -104,7 +104,7 @@ class JsonMetadataStore(TieredMetadataStore):
         self._state: dict[str, int] = {"serial": -1}
         # Pretty text of each segment group ("s", type, path) and queue group ("q", topic),
         # so a persist re-renders only the groups changed since the last one.
-        self._rendered: dict[tuple, str] = {}
+        self._rendered: dict[tuple, bytes] = {}
         self._stale: set[tuple] = set()
         try:
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
@@ -167,41 +167,61 @@ class JsonMetadataStore(TieredMetadataStore):
     def encode(self) -> str:
         """The store as ``tieredStoreMetadata.json`` text (standard JSON, RocketMQ's fields).
 
-        Pretty output is ``json.dumps(self.document(), indent="\\t", separators=(",", ":"),
-        ensure_ascii=False)`` (fastjson's layout with quoted keys), produced from
-        templates because the generic encoder is several times slower.
+        Pretty output is exactly ``json.dumps(self.document(), indent="\\t",
+        separators=(",", ":"), ensure_ascii=False)`` (fastjson's layout with quoted keys).
+        """
+        return self.encode_bytes().decode("utf-8")
+
+    def encode_bytes(self) -> bytes:
+        """:meth:`encode` as UTF-8 bytes.
+
+        The pretty form is built from templates, and each segment group (one flat
+        file's segments) and queue group (one topic's queues) is kept rendered
+        until it changes, so persisting after one update re-renders one group and
+        joins the rest: the generic encoder would re-encode everything, several
+        times slower.
         """
         if not self.pretty:
-            return json.dumps(self.document(), separators=(",", ":"), ensure_ascii=False) + "\n"
+            return (json.dumps(self.document(), separators=(",", ":"), ensure_ascii=False) + "\n").encode()
         with self._lock:
-            rendered: dict[tuple, str] = {}
+            rendered: dict[tuple, bytes] = {}
             stale, cache = self._stale, self._rendered
+            pieces: list[bytes] = [b"{\n"]
 
-            def group(key: tuple, name: str, render: Any, entries: dict) -> tuple[str, str]:
-                text = cache.get(key)
-                if text is None or key in stale:
-                    text = ",\n".join(render(k, m) for k, m in sorted(entries.items()))
-                rendered[key] = text
-                return q(name), text
+            def table(name: str, groups: list[tuple[tuple, str, Any, dict]]) -> None:
+                if not groups:
+                    pieces.append(b'\t"%s":{}' % name.encode())
+                    return
+                pieces.append(b'\t"%s":{\n' % name.encode())
+                for i, (key, label, render, entries) in enumerate(groups):
+                    block = cache.get(key)
+                    if block is None or key in stale:
+                        body = ",\n".join(render(k, m) for k, m in sorted(entries.items()))
+                        block = f"\t\t{q(label)}:{{\n{body}\n\t\t}}".encode()
+                    rendered[key] = block
+                    if i:
+                        pieces.append(b",\n")
+                    pieces.append(block)
+                pieces.append(b"\n\t}")
 
-            sections = []
             for seg_type, table_name in SEGMENT_TABLES.items():
-                sections.append(_pretty_table(table_name, [
-                    group(("s", seg_type, path), path, _render_segment, by_base)
-                    for path, by_base in sorted(self._segments[seg_type].items())]))
-            sections.append(_pretty_table("queueMetadataTable", [
-                group(("q", topic), topic, _render_queue, by_id)
-                for topic, by_id in sorted(self._queues.items())]))
+                by_path = self._segments[seg_type]
+                table(table_name, [(("s", seg_type, path), path, _render_segment, by_path[path])
+                                   for path in sorted(by_path)])
+                pieces.append(b",\n")
+            table("queueMetadataTable", [(("q", topic), topic, _render_queue, self._queues[topic])
+                                         for topic in sorted(self._queues)])
             topics = [_TOPIC_TEMPLATE % (q(name), m.reserve_time, m.status, q(m.topic), m.topic_id,
                                          m.update_timestamp)
                       for name, m in sorted(self._topics.items())]
-            sections.append('\t"topicMetadataTable":' + ("{\n" + ",\n".join(topics) + "\n\t}" if topics else "{}"))
-            sections.append('\t"topicSerialNumber":%d' % self._state["serial"])
+            pieces.append(b",\n\t\"topicMetadataTable\":")
+            pieces.append(("{\n" + ",\n".join(topics) + "\n\t}" if topics else "{}").encode())
+            pieces.append(b',\n\t"topicSerialNumber":%d\n}\n' % self._state["serial"])
             self._rendered, self._stale = rendered, set()
-        return "{\n" + ",\n".join(sections) + "\n}\n"
+        return b"".join(pieces)
 
     def _persist(self) -> None:
-        data = self.encode().encode("utf-8")
+        data = self.encode_bytes()
         tmp = self.path + ".tmp"
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -573,15 +593,6 @@ def _render_segment(base: int, m: FileSegmentMetadata) -> str:
 def _render_queue(queue_id: int, m: QueueMetadata) -> str:
     return _QUEUE_TEMPLATE % (queue_id, m.max_offset, m.min_offset, q(m.broker_name), m.queue_id, q(m.topic),
                               m.update_timestamp)
-
-
-def _pretty_table(name: str, groups: list[tuple[str, str]]) -> str:
-    """``"name":{ key:{ entries } ... }`` at the wrapper's nesting depth, from pre-rendered entries."""
-    if not groups:
-        return f'\t"{name}":{{}}'
-    blocks = [f"\t\t{key}:" + ("{\n" + entries + "\n\t\t}" if entries else "{}")
-              for key, entries in groups]
-    return f'\t"{name}":{{\n' + ",\n".join(blocks) + "\n\t}"
 
 
 def _segment_json(m: FileSegmentMetadata) -> dict[str, Any]:

@@ -2,11 +2,42 @@
 
 Layers (DESIGN.md): drivers (``tiered_core.spi``, plugins), the container layer
 (``segment``, ``flat``, ``metadata``) and the access layer (``access``).
+
+The public API::
+
+    from tiered_core import TieredMessageStore, StoreConfig, Message, BoundaryType
+    store = TieredMessageStore.open(StoreConfig.load("tiered.toml"))
 """
 
-from tiered_core.spi.hookspecs import hookimpl
+from typing import Any
+
 from tiered_core.config import StoreConfig
+from tiered_core.spi.hookspecs import hookimpl
 
 __version__ = "0.1.0"
 
-__all__ = ["hookimpl", "StoreConfig", "__version__"]
+# Imported on first use, so that `import tiered_core` (e.g. by a driver plugin) stays light.
+_LAZY = {
+    "TieredMessageStore": "tiered_core.access.store",
+    "Message": "tiered_core.codec.message",
+    "MessageExt": "tiered_core.codec.message",
+    "BoundaryType": "tiered_core.spi.access",
+    "GetMessageResult": "tiered_core.access.results",
+    "GetMessageStatus": "tiered_core.access.results",
+    "PutMessageResult": "tiered_core.access.results",
+    "PutMessageStatus": "tiered_core.access.results",
+    "QueryMessageResult": "tiered_core.access.results",
+    "ReadPolicy": "tiered_core.access.policy",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tiered_core' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
+__all__ = ["hookimpl", "StoreConfig", "__version__", *_LAZY]

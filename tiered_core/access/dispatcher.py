@@ -1,0 +1,244 @@
+"""MessageStoreDispatcher: copies messages from the local store to the tiered store.
+
+Per queue, messages are copied in groups: when ``group_commit_count`` are waiting, when
+the oldest waited ``group_commit_interval_ms``, or on ``force``. A group stays under
+``group_commit_size`` bytes, but a single larger message is dispatched alone (RocketMQ
+#10998 let it block the queue forever). Only messages below the local commit point
+(durable locally) are copied. A group whose commit failed stays buffered in its
+segments and is retried, in order, before anything newer is appended.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable
+
+from tiered_core.codec.message import decode_message, peek_store_timestamp
+from tiered_core.errors import TieredStoreError
+from tiered_core.flat.file_store import FlatFileStore
+from tiered_core.flat.message_file import FlatMessageFile
+from tiered_core.local.store import DispatchRequest, LocalMessageStore
+from tiered_core.segment import AppendResult
+from tiered_core.spi.access import ConsumeQueueRequest
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _IndexEntry:
+    keys: tuple[str, ...]
+    offset: int
+    size: int
+    store_timestamp: int
+
+
+@dataclass
+class DispatchStats:
+    """What one :meth:`MessageStoreDispatcher.dispatch` round did."""
+
+    messages: int = 0
+    bytes: int = 0
+    groups: int = 0
+    failed_commits: int = 0
+    queues: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def add(self, other: "DispatchStats") -> None:
+        self.messages += other.messages
+        self.bytes += other.bytes
+        self.groups += other.groups
+        self.failed_commits += other.failed_commits
+        self.errors.extend(other.errors)
+
+
+class MessageStoreDispatcher:
+    """Local -> tiered copy, per queue, in group commits. Thread-safe.
+
+    ``index`` (an :class:`~tiered_core.index.service.IndexStoreService`) receives every
+    message's keys once its group is durable.
+    """
+
+    def __init__(self, local: LocalMessageStore, flat_files: FlatFileStore, index=None, *,
+                 group_commit_count: int = 4096, group_commit_size: int = 4 << 20,
+                 group_commit_interval_ms: int = 30_000, max_workers: int = 8,
+                 clock: Callable[[], int] | None = None) -> None:
+        self.local = local
+        self.flat_files = flat_files
+        self.index = index
+        self.group_commit_count = group_commit_count
+        self.group_commit_size = group_commit_size
+        self.group_commit_interval_ms = group_commit_interval_ms
+        self._clock = clock or (lambda: time.time_ns() // 1_000_000)
+        self._pool = ThreadPoolExecutor(max_workers=max(1, max_workers), thread_name_prefix="tiered-dispatch")
+        self._queue_locks: dict[tuple[str, int], threading.Lock] = {}
+        self._locks_lock = threading.Lock()
+        # Keys of groups appended but not yet durable, per queue: indexed once committed.
+        self._pending_index: dict[tuple[str, int], list[_IndexEntry]] = {}
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- wiring ---------------------------------------------------------------------------
+
+    def on_dispatch(self, request: DispatchRequest) -> None:
+        """Local reput listener: make sure the queue has a flat file (no copying here)."""
+        try:
+            self.flat_files.compute_if_absent(request.topic, request.queue_id)
+        except TieredStoreError as exc:
+            log.error("cannot create tiered files for %s/%d: %s", request.topic, request.queue_id, exc)
+
+    def start(self, interval_s: float = 1.0) -> None:
+        """Run :meth:`dispatch` in a background thread every ``interval_s``."""
+        def loop() -> None:
+            while not self._stop.is_set():
+                try:
+                    self.dispatch()
+                except Exception:  # noqa: BLE001 - keep the service alive, report it
+                    log.exception("dispatch round failed")
+                self._wake.wait(interval_s)
+                self._wake.clear()
+
+        self._thread = threading.Thread(target=loop, name="tiered-dispatcher", daemon=True)
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._pool.shutdown(wait=True)
+
+    # -- rounds ---------------------------------------------------------------------------
+
+    def dispatch(self, force: bool = False) -> DispatchStats:
+        """One round over every queue (concurrently). With ``force``, each queue is copied
+        up to the local commit point, group after group, ignoring the count and age rules."""
+        queues = set(self.local.list_queues())
+        queues.update((f.topic, f.queue_id) for f in self.flat_files.files())
+        stats = DispatchStats(queues=len(queues))
+        futures = [self._pool.submit(self.dispatch_queue, topic, qid, force) for topic, qid in sorted(queues)]
+        for fut in futures:
+            stats.add(fut.result())
+        return stats
+
+    def _queue_lock(self, key: tuple[str, int]) -> threading.Lock:
+        with self._locks_lock:
+            return self._queue_locks.setdefault(key, threading.Lock())
+
+    def dispatch_queue(self, topic: str, queue_id: int, force: bool = False) -> DispatchStats:
+        stats = DispatchStats()
+        lock = self._queue_lock((topic, queue_id))
+        if not lock.acquire(blocking=force):
+            return stats  # another round is copying this queue
+        try:
+            flat = self.flat_files.compute_if_absent(topic, queue_id)
+            while True:
+                group = self._dispatch_group(flat, force, stats)
+                if not group:
+                    break
+        except TieredStoreError as exc:
+            log.error("dispatch of %s/%d failed: %s", topic, queue_id, exc)
+            stats.errors.append(f"{topic}/{queue_id}: {exc}")
+        finally:
+            lock.release()
+        return stats
+
+    def _dispatch_group(self, flat: FlatMessageFile, force: bool, stats: DispatchStats) -> bool:
+        """Copy and commit one group. True when another group should follow at once."""
+        key = (flat.topic, flat.queue_id)
+        local_min = self.local.get_min_offset_in_queue(*key)
+        local_max = self.local.get_max_offset_in_queue(*key)
+        if not flat.initialized:
+            flat.init_offset(local_min)
+        current = flat.consume_queue_max_offset()
+        if flat.consume_queue_commit_offset() < current:
+            # The previous group did not become durable: retry it before anything newer.
+            if not self._commit(flat, stats):
+                return False
+        if current < local_min:
+            stats.errors.append(f"{flat.topic}/{flat.queue_id}: local messages {current}..{local_min - 1} "
+                                "expired before they were tiered")
+            log.error("%s: local messages from %d to %d expired before they were tiered",
+                      flat, current, local_min - 1)
+            return False
+        if current >= local_max:
+            return False
+        flat.commit_log.try_rolling(flat.config.rolling_interval_ms, flat.config.rolling_min_size)
+        target = min(current + self.group_commit_count, local_max)
+        units = self.local.get_consume_queue_units(*key, current, target - current)
+        commit_point = self.local.commit_point()
+        if not units or units[0].commitlog_offset + units[0].size > commit_point:
+            return False
+        if not force and local_max - current < self.group_commit_count:
+            oldest = peek_store_timestamp(self.local.get_message_bytes(units[0].commitlog_offset, units[0].size))
+            if oldest + self.group_commit_interval_ms > self._clock():
+                return False  # hold: neither enough messages nor old enough
+        pending = self._pending_index.setdefault(key, [])
+        size = count = 0
+        for i, unit in enumerate(units):
+            if unit.commitlog_offset + unit.size > commit_point:
+                break  # not durable locally yet
+            if count and size + unit.size >= self.group_commit_size:
+                break  # the group is full; a lone big message is still taken
+            raw = self.local.get_message_bytes(unit.commitlog_offset, unit.size)
+            tiered_offset = flat.commit_log.append_offset
+            result = flat.append_commit_log(raw)
+            if result is not AppendResult.SUCCESS:
+                log.warning("%s: commit-log append returned %s", flat, result.name)
+                break
+            store_ts = peek_store_timestamp(raw)
+            flat.append_consume_queue(ConsumeQueueRequest(current + i, tiered_offset, unit.size,
+                                                          unit.tags_code, store_ts))
+            if self.index is not None:
+                msg = decode_message(raw, verify_crc=False)
+                keys = tuple(msg.keys) + ((msg.uniq_key,) if msg.uniq_key else ())
+                if keys:
+                    pending.append(_IndexEntry(keys, tiered_offset, unit.size, store_ts))
+            size += unit.size
+            count += 1
+        if not count:
+            return False
+        stats.messages += count
+        stats.bytes += size
+        stats.groups += 1
+        if not self._commit(flat, stats):
+            return False
+        more = self.local.get_max_offset_in_queue(*key) - flat.consume_queue_max_offset()
+        return more > 0 and (force or more >= self.group_commit_count)
+
+    def _commit(self, flat: FlatMessageFile, stats: DispatchStats) -> bool:
+        if not flat.commit():
+            stats.failed_commits += 1
+            return False
+        key = (flat.topic, flat.queue_id)
+        entries = self._pending_index.pop(key, [])
+        if self.index is not None and entries:
+            topic_id = flat.topic_metadata.topic_id
+            for e in entries:
+                result = self.index.put_key(flat.topic, topic_id, flat.queue_id, e.keys, e.offset,
+                                            e.size, e.store_timestamp)
+                if result is not AppendResult.SUCCESS:
+                    stats.errors.append(f"{flat}: index put returned {result.name}")
+        return True
+
+    def untiered_local_offset(self) -> int | None:
+        """The smallest local commit-log offset of a message not yet tiered (None: all are).
+
+        Local retention must not delete from there on.
+        """
+        lowest: int | None = None
+        for topic, qid in self.local.list_queues():
+            flat = self.flat_files.get(topic, qid)
+            start = flat.consume_queue_commit_offset() if flat is not None and flat.initialized \
+                else self.local.get_min_offset_in_queue(topic, qid)
+            if start >= self.local.get_max_offset_in_queue(topic, qid):
+                continue
+            start = max(start, self.local.get_min_offset_in_queue(topic, qid))
+            units = self.local.get_consume_queue_units(topic, qid, start, 1)
+            if units and (lowest is None or units[0].commitlog_offset < lowest):
+                lowest = units[0].commitlog_offset
+        return lowest

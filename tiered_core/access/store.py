@@ -1,0 +1,316 @@
+"""TieredMessageStore: the public API, serving every read from whichever tier holds it.
+
+Writes go to the local store; its reput step tells the dispatcher which queues exist,
+and the dispatcher copies messages to the tiered store in group commits. Reads are
+routed by the read policy (:class:`~tiered_core.access.policy.ReadPolicy`); a miss in
+the tiered store falls back to the local one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+from tiered_core.access.cache import ReadAheadCache
+from tiered_core.access.dispatcher import DispatchStats, MessageStoreDispatcher
+from tiered_core.access.fetcher import MessageFilter, MessageStoreFetcher
+from tiered_core.access.policy import ReadPolicy
+from tiered_core.access.results import (
+    GetMessageResult,
+    GetMessageStatus,
+    PutMessageResult,
+    PutMessageStatus,
+    QueryMessageResult,
+    StoreTier,
+)
+from tiered_core.codec.message import Message, MessageExt, decode_message
+from tiered_core.codec.naming import validate_topic
+from tiered_core.config import StoreConfig
+from tiered_core.errors import IllegalParam, TieredStoreError
+from tiered_core.flat.file_store import FlatFileStore
+from tiered_core.index.service import IndexStoreService
+from tiered_core.local.store import LocalMessageStore, LocalStoreConfig
+from tiered_core.spi.access import BoundaryType
+
+log = logging.getLogger(__name__)
+
+_LONG_MAX = (1 << 63) - 1
+#: NOT_IN_MEM treats the newest this-many bytes of the local commit log as "in memory"
+#: (RocketMQ asks the OS page cache; a bounded window is the portable stand-in).
+IN_MEMORY_WINDOW = 256 << 20
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class QueueStat:
+    """Offsets of one queue in each tier (``tiered_*`` are -1 when it has no tiered file)."""
+
+    topic: str
+    queue_id: int
+    local_min: int
+    local_max: int
+    tiered_min: int
+    tiered_commit: int
+    tiered_segments: int
+
+
+class TieredMessageStore:
+    """A local message store with a tiered store behind it.
+
+    Guarantees: a message put is readable at once (from the local store); once
+    dispatched it stays readable after the local copy is deleted; local retention never
+    deletes a message that is not yet tiered. Bad input raises
+    :class:`~tiered_core.errors.IllegalParam` naming it; reads report missing data by
+    status, never by exception.
+    """
+
+    def __init__(self, config: StoreConfig, *, background: bool = False) -> None:
+        self.config = config
+        self.policy = ReadPolicy.parse(config.storage_level)
+        os.makedirs(config.store_path, exist_ok=True)
+        self.local = LocalMessageStore(config.store_path, LocalStoreConfig(
+            commit_log_file_size=config.local_commit_log_file_size,
+            flush_mode=config.local_flush,
+            file_reserved_time_ms=config.local_retention_hours * 3600_000,
+            background_services=True,
+        ))
+        try:
+            self.driver = config.open_driver()
+            self.metadata = config.open_metadata()
+            self.flat_files = FlatFileStore(self.driver, self.metadata, config.flat_config())
+            if not self.flat_files.load():
+                log.error("some queues failed to recover: %s", self.flat_files.failures)
+            self.index = IndexStoreService.from_store_config(config, self.driver, self.metadata)
+            self.cache = ReadAheadCache(config.read_ahead_cache_bytes, config.read_ahead_cache_expire_ms,
+                                        disk_path=config.read_ahead_disk_cache_path)
+            self.fetcher = MessageStoreFetcher(self.flat_files, self.cache)
+            self.dispatcher = MessageStoreDispatcher(
+                self.local, self.flat_files, self.index,
+                group_commit_count=config.group_commit_count,
+                group_commit_size=config.group_commit_size,
+                group_commit_interval_ms=config.group_commit_interval_ms,
+                max_workers=min(config.max_pending_limit, 8))
+        except BaseException:
+            self.local.close()
+            raise
+        self.local.add_dispatch_listener(self.dispatcher.on_dispatch)
+        self._closed = False
+        self._lock = threading.Lock()
+        if background:
+            self.dispatcher.start()
+            self.index.start()
+
+    @classmethod
+    def open(cls, config: StoreConfig, *, background: bool = False) -> "TieredMessageStore":
+        """Open (or create) the store ``config`` describes; ``background`` runs the dispatcher
+        and index upload threads (otherwise call :meth:`dispatch` yourself)."""
+        return cls(config, background=background)
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def put_message(self, message: Message, queue_id: int = 0) -> PutMessageResult:
+        res = self.local.put_message(message.topic, queue_id, message)
+        return PutMessageResult(PutMessageStatus.PUT_OK, res.queue_offset, res.commitlog_offset,
+                                res.store_timestamp)
+
+    def dispatch(self, force: bool = True) -> DispatchStats:
+        """One synchronous dispatch round (tests, tools): reput, copy, upload the index."""
+        self.local.reput()
+        self.local.flush()
+        stats = self.dispatcher.dispatch(force=force)
+        if force:
+            self.index.compact_and_upload()
+        return stats
+
+    # -- routing ----------------------------------------------------------------------------
+
+    def _read_tiered(self, topic: str, queue_id: int, offset: int) -> bool:
+        if self.policy is ReadPolicy.FORCE:
+            return True
+        if self.policy is ReadPolicy.DISABLE:
+            return False
+        flat = self.flat_files.get(topic, queue_id)
+        if flat is None or offset >= flat.consume_queue_commit_offset():
+            return False  # not tiered yet
+        local_min = self.local.get_min_offset_in_queue(topic, queue_id)
+        local_max = self.local.get_max_offset_in_queue(topic, queue_id)
+        if local_max <= local_min or offset < local_min:
+            return True  # not on the local disk
+        if self.policy.check(ReadPolicy.NOT_IN_MEM):
+            units = self.local.get_consume_queue_units(topic, queue_id, offset, 1)
+            if units and units[0].commitlog_offset < self.local.get_commit_log_max_offset() - IN_MEMORY_WINDOW:
+                return True
+        return False
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_count: int = 32,
+                    message_filter: MessageFilter | None = None) -> GetMessageResult:
+        """Up to ``max_count`` messages of a queue from ``offset``; ``group`` names the consumer."""
+        validate_topic(topic)
+        if max_count <= 0:
+            raise IllegalParam(f"max_count must be > 0, got {max_count}", max_count=max_count)
+        if offset < 0:
+            raise IllegalParam(f"offset must be >= 0, got {offset}", offset=offset)
+        if self._read_tiered(topic, queue_id, offset):
+            try:
+                result = self.fetcher.get_message(topic, queue_id, offset, max_count, message_filter)
+            except TieredStoreError as exc:
+                log.warning("tiered read of %s/%d@%d failed (%s); reading locally", topic, queue_id, offset, exc)
+                return self._get_local(topic, queue_id, offset, max_count, message_filter)
+            local_min = self.local.get_min_offset_in_queue(topic, queue_id)
+            local_max = self.local.get_max_offset_in_queue(topic, queue_id)
+            if (result.status in (GetMessageStatus.OFFSET_FOUND_NULL, GetMessageStatus.NO_MATCHED_LOGIC_QUEUE)
+                    and local_min <= offset < local_max):
+                return self._get_local(topic, queue_id, offset, max_count, message_filter)
+            if local_max > local_min and local_min < result.min_offset:
+                result.min_offset = local_min  # never raise max to the local max (RocketMQ #7363)
+            return result
+        return self._get_local(topic, queue_id, offset, max_count, message_filter)
+
+    def _get_local(self, topic: str, queue_id: int, offset: int, max_count: int,
+                   message_filter: MessageFilter | None) -> GetMessageResult:
+        lo = self.local.get_min_offset_in_queue(topic, queue_id)
+        hi = self.local.get_max_offset_in_queue(topic, queue_id)
+        if (topic, queue_id) not in set(self.local.list_queues()):
+            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, next_begin_offset=offset,
+                                    tier=StoreTier.LOCAL)
+        if hi <= lo:
+            status, nxt = GetMessageStatus.NO_MESSAGE_IN_QUEUE, offset
+        elif offset < lo:
+            status, nxt = GetMessageStatus.OFFSET_TOO_SMALL, lo
+        elif offset == hi:
+            status, nxt = GetMessageStatus.OFFSET_OVERFLOW_ONE, hi
+        elif offset > hi:
+            status, nxt = GetMessageStatus.OFFSET_OVERFLOW_BADLY, hi
+        else:
+            res = self.local.read_messages(topic, queue_id, offset, max_count, message_filter=message_filter)
+            status = GetMessageStatus.FOUND if res.messages else GetMessageStatus.NO_MATCHED_MESSAGE
+            return GetMessageResult(status, res.messages, res.next_offset, self.get_min_offset_in_queue(topic, queue_id),
+                                    hi, StoreTier.LOCAL)
+        return GetMessageResult(status, next_begin_offset=nxt, min_offset=lo, max_offset=hi, tier=StoreTier.LOCAL)
+
+    # -- offsets and times ------------------------------------------------------------------
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        local = self.local.get_min_offset_in_queue(topic, queue_id)
+        flat = self.flat_files.get(topic, queue_id)
+        if flat is None or not flat.initialized or flat.consume_queue_commit_offset() <= flat.consume_queue_min_offset():
+            return local
+        return min(local, flat.consume_queue_min_offset())
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        flat = self.flat_files.get(topic, queue_id)
+        tiered = flat.consume_queue_commit_offset() if flat is not None else 0
+        return max(self.local.get_max_offset_in_queue(topic, queue_id), tiered)
+
+    def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
+        values = [t for t in (self.local.get_earliest_message_time(topic, queue_id),
+                              self.fetcher.get_earliest_message_time(topic, queue_id)) if t > -1]
+        return min(values) if values else -1
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int,
+                                    boundary: BoundaryType = BoundaryType.LOWER) -> int:
+        """The queue offset of the first message stored at or after ``timestamp`` (see BoundaryType)."""
+        validate_topic(topic)
+        local_earliest = self.local.get_earliest_message_time(topic, queue_id)
+        if self.policy is ReadPolicy.FORCE or local_earliest < 0 or timestamp < local_earliest:
+            flat = self.flat_files.get(topic, queue_id)
+            if flat is not None and flat.consume_queue_commit_offset() > flat.consume_queue_min_offset():
+                return self.fetcher.get_offset_in_queue_by_time(topic, queue_id, timestamp, boundary)
+        return self.local.get_offset_in_queue_by_time(topic, queue_id, timestamp, boundary)
+
+    # -- keys ---------------------------------------------------------------------------------
+
+    def query_message(self, topic: str, key: str, max_count: int = 32, begin: int = 0,
+                      end: int | None = None) -> QueryMessageResult:
+        """Messages of ``topic`` with ``key`` (KEYS or UNIQ_KEY) stored in ``[begin, end]``:
+        the local index first, then the tiered index for what is older than the local copy."""
+        validate_topic(topic)
+        end = _LONG_MAX if end is None else end
+        if max_count <= 0:
+            raise IllegalParam(f"max_count must be > 0, got {max_count}", max_count=max_count)
+        earliest = self.local.get_earliest_message_time()
+        force = self.policy is ReadPolicy.FORCE
+        found: list[MessageExt] = []
+        if not force and earliest >= 0 and end >= earliest:
+            found = self.local.query_message(topic, key, max_count, begin, end)
+        if len(found) < max_count and (force or earliest < 0 or begin < earliest):
+            window_end = end if force or earliest < 0 else min(end, earliest)
+            seen = {(m.queue_id, m.queue_offset) for m in found}
+            for m in self._query_tiered(topic, key, max_count - len(found), begin, window_end):
+                if (m.queue_id, m.queue_offset) not in seen:
+                    found.append(m)
+        return QueryMessageResult(found[:max_count])
+
+    def _query_tiered(self, topic: str, key: str, max_count: int, begin: int, end: int) -> list[MessageExt]:
+        meta = self.metadata.get_topic(topic)
+        if meta is None:
+            return []
+        out: list[MessageExt] = []
+        # The index keeps whole seconds: widen the window by one, then filter exactly.
+        for entry in self.index.query(topic, key, max_count * 2, begin - 999, end, topic_id=meta.topic_id):
+            flat = self.flat_files.get(topic, entry.queue_id)
+            if flat is None:
+                continue
+            try:
+                msg = decode_message(flat.get_commit_log(entry.offset, entry.size))
+            except TieredStoreError:
+                continue
+            if msg.topic == topic and (key in msg.keys or msg.uniq_key == key) \
+                    and begin <= msg.store_timestamp <= end:
+                out.append(msg)
+                if len(out) >= max_count:
+                    break
+        return out
+
+    # -- maintenance ----------------------------------------------------------------------------
+
+    def delete_expired_local(self, now_ms: int | None = None) -> int:
+        """Local retention: delete expired commit-log files, never a message not yet tiered."""
+        keep = self.dispatcher.untiered_local_offset()
+        return self.local.delete_expired(now_ms, keep_from=keep)
+
+    def delete_expired_tiered(self, now_ms: int | None = None) -> None:
+        self.flat_files.delete_expired(now_ms)
+        self.index.destroy_expired()
+
+    def stat(self) -> list[QueueStat]:
+        """Per-queue offsets in each tier."""
+        keys = set(self.local.list_queues()) | {(f.topic, f.queue_id) for f in self.flat_files.files()}
+        out = []
+        for topic, qid in sorted(keys):
+            flat = self.flat_files.get(topic, qid)
+            out.append(QueueStat(
+                topic, qid, self.local.get_min_offset_in_queue(topic, qid), self.local.get_max_offset_in_queue(topic, qid),
+                flat.consume_queue_min_offset() if flat and flat.initialized else -1,
+                flat.consume_queue_commit_offset() if flat and flat.initialized else -1,
+                len(flat.commit_log.segments) + len(flat.consume_queue.segments) if flat else 0))
+        return out
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            self.dispatcher.shutdown()
+            self.index.shutdown()
+            self.flat_files.shutdown()
+            self.cache.close()
+        finally:
+            self.local.close()
+            self.metadata.close()
+            self.driver.close()
+
+    def __enter__(self) -> "TieredMessageStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -188,9 +188,10 @@ def test_scan_limit_bounds_the_chain_walk(f):
 
 
 def test_query_rejects_bad_arguments(f):
-    for args in [("", "k", 1), (T, "", 1), (T, None, 1), (T, "k", -1)]:
+    for args in [("", "k", 1, 0, BEGIN), (T, "", 1, 0, BEGIN), (T, None, 1, 0, BEGIN),
+                 (T, "k", -1, 0, BEGIN), (T, "k", 1, None, BEGIN), (T, "k", 1, 0, 1.5)]:
         with pytest.raises(IllegalParam):
-            f.query(*args, 0, BEGIN)
+            f.query(*args)
 
 
 def test_concurrent_puts_fill_exactly(f):

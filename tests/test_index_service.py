@@ -207,7 +207,8 @@ def test_restart_finds_local_and_uploaded_files(env):
     put_n(again, 10, start=51)  # rolls: the new file uses the new layout
     assert again.files()[-1].slot_count == 7
     assert again.compact_and_upload() == 1
-    assert all_lookups(again, 61) == {**before, **{i: [(i % 4, i * 100, T0 + i * 1000)] for i in range(50, 61)}}
+    new_keys = {i: [(i % 4, i * 100, T0 + i * 1000)] for i in range(50, 61)}
+    assert all_lookups(again, 61) == {**before, **new_keys}
 
 
 def test_restart_drops_local_copy_of_an_uploaded_file(env):

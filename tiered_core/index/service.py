@@ -321,7 +321,7 @@ class IndexStoreService:
         ``topic_id`` (optional) drops entries of other topics whose keys collide.
         Timestamps are precise to the second (see :class:`IndexEntry`).
         """
-        check_query(topic, key, max_count)
+        check_query(topic, key, max_count, begin, end)
         done: Future[list[IndexEntry]] = Future()
         if max_count == 0 or begin > end:
             done.set_result([])

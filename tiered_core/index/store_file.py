@@ -133,7 +133,8 @@ def check_layout(slot_count: int, max_items: int) -> None:
             slot_count=slot_count, max_items=max_items)
 
 
-def check_query(topic: str, key: str, max_count: int) -> None:
+def check_query(topic: str, key: str, max_count: int, begin: int = 0, end: int = 0) -> None:
+    """IllegalParam naming the first bad query argument."""
     if not isinstance(topic, str) or not topic:
         raise IllegalParam(f"index query topic must be a non-empty string, got {topic!r}", topic=topic)
     if not isinstance(key, str) or not key:
@@ -141,6 +142,9 @@ def check_query(topic: str, key: str, max_count: int) -> None:
     if isinstance(max_count, bool) or not isinstance(max_count, int) or max_count < 0:
         raise IllegalParam(f"index query max_count must be an int >= 0, got {max_count!r}",
                            max_count=max_count)
+    for name, value in (("begin", begin), ("end", end)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise IllegalParam(f"index query {name} must be an int (ms), got {value!r}", **{name: value})
 
 
 def _in_window(store_ts: int, begin: int, end: int) -> bool:
@@ -399,7 +403,7 @@ class IndexStoreFile:
               max_scan_items: int = DEFAULT_MAX_SCAN_ITEMS) -> list[IndexEntry]:
         """Entries of ``topic#key`` stored in ``[begin, end]`` (ms), newest first, at most
         ``max_count``; at most ``max_scan_items`` chain links are followed."""
-        check_query(topic, key, max_count)
+        check_query(topic, key, max_count, begin, end)
         hash_code = index_key_hash(topic, key)
         with self._lock:
             if not self._closed:
@@ -421,7 +425,8 @@ class IndexStoreFile:
             bound, hops = self._count + 1, 0
             # Links always point to older (smaller) items: a chain cannot loop.
             while 0 < idx < bound and hops < max_scan_items and len(out) < max_count:
-                h, tid, qid, off, size, diff, prev = _ITEM.unpack(os.pread(fd, ITEM_SIZE, self.item_position(idx)))
+                raw = os.pread(fd, ITEM_SIZE, self.item_position(idx))
+                h, tid, qid, off, size, diff, prev = _ITEM.unpack(raw)
                 if h == hash_code and (topic_id is None or tid == topic_id):
                     ts = self.begin_timestamp + diff * 1000
                     if _in_window(ts, begin, end):
@@ -624,7 +629,7 @@ class UploadedIndexFile:
               max_scan_items: int = DEFAULT_MAX_SCAN_ITEMS) -> list[IndexEntry]:
         """Entries of ``topic#key`` stored in ``[begin, end]``, newest first, at most ``max_count``;
         at most ``max_scan_items`` items of the slot are read."""
-        check_query(topic, key, max_count)
+        check_query(topic, key, max_count, begin, end)
         if max_count <= 0 or begin > end:
             return []
         header = self.header()
@@ -644,7 +649,8 @@ class UploadedIndexFile:
         data = self._read(pos, length)
         out: list[IndexEntry] = []
         base = header.begin_timestamp
-        for h, tid, qid, off, size, diff in _COMPACT_ITEM.iter_unpack(data[:len(data) - len(data) % COMPACT_ITEM_SIZE]):
+        whole = len(data) - len(data) % COMPACT_ITEM_SIZE
+        for h, tid, qid, off, size, diff in _COMPACT_ITEM.iter_unpack(data[:whole]):
             if h == hash_code and (topic_id is None or tid == topic_id):
                 ts = base + diff * 1000
                 if _in_window(ts, begin, end):

@@ -300,3 +300,31 @@ def test_replace_checks_values(tmp_path):
     moved = cfg.replace(driver="memory")
     assert moved.driver == "memory" and dict(moved.driver_options) == {}
     assert moved.effective_driver_options() == {}
+
+
+# -- the acceptance line of issue 5 ----------------------------------------------------------
+
+
+def test_broker_conf_posix_provider_and_force_serve_reads_from_the_tiered_store(tmp_path):
+    from tiered_core import Message, TieredMessageStore
+    from tiered_core.access.results import GetMessageStatus, StoreTier
+    from tiered_core.codec.naming import cluster_dir
+
+    conf = write(tmp_path, "broker.conf",
+                 "brokerClusterName=DefaultCluster\nbrokerName=broker-a\nstorePathRootDir=store\n"
+                 "messageStorePlugIn=org.apache.rocketmq.tieredstore.TieredMessageStore\n"
+                 "tieredBackendServiceProvider=org.apache.rocketmq.tieredstore.provider.PosixFileSegment\n"
+                 "tieredStoreFilePath=tieredstore\ntieredStorageLevel=FORCE\n")
+    store = TieredMessageStore.open(StoreConfig.load(conf, environ={}))
+    try:
+        assert type(store.driver).name == "posix"
+        for i in range(10):
+            store.put_message(Message(topic="TopicTest", body=b"m%d" % i, keys=[f"k{i}"]), queue_id=0)
+        store.dispatch(force=True)
+        got = store.get_message("group", "TopicTest", 0, offset=0, max_count=32)
+        assert got.status is GetMessageStatus.FOUND and got.tier is StoreTier.TIERED
+        assert [m.body for m in got.messages] == [b"m%d" % i for i in range(10)]
+    finally:
+        store.close()
+    segments = tmp_path / "tieredstore" / cluster_dir("DefaultCluster") / "broker-a" / "TopicTest" / "0"
+    assert sorted(p.name for p in segments.iterdir()) == ["COMMIT_LOG", "CONSUME_QUEUE"]

@@ -1,130 +1,192 @@
-"""``tiered demo``: a round trip through FileSegment on the configured driver.
+"""``tiered demo``: the main job, end to end, on the configured backend.
 
-Appends records into segments of a fixed size, rolling to a new segment when one is
-full (the full one is committed and sealed), then reads every record back from the
-backend and verifies it. Prints a summary.
+1. put messages (4 topics x 4 queues, keys and tags) into the local store;
+2. dispatch them to the tiered store;
+3. let local retention delete the local copy;
+4. reopen the store reading from the tiered store only, read every message back and
+   verify it byte for byte;
+5. run key and time lookups;
+then print a summary. Without ``--config`` it runs on the embedded default: POSIX
+driver and SQLite metadata under ``./demo-data`` (recreated), and writes the config it
+used to ``./demo-data/tiered.toml``.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
+import random
 import shutil
-import struct
 import sys
 import time
 
-from tiered_core.plugins import open_driver
-from tiered_core.segment import AppendResult, FileSegment
-
-_HEADER = struct.Struct(">QI")  # sequence number, body length
+from tiered_core.access.results import GetMessageStatus, StoreTier
+from tiered_core.access.store import TieredMessageStore
+from tiered_core.cli.progress import Progress
+from tiered_core.codec.message import Message
+from tiered_core.config import StoreConfig
+from tiered_core.spi.access import BoundaryType
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="round trip records through segments on a driver and verify them")
-    p.add_argument("--driver", default="posix")
-    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                   help="driver option (default for posix: root=./demo-data)")
-    p.add_argument("--records", type=int, default=50_000)
-    p.add_argument("--record-size", type=int, default=1024)
-    p.add_argument("--segment-mib", type=int, default=8)
-    p.add_argument("--keep", action="store_true", help="keep the data directory afterwards")
+    p = sub.add_parser("demo", help="put, tier, expire locally, read back and verify messages")
+    p.add_argument("--config", help="store config (.toml or broker.conf); default: ./demo-data on posix")
+    p.add_argument("--messages", type=int, default=200_000)
+    p.add_argument("--size", type=int, default=1024, help="body bytes per message")
+    p.add_argument("--topics", type=int, default=4)
+    p.add_argument("--queues", type=int, default=4)
+    p.add_argument("--lookups", type=int, default=200, help="key and time lookups to run")
     p.set_defaults(func=run)
 
 
-def _record(seq: int, size: int) -> bytes:
-    body = hashlib.blake2b(seq.to_bytes(8, "big"), digest_size=32).digest()
-    body = (body * (size // len(body) + 1))[:size]
-    return _HEADER.pack(seq, size) + body
+def default_config(root: str) -> StoreConfig:
+    return StoreConfig(
+        store_path=root,
+        driver="posix",
+        driver_options={"root": os.path.join(root, "tiered")},
+        metadata="sqlite",
+        local_commit_log_file_size=32 << 20,  # several local files, so retention can delete them
+        local_retention_hours=0,  # the demo expires the local copy at once
+        commit_log_max_size=64 << 20,  # several tiered segments per queue
+        read_ahead_cache_bytes=128 << 20,
+    )
 
 
-def _progress(label: str, done: int, total: int) -> None:
-    if sys.stderr.isatty():
-        width = 30
-        fill = width * done // max(total, 1)
-        sys.stderr.write(f"\r{label:8} [{'#' * fill}{'.' * (width - fill)}] {done}/{total}")
-        if done >= total:
-            sys.stderr.write("\n")
+def body_of(topic: str, queue_id: int, seq: int, size: int) -> bytes:
+    stamp = f"{topic}/{queue_id}/{seq}|".encode()
+    return (stamp * (size // len(stamp) + 1))[:size]
 
 
 def run(args: argparse.Namespace) -> int:
-    options = dict(o.split("=", 1) for o in args.option)
-    if args.driver == "posix":
-        options.setdefault("root", os.path.abspath("demo-data"))
-    driver = open_driver(args.driver, **options)
-    prefix = f"demo/{int(time.time() * 1000)}"
-    seg_size = args.segment_mib << 20
-    segments: list[FileSegment] = []
+    if args.messages <= 0 or args.size <= 0 or args.topics <= 0 or args.queues <= 0:
+        print("tiered demo: --messages, --size, --topics and --queues must be > 0", file=sys.stderr)
+        return 2
+    if args.config:
+        config = StoreConfig.load(args.config)
+        config_path = args.config
+    else:
+        root = os.path.abspath("demo-data")
+        shutil.rmtree(root, ignore_errors=True)
+        os.makedirs(root)
+        config = default_config(root)
+        config_path = os.path.join(root, "tiered.toml")
+        with open(config_path, "w") as fh:
+            fh.write(config.to_toml())
+    topics = [f"demo-{t}" for t in range(args.topics)]
+    queues = [(t, q) for t in topics for q in range(args.queues)]
+    rows: list[tuple[str, str]] = []
+    total_bytes = 0
 
-    def roll(base: int) -> FileSegment:
-        seg = FileSegment(driver, f"{prefix}/{base:020d}", base_offset=base, max_size=seg_size)
-        segments.append(seg)
-        return seg
-
+    # 1. put
+    store = TieredMessageStore.open(config)
+    counts = {key: 0 for key in queues}
     t0 = time.perf_counter()
-    offset = 0
-    seg = roll(0)
-    for seq in range(args.records):
-        rec = _record(seq, args.record_size)
-        result = seg.append(rec)
-        if result is AppendResult.BUFFER_FULL or (seg.append_position - seg.commit_position) >= 4 << 20:
-            while not seg.commit():
-                time.sleep(0.01)
-            if result is AppendResult.BUFFER_FULL:
-                result = seg.append(rec)
-        if result is AppendResult.FILE_FULL:
-            seg.seal()
-            seg = roll(offset)
-            result = seg.append(rec)
-        if result is not AppendResult.SUCCESS:
-            print(f"append failed: {result.name} at record {seq}", file=sys.stderr)
-            return 1
-        offset += len(rec)
-        if seq % 5000 == 0:
-            _progress("write", seq, args.records)
-    seg.seal()
-    _progress("write", args.records, args.records)
-    write_s = time.perf_counter() - t0
-
-    t1 = time.perf_counter()
-    verified = 0
-    for reopened in (FileSegment(driver, s.path, base_offset=s.base_offset, max_size=seg_size) for s in segments):
-        data = reopened.read(0, reopened.commit_position) if reopened.commit_position else b""
-        pos = 0
-        while pos < len(data):
-            seq, size = _HEADER.unpack_from(data, pos)
-            rec = data[pos:pos + _HEADER.size + size]
-            if seq != verified or rec != _record(seq, size):
-                print(f"verification failed at record {verified} (segment {reopened.path})", file=sys.stderr)
+    with Progress("put", args.messages) as bar:
+        for seq in range(args.messages):
+            topic, qid = queues[seq % len(queues)]
+            n = counts[(topic, qid)]
+            msg = Message(topic=topic, body=body_of(topic, qid, n, args.size),
+                          keys=[f"{topic}-{qid}-{n}"], tags=f"tag{n % 8}")
+            res = store.put_message(msg, qid)
+            if res.queue_offset < n:
+                print(f"tiered demo: {topic}/{qid} already holds messages; use an empty store", file=sys.stderr)
+                store.close()
                 return 1
-            pos += len(rec)
-            verified += 1
-            if verified % 5000 == 0:
-                _progress("verify", verified, args.records)
-    _progress("verify", verified, args.records)
-    read_s = time.perf_counter() - t1
-    ok = verified == args.records and all(driver.is_sealed(s.path) for s in segments)
+            counts[(topic, qid)] = n + 1
+            total_bytes += len(msg.body)
+            if seq % 1000 == 999:
+                bar.update(1000)
+        bar.update(args.messages % 1000)
+    put_s = time.perf_counter() - t0
+    mib = total_bytes / (1 << 20)
+    rows.append(("put (local store)", f"{args.messages:,} msgs, {mib:,.1f} MiB, {put_s:.1f} s, "
+                                      f"{args.messages / put_s:,.0f} msg/s"))
 
-    mib = offset / (1 << 20)
-    rows = [
-        ("driver", driver.name),
-        ("records written", f"{args.records:,}"),
-        ("bytes written", f"{offset:,} ({mib:.1f} MiB)"),
-        ("segments (rolled, sealed)", f"{len(segments)}"),
-        ("write + commit", f"{write_s:.2f} s  ({mib / write_s:.1f} MiB/s)"),
-        ("read back + verify", f"{read_s:.2f} s  ({mib / read_s:.1f} MiB/s)"),
-        ("records verified", f"{verified:,} / {args.records:,}"),
-        ("result", "OK: every record read back intact" if ok else "FAILED"),
-    ]
+    # 2. dispatch
+    t0 = time.perf_counter()
+    store.local.reput()
+    store.local.flush()
+    dispatched = 0
+    with Progress("dispatch", args.messages) as bar:
+        for topic, qid in queues:
+            stats = store.dispatcher.dispatch_queue(topic, qid, force=True)
+            if stats.errors:
+                print(f"tiered demo: dispatch of {topic}/{qid} failed: {stats.errors}", file=sys.stderr)
+                store.close()
+                return 1
+            dispatched += stats.messages
+            bar.update(stats.messages)
+    store.index.compact_and_upload()
+    dispatch_s = time.perf_counter() - t0
+    rows.append(("dispatch to tiered", f"{dispatched:,} msgs, {dispatch_s:.1f} s, "
+                                       f"{dispatched / dispatch_s:,.0f} msg/s, {mib / dispatch_s:,.1f} MiB/s"))
+
+    # 3. local retention
+    local_before = sum(store.local.get_max_offset_in_queue(t, q) - store.local.get_min_offset_in_queue(t, q)
+                       for t, q in queues)
+    deleted_files = store.delete_expired_local()
+    local_after = sum(store.local.get_max_offset_in_queue(t, q) - store.local.get_min_offset_in_queue(t, q)
+                      for t, q in queues)
+    rows.append(("local retention", f"{deleted_files} commit-log files deleted; local copy "
+                                    f"{local_before:,} -> {local_after:,} msgs"))
+    store.close()
+
+    # 4. reopen reading from the tiered store only; verify everything
+    store = TieredMessageStore.open(config.replace(storage_level="FORCE"))
+    t0 = time.perf_counter()
+    verified = wrong = 0
+    tiers: dict[StoreTier | None, int] = {}
+    samples: list[tuple[str, int, int, int]] = []
+    rng = random.Random(7)
+    with Progress("verify", args.messages) as bar:
+        for topic, qid in queues:
+            offset = 0
+            while offset < counts[(topic, qid)]:
+                got = store.get_message("demo", topic, qid, offset, 32)
+                if got.status is not GetMessageStatus.FOUND:
+                    print(f"tiered demo: {topic}/{qid}@{offset}: {got.status.name}", file=sys.stderr)
+                    wrong += counts[(topic, qid)] - offset
+                    break
+                for m in got.messages:
+                    ok = (m.queue_offset == offset and m.body == body_of(topic, qid, offset, args.size)
+                          and m.keys == [f"{topic}-{qid}-{offset}"] and m.tags == f"tag{offset % 8}")
+                    verified += ok
+                    wrong += not ok
+                    tiers[got.tier] = tiers.get(got.tier, 0) + 1
+                    if rng.random() < args.lookups / args.messages:
+                        samples.append((topic, qid, offset, m.store_timestamp))
+                    offset += 1
+                bar.update(len(got.messages))
+    verify_s = time.perf_counter() - t0
+    stats = store.cache.stats
+    rows.append(("read back + verify", f"{verified:,} verified, {wrong} wrong, {verify_s:.1f} s, "
+                                       f"{verified / max(verify_s, 1e-9):,.0f} msg/s"))
+    rows.append(("served by tier", ", ".join(f"{(t.value if t else '?')}: {n:,}" for t, n in tiers.items())))
+    rows.append(("read-ahead cache", f"hit rate {stats.hit_rate:.1%} ({stats.hits:,} hits, "
+                                     f"{stats.misses:,} misses)"))
+
+    # 5. key and time lookups
+    t0 = time.perf_counter()
+    key_ok = time_ok = 0
+    for topic, qid, offset, ts in samples:
+        found = store.query_message(topic, f"{topic}-{qid}-{offset}", 4).messages
+        key_ok += len(found) == 1 and found[0].queue_offset == offset and found[0].queue_id == qid
+        at = store.get_offset_in_queue_by_time(topic, qid, ts, BoundaryType.LOWER)
+        first = store.get_message("demo", topic, qid, at, 1).messages
+        before = store.get_message("demo", topic, qid, at - 1, 1).messages if at > 0 else []
+        time_ok += (at <= offset and bool(first) and first[0].store_timestamp >= ts
+                    and (not before or before[0].store_timestamp < ts))
+    lookup_s = time.perf_counter() - t0
+    rows.append(("key lookups", f"{key_ok}/{len(samples)} found exactly"))
+    rows.append(("time lookups", f"{time_ok}/{len(samples)} correct ({lookup_s:.1f} s for both kinds)"))
+    store.close()
+
+    success = (verified == args.messages and wrong == 0 and deleted_files > 0
+               and key_ok == len(samples) and time_ok == len(samples))
+    rows.append(("result", "OK: every message verified from the tiered store after the local copy was deleted"
+                 if success else "FAILED"))
+    print(f"\ntiered demo: {config.driver} driver, {config.metadata} metadata, config {config_path}")
     width = max(len(k) for k, _ in rows)
-    print("tiered demo: FileSegment round trip")
     for key, value in rows:
         print(f"  {key:<{width}}  {value}")
-    if not args.keep:
-        for s in segments:
-            driver.delete(s.path)
-        if args.driver == "posix" and "root" in options and os.path.isdir(options["root"]):
-            shutil.rmtree(os.path.join(options["root"], prefix.split("/")[0]), ignore_errors=True)
-    driver.close()
-    return 0 if ok else 1
+    return 0 if success else 1

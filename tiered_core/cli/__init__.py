@@ -18,6 +18,7 @@ COMMANDS = [
     "drivers",
     "conformance",
     "demo",
+    "ops",
     "metadata",
     "spark",
 ]
@@ -50,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # output piped into `head`
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

@@ -255,3 +255,56 @@ def test_rebuild_of_an_empty_backend(tmp_path, capsys):
     assert main(["metadata", "rebuild", "--config", conf]) == 0
     assert "rebuilt 0 topic(s), 0 queue(s), 0 file segment(s)" in capsys.readouterr().out
 
+
+
+def test_topic_ids_are_recovered_from_the_uploaded_key_index(tmp_path, capsys):
+    """Topics created in non-sorted order keep their ids, so tiered key lookups (which filter by
+    topic id) still find their messages after a rebuild."""
+    from tiered_core.index.service import IndexConfig, IndexStoreService
+
+    conf = write_config(tmp_path)
+    cfg = StoreConfig.load(conf, environ={})
+    index_config = IndexConfig(max_hash_slots=64, max_items=500)
+    order = ["zeta", "alpha", "mid", "unindexed"]  # ids 0, 1, 2, 3
+    probes: dict[str, tuple[int, int, int]] = {}
+    with cfg.open_driver() as driver, cfg.open_metadata() as metadata:
+        index = IndexStoreService(driver, metadata, cfg.store_path, cluster=cfg.cluster, broker=cfg.broker,
+                                  config=index_config)
+        ts = now_ms() - 60_000
+        for topic in order:
+            flat = FlatMessageFile(driver, metadata, topic, 1, cfg.flat_config())
+            flat.init_offset(0)
+            for q in range(12):
+                ts += 100
+                offset = flat.commit_log.append_offset
+                put(flat, q, ts)
+                assert flat.commit()
+                if topic != "unindexed":
+                    size = len(flat.get_message(q))
+                    assert index.put_key(topic, flat.topic_metadata.topic_id, 1, [f"k{q}"], offset, size, ts) \
+                        is AppendResult.SUCCESS
+                    probes[topic] = (q, offset, size)
+            flat.shutdown()
+        index.roll_file()
+        assert index.compact_and_upload() >= 1
+        index.shutdown()
+        original = {t.topic: t.topic_id for t in metadata.iterate_topics()}
+    assert original == {t: i for i, t in enumerate(order)}
+
+    delete_metadata(cfg)
+    assert main(["metadata", "rebuild", "--config", conf]) == 0
+    out = capsys.readouterr().out
+    assert "3 recovered from the key index, 1 new" in out and "warning: 1 topic(s)" in out
+    with cfg.open_driver() as driver, cfg.open_metadata() as metadata:
+        rebuilt = {t.topic: t.topic_id for t in metadata.iterate_topics()}
+        assert {t: rebuilt[t] for t in order[:3]} == {t: original[t] for t in order[:3]}
+        assert rebuilt["unindexed"] not in {original[t] for t in order[:3]}
+        index = IndexStoreService(driver, metadata, cfg.store_path, cluster=cfg.cluster, broker=cfg.broker,
+                                  config=index_config)
+        try:
+            for topic in order[:3]:
+                q, offset, size = probes[topic]
+                entries = index.query(topic, f"k{q}", 10, 0, now_ms(), topic_id=rebuilt[topic])
+                assert [(e.queue_id, e.offset, e.size) for e in entries] == [(1, offset, size)], topic
+        finally:
+            index.shutdown()

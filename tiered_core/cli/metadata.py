@@ -95,6 +95,11 @@ def run_rebuild(args: argparse.Namespace) -> int:
     print(f"rebuilt {stats.topics} topic(s), {stats.queues} queue(s), {stats.segments} file segment(s) "
           f"({stats.sealed} sealed, {stats.bytes} bytes; {stats.timestamps_read} timestamps read) "
           f"in {stats.elapsed_s:.2f} s")
+    if stats.topic_ids_recovered or stats.topic_ids_new:
+        print(f"topic ids: {stats.topic_ids_recovered} recovered from the key index, {stats.topic_ids_new} new")
+    if stats.topic_ids_new:
+        print(f"warning: {stats.topic_ids_new} topic(s) were not found in the tiered key index and got new ids; "
+              "key lookups of their older messages need the key index rebuilt")
     if stats.strays:
         shown = ", ".join(repr(p) for p in stats.stray_examples)
         print(f"skipped {stats.strays} object(s) that are not segment paths, e.g. {shown}")

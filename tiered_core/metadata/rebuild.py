@@ -20,9 +20,13 @@ alone. What the listing cannot tell is recovered by reading a few bytes:
 * **queues**: ``min_offset`` = first consume-queue segment's base / 20, ``max_offset`` = end of
   the last one / 20, a torn partial unit ignored. A queue without consume-queue segments
   gets -1/-1 (like a queue that was never initialised).
-* **topics**: ids are assigned in sorted topic order. The reserve time is unknown (-1:
-  the configured default). With ``force``, a topic already in the store keeps its entry
-  (id and reserve time), so the key index's topic ids stay valid.
+* **topics**: the tiered key index stores topic ids, so ids are recovered from it where
+  possible (``topic_ids=True``): for a topic's first and last message, the uploaded index
+  files covering its store time are asked for its keys, and the entry pointing at that very
+  queue, offset and size names the id (a few ranged reads per topic). Topics the index does
+  not know get new ids in sorted topic order. The reserve time is unknown (-1: the
+  configured default). With ``force``, a topic already in the store keeps its entry (id
+  and reserve time).
 
 Everything is written in one transaction of the target store: a failed rebuild leaves it
 as it was.
@@ -31,15 +35,30 @@ as it was.
 from __future__ import annotations
 
 import bisect
+import functools
 import logging
 import struct
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Iterable, NamedTuple
 
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, decode_cq_unit
-from tiered_core.codec.message import MAGIC_V1, MAGIC_V2, peek_magic, peek_store_timestamp
-from tiered_core.codec.naming import cluster_dir, index_queue_path, parse_segment_path, queue_path
+from tiered_core.codec.message import (
+    MAGIC_V1,
+    MAGIC_V2,
+    MessageExt,
+    decode_message,
+    peek_magic,
+    peek_store_timestamp,
+)
+from tiered_core.codec.naming import (
+    INDEX_QUEUE_ID,
+    INDEX_TOPIC,
+    cluster_dir,
+    index_queue_path,
+    parse_segment_path,
+    queue_path,
+)
 from tiered_core.errors import IllegalParam, MetadataError, TieredStoreError
 from tiered_core.segment import FileSegmentType
 from tiered_core.spi.driver import SegmentDriver
@@ -60,6 +79,7 @@ _STORE_TS_END = 80
 _INDEX_HEADER = struct.Struct(">iqq")  # magic, begin timestamp, end timestamp
 _INDEX_MAGICS = {0xBCC50289 - (1 << 32), 0xBCC50285 - (1 << 32)}  # open / sealed (Java ints)
 _MAX_STRAYS_KEPT = 20
+_LONG_MAX = (1 << 63) - 1
 
 Progress = Callable[[int, int], None]
 
@@ -74,6 +94,8 @@ class RebuildStats:
     sealed: int = 0
     bytes: int = 0
     timestamps_read: int = 0
+    topic_ids_recovered: int = 0  # topic ids found in the uploaded key index
+    topic_ids_new: int = 0  # topics the key index did not know (new ids; their old index entries are lost)
     strays: int = 0  # listed objects that are not segment paths (skipped)
     stray_examples: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
@@ -104,6 +126,7 @@ def rebuild_metadata(
     broker: str,
     force: bool = False,
     timestamps: bool = True,
+    topic_ids: bool = True,
     progress: Progress | None = None,
     progress_every: int = 1000,
 ) -> RebuildStats:
@@ -134,6 +157,7 @@ def rebuild_metadata(
 
     queues: dict[tuple[str, int], tuple[int, int]] = {}
     topics: set[str] = set()
+    views: dict[str, list[tuple[int, _QueueTimes]]] = {}
     for (topic, queue_id) in sorted({(t, q) for (t, q, _type) in files}):
         cl = files.get((topic, queue_id, FileSegmentType.COMMIT_LOG), [])
         cq = files.get((topic, queue_id, FileSegmentType.CONSUME_QUEUE), [])
@@ -142,8 +166,9 @@ def rebuild_metadata(
             segs.sort(key=lambda s: s.base)
             for i, seg in enumerate(segs):
                 seg.sealed = i + 1 < len(segs) or driver.is_sealed(seg.path)
+        view = _QueueTimes(driver, cl, cq, stats)
         if timestamps:
-            _QueueTimes(driver, cl, cq, stats).fill()
+            view.fill()
             for seg in idx:
                 _index_times(driver, seg, stats)
         for seg in (*cl, *cq, *idx):
@@ -155,6 +180,9 @@ def rebuild_metadata(
         if cl or cq:
             topics.add(topic)
             queues[(topic, queue_id)] = _queue_range(cq)
+            views.setdefault(topic, []).append((queue_id, view))
+    index_segments = files.get((INDEX_TOPIC, INDEX_QUEUE_ID, FileSegmentType.INDEX), [])
+    known_ids = _topic_ids_from_index(driver, index_segments, views) if topic_ids and index_segments else {}
 
     with metadata.transaction():
         kept = _replace_topics(metadata, sorted(topics)) if force else {}
@@ -163,9 +191,18 @@ def rebuild_metadata(
                 metadata.delete_queue(queue.topic, queue.queue_id)
             for key in {(s.type, s.path) for s in metadata.iterate_file_segments()}:
                 metadata.delete_file_segment(*key)
+        taken = {t.topic_id for t in kept.values()}
         for topic in sorted(topics):
-            if topic not in kept:
+            topic_id = known_ids.get(topic)
+            if topic in kept or topic_id is None or topic_id in taken:
+                continue
+            metadata.update_topic(TopicMetadata(topic_id, topic, update_timestamp=now), touch=False)
+            taken.add(topic_id)
+            stats.topic_ids_recovered += 1
+        for topic in sorted(topics):
+            if metadata.get_topic(topic) is None:
                 metadata.add_topic(topic)
+                stats.topic_ids_new += bool(index_segments)
         stats.topics = len(topics)
         for (topic, queue_id), (lo, hi) in sorted(queues.items()):
             metadata.update_queue(QueueMetadata(topic, queue_id, lo, hi, now, broker_name=broker), touch=False)
@@ -226,6 +263,63 @@ def _replace_topics(metadata: TieredMetadataStore, topics: Iterable[str]) -> dic
         else:
             metadata.delete_topic(topic.topic)
     return kept
+
+
+def _topic_ids_from_index(driver: SegmentDriver, index_segments: list[_Seg],
+                          views: dict[str, list[tuple[int, "_QueueTimes"]]]) -> dict[str, int]:
+    """Topic -> id, for the topics whose messages the uploaded key index points at."""
+    from tiered_core.index.store_file import UploadedIndexFile  # only needed here
+
+    readers = []
+    for seg in index_segments:
+        if not seg.size:
+            continue
+        reader = UploadedIndexFile(_SegmentRef(seg.path), read=functools.partial(driver.read, seg.path),
+                                   size=seg.size)
+        try:
+            header = reader.header()
+        except TieredStoreError:
+            continue  # not a complete, compacted upload
+        readers.append((header.begin_timestamp, header.end_timestamp, reader))
+    found: dict[str, int] = {}
+    if not readers:
+        return found
+    for topic, queue_views in views.items():
+        topic_id = _probe_topic_id(topic, queue_views, readers)
+        if topic_id is not None:
+            found[topic] = topic_id
+    return found
+
+
+def _probe_topic_id(topic: str, queue_views: list[tuple[int, "_QueueTimes"]], readers: list) -> int | None:
+    for queue_id, view in queue_views:
+        for q in view.probe_units():
+            located = view.message(q)
+            if located is None:
+                continue
+            offset, size, msg = located
+            keys = [*msg.keys, *([msg.uniq_key] if msg.uniq_key else [])][:4]
+            for begin, end, reader in readers:
+                # Entries keep whole seconds since the file's begin: allow a second either side.
+                if not begin - 1000 <= msg.store_timestamp <= end + 1000:
+                    continue
+                for key in keys:
+                    try:
+                        entries = reader.query(topic, key, 64, 0, _LONG_MAX)
+                    except TieredStoreError:
+                        continue
+                    for entry in entries:
+                        if (entry.queue_id, entry.offset, entry.size) == (queue_id, offset, size):
+                            return entry.topic_id
+    return None
+
+
+class _SegmentRef(NamedTuple):
+    """What UploadedIndexFile needs of a segment when it reads through a driver directly."""
+
+    path: str
+    min_timestamp: int | None = None
+    max_timestamp: int | None = None
 
 
 def _index_times(driver: SegmentDriver, seg: _Seg, stats: RebuildStats) -> None:
@@ -295,6 +389,27 @@ class _QueueTimes:
             return None
         self.stats.timestamps_read += 1
         return ts if 0 <= ts < NO_TIMESTAMP else None
+
+    def message(self, q: int) -> "tuple[int, int, MessageExt] | None":
+        """(commit-log offset, size, decoded message) of unit ``q``, or None when unreadable."""
+        unit = self.unit(q)
+        if unit is None:
+            return None
+        offset, size = unit
+        i = bisect.bisect_right(self.cl_bases, offset) - 1
+        if i < 0 or offset + size > self.cl[i].base + self.cl[i].size:
+            return None
+        try:
+            raw = self.driver.read(self.cl[i].path, offset - self.cl[i].base, size)
+            return offset, size, decode_message(raw)
+        except TieredStoreError:
+            return None
+
+    def probe_units(self) -> list[int]:
+        """The last and the first unit (the newest message is the likeliest still indexed)."""
+        if not self.ranges:
+            return []
+        return sorted({self.ranges[-1][1] - 1, self.ranges[0][0]}, reverse=True)
 
     def unit_time(self, q: int) -> int | None:
         unit = self.unit(q)

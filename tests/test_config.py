@@ -297,6 +297,7 @@ def test_replace_checks_values(tmp_path):
     with pytest.raises(ConfigError) as err:
         cfg.replace(colour="blue")
     assert "colour" in str(err.value)
+    assert cfg.replace(driver="PosixFileSegment").driver_options == cfg.driver_options  # same driver
     moved = cfg.replace(driver="memory")
     assert moved.driver == "memory" and dict(moved.driver_options) == {}
     assert moved.effective_driver_options() == {}

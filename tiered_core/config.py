@@ -247,8 +247,9 @@ class StoreConfig:
                               f"accepted: {', '.join(sorted(_FIELD_NAMES - {'source'}))}",
                               key=unknown[0], accepted=sorted(_FIELD_NAMES - {"source"}))
         values = {f.name: getattr(self, f.name) for f in _FIELDS if f.name != "source"}
-        if "driver" in changes and "driver_options" not in changes and changes["driver"] != self.driver:
-            values["driver_options"] = {}
+        if "driver" in changes and "driver_options" not in changes:
+            if _canonical_driver(changes["driver"], "driver", self.source or "replace") != self.driver:
+                values["driver_options"] = {}  # they were for the old driver
         values.update(changes)
         base_dir = os.path.dirname(os.path.abspath(self.source)) if self.source else os.getcwd()
         return type(self)._build(values, {}, base_dir, self.source)

@@ -191,8 +191,12 @@ class MessageStoreDispatcher:
                 log.warning("%s: commit-log append returned %s", flat, result.name)
                 break
             store_ts = peek_store_timestamp(raw)
-            flat.append_consume_queue(ConsumeQueueRequest(current + i, tiered_offset, unit.size,
-                                                          unit.tags_code, store_ts))
+            result = flat.append_consume_queue(ConsumeQueueRequest(current + i, tiered_offset, unit.size,
+                                                                   unit.tags_code, store_ts))
+            if result is not AppendResult.SUCCESS:
+                # The message's commit-log bytes stay unreferenced; it is copied again next round.
+                log.warning("%s: consume-queue append returned %s", flat, result.name)
+                break
             if self.index is not None:
                 msg = decode_message(raw, verify_crc=False)
                 keys = tuple(msg.keys) + ((msg.uniq_key,) if msg.uniq_key else ())

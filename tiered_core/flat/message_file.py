@@ -151,8 +151,9 @@ class FlatMessageFile(CompositeAccess):
             return self.commit_log.commit()
 
     def commit_consume_queue(self) -> bool:
+        """Commit the consume queue; the commit log goes first, so no unit is durable before its message."""
         with self._lock:
-            return self.consume_queue.commit()
+            return self.commit_log.commit() and self.consume_queue.commit()
 
     def commit(self, sync: bool = True) -> "bool | Future[bool]":
         if not sync:
@@ -247,6 +248,7 @@ class FlatMessageFile(CompositeAccess):
         with self._lock:
             self.consume_queue.destroy_expired(expire_timestamp)
             self.commit_log.destroy_expired(expire_timestamp)
+            self._flush_queue_metadata()
 
     def expire(self, now: int | None = None) -> None:
         """Destroy what is older than this topic's reserve time."""

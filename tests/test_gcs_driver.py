@@ -331,3 +331,12 @@ def test_bearer_token_never_reaches_logs_or_errors(fake_gcs, caplog):  # noqa: F
         texts += [str(info.value), repr(info.value), repr(info.value.context)]
     texts.append(caplog.text)
     assert all(SECRET not in text for text in texts)
+
+
+def test_an_object_uploaded_by_someone_else_is_adopted(driver):
+    assert driver.client.upload(driver._key("foreign"), b"written elsewhere", None, what="test upload").status == 200
+    assert driver.size("foreign") == 17
+    driver.write("foreign", 17, b", appended here")
+    assert driver.read("foreign", 0, 32) == b"written elsewhere, appended here"
+    driver.seal("foreign")
+    assert driver.is_sealed("foreign") and driver.size("foreign") == 32

@@ -178,6 +178,15 @@ class GcsDriver(SegmentDriver):
         if not view.exists or (view.base_size == 0 and not view.chain):
             self._write_base(key, path, position, payload, view)
             return
+        if not view.segment_id:  # an object this driver did not create: adopt it
+            meta = {**view.metadata, META_ID: uuid.uuid4().hex}
+            resp = self.client.patch_metadata(key, meta, what=f"adopt {path!r}", if_generation_match=view.generation)
+            if resp.status != 200:
+                raise self._fail(resp, "adopt", path)
+            view = self._view(key, path)
+            if view.size != position or view.sealed or not view.segment_id:
+                raise DriverError(f"gcs: {path!r} in bucket {self.bucket!r} changed while being adopted",
+                                  retryable=True, bucket=self.bucket, path=path)
         self._write_part(key, path, position, payload, view)
 
     def _write_base(self, key: str, path: str, position: int, payload: bytes, view: SegmentView) -> None:

@@ -329,6 +329,8 @@ class FileSegment:
                     f"buffered bytes failed to commit after {_SEAL_COMMIT_ATTEMPTS} attempts",
                     retryable=True, path=self.path,
                 )
+            if self._commit_position == 0:
+                self.driver.create(self.path)  # an empty segment may never have been written
             self.driver.seal(self.path)
             self._sealed = True
             self.seal_timestamp = int(time.time() * 1000)

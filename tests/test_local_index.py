@@ -149,3 +149,59 @@ def test_index_file_names():
     assert parse_index_file_name("20260101000000123") == 1_767_225_600_123
     assert parse_index_file_name("2026010100000012") is None
     assert parse_index_file_name("20261301000000123") is None
+
+
+def _puts(f: IndexFile, items) -> None:
+    for h, phy, ts in items:
+        assert f.put(h, phy, ts)
+
+
+def test_truncate_from_undoes_items_exactly(tmp_path):
+    items = [(11, 100, 10_000), (19, 200, 11_000), (12, 300, 12_000), (11, 400, 13_000), (27, 500, 14_000)]
+    fresh = IndexFile(str(tmp_path / "20260101000000000"), SLOTS, 12, create=True)
+    _puts(fresh, items)
+    f = IndexFile(str(tmp_path / "20260101000000001"), SLOTS, 12, create=True)
+    _puts(f, items)
+    assert f.truncate_from(300) == 3
+    assert f.item_count == 2 and f.end_phy_offset == 200
+    assert f.select(11, 0, 10**15, 10) == [100]
+    assert f.select(12, 0, 10**15, 10) == []
+    assert f.select(27, 0, 10**15, 10) == []
+    _puts(f, items[2:])  # the replay
+    fresh.flush()
+    f.flush()
+    body = slice(HEADER_SIZE, HEADER_SIZE + SLOTS * SLOT_SIZE + 12 * ITEM_SIZE)
+    assert open(f.path, "rb").read()[body] == open(fresh.path, "rb").read()[body]
+    assert _header(open(f.path, "rb").read())[2:] == _header(open(fresh.path, "rb").read())[2:]
+    assert f.truncate_from(0) == 5
+    assert f.item_count == 0 and f.select(11, 0, 10**15, 10) == []
+
+
+def test_truncate_from_also_undoes_an_uncounted_item(tmp_path):
+    path = str(tmp_path / "20260101000000000")
+    f = IndexFile(path, SLOTS, ITEMS, create=True)
+    _puts(f, [(7, 10, 1000), (7, 20, 2000)])
+    f.close()
+    with open(path, "r+b") as fh:  # item 3 and its slot landed, the header did not
+        fh.seek(HEADER_SIZE + SLOTS * SLOT_SIZE + 3 * ITEM_SIZE)
+        fh.write(struct.pack(">iqii", 7, 30, 2, 2))
+        fh.seek(HEADER_SIZE + 7 * SLOT_SIZE)
+        fh.write(struct.pack(">i", 3))
+    f = IndexFile(path, SLOTS, ITEMS)
+    assert f.truncate_from(20) == 1
+    raw = open(path, "rb").read()
+    assert _slot(raw, 7) == 1
+    assert f.select(7, 0, 10**15, 10) == [10]
+
+
+def test_service_truncation_drops_emptied_files(tmp_path):
+    svc = IndexService(str(tmp_path), SLOTS, 3)  # 2 items per file
+    for i in range(7):
+        svc.put_keys("t", [f"k{i}"], 100 * (i + 1), 1000 * (i + 1))
+    assert len(svc.files) == 4
+    assert svc.truncate_from(300) == 5
+    assert len(svc.files) == 1 and svc.max_phy_offset == 200
+    assert svc.query("t", "k4", 10) == [] and svc.query("t", "k1", 10) == [200]
+    assert svc.put_keys("t", ["k2"], 300, 3000) == 1  # replayed
+    assert svc.query("t", "k2", 10) == [300]
+    assert svc.put_keys("t", ["k2"], 300, 3000) == 0  # but only once

@@ -138,16 +138,61 @@ class IndexFile:
                           self.hash_slot_count, self.index_count)
 
     def _slot_head(self, mm: mmap.mmap, slot_pos: int) -> int:
-        """The newest item of a slot, or 0. A slot pointing at the uncounted item
-        ``index_count`` (killed after writing it, before counting it) is read
-        through that item's ``prev`` so the older chain is kept."""
+        """The newest counted item of a slot, or 0.
+
+        A slot pointing at or past ``index_count`` names items written but never
+        counted (the process died between the item and the header): they are
+        stepped over through their ``prev`` links, which must strictly decrease, so
+        the older, counted chain is kept.
+        """
         value = _SLOT.unpack_from(mm, slot_pos)[0]
-        if value == self.index_count and value < self.max_items:
+        while value >= self.index_count and value < self.max_items:
             prev = _ITEM.unpack_from(mm, self._items_base + value * ITEM_SIZE)[3]
+            if prev >= value:
+                return INVALID_INDEX
             value = prev
         if value <= INVALID_INDEX or value >= self.index_count:
             return INVALID_INDEX
         return value
+
+    def truncate_from(self, phy_offset: int) -> int:
+        """Remove the newest items whose offset is ``>= phy_offset`` (recovery: the
+        store replays the commit log from there). Items are undone newest first,
+        each slot going back to the item's ``prev``, so the file is exactly as if
+        they had never been put (the header's end time becomes the last kept item's
+        second, rounded up). Returns the number of items removed."""
+        with self._lock:
+            mm = self._mmap()
+            removed = 0
+            n = self.index_count
+            if n < self.max_items:
+                n_first = n  # an uncounted item may sit at index_count
+            else:
+                n_first = n - 1
+            for number in range(n_first, 0, -1):
+                h, phy, diff, prev = _ITEM.unpack_from(mm, self._items_base + number * ITEM_SIZE)
+                counted = number < self.index_count
+                if counted and phy < phy_offset:
+                    break
+                slot_pos = HEADER_SIZE + (h % self.hash_slots) * SLOT_SIZE if 0 <= h else None
+                if slot_pos is not None and _SLOT.unpack_from(mm, slot_pos)[0] >= number:
+                    _SLOT.pack_into(mm, slot_pos, prev if 0 <= prev < number else INVALID_INDEX)
+                if counted:
+                    removed += 1
+                    self.index_count = number
+            if removed:
+                self.hash_slot_count = max(self.hash_slot_count - removed, 0)
+                if self.index_count <= 1:
+                    self.begin_timestamp = self.end_timestamp = 0
+                    self.begin_phy_offset = self.end_phy_offset = 0
+                    self.hash_slot_count = 0
+                else:
+                    _h, phy, diff, _p = _ITEM.unpack_from(
+                        mm, self._items_base + (self.index_count - 1) * ITEM_SIZE)
+                    self.end_phy_offset = phy
+                    self.end_timestamp = min(self.end_timestamp, self.begin_timestamp + diff * 1000 + 999)
+                self._write_header()
+            return removed
 
     def put(self, key_hash: int, phy_offset: int, store_timestamp: int) -> bool:
         """Add an item for ``key_hash`` (0..2^31-1); False when the file is full."""
@@ -171,8 +216,8 @@ class IndexFile:
                 self.begin_timestamp = store_timestamp
             self.hash_slot_count += 1
             self.index_count += 1
-            self.end_phy_offset = phy_offset
-            self.end_timestamp = store_timestamp
+            self.end_phy_offset = max(self.end_phy_offset, phy_offset)
+            self.end_timestamp = max(self.end_timestamp, store_timestamp)
             self._write_header()
             return True
 
@@ -295,7 +340,7 @@ class IndexService:
 
         A message at or before the newest indexed offset is skipped (recovery
         replays the commit log from a checkpoint, so this keeps replays from
-        duplicating items); see :meth:`forget_after`.
+        duplicating items); see :meth:`truncate_from`.
         """
         keys = [k for k in keys if k]
         if not keys:
@@ -315,12 +360,26 @@ class IndexService:
                 n += 1
             return n
 
-    def forget_after(self, commitlog_max_offset: int) -> None:
-        """Recovery cut the commit log at ``commitlog_max_offset``: messages written
-        there from now on are new and get indexed (items left from the cut bytes stay
-        but point at other messages, which a checking query filters out)."""
+    def truncate_from(self, commitlog_offset: int) -> int:
+        """Undo every item of a message at or after ``commitlog_offset`` (the store
+        replays the commit log from there after a restart, so the index holds each
+        message once and nothing of bytes a recovery cut). Files left empty are
+        deleted, except the oldest. Returns the number of items removed."""
+        removed = 0
         with self._lock:
-            self._indexed_upto = min(self._indexed_upto, commitlog_max_offset - 1)
+            while self._files:
+                f = self._files[-1]
+                removed += f.truncate_from(commitlog_offset)
+                if f.item_count == 0 and len(self._files) > 1:
+                    self._files.pop()
+                    f.destroy()
+                    continue
+                break
+            self._indexed_upto = min(self._indexed_upto, commitlog_offset - 1, self.max_phy_offset)
+        if removed:
+            log.warning("index %s: removed %d items at or after commit-log offset %d before replay",
+                        self.directory, removed, commitlog_offset)
+        return removed
 
     def query(self, topic: str, key: str, max_count: int, begin: int = 0, end: int = (1 << 63) - 1,
               accept: Callable[[int], bool] | None = None) -> list[int]:

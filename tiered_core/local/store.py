@@ -75,6 +75,8 @@ log = logging.getLogger(__name__)
 _I64 = struct.Struct(">q")
 _INT_MAX = (1 << 31) - 1
 _LONG_MAX = (1 << 63) - 1
+#: Default largest message (RocketMQ's maxMessageSize is 4 MiB; larger ones are common here).
+DEFAULT_MAX_MESSAGE_SIZE = 16 << 20
 #: Units one read_messages call looks at, at most (bounds a filtered read).
 DEFAULT_MAX_SCAN = 16_000
 CHECKPOINT_FILE = "checkpoint.json"
@@ -108,7 +110,7 @@ class LocalStoreConfig:
     reput_interval_ms: int = 10  # background reput poll (it also wakes on every put)
     background_services: bool = True  # run the reput and flush threads
     file_reserved_time_ms: int = 72 * 3600 * 1000  # fileReservedTime (72 h)
-    max_message_size: int = 16 << 20  # largest encoded message accepted
+    max_message_size: int | None = None  # largest encoded message; None: min(16 MiB, file size - 8)
     store_host: tuple[str, int] = ("127.0.0.1", 10911)
 
     def __post_init__(self) -> None:
@@ -124,6 +126,9 @@ class LocalStoreConfig:
         positive("flush_interval_ms")
         positive("reput_interval_ms")
         positive("file_reserved_time_ms", 0)
+        if self.max_message_size is None:
+            object.__setattr__(self, "max_message_size",
+                               min(DEFAULT_MAX_MESSAGE_SIZE, self.commit_log_file_size - END_FILE_MIN_BLANK_LENGTH))
         positive("max_message_size", 128)
         try:
             mode = str(getattr(self.flush_mode, "value", self.flush_mode)).upper()
@@ -204,8 +209,9 @@ class LocalMessageStore:
     Guarantees:
 
     * queue offsets of a queue are assigned 0, 1, 2... in commit-log order and
-      never reused while the store lives (retention keeps each queue's newest
-      consume-queue file);
+      never reused (retention keeps each queue's newest consume-queue file), save
+      for messages a crash destroyed before they were durable: nothing below
+      :meth:`commit_point` is ever lost;
     * store timestamps never decrease (the clock is clamped to the last one);
     * a message is readable through its queue once the reput step reached it;
       messages below :meth:`commit_point` are fsynced;
@@ -289,8 +295,6 @@ class LocalMessageStore:
         self._index = (IndexService(os.path.join(self.root, "index"), cfg.index_hash_slots,
                                     cfg.index_max_items, clock=self._clock)
                        if cfg.message_index_enable else None)
-        if self._index is not None:
-            self._index.forget_after(cl_max)
         fsync_dir(self.root)  # the directories just created
         start = cp.reput_offset if cp else cl_min
         # Consume queues lost since the checkpoint (e.g. their directory was removed)
@@ -299,6 +303,10 @@ class LocalMessageStore:
         if cq_end < start:
             start = max(cq_end, cl_min)
         self._reput_offset = min(max(start, cl_min), cl_max)
+        if self._index is not None:
+            # Messages before the replay start are indexed; items past it may be partial
+            # (killed mid-reput) or stale (bytes recovery cut): undo them, then replay.
+            self._index.truncate_from(self._reput_offset)
         self._last_store_ts = self._commit_log.last_store_timestamp
         self.reput()
         if self._reput_error is not None:
@@ -789,8 +797,8 @@ class LocalMessageStore:
         found: dict[int, MessageExt] = {}
 
         def accept(phy: int) -> bool:
-            if phy < self._commit_log.min_offset or phy >= self._commit_log.max_offset:
-                return False
+            if phy < self._commit_log.min_offset or phy >= self._reput_offset:
+                return False  # expired, or not dispatched yet (or a stale item past a recovery cut)
             try:
                 msg = self.get_message_by_commitlog_offset(phy)
             except (IllegalOffset, CorruptData):

@@ -258,11 +258,12 @@ class CommitLog:
             pos += i
 
     def iter_records(self, start: int, end: int | None = None, *,
-                     verify_crc: bool = False) -> Iterator[Record]:
+                     verify_crc: bool = False, validate: bool = True) -> Iterator[Record]:
         """Every message record from ``start`` (a record boundary) up to ``end``
         (default: :attr:`max_offset`), in order; BLANK records are stepped over.
 
-        Each record is validated (the body CRC only with ``verify_crc``); CorruptData
+        Each record is validated (the body CRC only with ``verify_crc``; only its
+        head without ``validate``, for callers that decode it anyway); CorruptData
         names the first bad one. IllegalOffset when ``start`` is not stored.
         """
         end = self.max_offset if end is None else end
@@ -278,7 +279,8 @@ class CommitLog:
             try:
                 for kind, at, value in self._walk(mf, offset - mf.start, stop):
                     if kind == "msg":
-                        validate_message(value, verify_crc=verify_crc, base_offset=at)
+                        if validate:
+                            validate_message(value, verify_crc=verify_crc, base_offset=at)
                         yield Record(at, value)
                     elif kind == "blank":
                         if value < 8 or at + value != mf.limit:

@@ -16,8 +16,9 @@ its ConsumeQueue, its keys to the index, and hands a :class:`DispatchRequest` to
 every registered listener (the tiered dispatcher). Reads go through the consume
 queues.
 
-Durability: with ``flush_mode=ASYNC`` (default) a background thread fsyncs every
-``flush_interval_ms``; with ``SYNC`` ``put_message`` returns after the message is
+Durability: with ``flush_mode=ASYNC`` (default) a background thread fsyncs the
+commit log every ``flush_interval_ms`` (consume queues, index and checkpoint every
+``flush_consume_queue_interval_ms``); with ``SYNC`` ``put_message`` returns after the message is
 fsynced (concurrent puts share one fsync). :meth:`LocalMessageStore.commit_point`
 is the offset below which messages are durable and may be tiered.
 
@@ -107,6 +108,7 @@ class LocalStoreConfig:
     message_index_enable: bool = True
     flush_mode: FlushMode = FlushMode.ASYNC
     flush_interval_ms: int = 500  # flushIntervalCommitLog
+    flush_consume_queue_interval_ms: int = 1000  # flushIntervalConsumeQueue (also index, checkpoint)
     reput_interval_ms: int = 10  # background reput poll (it also wakes on every put)
     background_services: bool = True  # run the reput and flush threads
     file_reserved_time_ms: int = 72 * 3600 * 1000  # fileReservedTime (72 h)
@@ -124,6 +126,7 @@ class LocalStoreConfig:
         positive("index_hash_slots")
         positive("index_max_items", 2)
         positive("flush_interval_ms")
+        positive("flush_consume_queue_interval_ms")
         positive("reput_interval_ms")
         positive("file_reserved_time_ms", 0)
         if self.max_message_size is None:
@@ -394,9 +397,15 @@ class LocalMessageStore:
 
     def _flush_loop(self) -> None:
         interval = self.config.flush_interval_ms / 1000
+        full_every = self.config.flush_consume_queue_interval_ms / 1000
+        last_full = time.monotonic()
         while not self._stop.wait(interval):
             try:
-                self.flush()
+                if time.monotonic() - last_full >= full_every:
+                    last_full = time.monotonic()
+                    self.flush()
+                else:
+                    self._commit_log.flush()  # what the commit point needs
             except SegmentClosed:
                 break
             except Exception:  # noqa: BLE001

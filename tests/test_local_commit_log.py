@@ -257,3 +257,17 @@ def test_readers_never_see_a_half_ended_file(tmp_path):
     stop.set()
     t.join()
     assert errors == []
+
+
+def test_recovery_checks_files_before_the_hint_that_are_not_full(tmp_path):
+    log = CommitLog(str(tmp_path), FILE_SIZE)
+    written = _fill(log, 60)
+    files = log.files()
+    log.close()
+    in_first = [(o, d) for o, d in written if o < files[0].limit]
+    with open(files[0].path, "r+b") as f:
+        f.truncate(in_first[-1][0] + 10)
+    log, rec = _reopen(tmp_path, hint=files[-1].start)
+    assert rec.scanned_from == 0
+    assert rec.max_offset == in_first[-1][0]
+    assert [mf.start for mf in log.files()] == [0]

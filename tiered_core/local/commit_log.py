@@ -314,6 +314,11 @@ class CommitLog:
                     break
             else:
                 start_index = len(files) - 1 if start_hint >= files[-1].limit else 0
+        # an earlier file that is not full cannot be followed by anything: scan from it
+        for i, mf in enumerate(files[:start_index]):
+            if not mf.is_full():
+                start_index = i
+                break
         before = self._files.max_offset
         scanned_from = files[start_index].start
         good_end = scanned_from

@@ -163,6 +163,14 @@ class TieredMessageStore:
                 result = self.fetcher.get_message(topic, queue_id, offset, max_count, message_filter)
             except TieredStoreError as exc:
                 log.warning("tiered read of %s/%d@%d failed (%s); reading locally", topic, queue_id, offset, exc)
+                local_min = self.local.get_min_offset_in_queue(topic, queue_id)
+                if offset < local_min:
+                    # Only the tiered store has it: "try again", never OFFSET_TOO_SMALL, which
+                    # would move the consumer past messages the tiered store still holds.
+                    return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, next_begin_offset=offset,
+                                            min_offset=local_min,
+                                            max_offset=self.local.get_max_offset_in_queue(topic, queue_id),
+                                            tier=StoreTier.TIERED)
                 return self._get_local(topic, queue_id, offset, max_count, message_filter)
             local_min = self.local.get_min_offset_in_queue(topic, queue_id)
             local_max = self.local.get_max_offset_in_queue(topic, queue_id)
@@ -201,9 +209,16 @@ class TieredMessageStore:
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
         local = self.local.get_min_offset_in_queue(topic, queue_id)
         flat = self.flat_files.get(topic, queue_id)
-        if flat is None or not flat.initialized or flat.consume_queue_commit_offset() <= flat.consume_queue_min_offset():
+        if self.policy is ReadPolicy.DISABLE or flat is None or not flat.initialized:
             return local
-        return min(local, flat.consume_queue_min_offset())
+        try:  # the tiered min may need a read of the commit log's head
+            tiered_min = flat.consume_queue_min_offset()
+        except TieredStoreError as exc:
+            log.warning("tiered min offset of %s/%d unavailable (%s); using the local one", topic, queue_id, exc)
+            return local
+        if flat.consume_queue_commit_offset() <= tiered_min:
+            return local
+        return min(local, tiered_min)
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         flat = self.flat_files.get(topic, queue_id)
@@ -211,8 +226,10 @@ class TieredMessageStore:
         return max(self.local.get_max_offset_in_queue(topic, queue_id), tiered)
 
     def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
-        values = [t for t in (self.local.get_earliest_message_time(topic, queue_id),
-                              self.fetcher.get_earliest_message_time(topic, queue_id)) if t > -1]
+        local = self.local.get_earliest_message_time(topic, queue_id)
+        if self.policy is ReadPolicy.DISABLE:
+            return local
+        values = [t for t in (local, self.fetcher.get_earliest_message_time(topic, queue_id)) if t > -1]
         return min(values) if values else -1
 
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int,
@@ -220,10 +237,15 @@ class TieredMessageStore:
         """The queue offset of the first message stored at or after ``timestamp`` (see BoundaryType)."""
         validate_topic(topic)
         local_earliest = self.local.get_earliest_message_time(topic, queue_id)
-        if self.policy is ReadPolicy.FORCE or local_earliest < 0 or timestamp < local_earliest:
+        # <=: messages of the local copy's first millisecond may also precede it in the tiered store
+        if self.policy is not ReadPolicy.DISABLE and (
+                self.policy is ReadPolicy.FORCE or local_earliest < 0 or timestamp <= local_earliest):
             flat = self.flat_files.get(topic, queue_id)
-            if flat is not None and flat.consume_queue_commit_offset() > flat.consume_queue_min_offset():
-                return self.fetcher.get_offset_in_queue_by_time(topic, queue_id, timestamp, boundary)
+            try:
+                if flat is not None and flat.consume_queue_commit_offset() > flat.consume_queue_min_offset():
+                    return self.fetcher.get_offset_in_queue_by_time(topic, queue_id, timestamp, boundary)
+            except TieredStoreError as exc:
+                log.warning("tiered time lookup of %s/%d failed (%s); asking the local store", topic, queue_id, exc)
         return self.local.get_offset_in_queue_by_time(topic, queue_id, timestamp, boundary)
 
     # -- keys ---------------------------------------------------------------------------------
@@ -241,7 +263,8 @@ class TieredMessageStore:
         found: list[MessageExt] = []
         if not force and earliest >= 0 and end >= earliest:
             found = self.local.query_message(topic, key, max_count, begin, end)
-        if len(found) < max_count and (force or earliest < 0 or begin < earliest):
+        if self.policy is not ReadPolicy.DISABLE and len(found) < max_count and (
+                force or earliest < 0 or begin < earliest):
             window_end = end if force or earliest < 0 else min(end, earliest)
             seen = {(m.queue_id, m.queue_offset) for m in found}
             for m in self._query_tiered(topic, key, max_count - len(found), begin, window_end):

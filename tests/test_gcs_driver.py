@@ -340,3 +340,42 @@ def test_an_object_uploaded_by_someone_else_is_adopted(driver):
     assert driver.read("foreign", 0, 32) == b"written elsewhere, appended here"
     driver.seal("foreign")
     assert driver.is_sealed("foreign") and driver.size("foreign") == 32
+
+
+@pytest.mark.parametrize("same_bytes", [False, True])
+def test_stale_writer_racing_a_compaction_is_rejected(fake_gcs, same_bytes):  # noqa: F811
+    """Writer A checks the size (P), then B writes at P and compacts (deleting the part at
+    P) before A's upload: A's part at P then lies inside the base. A must not report
+    success for bytes that are not there. Run as on the real service (emulated=False):
+    the race is staged step by step, so the emulator's missing preconditions do not
+    matter."""
+    a = GcsDriver(bucket=GCS_BUCKET, prefix=f"race-{uuid.uuid4().hex[:8]}", endpoint=fake_gcs.url,
+                  token="anon", emulated=False)
+    b = a.reopen()
+    assert a.capabilities.conditional_append
+    expected = bytearray()
+    for i in range(COMPACT_AT):  # the base, then COMPACT_AT - 1 parts: B's next write compacts
+        chunk = f"<{i:03d}>".encode()
+        b.write("seg", len(expected), chunk)
+        expected += chunk
+    position = len(expected)
+    theirs = b"<B-b>"
+    mine = theirs if same_bytes else b"<A-a>"
+    real_upload = a.client.upload
+
+    def upload_after_b(key, data, metadata, **kwargs):
+        if PART_MARK in key and not b.size("seg") > position:
+            b.write("seg", position, theirs)  # B wins the position and compacts
+        return real_upload(key, data, metadata, **kwargs)
+
+    a.client.upload = upload_after_b
+    if same_bytes:
+        a.write("seg", position, mine)  # the bytes at P are A's bytes: success is true
+    else:
+        with pytest.raises(PositionMismatch) as info:
+            a.write("seg", position, mine)
+        assert info.value.actual_size == position + len(theirs)
+    expected += theirs
+    assert b.size("seg") == len(expected)
+    assert b.read("seg", 0, len(expected)) == bytes(expected)
+    assert len([o for o in raw_objects(b, "seg") if PART_MARK in o["name"]]) < COMPACT_AT  # B compacted

@@ -38,8 +38,9 @@ class GcsDriver(SegmentDriver):
     Guarantees the driver contract on immutable objects: each ``write`` is one
     conditional part upload (``ifGenerationMatch=0``), so it lands whole or not at all
     (``atomic_write``), and ``size`` is recomputed from one listing, exact after a crash
-    at any point. The position is checked before the upload and confirmed after it
-    (the part must continue the chain), so two racing writers cannot both succeed.
+    at any point. The position is checked before the upload and, where the backend
+    enforces preconditions (not the emulator), confirmed after it: the part must
+    continue the chain, so two racing writers cannot both succeed.
     ``seal`` composes everything into the one base object and records the seal in its
     metadata; later writes raise :class:`~tiered_core.errors.SegmentSealed`.
 
@@ -221,6 +222,13 @@ class GcsDriver(SegmentDriver):
         if resp.status != 200:
             raise self._fail(resp, "write", path, position=position)
         generation = int(resp.json().get("generation", 0))
+        if not self.capabilities.conditional_append:
+            # The backend cannot exclude racing writers (an emulator ignoring
+            # preconditions), so there is no race to confirm against: one writer's part
+            # at the checked position always continues the chain.
+            if len(view.chain) + 1 >= COMPACT_AT:
+                self._compact(key, path, self._view(key, path), seal=False, best_effort=True)
+            return
         # Confirm the part continues the chain: a writer racing with a compaction could
         # otherwise have uploaded a part at a position the base already covers.
         now = self._view(key, path)

@@ -472,3 +472,15 @@ def test_read_messages_filters_by_tags_code_and_says_where_to_go_on(tmp_path):
     r = store.read_messages("unknown", 0, 7, 10)
     assert (r.messages, r.next_offset, r.min_offset, r.max_offset) == ([], 7, 0, 0)
     store.close()
+
+
+def test_store_timestamps_stay_monotonic_across_a_restart(tmp_path):
+    clock = Clock(9000)
+    store = _store(tmp_path, clock=clock)
+    for i in range(40):  # several files, so the newest message is not in the last file's scan only
+        store.put_message("orders", 0, _msg("orders", i, size=3000))
+    store.close()
+    clock.now = 100  # the clock went back while the store was down
+    store = _store(tmp_path, clock=clock)
+    assert store.put_message("orders", 0, _msg("orders", 99)).store_timestamp == 9000
+    store.close()

@@ -247,6 +247,7 @@ class LocalMessageStore:
         self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
         self._queue_offsets: dict[tuple[str, int], int] = {}
         self._last_store_ts = 0
+        self._opening = True
         self._valid_topics: set[str] = set()
         self._last_checkpoint: _Checkpoint | None = None
         self._reput_error: TieredStoreError | None = None
@@ -316,6 +317,7 @@ class LocalMessageStore:
             raise self._reput_error
         for key, cq in self._cqs.items():
             self._queue_offsets[key] = cq.max_offset
+        self._opening = False
         self.flush()
 
     def _load_consume_queues(self, cl_min: int, cl_max: int) -> None:
@@ -548,8 +550,8 @@ class LocalMessageStore:
             keys = req.index_keys
             if keys:
                 self._index.put_keys(msg.topic, keys, offset, msg.store_timestamp)
-        if msg.store_timestamp > self._last_store_ts:
-            self._last_store_ts = msg.store_timestamp
+        if self._opening and msg.store_timestamp > self._last_store_ts:
+            self._last_store_ts = msg.store_timestamp  # (puts keep it up to date afterwards)
         for listener in list(self._listeners):
             try:
                 listener(req)

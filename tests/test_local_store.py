@@ -10,7 +10,7 @@ import time
 import pytest
 
 from tiered_core.codec import Message, index_key_hash, tags_hash_code
-from tiered_core.errors import ConfigError, IllegalOffset, IllegalParam, SegmentClosed, StateConflict
+from tiered_core.errors import ConfigError, CorruptData, IllegalOffset, IllegalParam, SegmentClosed, StateConflict
 from tiered_core.local import (
     BoundaryType,
     DispatchRequest,
@@ -483,4 +483,29 @@ def test_store_timestamps_stay_monotonic_across_a_restart(tmp_path):
     clock.now = 100  # the clock went back while the store was down
     store = _store(tmp_path, clock=clock)
     assert store.put_message("orders", 0, _msg("orders", 99)).store_timestamp == 9000
+    store.close()
+
+
+def test_corrupt_bytes_are_never_handed_on(tmp_path):
+    store = _store(tmp_path)
+    r = store.put_message("orders", 0, _msg("orders", 1, size=500))
+    store.put_message("orders", 0, _msg("orders", 2, size=500))
+    store.reput()
+    unit = store.get_consume_queue_units("orders", 0, 0)[0]
+    raw = store.get_message_bytes(r.commitlog_offset, unit.size)
+    path = os.path.join(tmp_path, "commitlog", f"{0:020d}")
+    with open(path, "r+b") as f:  # bit rot inside the first message's body
+        f.seek(r.commitlog_offset + len(raw) - 200)
+        b = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([b[0] ^ 1]))
+    with pytest.raises(CorruptData) as err:
+        store.get_message_bytes(r.commitlog_offset, unit.size)
+    assert err.value.offset == r.commitlog_offset
+    with pytest.raises(CorruptData):
+        store.get_messages("orders", 0, 0, 1)
+    with pytest.raises(CorruptData):
+        store.get_message_bytes(r.commitlog_offset, unit.size - 1)  # a wrong size from a unit
+    assert len(store.get_message_bytes(r.commitlog_offset, unit.size, verify=False)) == unit.size
+    assert store.get_messages("orders", 0, 1, 1)[0].queue_offset == 1
     store.close()

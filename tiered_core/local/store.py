@@ -54,6 +54,7 @@ from tiered_core.codec.message import (
     encode_message,
     peek_store_timestamp,
     store_timestamp_position,
+    validate_message,
 )
 from tiered_core.codec.naming import validate_topic
 from tiered_core.errors import (
@@ -617,17 +618,26 @@ class LocalMessageStore:
             return []
         return cq.get_units(offset, max_count)
 
-    def get_message_bytes(self, commitlog_offset: int, size: int | None = None) -> bytes:
-        """The stored bytes of the message at ``commitlog_offset``.
+    def get_message_bytes(self, commitlog_offset: int, size: int | None = None, *,
+                          verify: bool = True) -> bytes:
+        """The stored bytes of the message at ``commitlog_offset`` (``size`` bytes, as
+        its consume-queue unit says, or as its head says when None).
 
-        IllegalOffset when it is not stored (expired or past the end), CorruptData
-        when no valid message is there.
+        With ``verify`` (default) the record is checked whole -- magic, every length,
+        the size, the body CRC -- so corrupt bytes are never handed on (e.g. copied to
+        the tiered store). IllegalOffset when it is not stored (expired or past the
+        end), CorruptData when no valid message of that size is there.
         """
         self._check_open()
         if size is None:
             data = self._commit_log.read_message(commitlog_offset)
         else:
             data = self._commit_log.read(commitlog_offset, size)
+        if verify:
+            total = validate_message(data, base_offset=commitlog_offset)
+            if total != len(data):
+                raise CorruptData(f"message at commit-log offset {commitlog_offset} is {total} bytes, "
+                                  f"not {len(data)}", offset=commitlog_offset, reason="length_mismatch")
         return data
 
     def get_message_by_commitlog_offset(self, commitlog_offset: int, size: int | None = None) -> MessageExt:

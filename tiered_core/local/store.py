@@ -652,7 +652,8 @@ class LocalMessageStore:
         ``[]`` at the max offset or for an unknown queue; IllegalOffset below the min
         offset or past the max offset (``min_offset``/``max_offset`` attributes);
         ``max_bytes`` bounds the total size (at least one message is returned).
-        Messages whose commit-log bytes expired meanwhile are left out.
+        Messages whose commit-log bytes expired meanwhile are left out; CorruptData
+        (naming the commit-log offset) when a message fails validation.
         """
         return self.read_messages(topic, queue_id, offset, max_count, max_bytes=max_bytes).messages
 

@@ -13,7 +13,7 @@ PYPROJECTS := $(addsuffix pyproject.toml,$(filter-out .,$(PROJECTS))) pyproject.
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: setup tools demo test bench clean
+.PHONY: setup tools demo test bench clean java
 
 setup: $(STAMP)
 
@@ -33,10 +33,16 @@ $(STAMP): $(PY) $(PYPROJECTS)
 	$(PY) -m pip install -q --no-build-isolation $(foreach p,$(PROJECTS),-e $(p)) -e '.[dev]'
 	touch $(STAMP)
 
+# Spark (tiered_core.spark, its tests) needs a Java runtime: install one when `java -version` fails.
+java:
+	@java -version >/dev/null 2>&1 || { command -v apt-get >/dev/null && apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq default-jre-headless >/dev/null; } || true
+	@java -version >/dev/null 2>&1 || { echo "Spark needs Java 17+: install a JRE (apt-get install default-jre-headless) or put java on PATH" >&2; exit 1; }
+
 demo: $(STAMP)
 	$(VENV)/bin/tiered demo
 
-test: $(STAMP) $(AZURITE)
+test: $(STAMP) $(AZURITE) java
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)

@@ -20,7 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from tiered_core.errors import ConfigError, InvalidOption
+from tiered_core.errors import ConfigError, IllegalParam, InvalidOption
+from tiered_core.spark.failures import task_error
 from tiered_core.spark.options import ConfigSource
 from tiered_core.spark.schema import COLUMNS, SCHEMA_DDL
 from tiered_core.spi.metadata import FileSegmentMetadata, QueueMetadata
@@ -82,15 +83,13 @@ def _adopt_unrecorded(driver, scratch, config, topic: str, queue_id: int) -> Non
 
 
 def _import_groups(source: ConfigSource, seeds: dict[tuple[str, int], QueueSeed],
-                   batches: Iterator) -> Iterator:
-    """Executor side: append the (topic, queue_id, queue_offset)-sorted rows; yield one result per queue."""
-    import pyarrow as pa
-
+                   rows: Iterator) -> Iterator[str]:
+    """Executor side: append the (topic, queue_id, queue_offset)-sorted rows (times in epoch ms);
+    yield one JSON result per queue."""
     from tiered_core.flat.message_file import FlatMessageFile
     from tiered_core.metadata import open_metadata_store
     from tiered_core.spark.appender import QueueAppender, message_from_row
     from tiered_core.spark.reader import driver_for
-    from tiered_core.spark.schema import batch_rows
 
     config = source.load()
     driver = driver_for(source)
@@ -126,25 +125,27 @@ def _import_groups(source: ConfigSource, seeds: dict[tuple[str, int], QueueSeed]
         appender = QueueAppender(FlatMessageFile(driver, scratch, topic, queue_id, config.flat_config()))
 
     try:
-        for batch in batches:
-            for row in batch_rows(batch):
-                key = (row["topic"], row["queue_id"])
-                if key != current:
-                    if appender is not None:
-                        finish()
-                    start(*key)
-                    current = key
-                message = message_from_row(row["topic"], row["keys"], row["tags"], row["properties"],
-                                           row["body"], row["born_timestamp"])
-                appender.append(row["queue_offset"], message, row["store_timestamp"])
+        for row in rows:
+            key = (row["topic"], row["queue_id"])
+            if key != current:
+                if appender is not None:
+                    finish()
+                start(*key)
+                current = key
+            if row["queue_offset"] is None or row["store_timestamp"] is None:
+                raise IllegalParam(f"{key[0]}/{key[1]}: a row has no queue_offset or store_timestamp",
+                                   topic=key[0], queue_id=key[1], queue_offset=row["queue_offset"])
+            message = message_from_row(row["topic"], row["keys"], row["tags"], row["properties"],
+                                       row["body"], row["born_timestamp"])
+            appender.append(row["queue_offset"], message, row["store_timestamp"])
         if appender is not None:
             finish()
     finally:
         if scratch is not None:
             scratch.close()
         shutil.rmtree(scratch_dir, ignore_errors=True)
-    if results:
-        yield pa.RecordBatch.from_pydict({"result": [json.dumps(r) for r in results]})
+    for result in results:
+        yield json.dumps(result)
 
 
 def import_parquet(spark, config: str | os.PathLike, source_path: str | os.PathLike, *,
@@ -176,6 +177,8 @@ def import_parquet(spark, config: str | os.PathLike, source_path: str | os.PathL
                                 option=column, source=path)
     types = dict(c.split(" ", 1) for c in SCHEMA_DDL.split(", "))
     df = df.select(*[(F.col(c) if c in present else F.lit(None)).cast(types[c]).alias(c) for c in COLUMNS])
+    # Times travel to the tasks as epoch milliseconds (no time-zone conversion on the way).
+    df = df.withColumns({c: F.unix_millis(F.col(c)) for c in ("store_timestamp", "born_timestamp")})
     groups = [(r["topic"], r["queue_id"]) for r in df.select("topic", "queue_id").distinct().collect()]
     metadata = store_config.open_metadata()
     try:
@@ -189,10 +192,13 @@ def import_parquet(spark, config: str | os.PathLike, source_path: str | os.PathL
         n = partitions or max(1, min(len(groups), spark.sparkContext.defaultParallelism * 2))
         ordered = df.repartition(n, "topic", "queue_id").sortWithinPartitions("topic", "queue_id", "queue_offset")
 
-        def run(batches):
-            return _import_groups(source, seeds, batches)
+        def run(rows):
+            return _import_groups(source, seeds, rows)
 
-        outcome = [json.loads(r["result"]) for r in ordered.mapInArrow(run, "result string").collect()]
+        try:
+            outcome = [json.loads(r) for r in ordered.rdd.map(lambda row: row.asDict()).mapPartitions(run).collect()]
+        except Exception as exc:  # a Spark job failure wraps the task's error in Java's
+            raise task_error(exc, "import failed (metadata not committed; fix the input and run again)") from None
         segments = 0
         with metadata.transaction():
             for item in outcome:

@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from tiered_core.codec.naming import segment_path
-from tiered_core.errors import (
-    ConfigError, CorruptData, DriverError, PositionMismatch, StateConflict, TieredStoreError,
-)
+from tiered_core.errors import ConfigError, CorruptData, DriverError, PositionMismatch, StateConflict
+from tiered_core.spark.failures import task_error
 from tiered_core.spark.options import ConfigSource
 from tiered_core.spark.plan import parse_flat_path
 from tiered_core.spi.driver import SegmentDriver
@@ -246,10 +245,8 @@ def migrate(spark, config: str | os.PathLike, to_config: str | os.PathLike, *, c
             try:
                 results = rdd.mapPartitions(copy).collect()
             except Exception as exc:  # a Spark job failure wraps the task's error in Java's
-                if isinstance(exc, TieredStoreError):
-                    raise
-                raise DriverError(f"migration incomplete (target metadata not written; run again to resume): "
-                                  f"{_first_cause(exc)}", retryable=True) from None
+                raise task_error(exc, "migration incomplete (target metadata not written; run again to "
+                                      "resume)") from None
         by_path = {r.path: r for r in results}
         if len(by_path) != len(tasks):
             raise StateConflict(f"migration copied {len(by_path)} of {len(tasks)} segments", planned=len(tasks))
@@ -269,12 +266,3 @@ def _copy_job(source: ConfigSource, target: ConfigSource, chunk: int, fail_index
     def run(tasks):
         return _copy_partition(source, target, chunk, fail_index, tasks)
     return run
-
-
-def _first_cause(exc: BaseException) -> str:
-    """The line of a Spark failure that names our error (the Java wrapper says little)."""
-    text = str(exc)
-    for line in text.splitlines():
-        if "tiered_core.errors" in line or "[" in line and "]" in line and "Error" in line:
-            return line.strip()[:500]
-    return text.strip().splitlines()[0][:500] if text.strip() else type(exc).__name__

@@ -74,7 +74,10 @@ class MessageStoreFetcher:
                 log.warning("read-ahead of %s at %d failed: %s", flat, offset, exc)
                 return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, next_begin_offset=offset,
                                         min_offset=lo, max_offset=hi, tier=StoreTier.TIERED)
-            return self._from_cache(flat, offset, max_count, message_filter, lo, hi)
+            result = self._from_cache(flat, offset, max_count, message_filter, lo, hi)
+            if result.found or result.next_begin_offset > offset:
+                return result
+            # Not cached after all (e.g. larger than the whole cache budget): read it directly.
         return self._direct(flat, offset, max_count, message_filter, lo, hi)
 
     @staticmethod

@@ -266,3 +266,19 @@ def test_account_key_never_reaches_logs(azurite, caplog):  # noqa: F811
         drv.write("x", 3, b"d")
     assert AZURITE_KEY not in str(info.value) + repr(info.value) + repr(drv) + json.dumps(drv.describe())
     assert AZURITE_KEY not in caplog.text
+
+
+def test_conformance_environment_starts_or_reuses_azurite(tmp_path, azurite, monkeypatch):  # noqa: F811
+    monkeypatch.delenv("TIERED_AZURE_CONNECTION_STRING", raising=False)
+    with AzureDriver.conformance_environment(str(tmp_path / "own")) as options:  # starts its own
+        assert options["connection_string"] != azurite.connection_string
+        with AzureDriver(**options) as drv:
+            drv.write("x", 0, b"own emulator")
+            assert drv.size("x") == 12
+    monkeypatch.setenv("TIERED_AZURE_CONNECTION_STRING", azurite.connection_string)
+    monkeypatch.setenv("TIERED_AZURE_CONTAINER", "env-made-container")
+    with AzureDriver.conformance_environment(str(tmp_path / "env")) as options:  # reuses, makes the container
+        assert options["container"] == "env-made-container"
+        with AzureDriver(**options) as drv:
+            drv.write("x", 0, b"shared emulator")
+            assert drv.size("x") == 15

@@ -379,3 +379,20 @@ def test_stale_writer_racing_a_compaction_is_rejected(fake_gcs, same_bytes):  # 
     assert b.size("seg") == len(expected)
     assert b.read("seg", 0, len(expected)) == bytes(expected)
     assert len([o for o in raw_objects(b, "seg") if PART_MARK in o["name"]]) < COMPACT_AT  # B compacted
+
+
+def test_conformance_environment_starts_or_reuses_an_emulator(tmp_path, fake_gcs, monkeypatch):  # noqa: F811
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
+    monkeypatch.delenv("TIERED_GCS_ENDPOINT", raising=False)
+    with GcsDriver.conformance_environment(str(tmp_path / "own")) as options:  # starts its own
+        assert options["endpoint"] != fake_gcs.url
+        with GcsDriver(**options) as drv:
+            drv.write("x", 0, b"own emulator")
+            assert drv.capabilities.overridden["conditional_append"] == EMULATOR_GAP
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs.url)
+    monkeypatch.setenv("TIERED_GCS_BUCKET", "env-made-bucket")
+    with GcsDriver.conformance_environment(str(tmp_path / "env")) as options:  # reuses, makes the bucket
+        assert options["endpoint"] == fake_gcs.url and options["bucket"] == "env-made-bucket"
+        with GcsDriver(**options) as drv:
+            drv.write("x", 0, b"shared emulator")
+            assert drv.size("x") == 15

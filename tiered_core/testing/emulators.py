@@ -250,21 +250,28 @@ class FakeGcsServer(Emulator):
 
     def create_bucket(self, bucket: str) -> None:
         """Create ``bucket`` (a no-op when it exists)."""
-        import json
-
-        req = urllib.request.Request(
-            f"{self.url}/storage/v1/b?project=test", method="POST",
-            data=json.dumps({"name": bucket}).encode(), headers={"Content-Type": "application/json"},
-        )
-        try:
-            urllib.request.urlopen(req, timeout=10).close()
-        except urllib.error.HTTPError as exc:
-            if exc.code != 409:
-                raise EmulatorError(f"fake-gcs-server: cannot create bucket {bucket!r}: HTTP {exc.code}") from exc
+        create_emulator_bucket(self.url, bucket)
 
     def environ(self) -> dict[str, str]:
         """Environment a gcsfs client needs to talk to this emulator."""
         return {"STORAGE_EMULATOR_HOST": self.url, "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
+
+
+def create_emulator_bucket(url: str, bucket: str) -> None:
+    """Create ``bucket`` on the fake-gcs-server at ``url`` (a no-op when it exists)."""
+    import json
+
+    req = urllib.request.Request(
+        f"{url.rstrip('/')}/storage/v1/b?project=test", method="POST",
+        data=json.dumps({"name": bucket}).encode(), headers={"Content-Type": "application/json"},
+    )
+    try:
+        urllib.request.urlopen(req, timeout=10).close()
+    except urllib.error.HTTPError as exc:
+        if exc.code != 409:
+            raise EmulatorError(f"fake-gcs-server at {url}: cannot create bucket {bucket!r}: HTTP {exc.code}") from exc
+    except OSError as exc:
+        raise EmulatorError(f"fake-gcs-server at {url} is not reachable: {exc}") from exc
 
 
 # -- Azurite -------------------------------------------------------------------------
@@ -369,7 +376,7 @@ def patched_environ(values: dict[str, str]) -> Iterator[None]:
 
 
 __all__ = [
-    "AZURITE_ACCOUNT", "AZURITE_KEY", "Azurite", "Emulator", "EmulatorError", "FakeGcsServer",
+    "AZURITE_ACCOUNT", "AZURITE_KEY", "Azurite", "Emulator", "EmulatorError", "FakeGcsServer", "create_emulator_bucket",
     "azurite_binary", "ci_mode", "fake_gcs_binary", "free_port", "patched_environ",
     "running_azurite", "running_fake_gcs",
 ]

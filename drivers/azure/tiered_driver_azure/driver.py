@@ -414,13 +414,19 @@ def _transient(exc: Exception, status: int) -> bool:
 def _conformance_environment(workdir: str):
     """Options for a throw-away container prefix; starts Azurite when no endpoint is set.
 
-    An endpoint is configured by ``TIERED_AZURE_CONNECTION_STRING`` (``TIERED_AZURE_CONTAINER``
-    names the container, default ``tiered-conformance``).
+    An account is configured by ``TIERED_AZURE_CONNECTION_STRING`` (the container is
+    created when missing; ``TIERED_AZURE_CONTAINER`` names it, default
+    ``tiered-conformance``).
     """
     container = os.environ.get("TIERED_AZURE_CONTAINER", "tiered-conformance")
     prefix = f"conformance-{uuid.uuid4().hex[:12]}"
     conn = os.environ.get("TIERED_AZURE_CONNECTION_STRING")
     if conn:
+        from azure.core.exceptions import ResourceExistsError
+        from azure.storage.blob import BlobServiceClient
+
+        with BlobServiceClient.from_connection_string(conn) as svc, contextlib.suppress(ResourceExistsError):
+            svc.create_container(container)
         yield {"container": container, "prefix": prefix, "connection_string": conn}
         return
     from tiered_core.testing.emulators import running_azurite

@@ -97,8 +97,10 @@ class GcsDriver(SegmentDriver):
             self.client = GcsClient(bucket=bucket, project=project, token=token, endpoint=endpoint,
                                     retries=retries, timeout=timeout)
         except Exception as exc:  # credential chain failures; never echo the token
-            raise DriverError(f"gcs: cannot set up credentials for bucket {bucket!r}: {type(exc).__name__}",
-                              retryable=False, bucket=bucket) from None
+            # The library's message may quote the token, so only its type is kept.
+            raise DriverError(f"gcs: cannot set up credentials for bucket {bucket!r} ({type(exc).__name__}); "
+                              f"'token' takes a service-account JSON path, 'google_default', 'anon', or a "
+                              f"credentials object", retryable=False, bucket=bucket) from None
 
     # -- helpers ---------------------------------------------------------------------
 
@@ -260,6 +262,9 @@ class GcsDriver(SegmentDriver):
                 else:
                     resp = self.client.patch_metadata(key, meta, what=f"seal {path!r}",
                                                       if_generation_match=generation)
+                if resp.status == 404:  # a part vanished: another writer compacted meanwhile
+                    raise DriverError(f"gcs: parts of {path!r} in bucket {self.bucket!r} vanished during a "
+                                      f"compose", retryable=True, bucket=self.bucket, path=path)
                 if resp.status != 200:
                     raise self._fail(resp, "seal" if seal else "compose", path)
                 generation = int(resp.json().get("generation", generation))
@@ -417,14 +422,23 @@ def emulator_capabilities() -> Capabilities:
 def _conformance_environment(workdir: str):
     """Options for a throw-away bucket prefix; starts fake-gcs-server when no endpoint is set.
 
-    An endpoint is configured by ``STORAGE_EMULATOR_HOST`` or ``TIERED_GCS_ENDPOINT``
-    (``TIERED_GCS_BUCKET`` names the bucket, default ``tiered-conformance``).
+    An endpoint is configured by ``TIERED_GCS_ENDPOINT`` (used as is: the bucket must
+    exist) or ``STORAGE_EMULATOR_HOST`` (an emulator: the bucket is created).
+    ``TIERED_GCS_BUCKET`` names the bucket, default ``tiered-conformance``.
     """
     bucket = os.environ.get("TIERED_GCS_BUCKET", "tiered-conformance")
     prefix = f"conformance-{uuid.uuid4().hex[:12]}"
-    endpoint = os.environ.get("TIERED_GCS_ENDPOINT") or os.environ.get("STORAGE_EMULATOR_HOST")
-    if endpoint and endpoint != "default":
+    endpoint = os.environ.get("TIERED_GCS_ENDPOINT")
+    if endpoint:
         yield {"bucket": bucket, "prefix": prefix, "endpoint": endpoint}
+        return
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST", "")
+    if emulator not in ("", "default"):
+        from tiered_core.testing.emulators import create_emulator_bucket
+
+        url = emulator if "://" in emulator else f"http://{emulator}"
+        create_emulator_bucket(url, bucket)
+        yield {"bucket": bucket, "prefix": prefix, "endpoint": url, "emulated": True, "token": "anon"}
         return
     from tiered_core.testing.emulators import running_fake_gcs
 

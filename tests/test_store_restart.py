@@ -125,8 +125,10 @@ def test_sigkill_while_dispatching_then_finish(persistent_setup, tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (TESTS_DIR, os.environ.get("PYTHONPATH")) if p)}
     rng = random.Random(f"{driver}-kill")
     progress = []
-    # ~2 writes per 64-message group per queue: 4000 messages make well over 100
-    for kill_after in (rng.randint(2, 30), rng.randint(2, 30)):
+    # A group is two writes (commit log, then consume queue) and 4 queues dispatch at once:
+    # after 9 writes some queue surely committed a group. 4000 messages in groups of 64
+    # make over 120 writes, so two kills after at most 40 each leave the dispatch unfinished.
+    for kill_after in (rng.randint(9, 40), rng.randint(9, 40)):
         proc = subprocess.Popen([sys.executable, "-c", CHILD, str(child_config)], env=env,
                                 stdout=subprocess.PIPE, text=True)
         try:

@@ -30,9 +30,10 @@ class LocalStoreModel(RuleBasedStateMachine):
         self.tmp = tempfile.mkdtemp(prefix="local-model-")
         self.generation = 0
         self.store = LocalMessageStore(self._dir(), CONFIG)
-        # every message in commit-log order: (topic, queue, queue offset, key, body, commit-log offset)
-        self.log: list[tuple[str, int, int, str, bytes, int]] = []
+        # every message in commit-log order: (topic, queue, queue offset, key, body, commit-log offset, size)
+        self.log: list[tuple[str, int, int, str, bytes, int, int]] = []
         self.visible = 0  # messages the last reput (or open) dispatched
+        self.cl_min = 0  # commit-log bytes below were deleted by retention
 
     def _dir(self) -> str:
         return os.path.join(self.tmp, f"g{self.generation}")
@@ -49,7 +50,8 @@ class LocalStoreModel(RuleBasedStateMachine):
         expected = sum(1 for m in self.log if m[0] == topic and m[1] == queue)
         r = self.store.put_message(topic, queue, Message(topic=topic, body=body, keys=[key, f"id{n}"]))
         assert r.queue_offset == expected
-        self.log.append((topic, queue, r.queue_offset, key, body, r.commitlog_offset))
+        size = len(self.store.get_message_bytes(r.commitlog_offset))
+        self.log.append((topic, queue, r.queue_offset, key, body, r.commitlog_offset, size))
 
     @rule()
     def reput(self) -> None:
@@ -67,6 +69,23 @@ class LocalStoreModel(RuleBasedStateMachine):
         self.visible = len(self.log)
 
     @precondition(lambda self: self.log)
+    @rule(keep=st.integers(0, 10_000), flush_first=st.booleans())
+    def retention(self, keep: int, flush_first: bool) -> None:
+        """Delete every expired file that holds nothing at or after ``keep_from``."""
+        if flush_first:
+            self.store.flush()
+        keep_from = self.log[keep % len(self.log)][5]
+        bound = min(keep_from, self.store.reput_offset, self.store.flushed_offset)
+        files = self.store.commit_log.files()
+        size = CONFIG.commit_log_file_size
+        old_min = self.store.get_commit_log_min_offset()
+        expected_min = max(old_min, min(files[-1].start, bound - bound % size))
+        deleted = self.store.delete_expired(10**15, keep_from=keep_from)
+        assert self.store.get_commit_log_min_offset() == expected_min
+        assert deleted == (expected_min - old_min) // size
+        self.cl_min = expected_min
+
+    @precondition(lambda self: self.log)
     @rule(cut=st.integers(0, 10_000))
     def crash_with_torn_tail(self, cut: int) -> None:
         """The directory as a killed process leaves it, the last message partly written."""
@@ -78,13 +97,12 @@ class LocalStoreModel(RuleBasedStateMachine):
         cl_dir = os.path.join(self._dir(), "commitlog")
         name = sorted(os.listdir(cl_dir))[-1]
         path = os.path.join(cl_dir, name)
-        file_len = os.path.getsize(path)
         start = int(name)
         msg_start = last[5] - start
-        if 0 <= msg_start < file_len and cut % 3:  # tear it in two of three crashes
-            keep = msg_start + cut % (file_len - msg_start)
+        assert 0 <= msg_start < os.path.getsize(path)
+        if cut % 3:  # tear it in two of three crashes (cutting the rest of its file)
             with open(path, "r+b") as f:
-                f.truncate(keep)
+                f.truncate(msg_start + cut % last[6])
             self.log.pop()
         self.store = LocalMessageStore(self._dir(), CONFIG)
         self.visible = len(self.log)
@@ -95,15 +113,18 @@ class LocalStoreModel(RuleBasedStateMachine):
         queues = sorted({(m[0], m[1]) for m in shown})
         assert [q for q in self.store.list_queues() if self.store.get_max_offset_in_queue(*q)] == queues
         for topic, queue in queues:
-            want = [m for m in shown if m[0] == topic and m[1] == queue]
-            assert self.store.get_max_offset_in_queue(topic, queue) == len(want)
-            got = self.store.get_messages(topic, queue, 0, max_count=len(want) + 1)
+            everything = [m for m in shown if m[0] == topic and m[1] == queue]
+            want = [m for m in everything if m[5] >= self.cl_min]
+            assert self.store.get_max_offset_in_queue(topic, queue) == len(everything)
+            lo = want[0][2] if want else len(everything)
+            assert self.store.get_min_offset_in_queue(topic, queue) == lo
+            got = self.store.get_messages(topic, queue, lo, max_count=len(want) + 1)
             assert [(g.queue_offset, g.keys, g.body) for g in got] == \
                 [(m[2], [m[3], f"id{self.log.index(m)}"], m[4]) for m in want]
 
     @invariant()
     def keys_are_found(self) -> None:
-        shown = self.log[: self.visible]
+        shown = [m for m in self.log[: self.visible] if m[5] >= self.cl_min]
         for topic in TOPICS:
             for key in ("Aa", "BB"):
                 want = [(m[1], m[2]) for m in reversed(shown) if m[0] == topic and m[3] == key]

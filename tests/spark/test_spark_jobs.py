@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 
 import pytest
 from spark_helpers import api_rows, parquet_rows, write_config
@@ -43,9 +44,10 @@ def test_import_then_export_round_trips(spark, source, tmp_path, capsys):
     assert f"exported {first.rows} messages" in capsys.readouterr().out
     assert parquet_rows(str(tmp_path / "second")) == parquet_rows(first.path)
 
-    # Loading the same rows again stores nothing twice.
-    again = import_parquet(spark, target, first.path)
-    assert (again.appended, again.skipped) == (0, first.rows)
+    # Loading the same rows again (here through the CLI) stores nothing twice.
+    assert main(["spark", "import", "--config", target, "--from", first.path, "--json"]) == 0
+    again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (again["appended"], again["skipped"]) == (0, first.rows)
     assert len(api_rows(target)) == first.rows
 
 
@@ -86,7 +88,7 @@ def _digest(driver, path: str) -> tuple[int, str]:
     return size, hashlib.sha256(driver.read(path, 0, size) if size else b"").hexdigest()
 
 
-def test_migrate_posix_to_gcs_resumes_after_a_failed_task(spark, source, tmp_path):
+def test_migrate_posix_to_gcs_resumes_after_a_failed_task(spark, source, tmp_path, capsys):
     source_config = StoreConfig.load(source)
     metadata = source_config.open_metadata()
     tasks = plan_copies(source_config, metadata)
@@ -125,6 +127,8 @@ def test_migrate_posix_to_gcs_resumes_after_a_failed_task(spark, source, tmp_pat
         # A store on the gcs driver serves the same messages.
         assert by_position(api_rows(target)) == by_position(api_rows(source))
 
-        # Running it once more copies nothing.
-        again = migrate(spark, source, target, chunk=1024)
-        assert (again.segments, again.copied, again.replaced) == (len(tasks), 0, 0)
+        # Running it once more (through the CLI) copies nothing.
+        assert main(["spark", "migrate", "--config", source, "--to-config", target, "--chunk-size", "1024",
+                     "--json"]) == 0
+        again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert (again["segments"], again["copied"], again["replaced"]) == (len(tasks), 0, 0)

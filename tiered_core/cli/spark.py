@@ -44,6 +44,14 @@ def register(subparsers) -> None:
     parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
 
 
+def _check_configs(*paths: str) -> None:
+    """Load each config file now, so a bad one fails before Spark starts (ConfigError names the key)."""
+    from tiered_core.config import StoreConfig
+
+    for path in paths:
+        StoreConfig.load(path)
+
+
 def _session(args):
     from tiered_core.spark import get_session
 
@@ -64,8 +72,12 @@ def _report(args, result) -> int:
 def run_export(args) -> int:
     from tiered_core.spark.jobs import export
 
+    from tiered_core.spark.options import parse_read_options
+
     options = {k: v for k, v in (("topics", args.topics), ("queues", args.queues),
                                  ("start_time", args.start_time), ("end_time", args.end_time)) if v}
+    parse_read_options(options)  # bad options fail before Spark starts
+    _check_configs(args.config)
     spark = _session(args)
     result = export(spark, args.config, args.to, format=args.format,
                     mode="overwrite" if args.overwrite else "errorifexists", **options)
@@ -75,10 +87,12 @@ def run_export(args) -> int:
 def run_migrate(args) -> int:
     from tiered_core.spark.jobs import migrate
 
+    _check_configs(args.config, args.to_config)
     return _report(args, migrate(_session(args), args.config, args.to_config, chunk=args.chunk_size))
 
 
 def run_import(args) -> int:
     from tiered_core.spark.jobs import import_parquet
 
+    _check_configs(args.config)
     return _report(args, import_parquet(_session(args), args.config, args.source, partitions=args.partitions))

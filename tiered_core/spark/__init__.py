@@ -21,10 +21,16 @@ from tiered_core.spark.session import check_java, get_session, prepare_environme
 
 
 def register(spark) -> None:
-    """Register the ``tiered`` format with ``spark`` (idempotent)."""
+    """Register the ``tiered`` format with ``spark`` (once per session)."""
     from tiered_core.spark.datasource import TieredDataSource
 
+    if getattr(spark, "_tiered_registered", False):
+        return
     spark.dataSource.register(TieredDataSource)
+    try:
+        spark._tiered_registered = True
+    except AttributeError:  # a session type that takes no attributes: registering again is harmless
+        pass
 
 
 def count_partitions(config: str | os.PathLike | None = None, **options: Any) -> int:

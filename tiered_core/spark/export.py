@@ -10,6 +10,7 @@ from typing import Any
 from tiered_core.errors import ConfigError, InvalidOption
 
 FORMATS = ("parquet",)
+_WRITERS = "spark.sql.maxConcurrentOutputFileWriters"
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,17 @@ def export(spark, config: str | os.PathLike, to: str | os.PathLike, *, format: s
     started = time.perf_counter()
     partitions = len(plan_read(config, **read_options))
     df = read(spark, config, **read_options)
-    df.write.mode(mode).partitionBy("topic").parquet(target)
+    # Each input partition holds one queue, so one topic: with concurrent writers Spark writes
+    # each task's rows as they come instead of sorting them by topic first.
+    previous = spark.conf.get(_WRITERS, None)
+    spark.conf.set(_WRITERS, "64")
+    try:
+        df.write.mode(mode).partitionBy("topic").parquet(target)
+    finally:
+        if previous is None:
+            spark.conf.unset(_WRITERS)
+        else:
+            spark.conf.set(_WRITERS, previous)
     seconds = time.perf_counter() - started
     rows, files, topics = _written(target)
     return ExportResult(target, rows, partitions, topics, files, seconds)

@@ -217,3 +217,34 @@ def test_time_lookup_at_the_local_boundary_within_one_millisecond(tmp_path, requ
         assert store.get_offset_in_queue_by_time(TOPIC, 0, frozen, BoundaryType.UPPER) == 999
         assert store.get_offset_in_queue_by_time(TOPIC, 0, frozen - 1, BoundaryType.LOWER) == 0
         assert store.get_offset_in_queue_by_time(TOPIC, 0, frozen + 1, BoundaryType.LOWER) == 1000
+
+
+@pytest.mark.parametrize("race", ["inside the read", "before the read"])
+def test_local_retention_racing_a_local_read_is_served_by_the_tiered_store(tmp_path, request, race):
+    """NOT_IN_DISK routed a read to the local disk, then retention deleted its files before
+    the read ran: the reader gets the messages from the tiered store -- not an exception,
+    not OFFSET_TOO_SMALL (which would make a consumer skip messages the tiered store holds)."""
+    config = make_config(tmp_path, request)
+    workload = Workload(topics=(TOPIC,), queues=1)
+    with TieredMessageStore.open(config) as store:
+        workload.put(store, 1000)
+        store.dispatch(force=True)
+        assert store.local.get_min_offset_in_queue(TOPIC, 0) == 0
+        deleted = []
+        if race == "inside the read":  # the bounds were checked, the files go before the bytes are read
+            target, name = store.local, "read_messages"
+        else:  # routed to the local store, the files go before its bounds are read
+            target, name = store, "_get_local"
+        original = getattr(target, name)
+
+        def racing(*args, **kwargs):
+            setattr(target, name, original)  # once
+            deleted.append(store.delete_expired_local(FAR_FUTURE_MS))
+            return original(*args, **kwargs)
+
+        setattr(target, name, racing)
+        got = store.get_message("g", TOPIC, 0, 0, 4)
+        assert deleted and deleted[0] > 0 and store.local.get_min_offset_in_queue(TOPIC, 0) > 4
+        assert (got.status, got.tier) == (S.FOUND, StoreTier.TIERED)
+        assert [m.body for m in got.messages] == [s.body for s in workload.sent[(TOPIC, 0)][:4]]
+        assert got.next_begin_offset == 4

@@ -180,7 +180,16 @@ class TieredMessageStore:
             if local_max > local_min and local_min < result.min_offset:
                 result.min_offset = local_min  # never raise max to the local max (RocketMQ #7363)
             return result
-        return self._get_local(topic, queue_id, offset, max_count, message_filter)
+        try:
+            result = self._get_local(topic, queue_id, offset, max_count, message_filter)
+        except TieredStoreError as exc:  # local retention deleted the files under the read
+            log.info("local read of %s/%d@%d failed (%s); bounds re-read", topic, queue_id, offset, exc)
+            result = self._get_local(topic, queue_id, offset, max_count, message_filter)
+        if result.status is GetMessageStatus.OFFSET_TOO_SMALL and self._read_tiered(topic, queue_id, offset):
+            # Retention moved the local min past the offset after it was routed here: the
+            # tiered store has it (never tell the consumer to skip what is still stored).
+            return self.get_message(group, topic, queue_id, offset, max_count, message_filter)
+        return result
 
     def _get_local(self, topic: str, queue_id: int, offset: int, max_count: int,
                    message_filter: MessageFilter | None) -> GetMessageResult:

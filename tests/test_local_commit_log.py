@@ -22,6 +22,11 @@ from tiered_core.local.mapped_file import offset_file_name
 FILE_SIZE = 64 * 1024
 
 
+def _read(path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def _encoded(i: int, body_size: int) -> bytearray:
     msg = Message(topic="orders", body=bytes([i % 251]) * body_size, keys=[f"k{i}"], tags="t")
     return bytearray(encode_message(msg, queue_id=i % 4, queue_offset=i // 4, store_timestamp=1000 + i))
@@ -47,7 +52,7 @@ def test_files_are_named_by_start_offset_and_end_in_a_blank_record(tmp_path):
     assert names == [offset_file_name(i * FILE_SIZE) for i in range(len(files))]
     assert names[0] == "00000000000000000000" and names[1] == "00000000000000065536"
     for mf in files[:-1]:
-        raw = open(mf.path, "rb").read()
+        raw = _read(mf.path)
         assert len(raw) == FILE_SIZE
         # the last message of the file ends where the BLANK record begins
         ends = [off + len(d) for off, d in written if mf.start <= off < mf.limit]

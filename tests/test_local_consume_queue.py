@@ -15,6 +15,11 @@ from tiered_core.local.mapped_file import offset_file_name
 UNITS = 10
 
 
+def _read(path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def _cq(path) -> ConsumeQueue:
     return ConsumeQueue(str(path), "orders", 3, units_per_file=UNITS)
 
@@ -30,7 +35,7 @@ def test_units_are_20_bytes_in_files_named_by_byte_offset(tmp_path):
     assert (cq.min_offset, cq.max_offset) == (0, 25)
     assert sorted(os.listdir(tmp_path)) == [offset_file_name(i * UNITS * CQ_UNIT_SIZE) for i in range(3)]
     assert sorted(os.listdir(tmp_path))[1] == "00000000000000000200"
-    raw = open(os.path.join(tmp_path, offset_file_name(200)), "rb").read()
+    raw = _read(os.path.join(tmp_path, offset_file_name(200)))
     assert len(raw) == UNITS * CQ_UNIT_SIZE
     assert struct.unpack_from(">qiq", raw, 3 * CQ_UNIT_SIZE) == (1300, 90 + 13 % 7, tags_hash_code("tag1"))
     units = cq.get_units(8, 5)  # across a file boundary

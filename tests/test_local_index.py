@@ -24,6 +24,11 @@ SLOTS = 8
 ITEMS = 6
 
 
+def _read(path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def _header(raw: bytes) -> tuple:
     return struct.unpack_from(">qqqqii", raw, 0)
 
@@ -45,7 +50,7 @@ def test_layout_follows_the_seed(tmp_path):
     assert f.put(h2, 200, 12_500)
     assert f.put(h3, 300, 15_999)
     f.flush()
-    raw = open(path, "rb").read()
+    raw = _read(path)
     # begin/end timestamp, begin/end phy offset, hash slot count (puts), index count (next number)
     assert _header(raw) == (10_000, 15_999, 100, 300, 3, 4)
     # item: key hash, phy offset, seconds since begin, previous item of the slot
@@ -171,8 +176,8 @@ def test_truncate_from_undoes_items_exactly(tmp_path):
     fresh.flush()
     f.flush()
     body = slice(HEADER_SIZE, HEADER_SIZE + SLOTS * SLOT_SIZE + 12 * ITEM_SIZE)
-    assert open(f.path, "rb").read()[body] == open(fresh.path, "rb").read()[body]
-    assert _header(open(f.path, "rb").read())[2:] == _header(open(fresh.path, "rb").read())[2:]
+    assert _read(f.path)[body] == _read(fresh.path)[body]
+    assert _header(_read(f.path))[2:] == _header(_read(fresh.path))[2:]
     assert f.truncate_from(0) == 5
     assert f.item_count == 0 and f.select(11, 0, 10**15, 10) == []
 
@@ -189,7 +194,7 @@ def test_truncate_from_also_undoes_an_uncounted_item(tmp_path):
         fh.write(struct.pack(">i", 3))
     f = IndexFile(path, SLOTS, ITEMS)
     assert f.truncate_from(20) == 1
-    raw = open(path, "rb").read()
+    raw = _read(path)
     assert _slot(raw, 7) == 1
     assert f.select(7, 0, 10**15, 10) == [10]
 

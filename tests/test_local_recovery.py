@@ -189,27 +189,27 @@ def test_killed_writer_recovers_every_acknowledged_message(tmp_path, mode):
     for run in range(4):
         target = rng.randrange(30, 150)
         tear_at = target if mode == "TORN" else 0
-        child = subprocess.Popen([sys.executable, "-c", _CHILD, root, f"r{run}", mode, str(tear_at)],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
-        seen = 0
-        try:
-            for line in child.stdout:
-                q, off, ident = line.split()
-                acked.append((int(q), int(off), ident))
-                seen += 1
-                if seen >= target and not tear_at:
-                    break
-        finally:
-            child.send_signal(signal.SIGKILL)
-            child.wait()
-        # lines the child printed before the kill are acknowledged too
-        for line in child.stdout.read().splitlines():
-            parts = line.split()
-            if len(parts) == 3 and parts[2].startswith(f"r{run}-"):
-                acked.append((int(parts[0]), int(parts[1]), parts[2]))
+        with subprocess.Popen([sys.executable, "-c", _CHILD, root, f"r{run}", mode, str(tear_at)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True) as child:
+            seen = 0
+            try:
+                for line in child.stdout:
+                    q, off, ident = line.split()
+                    acked.append((int(q), int(off), ident))
+                    seen += 1
+                    if seen >= target and not tear_at:
+                        break
+            finally:
+                child.send_signal(signal.SIGKILL)
+                child.wait()
+            # lines the child printed before the kill are acknowledged too
+            for line in child.stdout.read().splitlines():
+                parts = line.split()
+                if len(parts) == 3 and parts[2].startswith(f"r{run}-"):
+                    acked.append((int(parts[0]), int(parts[1]), parts[2]))
+            errors = child.stderr.read()
         assert child.returncode == -signal.SIGKILL
-        assert sum(1 for a in acked if a[2].startswith(f"r{run}-")) >= (target - 1 if tear_at else target), \
-            child.stderr.read()
+        assert sum(1 for a in acked if a[2].startswith(f"r{run}-")) >= (target - 1 if tear_at else target), errors
         with LocalMessageStore(root, LocalStoreConfig(
                 commit_log_file_size=256 * 1024, consume_queue_units_per_file=32, index_hash_slots=64,
                 index_max_items=128, max_message_size=120 * 1024, background_services=False)) as store:

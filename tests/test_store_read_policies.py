@@ -23,7 +23,7 @@ TOPIC = "orders"
 
 def make_config(tmp_path, request, **overrides):
     options = {"inner": "memory", "inner_options": {"namespace": f"policies-{request.node.name}"}}
-    return small_config(tmp_path, SPEC, options, local_commit_log_file_size=128 << 10, **overrides)
+    return small_config(tmp_path, SPEC, options, **{"local_commit_log_file_size": 128 << 10, **overrides})
 
 
 @pytest.fixture
@@ -248,3 +248,25 @@ def test_local_retention_racing_a_local_read_is_served_by_the_tiered_store(tmp_p
         assert (got.status, got.tier) == (S.FOUND, StoreTier.TIERED)
         assert [m.body for m in got.messages] == [s.body for s in workload.sent[(TOPIC, 0)][:4]]
         assert got.next_begin_offset == 4
+
+
+def test_not_in_mem_reads_the_tiered_store_outside_the_recent_local_window(tmp_path, request, monkeypatch):
+    import tiered_core.access.store as store_module
+
+    window = 64 << 10
+    monkeypatch.setattr(store_module, "IN_MEMORY_WINDOW", window)
+    config = make_config(tmp_path, request, storage_level="NOT_IN_MEM", local_commit_log_file_size=1 << 20)
+    workload = Workload(topics=(TOPIC,), queues=1)
+    with TieredMessageStore.open(config) as store:
+        workload.put(store, 600)
+        store.dispatch(force=True)
+        assert store.local.get_min_offset_in_queue(TOPIC, 0) == 0  # the local copy is whole
+        local_end = store.local.get_commit_log_max_offset()
+        sent = workload.sent[(TOPIC, 0)]
+        expected = [StoreTier.TIERED if s.commitlog_offset < local_end - window else StoreTier.LOCAL for s in sent]
+        assert StoreTier.TIERED in expected and StoreTier.LOCAL in expected
+        got = read_queue(store, TOPIC, 0, len(sent), batch=1)
+        assert [tier for _, _, tier in got] == expected
+        assert [m.body for m, _, _ in got] == [s.body for s in sent]
+        store.policy = store.policy.parse("NOT_IN_DISK")  # the window plays no part there
+        assert {tier for _, _, tier in read_queue(store, TOPIC, 0, len(sent))} == {StoreTier.LOCAL}

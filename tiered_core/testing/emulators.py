@@ -68,6 +68,7 @@ class Emulator:
             data_dir = self._tmp.name
         self.data_dir = Path(data_dir).resolve()
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._fixed_port = port is not None
         self.port = port or free_port()
         self.process: subprocess.Popen | None = None
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}.{self.name}.log"
@@ -81,6 +82,10 @@ class Emulator:
     def probe_url(self) -> str:
         raise NotImplementedError
 
+    def is_me(self, status: int, headers, body: bytes) -> bool:
+        """Whether the probe's answer comes from this kind of emulator (not another server)."""
+        raise NotImplementedError
+
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
@@ -90,6 +95,21 @@ class Emulator:
     def start(self) -> "Emulator":
         if self.running:
             return self
+        for attempt in range(3):
+            try:
+                self._start_once()
+                self._fixed_port = True  # clients know the URL now: a restart keeps it
+                return self
+            except _PortTaken:
+                if self._fixed_port or attempt == 2:
+                    raise EmulatorError(
+                        f"{self.name}: port {self.port} is taken by another process; log {self.log_path}:\n"
+                        f"{self.log_tail()}"
+                    ) from None
+                self.port = free_port()  # someone took the free port first: pick another
+        raise AssertionError("unreachable")
+
+    def _start_once(self) -> "Emulator":
         cmd = self.command()
         self._log = open(self.log_path, "ab")
         try:
@@ -111,17 +131,24 @@ class Emulator:
                 code = self.process.returncode
                 self.process = None
                 self._close_log()
+                if any(s in self.log_tail().lower() for s in ("address already in use", "eaddrinuse")):
+                    raise _PortTaken()
                 raise EmulatorError(
                     f"{self.name} exited with status {code} while starting on port {self.port}; "
                     f"log {self.log_path}:\n{self.log_tail()}"
                 )
             try:
-                with urllib.request.urlopen(self.probe_url(), timeout=2):
-                    return
-            except urllib.error.HTTPError:
-                return  # it answers HTTP: up (Azurite says 4xx to an unsigned request)
+                with urllib.request.urlopen(self.probe_url(), timeout=2) as resp:
+                    answered = self.is_me(resp.status, resp.headers, resp.read(4096))
+            except urllib.error.HTTPError as exc:  # Azurite says 403 to an unsigned request
+                answered = self.is_me(exc.code, exc.headers, b"")
             except (OSError, urllib.error.URLError) as exc:
+                answered = False
                 last = str(exc)
+            if answered:
+                return
+            if not last.startswith("[Errno"):
+                last = f"something else answers on port {self.port}"
             time.sleep(0.1)
         self.stop()
         raise EmulatorError(
@@ -194,6 +221,10 @@ class Emulator:
         self.close()
 
 
+class _PortTaken(Exception):
+    pass
+
+
 def _port_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -247,6 +278,9 @@ class FakeGcsServer(Emulator):
 
     def probe_url(self) -> str:
         return f"{self.url}/storage/v1/b"
+
+    def is_me(self, status: int, headers, body: bytes) -> bool:
+        return status == 200 and b"storage#buckets" in body
 
     def create_bucket(self, bucket: str) -> None:
         """Create ``bucket`` (a no-op when it exists)."""
@@ -309,6 +343,9 @@ class Azurite(Emulator):
 
     def probe_url(self) -> str:
         return f"{self.url}/{AZURITE_ACCOUNT}?comp=list"
+
+    def is_me(self, status: int, headers, body: bytes) -> bool:
+        return "azurite" in (headers.get("Server") or "").lower()
 
     @property
     def blob_endpoint(self) -> str:

@@ -270,3 +270,29 @@ def test_not_in_mem_reads_the_tiered_store_outside_the_recent_local_window(tmp_p
         assert [m.body for m, _, _ in got] == [s.body for s in sent]
         store.policy = store.policy.parse("NOT_IN_DISK")  # the window plays no part there
         assert {tier for _, _, tier in read_queue(store, TOPIC, 0, len(sent))} == {StoreTier.LOCAL}
+
+
+def test_a_tags_filter_gives_the_same_messages_from_either_tier(tmp_path, request):
+    from tiered_core.codec.hashing import tags_hash_code
+
+    config = make_config(tmp_path, request, local_commit_log_file_size=1 << 20)
+    workload = Workload(topics=(TOPIC,), queues=1)
+    with TieredMessageStore.open(config) as store:
+        workload.put(store, 800)
+        store.dispatch(force=True)
+        sent = workload.sent[(TOPIC, 0)]
+        wanted = tags_hash_code("tag2")
+        expected = [s.queue_offset for s in sent if s.tags == "tag2"]
+        assert 0 < len(expected) < len(sent)
+        for level, tier in (("FORCE", StoreTier.TIERED), ("DISABLE", StoreTier.LOCAL)):
+            store.policy = store.policy.parse(level)
+            store.cache.clear()
+            offset, seen = 0, []
+            while offset < len(sent):
+                got = store.get_message("g", TOPIC, 0, offset, 7, message_filter=lambda code: code == wanted)
+                assert got.tier is tier and got.status in (S.FOUND, S.NO_MATCHED_MESSAGE), (level, offset, got.status)
+                assert got.next_begin_offset > offset, (level, offset)  # a filtered read always moves on
+                seen += [m.queue_offset for m in got.messages]
+                assert all(m.tags == "tag2" for m in got.messages)
+                offset = got.next_begin_offset
+            assert seen == expected, level

@@ -509,3 +509,35 @@ def test_corrupt_bytes_are_never_handed_on(tmp_path):
     assert len(store.get_message_bytes(r.commitlog_offset, unit.size, verify=False)) == unit.size
     assert store.get_messages("orders", 0, 1, 1)[0].queue_offset == 1
     store.close()
+
+
+def test_disk_failures_are_typed_and_leave_the_store_usable(tmp_path, monkeypatch):
+    from tiered_core.errors import DriverError
+    import errno
+
+    store = _store(tmp_path)
+    store.put_message("orders", 0, _msg("orders", 0))
+    end = store.get_commit_log_max_offset()
+    real = os.pwrite
+
+    def full_disk(fd, data, pos):  # fault injection: the disk is full for one write
+        real(fd, bytes(data)[:10], pos)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "pwrite", full_disk)
+    with pytest.raises(DriverError) as err:
+        store.put_message("orders", 0, _msg("orders", 1))
+    assert err.value.retryable and err.value.errno == errno.ENOSPC
+    monkeypatch.setattr(os, "pwrite", real)
+    assert store.get_commit_log_max_offset() == end
+    r = store.put_message("orders", 0, _msg("orders", 2))
+    assert (r.queue_offset, r.commitlog_offset) == (1, end)  # the failed put left no trace
+    store.reput()
+    assert [m.keys for m in store.get_messages("orders", 0, 0)] == [["key-0"], ["key-2"]]
+    store.close()
+    store = _store(tmp_path)
+    assert [m.keys for m in store.get_messages("orders", 0, 0)] == [["key-0"], ["key-2"]]
+    store.close()
+    (tmp_path / "afile").write_bytes(b"x")
+    with pytest.raises(IllegalParam):
+        _store(tmp_path / "afile")

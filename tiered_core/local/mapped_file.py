@@ -15,13 +15,14 @@ data. Reads race safely with deletion through :meth:`MappedFile.hold` /
 from __future__ import annotations
 
 import bisect
+import errno
 import logging
 import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from tiered_core.errors import IllegalOffset, IllegalParam, SegmentClosed, StateConflict
+from tiered_core.errors import DriverError, IllegalOffset, IllegalParam, SegmentClosed, StateConflict
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,15 @@ def parse_offset_file_name(name: str) -> int | None:
     if len(name) != OFFSET_NAME_DIGITS or not name.isdigit():
         return None
     return int(name)
+
+
+_RETRYABLE_ERRNOS = {errno.ENOSPC, errno.EINTR, errno.EAGAIN, errno.EDQUOT}
+
+
+def disk_error(what: str, path: str, exc: OSError) -> DriverError:
+    """A local disk failure as a typed error (ENOSPC and the like are retryable)."""
+    return DriverError(f"{what} {path!r} failed: {exc.strerror or exc}", retryable=exc.errno in _RETRYABLE_ERRNOS,
+                       path=path, errno=exc.errno)
 
 
 def fsync_dir(path: str) -> None:
@@ -159,8 +169,12 @@ class MappedFile:
         pos = self._write_pos
         view = memoryview(data)
         done = 0
-        while done < n:
-            done += os.pwrite(self._fd, view[done:], pos + done)
+        try:
+            while done < n:
+                done += os.pwrite(self._fd, view[done:], pos + done)
+        except OSError as exc:
+            # the write position did not move: the next append overwrites the partial bytes
+            raise disk_error("write to", self.path, exc) from None
         self._write_pos = pos + n
         return pos
 
@@ -171,10 +185,13 @@ class MappedFile:
         self._check_open()
         if len(record) > self.remaining:
             raise IllegalParam(f"{len(record)} bytes do not fit in {self.path!r}", path=self.path)
-        os.ftruncate(self._fd, self.capacity)
-        done = 0
-        while done < len(record):
-            done += os.pwrite(self._fd, record[done:], self._write_pos + done)
+        try:
+            os.ftruncate(self._fd, self.capacity)
+            done = 0
+            while done < len(record):
+                done += os.pwrite(self._fd, record[done:], self._write_pos + done)
+        except OSError as exc:
+            raise disk_error("ending", self.path, exc) from None
         self._write_pos = self.capacity
 
     def fill_to_capacity(self) -> None:
@@ -203,7 +220,10 @@ class MappedFile:
             chunks = []
             pos = position
             while pos < end:
-                chunk = os.pread(self._fd, end - pos, pos)
+                try:
+                    chunk = os.pread(self._fd, end - pos, pos)
+                except OSError as exc:
+                    raise disk_error("read of", self.path, exc) from None
                 if not chunk:
                     raise StateConflict(
                         f"{self.path!r} is shorter than its write position {self._write_pos}",
@@ -224,6 +244,8 @@ class MappedFile:
             return self._flushed_pos
         try:
             os.fsync(self._fd)
+        except OSError as exc:
+            raise disk_error("fsync of", self.path, exc) from None
         finally:
             self.release()
         self._flushed_pos = max(self._flushed_pos, pos)
@@ -458,4 +480,5 @@ __all__ = [
     "offset_file_name",
     "parse_offset_file_name",
     "fsync_dir",
+    "disk_error",
 ]

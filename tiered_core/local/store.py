@@ -256,7 +256,11 @@ class LocalMessageStore:
         self._reput_wakeup = threading.Event()
         self._threads: list[threading.Thread] = []
 
-        os.makedirs(self.root, exist_ok=True)
+        try:
+            os.makedirs(self.root, exist_ok=True)
+        except OSError as exc:
+            raise IllegalParam(f"local store root {self.root!r} cannot be a directory: {exc.strerror or exc}",
+                               path=self.root) from None
         self._lock_fd = self._acquire_dir_lock()
         self._commit_log: CommitLog | None = None
         self._index: IndexService | None = None

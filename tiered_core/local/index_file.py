@@ -348,7 +348,6 @@ class IndexService:
         with self._lock:
             if phy_offset <= self._indexed_upto:
                 return 0
-            self._indexed_upto = phy_offset
             n = 0
             for key in keys:
                 h = index_key_hash(topic, key)
@@ -358,6 +357,7 @@ class IndexService:
                     if not f.put(h, phy_offset, store_timestamp):  # pragma: no cover - fresh file
                         raise StateConflict(f"fresh index file {f.path!r} refused a key", path=f.path)
                 n += 1
+            self._indexed_upto = phy_offset
             return n
 
     def truncate_from(self, commitlog_offset: int) -> int:

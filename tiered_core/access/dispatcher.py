@@ -180,6 +180,11 @@ class MessageStoreDispatcher:
         pending = self._pending_index.setdefault(key, [])
         size = count = 0
         for i, unit in enumerate(units):
+            if not unit.is_valid:
+                # The local store lost this message (a gap unit): it cannot be tiered, and
+                # queue offsets must stay contiguous. Stop here and say so.
+                stats.errors.append(f"{flat.topic}/{flat.queue_id}: local message {current + i} is missing")
+                break
             if unit.commitlog_offset + unit.size > commit_point:
                 break  # not durable locally yet
             if count and size + unit.size >= self.group_commit_size:

@@ -230,6 +230,8 @@ class FileSegment:
                     return True
                 batch = self._buffers[0] if len(self._buffers) == 1 else b"".join(self._buffers)
                 self._buffers = []
+            if not batch:  # only empty appends were buffered; an empty write would never advance
+                return True
             self._pending = memoryview(batch)
             return self._upload()
         finally:

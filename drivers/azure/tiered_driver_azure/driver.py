@@ -12,7 +12,7 @@ import uuid
 from typing import Any, Callable, Iterator
 
 from tiered_core.errors import (
-    DriverError, IllegalParam, InvalidOption, InvalidPath, NotFound, PositionMismatch, SegmentSealed,
+    DriverError, IllegalParam, InvalidOption, NotFound, PositionMismatch, SegmentSealed,
 )
 from tiered_core.spi import Capabilities, SegmentDriver
 

@@ -13,7 +13,6 @@ with an HTTP status or an exception; ``requests`` counts the requests sent.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 import logging

@@ -14,7 +14,7 @@ from tiered_core.errors import DriverError, IllegalOffset
 from tiered_core.spark.jobs import export, import_parquet, migrate
 from tiered_core.spark.migrate import plan_copies
 from tiered_core.spark.sample import SampleSpec, write_sample
-from tiered_core.testing.emulators import EmulatorError, ci_mode, running_fake_gcs
+from tiered_core.testing.emulators import EmulatorError, FakeGcsServer, ci_mode
 
 SPEC = SampleSpec(topics=("orders", "audit"), queues=2, messages=180, body_size=64)
 
@@ -74,13 +74,19 @@ def test_import_refuses_a_gap_in_a_queue(spark, tmp_path):
     assert api_rows(target) == []
 
 
-def _gcs_server(tmp_path):
+@pytest.fixture
+def gcs_server(tmp_path):
+    server = FakeGcsServer(tmp_path / "gcs")
     try:
-        return running_fake_gcs(tmp_path / "gcs", bucket="tiered")
+        server.start()
     except EmulatorError as exc:  # pragma: no cover - depends on the machine
+        server.close()
         if ci_mode():
             pytest.fail(str(exc), pytrace=False)
         pytest.skip(str(exc))
+    server.create_bucket("tiered")
+    yield server
+    server.close()
 
 
 def _digest(driver, path: str) -> tuple[int, str]:
@@ -88,7 +94,7 @@ def _digest(driver, path: str) -> tuple[int, str]:
     return size, hashlib.sha256(driver.read(path, 0, size) if size else b"").hexdigest()
 
 
-def test_migrate_posix_to_gcs_resumes_after_a_failed_task(spark, source, tmp_path, capsys):
+def test_migrate_posix_to_gcs_resumes_after_a_failed_task(spark, source, tmp_path, capsys, gcs_server):
     source_config = StoreConfig.load(source)
     metadata = source_config.open_metadata()
     tasks = plan_copies(source_config, metadata)
@@ -97,38 +103,38 @@ def test_migrate_posix_to_gcs_resumes_after_a_failed_task(spark, source, tmp_pat
     failing = max(tasks, key=lambda t: t.metadata_size)
     assert failing.metadata_size > 2 * 1024
 
-    with _gcs_server(tmp_path) as server:
-        target = write_config(tmp_path / "gcs.toml", tmp_path / "gcs-store", driver="gcs",
-                              options={"bucket": "tiered", "prefix": "migrated", "endpoint": server.url},
-                              metadata_path=tmp_path / "gcs-metadata.db")
-        target_config = StoreConfig.load(target)
+    server = gcs_server
+    target = write_config(tmp_path / "gcs.toml", tmp_path / "gcs-store", driver="gcs",
+                          options={"bucket": "tiered", "prefix": "migrated", "endpoint": server.url},
+                          metadata_path=tmp_path / "gcs-metadata.db")
+    target_config = StoreConfig.load(target)
 
-        with pytest.raises(DriverError, match="injected failure"):
-            migrate(spark, source, target, chunk=1024, fail_segment=failing.index)
-        meta = target_config.open_metadata()
-        assert list(meta.iterate_file_segments()) == []  # written only at the very end
-        meta.close()
-        gcs = target_config.open_driver()
+    with pytest.raises(DriverError, match="injected failure"):
+        migrate(spark, source, target, chunk=1024, fail_segment=failing.index)
+    meta = target_config.open_metadata()
+    assert list(meta.iterate_file_segments()) == []  # written only at the very end
+    meta.close()
+    gcs = target_config.open_driver()
+    try:
+        assert 0 < gcs.size(failing.path) < failing.metadata_size  # half of it landed
+
+        done = migrate(spark, source, target, chunk=1024)
+        assert done.segments == len(tasks)
+        assert done.resumed >= 1
+        posix = source_config.open_driver()
         try:
-            assert 0 < gcs.size(failing.path) < failing.metadata_size  # half of it landed
-
-            done = migrate(spark, source, target, chunk=1024)
-            assert done.segments == len(tasks)
-            assert done.resumed >= 1
-            posix = source_config.open_driver()
-            try:
-                for task in tasks:
-                    assert _digest(gcs, task.path) == _digest(posix, task.path), task.path
-                    assert gcs.is_sealed(task.path) == task.sealed, task.path
-            finally:
-                posix.close()
+            for task in tasks:
+                assert _digest(gcs, task.path) == _digest(posix, task.path), task.path
+                assert gcs.is_sealed(task.path) == task.sealed, task.path
         finally:
-            gcs.close()
-        # A store on the gcs driver serves the same messages.
-        assert by_position(api_rows(target)) == by_position(api_rows(source))
+            posix.close()
+    finally:
+        gcs.close()
+    # A store on the gcs driver serves the same messages.
+    assert by_position(api_rows(target)) == by_position(api_rows(source))
 
-        # Running it once more (through the CLI) copies nothing.
-        assert main(["spark", "migrate", "--config", source, "--to-config", target, "--chunk-size", "1024",
-                     "--json"]) == 0
-        again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-        assert (again["segments"], again["copied"], again["replaced"]) == (len(tasks), 0, 0)
+    # Running it once more (through the CLI) copies nothing.
+    assert main(["spark", "migrate", "--config", source, "--to-config", target, "--chunk-size", "1024",
+                 "--json"]) == 0
+    again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (again["segments"], again["copied"], again["replaced"]) == (len(tasks), 0, 0)

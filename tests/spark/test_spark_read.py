@@ -123,6 +123,10 @@ def test_spark_format_option_works_and_empty_reads_are_empty(spark, store):
     first = df.where("queue_id = 0 AND queue_offset = 7").collect()
     assert len(first) == 1 and first[0].keys == ["k0-7", "id7"] and first[0].properties["n"] == "7"
     assert read(spark, store, topics="nosuchtopic").count() == 0
+    # The config may also be given as text (for a planner that cannot see the file).
+    inline = (spark.read.format("tiered").option("config_text", StoreConfig.load(store).to_toml())
+              .option("topics", "payments").load())
+    assert inline.count() == SPEC.queues * SPEC.messages
 
 
 def test_bad_options_are_errors_naming_the_option(spark, store, tmp_path):

@@ -7,8 +7,8 @@
   what each put returned (offsets, store time), so checks derive every expectation
   from what was written;
 * :func:`assert_exactly_once` - reads every queue back through a store and checks each
-  message once, in queue order, bodies intact, plus the tiered layout (no duplicate or
-  missing bytes in the tiered commit log).
+  message once, in queue order, bodies intact, plus the tiered layout (one consume-queue
+  unit per message, commit-log ranges in order and, without faults, back to back).
 """
 
 from __future__ import annotations
@@ -34,11 +34,20 @@ DRIVERS = ("memory", "posix", "sqlite", "gcs", "azure")
 PERSISTENT_DRIVERS = ("posix", "sqlite", "gcs", "azure")
 
 
+def memory_options(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """Options of the memory driver for a namespace of its own, dropped after the test."""
+    from tiered_driver_memory import MemoryDriver
+
+    namespace = f"store-test-{uuid.uuid4().hex[:12]}"
+    request.addfinalizer(lambda: MemoryDriver.drop_namespace(namespace))
+    return {"namespace": namespace}
+
+
 def backend_options(request: pytest.FixtureRequest, driver: str, tmp_path: Path) -> dict[str, Any]:
     """Options of ``driver`` for a fresh location of its own."""
     tag = uuid.uuid4().hex[:12]
     if driver == "memory":
-        return {"namespace": f"store-test-{tag}"}
+        return memory_options(request)
     if driver == "posix":
         return {"root": str(tmp_path / "tiered")}
     if driver == "sqlite":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from store_workload import small_config, tiered_commit
+from store_workload import memory_options, small_config, tiered_commit
 from tiered_core import Message
 from tiered_core.access.store import TieredMessageStore
 
@@ -17,8 +17,8 @@ def put_same_size(store: TieredMessageStore, n: int, size: int = 1000) -> None:
         store.put_message(Message(topic=TOPIC, body=bytes([i % 251]) * size, keys=[f"k{i:05d}"]), 0)
 
 
-def test_groups_wait_for_their_count_or_their_age_unless_forced(tmp_path):
-    config = small_config(tmp_path, "memory", {"namespace": f"rules-{tmp_path.name}"},
+def test_groups_wait_for_their_count_or_their_age_unless_forced(tmp_path, request):
+    config = small_config(tmp_path, "memory", memory_options(request),
                           group_commit_count=100, group_commit_interval_ms=3_600_000)
     with TieredMessageStore.open(config) as store:
         put_same_size(store, 250)
@@ -33,9 +33,9 @@ def test_groups_wait_for_their_count_or_their_age_unless_forced(tmp_path):
         assert store.dispatch(force=True).messages == 30  # force ignores count and age
 
 
-def test_a_group_stays_under_the_size_limit(tmp_path):
+def test_a_group_stays_under_the_size_limit(tmp_path, request):
     limit = 10_000
-    config = small_config(tmp_path, "memory", {"namespace": f"size-{tmp_path.name}"}, group_commit_size=limit)
+    config = small_config(tmp_path, "memory", memory_options(request), group_commit_size=limit)
     with TieredMessageStore.open(config) as store:
         put_same_size(store, 95)
         store.local.reput()

@@ -11,7 +11,7 @@ import pytest
 
 import tiered_core.local.store as local_store_module
 from store_faults import SPEC
-from store_workload import Workload, assert_exactly_once, read_queue, small_config, tiered_commit
+from store_workload import Workload, assert_exactly_once, memory_options, read_queue, small_config, tiered_commit
 from tiered_core.access.results import GetMessageStatus as S
 from tiered_core.access.results import StoreTier
 from tiered_core.access.store import TieredMessageStore
@@ -22,7 +22,7 @@ TOPIC = "orders"
 
 
 def make_config(tmp_path, request, **overrides):
-    options = {"inner": "memory", "inner_options": {"namespace": f"policies-{request.node.name}"}}
+    options = {"inner": "memory", "inner_options": memory_options(request)}
     return small_config(tmp_path, SPEC, options, **{"local_commit_log_file_size": 128 << 10, **overrides})
 
 

@@ -52,7 +52,7 @@ CREATE TABLE IF NOT EXISTS chunks (
 # SQLite errors that may pass if the same call is made again later.
 _RETRYABLE_CODES = {
     sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL,
-    sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PROTOCOL,
+    sqlite3.SQLITE_PROTOCOL,
 }
 
 

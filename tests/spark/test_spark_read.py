@@ -147,6 +147,9 @@ def test_bad_options_are_errors_naming_the_option(spark, store, tmp_path):
         count_partitions(None)
     with pytest.raises(ConfigError, match="does not exist"):
         count_partitions(tmp_path / "missing.toml")
+    memory = write_config(tmp_path / "memory.toml", tmp_path / "memory", driver="memory", options={})
+    with pytest.raises(ConfigError, match="inside one process"):
+        count_partitions(memory)
     # Through Spark the message still names the option.
     with pytest.raises(Exception, match="option 'queues'"):
         spark.read.format("tiered").option("config", store).option("queues", "x").load().collect()

@@ -11,7 +11,9 @@ from typing import Iterator, Sequence
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from tiered_core.spark.options import ConfigSource, ReadOptions, config_source, parse_read_options
+from tiered_core.spark.options import (
+    ConfigSource, ReadOptions, config_source, parse_read_options, require_shared_backend,
+)
 from tiered_core.spark.plan import QueuePartition, plan_partitions
 from tiered_core.spark.reader import read_messages
 from tiered_core.spark.schema import arrow_schema, messages_to_batch, spark_schema
@@ -73,6 +75,7 @@ class _EmptyPartition(InputPartition):
 def planned_partitions(source: ConfigSource, read: ReadOptions) -> list[QueuePartition]:
     """The partitions a read plans (metadata only)."""
     config = source.load()
+    require_shared_backend(config)
     metadata = config.open_metadata()
     try:
         return plan_partitions(config, metadata, read)

@@ -22,7 +22,7 @@ from typing import Any, Iterator
 
 from tiered_core.errors import ConfigError, IllegalParam, InvalidOption
 from tiered_core.spark.failures import task_error
-from tiered_core.spark.options import ConfigSource
+from tiered_core.spark.options import ConfigSource, require_shared_backend
 from tiered_core.spark.schema import COLUMNS, SCHEMA_DDL
 from tiered_core.spi.metadata import FileSegmentMetadata, QueueMetadata
 
@@ -169,6 +169,7 @@ def import_parquet(spark, config: str | os.PathLike, source_path: str | os.PathL
         raise ConfigError(f"import source {path!r} does not exist", key="from", source=path)
     source = ConfigSource.from_file(config)
     store_config = StoreConfig.load(config)
+    require_shared_backend(store_config)
     df = spark.read.option("mergeSchema", "false").parquet(path)
     present = set(df.columns)
     for column in ("topic", "queue_id", "queue_offset", "store_timestamp"):

@@ -20,7 +20,7 @@ from typing import Iterator
 from tiered_core.codec.naming import segment_path
 from tiered_core.errors import ConfigError, CorruptData, DriverError, PositionMismatch, StateConflict
 from tiered_core.spark.failures import task_error
-from tiered_core.spark.options import ConfigSource
+from tiered_core.spark.options import ConfigSource, require_shared_backend
 from tiered_core.spark.plan import parse_flat_path
 from tiered_core.spi.driver import SegmentDriver
 from tiered_core.spi.metadata import FileSegmentMetadata, SegmentStatus, TieredMetadataStore
@@ -223,6 +223,8 @@ def migrate(spark, config: str | os.PathLike, to_config: str | os.PathLike, *, c
     started = time.perf_counter()
     source_src, target_src = ConfigSource.from_file(config), ConfigSource.from_file(to_config)
     source_cfg, target_cfg = StoreConfig.load(config), StoreConfig.load(to_config)
+    require_shared_backend(source_cfg, "source")
+    require_shared_backend(target_cfg, "target")
     for key in ("cluster", "broker"):
         if getattr(source_cfg, key) != getattr(target_cfg, key):
             raise ConfigError(f"{to_config}: {key} {getattr(target_cfg, key)!r} differs from the source's "

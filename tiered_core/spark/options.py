@@ -51,6 +51,18 @@ class ConfigSource:
         return StoreConfig.from_text(self.text, self.fmt, self.base_dir)
 
 
+def require_shared_backend(config, role: str = "store") -> None:
+    """Spark tasks run in other processes than the one that plans them: a backend whose bytes
+    live inside one process (the memory driver) cannot be used. Raises :class:`ConfigError`."""
+    from tiered_core.errors import ConfigError
+    from tiered_core.plugins import driver_class
+
+    if not driver_class(config.driver).capabilities.survives_process_exit:
+        raise ConfigError(f"{config.source or 'config'}: the {role}'s driver {config.driver!r} keeps its bytes "
+                          "inside one process, and Spark tasks run in others; use a shared backend "
+                          "(posix, gcs, azure...)", key="driver", source=config.source)
+
+
 @dataclass(frozen=True)
 class ReadOptions:
     """What to read: ``None`` means no restriction. Times are epoch milliseconds, both inclusive."""

@@ -112,11 +112,16 @@ def _sha256(driver: SegmentDriver, path: str, size: int, chunk: int) -> str:
 
 
 def _append_from(source: SegmentDriver, target: SegmentDriver, task: CopyTask, size: int, chunk: int,
-                 fail_after: int | None) -> tuple[int, int]:
-    """Append the source's bytes from the target's current size on. Returns (start, bytes written)."""
+                 fail_after: int | None) -> tuple[int, int, str | None]:
+    """Append the source's bytes from the target's current size on.
+
+    Returns (start, bytes written, SHA-256 of the source) -- the hash only when this call
+    read the whole source in order (a copy from 0), else None.
+    """
     if not target.exists(task.path):
         target.create(task.path)
     start = pos = target.size(task.path)
+    digest = hashlib.sha256() if start == 0 else None
     written = 0
     while pos < size:
         length = min(chunk, size - pos)
@@ -129,10 +134,13 @@ def _append_from(source: SegmentDriver, target: SegmentDriver, task: CopyTask, s
         except PositionMismatch as exc:
             # An earlier attempt's write landed but its answer was lost: the backend size is the truth.
             pos = exc.actual_size
+            digest = None
             continue
+        if digest is not None:
+            digest.update(data)
         pos += len(data)
         written += len(data)
-    return start, written
+    return start, written, None if digest is None else digest.hexdigest()
 
 
 def copy_segment(source: SegmentDriver, target: SegmentDriver, task: CopyTask, *, chunk: int = DEFAULT_CHUNK,
@@ -148,7 +156,7 @@ def copy_segment(source: SegmentDriver, target: SegmentDriver, task: CopyTask, *
         raise StateConflict(f"source segment {task.path!r} holds {size} bytes but metadata records "
                             f"{task.metadata_size}", path=task.path, size=size, expected=task.metadata_size)
     sealed = task.sealed or (size > 0 and source.is_sealed(task.path))
-    source_hash = _sha256(source, task.path, size, chunk)
+    source_hash: str | None = None
     replaced = False
     for attempt in range(2):
         target_size = target.size(task.path)
@@ -156,7 +164,9 @@ def copy_segment(source: SegmentDriver, target: SegmentDriver, task: CopyTask, *
             log.warning("%s: target holds %d bytes, source %d: copying it again", task.path, target_size, size)
             target.delete(task.path)
             replaced = True
-        resumed_at, copied = _append_from(source, target, task, size, chunk, fail_after)
+        resumed_at, copied, read_hash = _append_from(source, target, task, size, chunk, fail_after)
+        if source_hash is None:
+            source_hash = read_hash or _sha256(source, task.path, size, chunk)
         if sealed and not target.is_sealed(task.path):
             target.seal(task.path)
         target_size = target.size(task.path)

@@ -17,6 +17,7 @@ from tiered_core import Message
 from tiered_core.access.results import GetMessageStatus, StoreTier
 from tiered_core.access.store import TieredMessageStore
 from tiered_core.config import StoreConfig
+from tiered_core.errors import IllegalParam
 from tiered_core.testing.pytest_emulators import azurite, fake_gcs  # noqa: F401  (fixtures)
 
 MiB = 1 << 20
@@ -73,15 +74,17 @@ def test_a_message_larger_than_the_read_ahead_cache_is_read_directly(tmp_path):
         assert_exactly_once(store, workload, tier=StoreTier.TIERED)
 
 
-@pytest.mark.xfail(strict=True, reason="a message larger than commit_log_max_size never fits a tiered segment: "
-                                       "the append returns FILE_FULL every round and the queue is blocked "
-                                       "(reported to the lead; the dispatcher does not split it, config allows it)")
-def test_a_message_larger_than_a_tiered_segment_does_not_block_its_queue(tmp_path):
+def test_a_message_larger_than_a_tiered_segment_is_refused_at_put(tmp_path):
+    """It could never fit a tiered segment (it would block its queue forever): the put is
+    refused with an error naming the limit, nothing is stored, the queue goes on."""
     config = small_config(tmp_path, "posix", {"root": str(tmp_path / "tiered")}, storage_level="FORCE",
                           local_commit_log_file_size=16 * MiB, commit_log_max_size=1 * MiB)
-    workload = Workload(topics=(TOPIC,), queues=1)
     with TieredMessageStore.open(config) as store:
-        put_mixed(store, workload, [10, 2 * MiB, 20])
-        for _ in range(3):
-            store.dispatch(force=True)
-        assert store.flat_files.get(TOPIC, 0).consume_queue_commit_offset() == 3
+        store.put_message(Message(topic=TOPIC, body=b"a" * 10), 0)
+        with pytest.raises(IllegalParam, match="at most"):
+            store.put_message(Message(topic=TOPIC, body=b"b" * (2 * MiB)), 0)
+        store.put_message(Message(topic=TOPIC, body=b"c" * 20), 0)
+        store.dispatch(force=True)
+        assert store.flat_files.get(TOPIC, 0).consume_queue_commit_offset() == 2
+        got = store.get_message("g", TOPIC, 0, 0, 8)
+        assert got.tier is StoreTier.TIERED and [m.body[:1] for m in got.messages] == [b"a", b"c"]

@@ -76,6 +76,8 @@ class TieredMessageStore:
         os.makedirs(config.store_path, exist_ok=True)
         self.local = LocalMessageStore(config.store_path, LocalStoreConfig(
             commit_log_file_size=config.local_commit_log_file_size,
+            # A message must fit one tiered segment, or it could never be tiered: refuse it at put.
+            max_message_size=min(16 << 20, config.local_commit_log_file_size - 8, config.commit_log_max_size),
             flush_mode=config.local_flush,
             file_reserved_time_ms=config.local_retention_hours * 3600_000,
             background_services=True,

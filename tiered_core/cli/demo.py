@@ -68,7 +68,9 @@ def run(args: argparse.Namespace) -> int:
         root = os.path.abspath("demo-data")
         shutil.rmtree(root, ignore_errors=True)
         os.makedirs(root)
-        config = default_config(root)
+        # Local files small enough that retention has several to delete, whatever the volume.
+        local_file = max(1 << 20, min(32 << 20, args.messages * (args.size + 200) // 6))
+        config = default_config(root).replace(local_commit_log_file_size=local_file)
         config_path = os.path.join(root, "tiered.toml")
         with open(config_path, "w") as fh:
             fh.write(config.to_toml())

@@ -599,12 +599,12 @@ class LocalMessageStore:
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
         """First readable queue offset (0 for an unknown queue)."""
         cq = self._cqs.get((topic, queue_id))
-        return cq.min_offset if cq else 0
+        return cq.min_offset if cq is not None else 0
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         """Next queue offset to be dispatched: one past the last readable message (0 when none)."""
         cq = self._cqs.get((topic, queue_id))
-        return cq.max_offset if cq else 0
+        return cq.max_offset if cq is not None else 0
 
     def get_commit_log_min_offset(self) -> int:
         return self._commit_log.min_offset

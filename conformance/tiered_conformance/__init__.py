@@ -52,7 +52,7 @@ __version__ = "0.1.0"
 # does in every run) does not import the suite before assertion rewriting is set up.
 _EXPORTS = {
     "DriverConformance": "tiered_conformance.suite",
-    "AREAS": "tiered_conformance.suite",
+    "AREAS": "tiered_conformance.areas",
     "FaultyDriver": "tiered_conformance.faults",
     "Fault": "tiered_conformance.faults",
     "FaultKind": "tiered_conformance.faults",

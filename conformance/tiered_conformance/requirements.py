@@ -52,7 +52,7 @@ class Requirement:
         if self.predicate(caps):
             return None
         value = getattr(caps, self.field)
-        reason = f"needs capability {self.field!r} ({self.doc}); driver declares {self.field}={value!r}"
+        reason = f"needs capability {self.field!r} ({self.doc}); this run has {self.field}={value!r}"
         overridden = dict(caps.overridden).get(self.field)
         if overridden:
             reason += f" [overridden: {overridden}]"

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
+from tiered_conformance.areas import AREAS
 from tiered_conformance.suite.base import ConformanceBase
 from tiered_conformance.suite.contract import DriverContractTests
 from tiered_conformance.suite.faults import FaultTests
 from tiered_conformance.suite.segment import FileSegmentTests
 from tiered_conformance.suite.stateful import FileSegmentStateMachineTests
 
-#: Table rows of ``tiered conformance``, in order.
-AREAS = (
-    DriverContractTests.tiered_area,
-    FileSegmentTests.tiered_area,
-    FaultTests.tiered_area,
-    FileSegmentStateMachineTests.tiered_area,
-)
 
 
 class DriverConformance(DriverContractTests, FileSegmentTests, FaultTests, FileSegmentStateMachineTests):

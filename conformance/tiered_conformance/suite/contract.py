@@ -12,6 +12,7 @@ import pytest
 from tiered_core.errors import IllegalParam, InvalidOption, InvalidPath, NotFound, PositionMismatch, SegmentSealed
 from tiered_core.spi.capabilities import Capabilities
 from tiered_core.spi.driver import SegmentDriver
+from tiered_conformance import areas
 from tiered_conformance.requirements import requires
 from tiered_conformance.suite.base import ConformanceBase, payload, read_all, write_chunks
 
@@ -43,7 +44,7 @@ def _child_write(driver_cls: type[SegmentDriver], options: dict[str, Any], path:
 class DriverContractTests(ConformanceBase):
     """Every operation of the SPI against one backend, without the container layer."""
 
-    tiered_area = "raw driver contract"
+    tiered_area = areas.RAW_CONTRACT
 
     # -- round trips and sizes ----------------------------------------------------
 

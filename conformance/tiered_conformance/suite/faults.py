@@ -12,6 +12,7 @@ import pytest
 from tiered_core.errors import DriverError
 from tiered_core.segment import AppendResult, FileSegment
 from tiered_conformance.faults import Fault, FaultKind, FaultyDriver
+from tiered_conformance import areas
 from tiered_conformance.requirements import requires
 from tiered_conformance.suite.base import ConformanceBase, payload, read_all
 
@@ -42,7 +43,7 @@ def stored(faulty: FaultyDriver, path: str) -> bytes:
 class FaultTests(ConformanceBase):
     """Commit recovery after before-landing, lost-ack and partial write faults."""
 
-    tiered_area = "faults"
+    tiered_area = areas.FAULTS
 
     @pytest.fixture
     def faulty(self, driver) -> FaultyDriver:

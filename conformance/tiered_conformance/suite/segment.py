@@ -9,6 +9,7 @@ import pytest
 from tiered_core.errors import IllegalParam, StateConflict
 from tiered_core.segment import AppendResult, FileSegment, FileSegmentType
 from tiered_conformance.faults import Fault, FaultyDriver
+from tiered_conformance import areas
 from tiered_conformance.requirements import requires
 from tiered_conformance.suite.base import ConformanceBase, payload, read_all
 
@@ -16,7 +17,7 @@ from tiered_conformance.suite.base import ConformanceBase, payload, read_all
 class FileSegmentTests(ConformanceBase):
     """The append buffer -> commit state machine of ``tiered_core.segment`` on this driver."""
 
-    tiered_area = "FileSegment"
+    tiered_area = areas.FILE_SEGMENT
 
     # -- append -----------------------------------------------------------------------
 

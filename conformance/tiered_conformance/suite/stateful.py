@@ -12,13 +12,21 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from tiered_core.errors import IllegalParam
 from tiered_core.segment import AppendResult, FileSegment
 from tiered_core.spi.capabilities import Capabilities
 from tiered_core.spi.driver import SegmentDriver
 from tiered_conformance.faults import Fault, FaultyDriver
+from tiered_conformance import areas
 from tiered_conformance.plugin import suite_settings
 from tiered_conformance.suite.base import ConformanceBase, read_all
 
@@ -28,8 +36,8 @@ STEPS = 40
 MAX_SIZE = 8192
 MAX_PENDING_FAULTS = 3
 
-_FAULTS = {"before": Fault.before, "lost-ack": Fault.after, "partial": Fault.partial,
-           "size-error": Fault.size_error}
+_WRITE_FAULTS = {"before": Fault.before, "lost-ack": Fault.after, "partial": Fault.partial}
+_FAULTS = {**_WRITE_FAULTS, "size-error": Fault.size_error}
 
 
 class SegmentMachine(RuleBasedStateMachine):
@@ -55,6 +63,14 @@ class SegmentMachine(RuleBasedStateMachine):
 
     # -- rules ----------------------------------------------------------------------
 
+    @initialize(data=st.binary(min_size=2, max_size=600))
+    def start_with_a_commit(self, data: bytes) -> None:
+        """Every example starts from committed bytes, so each one has something to protect."""
+        assert self.segment.append(data) is AppendResult.SUCCESS
+        self.appended += data
+        assert self.segment.commit() is True
+        self.durable = len(self.appended)
+
     @rule(data=st.binary(min_size=0, max_size=600), ts=st.integers(0, 2**40))
     def append(self, data: bytes, ts: int) -> None:
         result = self.segment.append(data, ts)
@@ -75,6 +91,14 @@ class SegmentMachine(RuleBasedStateMachine):
     @rule(kind=st.sampled_from(sorted(_FAULTS)))
     def inject_fault(self, kind: str) -> None:
         self.driver.inject(_FAULTS[kind](path=self.path))
+
+    @precondition(lambda self: self.segment.needs_commit() and not self.sealed)
+    @rule(kind=st.sampled_from(sorted(_WRITE_FAULTS)))
+    def commit_through_fault(self, kind: str) -> None:
+        """A commit whose first write fails: it must not report success unless all landed."""
+        self.driver.inject(_WRITE_FAULTS[kind](path=self.path))
+        if self.segment.commit():
+            self.durable = len(self.appended)
 
     @rule(data=st.data())
     def read(self, data: st.DataObject) -> None:
@@ -140,7 +164,7 @@ class SegmentMachine(RuleBasedStateMachine):
 class FileSegmentStateMachineTests(ConformanceBase):
     """Random append/commit/fault/read/seal/reopen sequences against a reference model."""
 
-    tiered_area = "stateful"
+    tiered_area = areas.STATEFUL
 
     def test_segment_state_machine(self, driver, capabilities, prefix, request):
         examples = suite_settings(request.config).hypothesis_examples or DEFAULT_EXAMPLES

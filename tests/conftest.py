@@ -1,0 +1,39 @@
+"""Fixtures shared by the core's tests. Keep this file small: one section per topic,
+one short docstring per fixture; anything used by a single module belongs in it."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+# -- the repository -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    """The checkout's root directory (where pyproject.toml and tests/ live)."""
+    return REPO_ROOT
+
+
+# -- child processes ----------------------------------------------------------------
+
+
+@pytest.fixture
+def subprocess_env() -> dict[str, str]:
+    """Environment for a child Python: ``tests.<module>`` importable, no bytecode litter."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+@pytest.fixture(scope="session")
+def python_exe() -> str:
+    """The interpreter running the tests (the project's venv)."""
+    return sys.executable

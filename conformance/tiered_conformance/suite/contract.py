@@ -530,9 +530,14 @@ class DriverContractTests(ConformanceBase):
         path = prefix + "from-child"
         data = payload(3333, "child")
         ctx = multiprocessing.get_context("spawn")
-        child = ctx.Process(target=_child_write, args=(type(driver), dict(driver.options), path, data))
+        child = ctx.Process(target=_child_write, args=(type(driver), dict(driver.options), path, data),
+                            daemon=True)
         child.start()
-        child.join(120)
+        child.join(300)
+        if child.is_alive():  # never leave a stuck child behind to hang this process's exit
+            child.kill()
+            child.join(10)
+            pytest.fail("the writer child process did not finish within 300 s")
         assert child.exitcode == 0, f"child process failed (exit code {child.exitcode})"
         assert driver.size(path) == len(data)
         assert driver.read(path, 0, len(data)) == data

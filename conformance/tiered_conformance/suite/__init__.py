@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tiered_conformance.areas import AREAS
 from tiered_conformance.suite.base import ConformanceBase
+from tiered_conformance.suite.composite import CompositeAccessTests
 from tiered_conformance.suite.contract import DriverContractTests
 from tiered_conformance.suite.faults import FaultTests
 from tiered_conformance.suite.segment import FileSegmentTests
@@ -11,7 +12,8 @@ from tiered_conformance.suite.stateful import FileSegmentStateMachineTests
 
 
 
-class DriverConformance(DriverContractTests, FileSegmentTests, FaultTests, FileSegmentStateMachineTests):
+class DriverConformance(DriverContractTests, FileSegmentTests, FaultTests, FileSegmentStateMachineTests,
+                        CompositeAccessTests):
     """The whole conformance suite, for a third party to subclass in a test file.
 
     Subclass it under a ``Test*`` name and define a ``driver`` fixture yielding a driver
@@ -25,6 +27,7 @@ class DriverConformance(DriverContractTests, FileSegmentTests, FaultTests, FileS
 
 __all__ = [
     "AREAS",
+    "CompositeAccessTests",
     "ConformanceBase",
     "DriverConformance",
     "DriverContractTests",

@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--driver", default="posix")
     ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--mib", type=int, default=128, help="MiB written per side per round")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--small-writes", type=int, default=2000, help="1 KiB commits for the unbatched side")
     ap.add_argument("--workdir", default=None, help="where raw files and the posix root go")
     ap.add_argument("--json", action="store_true")
@@ -148,18 +148,31 @@ def main(argv: list[str] | None = None) -> int:
             raw_rates, seg_rates, append_rates, small_rates, req_rates = [], [], [], [], []
             for rnd in range(args.rounds):
                 tag = uuid.uuid4().hex[:8]
-                if remote:
-                    raw_s = raw_fsspec(args.driver, all_options, payload, total)
-                else:
+
+                def raw_side() -> float:
+                    if remote:
+                        return raw_fsspec(args.driver, all_options, payload, total)
                     raw_file = os.path.join(workdir, f"raw-{tag}")
-                    raw_s = raw_pwrite(raw_file, payload, total)
-                    os.unlink(raw_file)
-                seg_path = f"bench/{tag}/batched"
-                sent = getattr(driver, "requests", None)
-                seg_s = segment_batched(driver, seg_path, payload, total)
-                if sent is not None:
-                    req_rates.append((driver.requests - sent) / (total / MiB))
-                driver.delete(seg_path)
+                    try:
+                        return raw_pwrite(raw_file, payload, total)
+                    finally:
+                        os.unlink(raw_file)
+
+                def segment_side() -> float:
+                    seg_path = f"bench/{tag}/batched"
+                    sent = getattr(driver, "requests", None)
+                    seconds = segment_batched(driver, seg_path, payload, total)
+                    if sent is not None:
+                        req_rates.append((driver.requests - sent) / (total / MiB))
+                    driver.delete(seg_path)
+                    return seconds
+
+                # Alternate which side goes first, so background writeback hurts both alike.
+                if rnd % 2 == 0:
+                    raw_s, seg_s = raw_side(), segment_side()
+                else:
+                    seg_s = segment_side()
+                    raw_s = raw_side()
                 append_path = f"bench/{tag}/appends"
                 append_s = segment_batched(driver, append_path, message, total)
                 driver.delete(append_path)

@@ -13,9 +13,10 @@ from typing import Callable
 
 from tiered_core.access.cache import ReadAheadCache, cache_key
 from tiered_core.access.results import GetMessageResult, GetMessageStatus, StoreTier
-from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, decode_cq_unit
-from tiered_core.codec.message import MessageExt, decode_message
-from tiered_core.errors import CorruptData, TieredStoreError
+from tiered_core.codec.consume_queue import decode_cq_units
+from tiered_core.codec.message import MessageExt, decode_message, peek_queue_offset
+from tiered_core.codec.split import split_by_units
+from tiered_core.errors import TieredStoreError
 from tiered_core.flat.file_store import FlatFileStore
 from tiered_core.flat.message_file import FlatMessageFile
 from tiered_core.spi.access import BoundaryType
@@ -34,7 +35,9 @@ MessageFilter = Callable[[int], bool]
 
 class MessageStoreFetcher:
     """Reads from the tiered store. Thread-safe; never raises for a missing queue or offset
-    (statuses say it); raises nothing for corrupt bytes either (they are skipped and logged)."""
+    (statuses say it). A message that fails validation is logged, counted in
+    ``corrupt_messages`` and never served: reads stop before it, and a read at it answers
+    OFFSET_FOUND_NULL (the store then falls back to its local copy, if any)."""
 
     def __init__(self, flat_files: FlatFileStore, cache: ReadAheadCache | None = None, *,
                  read_ahead_count: int = READ_AHEAD_COUNT, read_ahead_bytes: int = READ_AHEAD_BYTES,
@@ -110,8 +113,6 @@ class MessageStoreFetcher:
             if len(messages) >= max_count or total >= self.max_transfer_bytes:
                 break
         status = GetMessageStatus.FOUND if messages else GetMessageStatus.NO_MATCHED_MESSAGE
-        if not messages and nxt == offset:
-            status = GetMessageStatus.NO_MATCHED_MESSAGE
         return GetMessageResult(status, messages, nxt, lo, hi, StoreTier.TIERED)
 
     def _direct(self, flat: FlatMessageFile, offset: int, max_count: int,
@@ -120,6 +121,9 @@ class MessageStoreFetcher:
             batch = self.read(flat, offset, max_count)
         except TieredStoreError as exc:
             log.warning("read of %s at %d failed: %s", flat, offset, exc)
+            return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, next_begin_offset=offset,
+                                    min_offset=lo, max_offset=hi, tier=StoreTier.TIERED)
+        if not batch:  # the message at `offset` cannot be served (see read)
             return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, next_begin_offset=offset,
                                     min_offset=lo, max_offset=hi, tier=StoreTier.TIERED)
         messages, nxt, total = [], offset, 0
@@ -132,7 +136,7 @@ class MessageStoreFetcher:
             if len(messages) >= max_count or total >= self.max_transfer_bytes:
                 break
         status = GetMessageStatus.FOUND if messages else GetMessageStatus.NO_MATCHED_MESSAGE
-        return GetMessageResult(status, messages, nxt if batch else offset, lo, hi, StoreTier.TIERED)
+        return GetMessageResult(status, messages, nxt, lo, hi, StoreTier.TIERED)
 
     def read(self, flat: FlatMessageFile, offset: int, count: int) -> list[tuple[int, bytes, int]]:
         """Up to ``count`` validated messages from ``offset``: ``(queue_offset, bytes, tags_code)``.
@@ -142,8 +146,7 @@ class MessageStoreFetcher:
         count = min(count, flat.consume_queue_commit_offset() - offset, self.read_ahead_count)
         if count <= 0:
             return []
-        units_raw = flat.get_consume_queue(offset, count)
-        units = [decode_cq_unit(units_raw, i * CQ_UNIT_SIZE) for i in range(len(units_raw) // CQ_UNIT_SIZE)]
+        units = decode_cq_units(flat.get_consume_queue(offset, count))
         first = units[0].commitlog_offset
         # Trim to the byte budget, keeping at least one message.
         n = len(units)
@@ -154,25 +157,26 @@ class MessageStoreFetcher:
         if last.commitlog_offset < first:
             return []
         data = flat.get_commit_log(first, last.commitlog_offset + last.size - first)
+        # Magic, size and CRC are checked by the split; the queue offset here. The batch
+        # ends before the first bad message: it is never served, and never skipped over
+        # (the caller answers OFFSET_FOUND_NULL there, and the store falls back to local).
         out = []
+        valid = {piece.index: piece for piece in split_by_units(units, data, first, skip_corrupt=True)}
         for i, unit in enumerate(units):
-            q = offset + i
-            pos = unit.commitlog_offset - first
-            if pos < 0 or pos + unit.size > len(data):
+            piece = valid.get(i)
+            if piece is None:
+                self._corrupt(flat, offset + i, unit.commitlog_offset, "fails validation (magic, size or CRC)")
                 break
-            raw = data[pos:pos + unit.size]
-            try:
-                msg = decode_message(raw, verify_crc=True)
-                if msg.queue_offset != q or msg.store_size != unit.size:
-                    raise CorruptData(f"message at {flat} queue offset {q} says queue offset "
-                                      f"{msg.queue_offset}, size {msg.store_size} (unit size {unit.size})",
-                                      offset=unit.commitlog_offset)
-            except CorruptData as exc:
-                self.corrupt_messages += 1
-                log.error("skipping corrupt tiered message: %s", exc)
-                continue
-            out.append((q, raw, unit.tags_code))
+            if peek_queue_offset(data, piece.position) != offset + i:
+                self._corrupt(flat, offset + i, unit.commitlog_offset, "holds another queue offset")
+                break
+            out.append((offset + i, data[piece.position:piece.position + unit.size], unit.tags_code))
         return out
+
+    def _corrupt(self, flat: FlatMessageFile, queue_offset: int, commitlog_offset: int, why: str) -> None:
+        self.corrupt_messages += 1
+        log.error("skipping corrupt tiered message %s@%d (commit-log offset %d): it %s",
+                  flat, queue_offset, commitlog_offset, why)
 
     # -- lookups ---------------------------------------------------------------------------
 

@@ -305,9 +305,6 @@ class FileSegment:
                                path=self.path, length=length)
         return self.driver.read(self.path, position, min(length, committed - position))
 
-    def read_async(self, position: int, length: int) -> "Future[bytes]":
-        return (self._executor or default_executor()).submit(self.read, position, length)
-
     # -- lifecycle ------------------------------------------------------------------
 
     def seal(self) -> None:

@@ -120,15 +120,6 @@ class ReadAheadCache:
         data, _, _ = self._items.pop(key)
         self._bytes -= len(data)
 
-    def invalidate_queue(self, topic: str, queue_id: int) -> None:
-        prefix = f"{topic}@{queue_id}@"
-        with self._lock:
-            for key in [k for k in self._items if k.startswith(prefix)]:
-                self._drop(key)
-        if self._disk is not None:
-            for key in [k for k in self._disk.iterkeys() if str(k).startswith(prefix)]:
-                self._disk.delete(key)
-
     def clear(self) -> None:
         with self._lock:
             self._items.clear()

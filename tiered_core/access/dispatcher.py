@@ -21,6 +21,7 @@ from tiered_core.codec.message import decode_message, peek_store_timestamp
 from tiered_core.errors import TieredStoreError
 from tiered_core.flat.file_store import FlatFileStore
 from tiered_core.flat.message_file import FlatMessageFile
+from tiered_core.index.keys import message_index_keys
 from tiered_core.local.store import DispatchRequest, LocalMessageStore
 from tiered_core.segment import AppendResult
 from tiered_core.spi.access import ConsumeQueueRequest
@@ -189,13 +190,14 @@ class MessageStoreDispatcher:
                 break  # not durable locally yet
             if count and size + unit.size >= self.group_commit_size:
                 break  # the group is full; a lone big message is still taken
-            raw = self.local.get_message_bytes(unit.commitlog_offset, unit.size)
+            raw = self.local.get_message_bytes(unit.commitlog_offset, unit.size)  # CRC-checked
+            msg = decode_message(raw, verify_crc=False)
+            store_ts = msg.store_timestamp
             tiered_offset = flat.commit_log.append_offset
             result = flat.append_commit_log(raw)
             if result is not AppendResult.SUCCESS:
                 log.warning("%s: commit-log append returned %s", flat, result.name)
                 break
-            store_ts = peek_store_timestamp(raw)
             result = flat.append_consume_queue(ConsumeQueueRequest(current + i, tiered_offset, unit.size,
                                                                    unit.tags_code, store_ts))
             if result is not AppendResult.SUCCESS:
@@ -203,10 +205,9 @@ class MessageStoreDispatcher:
                 log.warning("%s: consume-queue append returned %s", flat, result.name)
                 break
             if self.index is not None:
-                msg = decode_message(raw, verify_crc=False)
-                keys = tuple(msg.keys) + ((msg.uniq_key,) if msg.uniq_key else ())
+                keys = message_index_keys(msg)
                 if keys:
-                    pending.append(_IndexEntry(keys, tiered_offset, unit.size, store_ts))
+                    pending.append(_IndexEntry(tuple(keys), tiered_offset, unit.size, store_ts))
             size += unit.size
             count += 1
         if not count:

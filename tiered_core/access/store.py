@@ -195,11 +195,11 @@ class TieredMessageStore:
 
     def _get_local(self, topic: str, queue_id: int, offset: int, max_count: int,
                    message_filter: MessageFilter | None) -> GetMessageResult:
-        lo = self.local.get_min_offset_in_queue(topic, queue_id)
-        hi = self.local.get_max_offset_in_queue(topic, queue_id)
-        if (topic, queue_id) not in set(self.local.list_queues()):
+        if not self.local.has_queue(topic, queue_id):
             return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, next_begin_offset=offset,
                                     tier=StoreTier.LOCAL)
+        lo = self.local.get_min_offset_in_queue(topic, queue_id)
+        hi = self.local.get_max_offset_in_queue(topic, queue_id)
         if hi <= lo:
             status, nxt = GetMessageStatus.NO_MESSAGE_IN_QUEUE, offset
         elif offset < lo:

@@ -227,12 +227,6 @@ class FlatAppendFile:
 
     # -- reading --------------------------------------------------------------------------
 
-    def find(self, offset: int) -> FileSegment | None:
-        """The segment holding ``offset`` (the one with the highest base <= offset)."""
-        segs = self.segments
-        idx = bisect.bisect_right([s.base_offset for s in segs], offset) - 1
-        return segs[idx] if idx >= 0 else None
-
     def read(self, offset: int, length: int) -> bytes:
         """Committed bytes from ``offset``; spans at most two segments; clamped to what is committed."""
         if length <= 0:

@@ -88,9 +88,6 @@ class FlatFileStore:
             except TieredStoreError as exc:
                 log.warning("expiry of %s failed: %s", flat, exc)
 
-    def commit_all(self) -> bool:
-        return all([f.commit() for f in self.files()])
-
     def shutdown(self) -> None:
         for flat in self.files():
             flat.shutdown()

@@ -596,6 +596,10 @@ class LocalMessageStore:
         """Every (topic, queue id) with a consume queue, sorted."""
         return sorted(self._cqs)
 
+    def has_queue(self, topic: str, queue_id: int) -> bool:
+        """Whether ``(topic, queue_id)`` has a consume queue (O(1), unlike :meth:`list_queues`)."""
+        return (topic, queue_id) in self._cqs
+
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
         """First readable queue offset (0 for an unknown queue)."""
         cq = self._cqs.get((topic, queue_id))

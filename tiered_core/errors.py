@@ -34,6 +34,9 @@ class ErrorCode(str, enum.Enum):
     PLUGIN_LOAD = "PLUGIN_LOAD"  # an installed plugin failed to import or register
     CONFIG = "CONFIG"  # a bad configuration value
     METADATA = "METADATA"  # metadata store failure or inconsistency
+    UNKNOWN_OBJECTS = "UNKNOWN_OBJECTS"  # the backend holds objects this store's metadata does not list
+    PREFIX_OWNED = "PREFIX_OWNED"  # another store owns this tier prefix
+    FENCED = "FENCED"  # this store lost its tier prefix to a take-over; it must stop writing
     UNKNOWN = "UNKNOWN"
 
 
@@ -171,6 +174,38 @@ class MetadataError(TieredStoreError):
     code = ErrorCode.METADATA
 
 
+class UnknownObjects(MetadataError):
+    """The backend holds objects under this store's prefix that its metadata does not list.
+
+    Raised at open instead of serving (or deleting) what the metadata forgot: ``count``
+    objects under ``prefix`` (``examples`` names a few), and ``fix`` is the command that
+    rebuilds the metadata from the backend. Nothing was changed.
+    """
+
+    code = ErrorCode.UNKNOWN_OBJECTS
+
+
+class PrefixOwned(TieredStoreError):
+    """Another store owns the tier prefix this store was configured to use.
+
+    ``prefix`` is the claimed prefix, ``owner`` describes the store holding it (its id,
+    host, store path, epoch), ``store_id`` is ours. Nothing was written. A deliberate
+    failover takes the prefix over (``tiered takeover`` / ``take_over=True``).
+    """
+
+    code = ErrorCode.PREFIX_OWNED
+
+
+class Fenced(TieredStoreError):
+    """Another store took this store's tier prefix over (its ``epoch`` is newer than ours).
+
+    Raised by every write, seal or delete once the take-over is seen, before the call
+    reaches the backend; the fenced store must stop writing to the tier.
+    """
+
+    code = ErrorCode.FENCED
+
+
 __all__ = [
     "ErrorCode",
     "TieredStoreError",
@@ -189,4 +224,7 @@ __all__ = [
     "PluginLoadError",
     "ConfigError",
     "MetadataError",
+    "UnknownObjects",
+    "PrefixOwned",
+    "Fenced",
 ]

@@ -97,6 +97,11 @@ class Requirements:
         "a write stores all of its bytes or none",
         lambda caps: bool(caps.atomic_write),
     )
+    create_if_absent = Requirement(
+        "create_if_absent", "create_if_absent",
+        "write_if_absent is atomic: of racing creators exactly one succeeds, readers never see a part",
+        lambda caps: bool(caps.create_if_absent),
+    )
 
     @classmethod
     def all(cls) -> dict[str, Requirement]:

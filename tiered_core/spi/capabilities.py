@@ -45,6 +45,14 @@ class Capabilities:
     #: failed write may leave a prefix behind, and ``size`` tells how much.
     atomic_write: bool = False
 
+    #: ``write_if_absent`` is atomic in the backend: of several callers (threads, processes,
+    #: machines) creating the same path at once, exactly one succeeds and the others see
+    #: False, and a reader never sees a partly written object (POSIX ``link``, GCS
+    #: ``ifGenerationMatch=0``, Azure ``If-None-Match: *``). Without it the driver checks
+    #: and then writes, so two racing callers may both believe they created the object.
+    #: Tier-prefix ownership relies on it to refuse a second store.
+    create_if_absent: bool = False
+
     #: Largest ``data`` one ``write`` call accepts; ``None`` means unbounded. FileSegment
     #: splits larger commits into calls of at most this size.
     max_write_size: int | None = None

@@ -3,7 +3,7 @@
 A driver is one object per backend (it owns clients and pools) that stores bytes at
 paths. It knows nothing about messages. The core's :class:`tiered_core.segment.FileSegment`
 wraps ``(driver, path)`` and owns buffering, positions and retries, so a driver stays
-small: ten methods, all synchronous, all raising only :mod:`tiered_core.errors` types.
+small: a handful of methods, all synchronous, all raising only :mod:`tiered_core.errors` types.
 
 Paths are relative, ``/``-separated, and never leave the driver's root: every method
 passes its ``path`` through :meth:`SegmentDriver.check_path` first.
@@ -17,7 +17,7 @@ import posixpath
 import typing
 from typing import Any, ClassVar, Iterator, Mapping
 
-from tiered_core.errors import IllegalParam, InvalidOption, InvalidPath
+from tiered_core.errors import IllegalParam, InvalidOption, InvalidPath, PositionMismatch
 from tiered_core.spi.capabilities import Capabilities
 
 REDACTED = "***"
@@ -109,6 +109,25 @@ class SegmentDriver(abc.ABC):
     def is_sealed(self, path: str) -> bool:
         """Whether ``path`` is sealed. Drivers that can tell should override."""
         return False
+
+    def write_if_absent(self, path: str, data: bytes) -> bool:
+        """Create ``path`` holding ``data`` (non-empty) unless an object is already there.
+
+        True when this call created it; False when something existed (it is left as it
+        was). Atomic only where ``capabilities.create_if_absent`` says so; this default
+        checks, then writes at position 0 (a racing writer that got there first makes
+        that write fail with ``PositionMismatch``, reported as False, when the backend has
+        ``conditional_append``). Drivers with an atomic create-if-absent override it.
+        """
+        if not data:
+            raise IllegalParam(f"write_if_absent of {path!r} needs data", path=path)
+        if self.exists(path):
+            return False
+        try:
+            self.write(path, 0, data)
+        except PositionMismatch:
+            return False
+        return True
 
     def close(self) -> None:
         """Release clients and pools. Further calls may fail."""

@@ -346,6 +346,7 @@ class DriverContractTests(ConformanceBase):
             "read": lambda: driver.read(bad, 0, 1),
             "seal": lambda: driver.seal(bad),
             "delete": lambda: driver.delete(bad),
+            "write_if_absent": lambda: driver.write_if_absent(bad, b"x"),
         }
         for op, call in calls.items():
             with pytest.raises(InvalidPath) as info:
@@ -476,6 +477,62 @@ class DriverContractTests(ConformanceBase):
                 assert losers[0].actual_size == len(base) + len(winners[0])
                 assert driver.size(path) == len(base) + len(winners[0])
                 assert driver.read(path, 0, driver.size(path)) == base + winners[0]
+        finally:
+            if other is not driver:
+                other.close()
+
+    # -- create if absent (tier-prefix ownership records) -------------------------
+
+    def test_write_if_absent_creates_once(self, driver, capabilities, prefix):
+        path = prefix + "claim"
+        assert driver.write_if_absent(path, b"first") is True
+        assert driver.write_if_absent(path, b"second, longer") is False
+        assert driver.size(path) == 5
+        assert driver.read(path, 0, 5) == b"first", "a refused write_if_absent must change nothing"
+        if capabilities.list:
+            assert list(driver.list(prefix)) == [(path, 5)], "no scratch object may show in a listing"
+
+    def test_write_if_absent_refuses_existing_object(self, driver, prefix):
+        empty, full = prefix + "empty", prefix + "full"
+        driver.create(empty)
+        driver.write(full, 0, b"data")
+        assert driver.write_if_absent(empty, b"x") is False
+        assert driver.write_if_absent(full, b"x") is False
+        assert driver.size(empty) == 0 and driver.read(full, 0, 4) == b"data"
+
+    def test_write_if_absent_rejects_empty_data(self, driver, prefix):
+        with pytest.raises(IllegalParam):
+            driver.write_if_absent(prefix + "nothing", b"")
+
+    @requires.create_if_absent
+    def test_write_if_absent_race(self, driver, capabilities, prefix):
+        # Racing creators (two driver instances when the backend is shared): exactly one
+        # wins, and the object holds the winner's bytes whole.
+        other = driver.reopen() if capabilities.persistent else driver
+        try:
+            for round_ in range(20):
+                path = f"{prefix}claim-{round_}"
+                barrier = threading.Barrier(2)
+                outcome: dict[int, Any] = {}
+
+                def attempt(idx: int, drv: SegmentDriver) -> None:
+                    data = bytes([65 + idx]) * (16 + idx)
+                    barrier.wait()
+                    try:
+                        outcome[idx] = (drv.write_if_absent(path, data), data)
+                    except BaseException as exc:  # reported below
+                        outcome[idx] = exc
+
+                pair = [threading.Thread(target=attempt, args=(0, driver)),
+                        threading.Thread(target=attempt, args=(1, other))]
+                for th in pair:
+                    th.start()
+                for th in pair:
+                    th.join()
+                assert all(isinstance(v, tuple) for v in outcome.values()), f"round {round_}: {outcome}"
+                winners = [data for won, data in outcome.values() if won]
+                assert len(winners) == 1, f"round {round_}: {outcome}"
+                assert driver.read(path, 0, driver.size(path)) == winners[0]
         finally:
             if other is not driver:
                 other.close()

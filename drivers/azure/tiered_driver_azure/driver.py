@@ -60,6 +60,7 @@ class AzureDriver(SegmentDriver):
         survives_process_exit=True,
         concurrent_paths=True,
         atomic_write=False,
+        create_if_absent=True,
     )
     secret_options = frozenset({"connection_string", "credential", "account_key"})
 
@@ -214,6 +215,25 @@ class AzureDriver(SegmentDriver):
 
         self._retrying("create", path, lambda: blob.create_append_blob(match_condition=MatchConditions.IfMissing),
                        handle)
+
+    def write_if_absent(self, path: str, data: bytes) -> bool:
+        """One block-blob upload with ``If-None-Match: *``: the service refuses it (409) when
+        the blob exists. A retry whose first attempt landed finds its own bytes: True."""
+        if not data:
+            raise IllegalParam(f"write_if_absent of {path!r} needs data", path=path)
+        blob = self._blob(path)
+        payload = bytes(data)
+
+        def handle(exc, status, code, attempt):
+            if status in (409, 412) and code in ("BlobAlreadyExists", "ConditionNotMet", ""):
+                if attempt > 1 and self.size(path) == len(payload) and self.read(path, 0, len(payload)) == payload:
+                    return True  # an earlier attempt of this call created it; its answer was lost
+                return False
+            return _UNHANDLED
+
+        result = self._retrying("create", path,
+                                lambda: blob.upload_blob(payload, blob_type="BlockBlob", overwrite=False), handle)
+        return result is not False
 
     def write(self, path: str, position: int, data: bytes | memoryview) -> None:
         self.check_range(path, position)

@@ -68,6 +68,7 @@ class GcsDriver(SegmentDriver):
         survives_process_exit=True,
         concurrent_paths=True,
         atomic_write=True,
+        create_if_absent=True,
     )
     secret_options = frozenset({"token"})
 
@@ -164,6 +165,26 @@ class GcsDriver(SegmentDriver):
                                   if_generation_match=0)
         if resp.status not in (200, 412):  # 412: someone created it meanwhile -- fine
             raise self._fail(resp, "create", path)
+
+    def write_if_absent(self, path: str, data: bytes) -> bool:
+        """One upload with ``ifGenerationMatch=0``: GCS refuses it (412) when the object
+        exists. A retry whose first attempt landed finds its own bytes (same MD5): True."""
+        key = self._key(path)
+        if not data:
+            raise IllegalParam(f"write_if_absent of {path!r} needs data", path=path)
+        payload = bytes(data)
+        if self._view(key, path).exists:
+            return False  # the only guard where the backend ignores the precondition
+        resp = self.client.upload(key, payload, {META_ID: uuid.uuid4().hex}, what=f"create {path!r}",
+                                  if_generation_match=0)
+        if resp.status == 200:
+            return True
+        if resp.status == 412:
+            if resp.retried:
+                now = self._view(key, path)
+                return now.base_size == len(payload) and now.base_md5 == _md5(payload) and not now.chain
+            return False
+        raise self._fail(resp, "create", path)
 
     def write(self, path: str, position: int, data: bytes | memoryview) -> None:
         key = self._key(path)
@@ -415,7 +436,7 @@ EMULATOR_GAP = "fake-gcs-server does not enforce ifGenerationMatch"
 
 def emulator_capabilities() -> Capabilities:
     """The capabilities to claim when running against fake-gcs-server."""
-    return GcsDriver.capabilities.override(EMULATOR_GAP, conditional_append=False)
+    return GcsDriver.capabilities.override(EMULATOR_GAP, conditional_append=False, create_if_absent=False)
 
 
 @contextlib.contextmanager

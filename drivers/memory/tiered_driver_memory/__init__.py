@@ -45,6 +45,7 @@ class MemoryDriver(SegmentDriver):
         survives_process_exit=False,
         concurrent_paths=True,
         atomic_write=True,
+        create_if_absent=True,
     )
 
     def __init__(self, *, namespace: str = "default") -> None:
@@ -79,6 +80,16 @@ class MemoryDriver(SegmentDriver):
             if position != len(obj.data):
                 raise PositionMismatch(path, position, len(obj.data))
             obj.data += data
+
+    def write_if_absent(self, path: str, data: bytes) -> bool:
+        path = self.check_path(path)
+        if not data:
+            raise IllegalParam(f"write_if_absent of {path!r} needs data", path=path)
+        with self._ns_lock:
+            if path in self._objects:
+                return False
+            self._objects[path] = _Object(bytearray(data))
+            return True
 
     def read(self, path: str, position: int, length: int) -> bytes:
         path = self.check_path(path)

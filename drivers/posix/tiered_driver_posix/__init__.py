@@ -14,6 +14,7 @@ import errno
 import fcntl
 import os
 import stat
+import uuid
 from typing import Iterator
 
 from tiered_core import hookimpl
@@ -26,6 +27,8 @@ __version__ = "0.1.0"
 _RETRYABLE = {errno.EINTR, errno.EAGAIN, errno.EIO, errno.ENOSPC, errno.EDQUOT, errno.EBUSY, errno.EMFILE, errno.ENFILE}
 _SEALED_MODE = 0o444
 _FILE_MODE = 0o644
+#: Scratch directory under the root for objects being created whole (never listed).
+_SCRATCH = ".tiered-scratch"
 
 
 class PosixDriver(SegmentDriver):
@@ -47,6 +50,7 @@ class PosixDriver(SegmentDriver):
         survives_process_exit=True,
         concurrent_paths=True,
         atomic_write=False,
+        create_if_absent=True,
     )
 
     def __init__(self, *, root: str, fsync: bool = True) -> None:
@@ -63,6 +67,8 @@ class PosixDriver(SegmentDriver):
 
     def _full(self, path: str) -> str:
         path = self.check_path(path)
+        if path.split("/", 1)[0] == _SCRATCH:
+            raise InvalidPath(f"path {path!r} is inside the driver's reserved {_SCRATCH!r} directory", path=path)
         full = os.path.join(self.root, path)
         # A symlink inside the root could still point outside it.
         real = os.path.realpath(full)
@@ -121,6 +127,37 @@ class PosixDriver(SegmentDriver):
                     os.fdatasync(fd.fd)
         except OSError as exc:
             raise _error(exc, "write", path, position=position) from exc
+
+    def write_if_absent(self, path: str, data: bytes) -> bool:
+        """Write ``data`` to a scratch file, make it durable, then ``link`` it into place:
+        the link fails with EEXIST if anything is there, and a reader never sees a part."""
+        full = self._full(path)
+        if not data:
+            raise IllegalParam(f"write_if_absent of {path!r} needs data", path=path)
+        scratch_dir = os.path.join(self.root, _SCRATCH)
+        scratch = os.path.join(scratch_dir, uuid.uuid4().hex)
+        try:
+            os.makedirs(scratch_dir, exist_ok=True)
+            with _Fd(os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, _FILE_MODE)) as fd:
+                view = memoryview(data).cast("B")
+                done = 0
+                while done < len(view):
+                    done += os.write(fd.fd, view[done:])
+                if self.fsync:
+                    os.fsync(fd.fd)
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+            try:
+                os.link(scratch, full)
+            except FileExistsError:
+                return False
+            if self.fsync:
+                _fsync_dir(os.path.dirname(full))
+            return True
+        except OSError as exc:
+            raise _error(exc, "create", path) from exc
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(scratch)
 
     def read(self, path: str, position: int, length: int) -> bytes:
         full = self._full(path)
@@ -190,6 +227,8 @@ class PosixDriver(SegmentDriver):
         start = os.path.join(self.root, base_dir) if base_dir else self.root
         out = []
         for dirpath, dirnames, filenames in os.walk(start):
+            if dirpath == self.root and _SCRATCH in dirnames:
+                dirnames.remove(_SCRATCH)
             dirnames.sort()
             for fname in filenames:
                 full = os.path.join(dirpath, fname)

@@ -77,6 +77,8 @@ class SqliteDriver(SegmentDriver):
         survives_process_exit=True,
         concurrent_paths=True,
         atomic_write=True,  # one transaction per write
+        # The SPI's default write_if_absent is atomic here: a conditional, all-or-nothing write.
+        create_if_absent=True,
     )
 
     def __init__(self, *, database: str, chunk_size: int = 1 << 20) -> None:

@@ -318,7 +318,7 @@ def test_broker_conf_posix_provider_and_force_serve_reads_from_the_tiered_store(
                  "tieredStoreFilePath=tieredstore\ntieredStorageLevel=FORCE\n")
     store = TieredMessageStore.open(StoreConfig.load(conf, environ={}))
     try:
-        assert type(store.driver).name == "posix"
+        assert store.driver.name == "posix"
         for i in range(10):
             store.put_message(Message(topic="TopicTest", body=b"m%d" % i, keys=[f"k{i}"]), queue_id=0)
         store.dispatch(force=True)

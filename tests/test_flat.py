@@ -6,7 +6,7 @@ import pytest
 
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, decode_cq_unit
 from tiered_core.codec.message import Message, decode_message, encode_message
-from tiered_core.errors import IllegalOffset
+from tiered_core.errors import IllegalOffset, StateConflict
 from tiered_core.flat import FlatAppendFile, FlatCommitLogFile, FlatFileConfig, FlatFileStore, FlatMessageFile
 from tiered_core.metadata.sqlite import SqliteMetadataStore
 from tiered_core.plugins import open_driver
@@ -253,3 +253,78 @@ def test_flat_file_store_recovers_every_queue(driver, metadata):
     assert third.load() and len(third.files()) == 2
     third.destroy()
     assert third.files() == []
+
+
+# -- data safety: never touch what is not ours; reads over many segments -----------------
+
+
+def test_roll_refuses_bytes_the_metadata_does_not_list(driver, metadata):
+    f = cq_file(driver, metadata, max_size=100)
+    f.init_offset(0)
+    for i in range(5):
+        assert f.append(bytes([i]) * 20) is AppendResult.SUCCESS
+    assert f.commit()
+    foreign = b"somebody else's bytes"
+    driver.write("cq/00000000000000000100", 0, foreign)  # where the next roll would go
+    with pytest.raises(StateConflict) as info:
+        f.append(b"z" * 20)  # the segment is full: seal, then roll at 100
+    assert info.value.path == "cq/00000000000000000100"
+    assert driver.read("cq/00000000000000000100", 0, len(foreign)) == foreign, "nothing of it may be deleted"
+
+
+def test_reads_span_any_number_of_segments(driver, metadata):
+    f = cq_file(driver, metadata, max_size=40)
+    f.init_offset(0)
+    data = bytes(range(256)) * 4
+    for i in range(0, len(data), 20):
+        assert f.append(data[i:i + 20]) is AppendResult.SUCCESS
+        assert f.commit()
+    assert len(f.segments) >= 25
+    assert f.read(0, len(data)) == data
+    assert f.read(7, 900) == data[7:907]
+    assert f.read(1000, 500) == data[1000:]  # clamped to what is committed
+    reopened = cq_file(driver, metadata, max_size=40)
+    assert reopened.read(33, 990) == data[33:1023]
+
+
+def test_recovery_refuses_a_backend_that_lost_committed_bytes(driver, metadata, tmp_path):
+    f = cq_file(driver, metadata)
+    f.init_offset(0)
+    assert f.append(b"a" * 100) is AppendResult.SUCCESS and f.commit()
+    path = f.segments[-1].path
+    with open(tmp_path / "root" / path, "r+b") as fh:  # someone truncates the object
+        fh.truncate(60)
+    with pytest.raises(StateConflict) as info:
+        cq_file(driver, metadata)
+    assert info.value.path == path
+
+
+def test_a_seal_by_another_store_is_seen_at_recovery(driver, metadata):
+    f = cq_file(driver, metadata)
+    f.init_offset(0)
+    assert f.append(b"a" * 100) is AppendResult.SUCCESS and f.commit()
+    driver.seal(f.segments[-1].path)  # a take-over seals our tail
+    again = cq_file(driver, metadata)
+    assert again.segments[-1].sealed
+    assert again.append(b"b" * 20) is AppendResult.SUCCESS and again.commit()  # rolled, not refused
+    assert len(again.segments) == 2 and again.read(0, 120) == b"a" * 100 + b"b" * 20
+
+
+def test_torn_unit_alone_in_its_segment_is_replaced(driver, metadata):
+    from tiered_core.flat.consume_queue_file import FlatConsumeQueueFile
+
+    def open_cq():
+        return FlatConsumeQueueFile(driver, metadata, "broker/topic/0", segment_path=lambda b: f"cq/{b:020d}",
+                                    max_size=CQ_UNIT_SIZE * 10)
+
+    cq = open_cq()
+    cq.init_offset(0)
+    for _ in range(10):
+        assert cq.append(b"u" * CQ_UNIT_SIZE) is AppendResult.SUCCESS
+    assert cq.commit()
+    tail = cq.roll(200)  # recorded in metadata: this store's own segment
+    driver.write(tail.path, 0, b"t" * 7)  # a crash tore its first unit
+    again = open_cq()
+    assert again.commit_queue_offset == 10 and again.append_queue_offset == 10
+    assert again.append(b"v" * CQ_UNIT_SIZE) is AppendResult.SUCCESS and again.commit()
+    assert again.read(180, 40) == b"u" * CQ_UNIT_SIZE + b"v" * CQ_UNIT_SIZE

@@ -38,7 +38,7 @@ def test_example_broker_conf_serves_reads_from_the_tiered_posix_store(tmp_path, 
 
     workload = Workload(topics=("TopicTest",), queues=4)
     with TieredMessageStore.open(config) as store:
-        assert type(store.driver).name == "posix"
+        assert store.driver.name == "posix"
         workload.put(store, 400)
         assert store.dispatch(force=True).messages == 400
         # the local copy is whole, yet FORCE reads every message from the tiered store

@@ -45,7 +45,7 @@ def test_ten_percent_failed_writes_lose_and_duplicate_nothing(driver_setup, tmp_
     with TieredMessageStore.open(config) as store:
         workload.put(store, MESSAGES)
         rounds = dispatch_until_tiered(store, workload, max_rounds=2000)
-        faulty = store.driver
+        faulty = store.driver.inner
         assert faulty.writes > 200, faulty.writes
         assert set(faulty.faults) == set(FAULT_KINDS), faulty.faults  # every kind happened
         # about the configured share failed (a loose bound: the point is that many did)

@@ -40,6 +40,9 @@ if TYPE_CHECKING:  # imported lazily at run time: keep `import tiered_core` ligh
 
 STORAGE_LEVELS = ("DISABLE", "NOT_IN_DISK", "NOT_IN_MEM", "FORCE")
 LOCAL_FLUSH_MODES = ("async", "sync")
+#: What an open does when the metadata does not list what the backend holds (or cannot be
+#: read): "refuse" stops with an error naming the fix; "rebuild" rebuilds it from the listing.
+METADATA_RECOVERY_MODES = ("refuse", "rebuild")
 
 #: RocketMQ's metadata provider class names -> our metadata store names.
 METADATA_ALIASES = {
@@ -96,6 +99,7 @@ class StoreConfig:
     local_commit_log_file_size: int = 1 << 30
     local_flush: str = "async"
     local_retention_hours: int = 72
+    metadata_recovery: str = "refuse"
     source: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -372,6 +376,7 @@ _FIELD_TYPES: dict[str, str] = {
     "local_commit_log_file_size": "size",
     "local_flush": "flush",
     "local_retention_hours": "hours",
+    "metadata_recovery": "recovery",
     "source": "source",
 }
 assert set(_FIELD_TYPES) == _FIELD_NAMES
@@ -486,6 +491,11 @@ def _check_one(name: str, value: Any, label: str, where: str) -> Any:
             if text not in STORAGE_LEVELS:
                 raise ValueError(value)
             return text
+        if kind == "recovery":
+            text = str(value).strip().lower() if isinstance(value, str) else None
+            if text not in METADATA_RECOVERY_MODES:
+                raise ValueError(value)
+            return text
         if kind == "flush":
             text = str(value).strip().lower() if isinstance(value, str) else None
             text = {"async_flush": "async", "sync_flush": "sync"}.get(text, text)  # RocketMQ flushDiskType
@@ -520,6 +530,7 @@ _ACCEPTED = {
     "component": "a non-empty name without '/', '\\' or control characters",
     "level": " | ".join(STORAGE_LEVELS) + " (or 0-3)",
     "flush": " | ".join(LOCAL_FLUSH_MODES),
+    "recovery": " | ".join(METADATA_RECOVERY_MODES),
     "size": "a size > 0: an int (bytes) or a string like '4MiB', '1GiB', '512k'",
     "size0": "a size >= 0: an int (bytes) or a string like '4MiB', '1GiB', '512k'",
     "count": "an int >= 1",

@@ -279,7 +279,17 @@ class FileSegment:
                 f"{end - start} more were in flight; the object was changed by someone else",
                 path=self.path, size=size, commit_position=start,
             )
-        self._advance(size - start)
+        landed = size - start
+        if landed:
+            # Adopt the bytes only if they are the ones we sent: another writer appending
+            # at our commit position would otherwise pass for a lost acknowledgement.
+            assert self._pending is not None
+            found = self.driver.read(self.path, start, landed)
+            if found != self._pending[:landed]:
+                raise StateConflict(
+                    f"{self.path!r} holds {landed} bytes at {start} that this store did not write; "
+                    "another writer appended to it", path=self.path, size=size, commit_position=start)
+        self._advance(landed)
 
     def _advance(self, landed: int) -> None:
         if not landed:

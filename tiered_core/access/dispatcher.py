@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tiered_core.codec.message import decode_message, peek_store_timestamp
-from tiered_core.errors import TieredStoreError
+from tiered_core.errors import Fenced, TieredStoreError
 from tiered_core.flat.file_store import FlatFileStore
 from tiered_core.flat.message_file import FlatMessageFile
 from tiered_core.index.keys import message_index_keys
@@ -98,6 +98,9 @@ class MessageStoreDispatcher:
             while not self._stop.is_set():
                 try:
                     self.dispatch()
+                except Fenced as exc:  # another store owns the tier now: stop for good
+                    log.error("dispatcher stops: %s", exc)
+                    return
                 except Exception:  # noqa: BLE001 - keep the service alive, report it
                     log.exception("dispatch round failed")
                 self._wake.wait(interval_s)
@@ -141,6 +144,8 @@ class MessageStoreDispatcher:
                 group = self._dispatch_group(flat, force, stats)
                 if not group:
                     break
+        except Fenced:
+            raise  # not this queue's problem: the whole store must stop writing
         except TieredStoreError as exc:
             log.error("dispatch of %s/%d failed: %s", topic, queue_id, exc)
             stats.errors.append(f"{topic}/{queue_id}: {exc}")

@@ -29,8 +29,10 @@ from tiered_core.access.results import (
 from tiered_core.codec.message import Message, MessageExt, decode_message
 from tiered_core.codec.naming import validate_topic
 from tiered_core.config import StoreConfig
-from tiered_core.errors import IllegalParam, TieredStoreError
+from tiered_core.errors import IllegalParam, StateConflict, TieredStoreError
 from tiered_core.flat.file_store import FlatFileStore
+from tiered_core.flat.ownership import PrefixOwnership, load_store_id
+from tiered_core.flat.reconcile import open_checked_metadata
 from tiered_core.index.service import IndexStoreService
 from tiered_core.local.store import LocalMessageStore, LocalStoreConfig
 from tiered_core.spi.access import BoundaryType
@@ -70,7 +72,7 @@ class TieredMessageStore:
     status, never by exception.
     """
 
-    def __init__(self, config: StoreConfig, *, background: bool = False) -> None:
+    def __init__(self, config: StoreConfig, *, background: bool = False, take_over: bool = False) -> None:
         self.config = config
         self.policy = ReadPolicy.parse(config.storage_level)
         os.makedirs(config.store_path, exist_ok=True)
@@ -82,15 +84,31 @@ class TieredMessageStore:
             file_reserved_time_ms=config.local_retention_hours * 3600_000,
             background_services=True,
         ))
+        driver = metadata = None
         try:
-            self.driver = config.open_driver()
-            self.metadata = config.open_metadata()
+            driver = config.open_driver()
+            # Own the tier prefix before touching it; every later write checks the fence.
+            self.ownership = PrefixOwnership(driver, config.cluster, config.broker,
+                                             load_store_id(config.store_path), config.store_path)
+            self.ownership.claim(take_over=take_over)
+            if self.ownership.took_over_from is not None:
+                self.ownership.seal_tails()
+            self.driver = self.ownership.guard(driver)
+            fix = f"tiered metadata rebuild --config {config.source or 'FILE'} --force"
+            self.metadata = metadata = open_checked_metadata(
+                config.open_metadata, config.effective_metadata_path(), self.driver, config.cluster,
+                config.broker, rebuild=take_over or config.metadata_recovery == "rebuild", fix=fix)
             self.flat_files = FlatFileStore(self.driver, self.metadata, config.flat_config())
             if not self.flat_files.load():
-                log.error("some queues failed to recover: %s", self.flat_files.failures)
+                failed = "; ".join(f"{t}/{q}: {why}" for t, q, why in self.flat_files.failures)
+                raise StateConflict(f"{len(self.flat_files.failures)} tiered queue(s) cannot be recovered, "
+                                    f"so their tiered data cannot be served: {failed}",
+                                    failures=self.flat_files.failures)
             self.index = IndexStoreService.from_store_config(config, self.driver, self.metadata)
-            self.cache = ReadAheadCache(config.read_ahead_cache_bytes, config.read_ahead_cache_expire_ms,
-                                        disk_path=config.read_ahead_disk_cache_path)
+            # read_ahead_cache_bytes = 0 (RocketMQ readAheadCacheEnable=false): read without a cache.
+            self.cache = (ReadAheadCache(config.read_ahead_cache_bytes, config.read_ahead_cache_expire_ms,
+                                         disk_path=config.read_ahead_disk_cache_path)
+                          if config.read_ahead_cache_bytes > 0 else None)
             self.fetcher = MessageStoreFetcher(self.flat_files, self.cache)
             self.dispatcher = MessageStoreDispatcher(
                 self.local, self.flat_files, self.index,
@@ -99,6 +117,10 @@ class TieredMessageStore:
                 group_commit_interval_ms=config.group_commit_interval_ms,
                 max_workers=min(config.max_pending_limit, 8))
         except BaseException:
+            if metadata is not None:
+                metadata.close()
+            if driver is not None:
+                driver.close()
             self.local.close()
             raise
         self.local.add_dispatch_listener(self.dispatcher.on_dispatch)
@@ -109,23 +131,44 @@ class TieredMessageStore:
             self.index.start()
 
     @classmethod
-    def open(cls, config: StoreConfig, *, background: bool = False) -> "TieredMessageStore":
+    def open(cls, config: StoreConfig, *, background: bool = False, take_over: bool = False) -> "TieredMessageStore":
         """Open (or create) the store ``config`` describes; ``background`` runs the dispatcher
-        and index upload threads (otherwise call :meth:`dispatch` yourself)."""
-        return cls(config, background=background)
+        and index upload threads (otherwise call :meth:`dispatch` yourself).
+
+        The store claims its tier prefix (``{cluster}/{broker}/``) first: when another store
+        owns it, :class:`~tiered_core.errors.PrefixOwned` names both. ``take_over=True`` is a
+        deliberate failover: this store becomes the owner, seals the previous owner's last
+        segments (its next write fails with :class:`~tiered_core.errors.Fenced`) and rebuilds
+        its metadata from the backend where it does not list everything. Objects the
+        metadata does not list stop the open with :class:`~tiered_core.errors.UnknownObjects`
+        unless ``metadata_recovery = "rebuild"``.
+        """
+        return cls(config, background=background, take_over=take_over)
 
     # -- writes ---------------------------------------------------------------------------
 
     def put_message(self, message: Message, queue_id: int = 0) -> PutMessageResult:
+        """Store ``message`` in queue ``queue_id`` (locally; the dispatcher tiers it later).
+
+        Raises :class:`~tiered_core.errors.Fenced` once another store took this one's tier
+        prefix over: producers must move to the new owner.
+        """
+        if self.ownership.fenced is not None:
+            raise self.ownership.fenced
         res = self.local.put_message(message.topic, queue_id, message)
         return PutMessageResult(PutMessageStatus.PUT_OK, res.queue_offset, res.commitlog_offset,
                                 res.store_timestamp)
 
     def dispatch(self, force: bool = True) -> DispatchStats:
-        """One synchronous dispatch round (tests, tools): reput, copy, upload the index."""
+        """One synchronous dispatch round (tests, tools): reput, copy, upload the index.
+
+        Raises :class:`~tiered_core.errors.Fenced` when another store took the prefix over.
+        """
         self.local.reput()
         self.local.flush()
         stats = self.dispatcher.dispatch(force=force)
+        if self.ownership.fenced is not None:
+            raise self.ownership.fenced
         if force:
             self.index.compact_and_upload()
         return stats
@@ -312,6 +355,11 @@ class TieredMessageStore:
         return self.local.delete_expired(now_ms, keep_from=keep)
 
     def delete_expired_tiered(self, now_ms: int | None = None) -> None:
+        """Tiered retention: delete segments older than each topic's reserve time.
+
+        Raises :class:`~tiered_core.errors.Fenced` when another store owns the prefix now.
+        """
+        self.ownership.check()
         self.flat_files.delete_expired(now_ms)
         self.index.destroy_expired()
 
@@ -337,7 +385,8 @@ class TieredMessageStore:
             self.dispatcher.shutdown()
             self.index.shutdown()
             self.flat_files.shutdown()
-            self.cache.close()
+            if self.cache is not None:
+                self.cache.close()
         finally:
             self.local.close()
             self.metadata.close()

@@ -20,6 +20,7 @@ COMMANDS = [
     "demo",
     "ops",
     "metadata",
+    "takeover",
     "spark",
 ]
 

@@ -13,6 +13,7 @@ setting ``func`` to a callable ``(args) -> exit code``.
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Callable
 
 from tiered_core.metadata.convert import FORMAT_BY_EXTENSION, convert
@@ -64,11 +65,14 @@ def _register_rebuild(actions: argparse._SubParsersAction) -> None:
         "rebuild", help="reconstruct lost metadata from the backend's listing",
         description="Rebuild the metadata store named by a config file (topics, queues, file segments) "
                     "from the segments its driver lists under the configured cluster and broker. "
-                    "Refuses a metadata store that is not empty unless --force.")
+                    "Refuses a metadata store that is not empty unless --force; with --force a "
+                    "database that cannot be opened is moved aside (kept) and rebuilt. Refuses to run "
+                    "while the store is open.")
     p.add_argument("--config", required=True, metavar="FILE",
                    help="tiered.toml or broker.conf naming the driver and the metadata store")
     p.add_argument("--force", action="store_true",
-                   help="replace the contents of a metadata store that is not empty")
+                   help="replace the contents of a metadata store that is not empty, or set aside one "
+                        "that cannot be read")
     p.add_argument("--no-timestamps", dest="timestamps", action="store_false",
                    help="do not read message headers for segment times (use the rebuild time)")
     p.add_argument("--progress-every", type=int, default=1000, metavar="N",
@@ -78,20 +82,38 @@ def _register_rebuild(actions: argparse._SubParsersAction) -> None:
 
 def run_rebuild(args: argparse.Namespace) -> int:
     from tiered_core.config import StoreConfig
+    from tiered_core.errors import MetadataError
+    from tiered_core.local.store import acquire_store_lock, release_store_lock
+    from tiered_core.metadata import set_aside
     from tiered_core.metadata.rebuild import rebuild_metadata
 
     config = StoreConfig.load(args.config)
     target = config.effective_metadata_path()
-    print(f"rebuilding {config.metadata} metadata {target!r} from driver {config.driver!r} "
-          f"(cluster {config.cluster!r}, broker {config.broker!r})", flush=True)
+    os.makedirs(config.store_path, exist_ok=True)
+    lock = acquire_store_lock(config.store_path)  # never under a running store
+    try:
+        print(f"rebuilding {config.metadata} metadata {target!r} from driver {config.driver!r} "
+              f"(cluster {config.cluster!r}, broker {config.broker!r})", flush=True)
 
-    def progress(done: int, total: int) -> None:
-        print(f"  {done}/{total} segments", flush=True)
+        def progress(done: int, total: int) -> None:
+            print(f"  {done}/{total} segments", flush=True)
 
-    with config.open_driver() as driver, config.open_metadata() as metadata:
-        stats = rebuild_metadata(driver, metadata, cluster=config.cluster, broker=config.broker,
-                                 force=args.force, timestamps=args.timestamps, progress=progress,
-                                 progress_every=args.progress_every)
+        try:
+            metadata = config.open_metadata()
+        except MetadataError as exc:
+            if not args.force:
+                raise MetadataError(f"{exc.message}; with --force it is moved aside (kept, never deleted) "
+                                    "and rebuilt from the backend", path=target) from exc
+            moved = set_aside(target)
+            print(f"metadata store {target!r} cannot be opened ({exc.message}); kept as {', '.join(moved)}",
+                  flush=True)
+            metadata = config.open_metadata()
+        with config.open_driver() as driver, metadata:
+            stats = rebuild_metadata(driver, metadata, cluster=config.cluster, broker=config.broker,
+                                     force=args.force, timestamps=args.timestamps, progress=progress,
+                                     progress_every=args.progress_every)
+    finally:
+        release_store_lock(lock)
     print(f"rebuilt {stats.topics} topic(s), {stats.queues} queue(s), {stats.segments} file segment(s) "
           f"({stats.sealed} sealed, {stats.bytes} bytes; {stats.timestamps_read} timestamps read) "
           f"in {stats.elapsed_s:.2f} s")

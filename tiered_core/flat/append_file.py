@@ -4,7 +4,8 @@ Segments are named by base offset and kept sorted; only the last one is writable
 full segment is committed and sealed, then a new one is rolled at the append offset.
 Everything is rebuilt from the metadata store at start, and the last segment's size
 is re-checked against the backend (bytes that landed after the last metadata update
-are adopted: the backend is the truth).
+are adopted: the backend is the truth). Nothing here deletes or appends to an object
+the metadata does not list: a roll onto existing bytes is refused.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import threading
 import time
 from typing import Callable, Iterator
 
-from tiered_core.errors import DriverError, IllegalOffset, IllegalParam, TieredStoreError
+from tiered_core.errors import DriverError, IllegalOffset, IllegalParam, StateConflict, TieredStoreError
 from tiered_core.segment import AppendResult, FileSegment, FileSegmentType
 from tiered_core.spi.driver import SegmentDriver
 from tiered_core.spi.metadata import (
@@ -91,15 +92,22 @@ class FlatAppendFile:
             self._recover_last_size()
 
     def _recover_last_size(self) -> None:
+        """Re-check the last segment against the backend: bytes that landed after the last
+        metadata update are adopted, and a seal the metadata missed (a take-over by another
+        store seals our tails) is seen before anything is appended. A backend holding fewer
+        bytes than were committed is not ours to paper over: StateConflict."""
         last = self.segments[-1]
         size = self._backend_size(last.path)
-        if size != last.commit_position:
-            if size < last.commit_position:
-                log.warning("%s: backend holds %d bytes but metadata says %d; trusting the backend",
-                            last.path, size, last.commit_position)
-            sealed = last.sealed or self.driver.is_sealed(last.path)
+        if size < last.commit_position:
+            raise StateConflict(
+                f"{last.path!r} holds {size} bytes but the metadata records {last.commit_position} committed "
+                "bytes: the backend lost or truncated them; refusing to open over the gap",
+                path=last.path, size=size, committed=last.commit_position)
+        sealed = last.sealed or self.driver.is_sealed(last.path)
+        if size != last.commit_position or sealed != last.sealed:
             fixed = self._new_segment(last.base_offset, initial_position=size, sealed=sealed)
             fixed.min_timestamp, fixed.max_timestamp = last.min_timestamp, last.max_timestamp
+            fixed.seal_timestamp = last.seal_timestamp
             self.segments[-1] = fixed
             self.flush_metadata(fixed)
 
@@ -171,17 +179,23 @@ class FlatAppendFile:
                 self.roll(offset)
 
     def roll(self, offset: int) -> FileSegment:
-        """Start a new last segment at ``offset``; its metadata is recorded first."""
+        """Start a new last segment at ``offset``; its metadata is recorded first (the object
+        is created by its first commit).
+
+        Raises :class:`~tiered_core.errors.StateConflict` when the backend already holds
+        bytes at that path: no metadata lists them as this store's, so they are not ours
+        to delete or to append to (lost metadata, or another store's data).
+        """
         if offset < 0:
             raise IllegalParam(f"cannot roll {self.file_path!r} at negative offset {offset}", offset=offset)
         with self._lock:
             seg = self._new_segment(offset, initial_position=0, sealed=False)
-            stale = self.driver.size(seg.path)
-            if stale:
-                # An object no metadata knows about (a crash between delete and metadata
-                # removal of an earlier incarnation): it must not shift our offsets.
-                log.warning("%s: removing %d stale bytes before reuse", seg.path, stale)
-                self.driver.delete(seg.path)
+            found = self.driver.size(seg.path)
+            if found:
+                raise StateConflict(
+                    f"{seg.path!r} already holds {found} bytes that the metadata does not list as this "
+                    "store's; refusing to roll over them (rebuild the metadata from the backend: "
+                    "`tiered metadata rebuild --config FILE --force`)", path=seg.path, size=found)
             self.flush_metadata(seg)
             self.segments.append(seg)
             return seg
@@ -228,7 +242,8 @@ class FlatAppendFile:
     # -- reading --------------------------------------------------------------------------
 
     def read(self, offset: int, length: int) -> bytes:
-        """Committed bytes from ``offset``; spans at most two segments; clamped to what is committed."""
+        """Committed bytes from ``offset``, across as many segments as the range spans;
+        clamped to what is committed."""
         if length <= 0:
             raise IllegalParam(f"read of {self.file_path!r}: length must be > 0, got {length}", length=length)
         segs = list(self.segments)
@@ -240,14 +255,21 @@ class FlatAppendFile:
             raise IllegalOffset(
                 f"{self.file_path!r} ({self.file_type.name}): offset {offset} is outside the "
                 f"committed range [{lo}, {hi})", path=self.file_path, offset=offset)
-        seg = segs[idx]
-        # A later segment may start before this one's end (a realigned torn tail): it wins.
-        end = seg.commit_offset if idx + 1 == len(segs) else min(seg.commit_offset, segs[idx + 1].base_offset)
-        first = seg.read(offset - seg.base_offset, min(length, end - offset))
-        if len(first) < length and idx + 1 < len(segs) and segs[idx + 1].commit_position:
-            rest = length - len(first)
-            return first + segs[idx + 1].read(0, rest)
-        return first
+        pieces: list[bytes] = []
+        pos, end = offset, offset + length
+        while pos < end and idx < len(segs):
+            seg = segs[idx]
+            # A later segment may start before this one's end (a realigned torn tail): it wins.
+            stop = seg.commit_offset if idx + 1 == len(segs) else min(seg.commit_offset, segs[idx + 1].base_offset)
+            if pos >= stop:
+                break  # a hole: the committed bytes end here
+            piece = seg.read(pos - seg.base_offset, min(end, stop) - pos)
+            pieces.append(piece)
+            pos += len(piece)
+            if pos < stop:
+                break  # short read: return what is there
+            idx += 1
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     # -- expiry and lifecycle -------------------------------------------------------------
 

@@ -28,15 +28,23 @@ class FlatConsumeQueueFile(FlatAppendFile):
             return
         last = self.segments[-1]
         torn = last.commit_position % CQ_UNIT_SIZE
-        if torn:
-            start = last.commit_offset - torn
-            log.warning("%s: %d bytes of a torn consume-queue unit; rolling at %d", last.path, torn, start)
-            try:
-                last.seal()
-            except Exception as exc:  # the torn segment stays unsealed; it is never read past `start`
-                log.warning("cannot seal %s: %s", last.path, exc)
-            self.flush_metadata(last)
+        if not torn:
+            return
+        start = last.commit_offset - torn
+        log.warning("%s: %d bytes of a torn consume-queue unit; rolling at %d", last.path, torn, start)
+        if start == last.base_offset:
+            # The segment holds nothing but the torn unit. It is this store's own
+            # uncommitted tail (the metadata lists it), so it may go, and be rolled anew.
+            self.segments.pop()
+            self._destroy_segment(last)
             self.roll(start)
+            return
+        try:
+            last.seal()
+        except Exception as exc:  # the torn segment stays unsealed; it is never read past `start`
+            log.warning("cannot seal %s: %s", last.path, exc)
+        self.flush_metadata(last)
+        self.roll(start)
 
     @property
     def min_queue_offset(self) -> int:

@@ -7,7 +7,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
-from tiered_core.errors import TieredStoreError
+from tiered_core.errors import Fenced, TieredStoreError
 from tiered_core.flat.config import FlatFileConfig
 from tiered_core.flat.message_file import FlatMessageFile
 from tiered_core.spi.driver import SegmentDriver
@@ -85,6 +85,8 @@ class FlatFileStore:
         for flat in self.files():
             try:
                 flat.expire(now)
+            except Fenced:
+                raise
             except TieredStoreError as exc:
                 log.warning("expiry of %s failed: %s", flat, exc)
 

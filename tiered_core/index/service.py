@@ -26,6 +26,7 @@ from tiered_core.codec.naming import index_path, index_queue_path
 from tiered_core.errors import (
     CorruptData,
     DriverError,
+    Fenced,
     IllegalParam,
     NotFound,
     SegmentClosed,
@@ -429,6 +430,8 @@ class IndexStoreService:
                 out.flush()
                 out.seek(0)
                 seg = self._upload_stream(out, info.size, info.begin_timestamp, info.end_timestamp)
+        except Fenced:
+            raise  # another store owns the tier now: nothing to retry
         except (TieredStoreError, OSError) as exc:
             log.warning("index file %s: compaction/upload failed, will retry: %s", f.path, exc)
             return False
@@ -567,6 +570,9 @@ class IndexStoreService:
                 log.exception("index expiry failed")
             try:
                 self.compact_and_upload()
+            except Fenced as exc:
+                log.error("index service stops: %s", exc)
+                return
             except Exception:  # noqa: BLE001
                 log.exception("index compaction/upload failed")
             self._wake.wait(self.config.service_interval_s)

@@ -207,6 +207,29 @@ class _Checkpoint(NamedTuple):
     reput_offset: int
 
 
+def acquire_store_lock(root: str) -> int:
+    """Take the store directory's lock (``flock`` on ``{root}/lock``) without waiting.
+
+    Returns the descriptor to pass to :func:`release_store_lock`. Raises
+    :class:`~tiered_core.errors.StateConflict` naming ``root`` when another process holds it.
+    """
+    path = os.path.join(root, LOCK_FILE)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StateConflict(f"local store {root!r} is open in another process", path=root) from None
+    return fd
+
+
+def release_store_lock(fd: int) -> None:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
 class LocalMessageStore:
     """The local hot tier: one CommitLog, a ConsumeQueue per queue, an index.
 
@@ -275,22 +298,12 @@ class LocalMessageStore:
 
     # ------------------------------------------------------------------ opening ----
     def _acquire_dir_lock(self) -> int:
-        path = os.path.join(self.root, LOCK_FILE)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise StateConflict(f"local store {self.root!r} is open in another process", path=self.root) from None
-        return fd
+        return acquire_store_lock(self.root)
 
     def _release_dir_lock(self) -> None:
         if self._lock_fd >= 0:
-            try:
-                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-            finally:
-                os.close(self._lock_fd)
-                self._lock_fd = -1
+            release_store_lock(self._lock_fd)
+            self._lock_fd = -1
 
     def _open(self) -> None:
         cfg = self.config

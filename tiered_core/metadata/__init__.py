@@ -6,6 +6,8 @@ so a third-party store is chosen by name exactly like these two.
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Any
 
 from tiered_core.metadata.json_store import JsonMetadataStore
@@ -33,7 +35,22 @@ def open_metadata_store(name: str, path: str, **options: Any) -> TieredMetadataS
     return metadata_store_class(name)(path, **options)
 
 
+def set_aside(path: str) -> list[str]:
+    """Move a damaged metadata file (and SQLite's ``-wal``/``-shm`` companions) out of the way,
+    to ``{name}.damaged-{ms}``; nothing is deleted. Returns the new paths."""
+    stamp = time.time_ns() // 1_000_000
+    moved = []
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        src = path + suffix
+        if os.path.exists(src):
+            dst = f"{path}.damaged-{stamp}{suffix}"
+            os.replace(src, dst)
+            moved.append(dst)
+    return moved
+
+
 __all__ = [
+    "set_aside",
     "DEFAULT_STORE",
     "JsonMetadataStore",
     "SqliteMetadataStore",

@@ -60,6 +60,7 @@ from tiered_core.codec.naming import (
     queue_path,
 )
 from tiered_core.errors import IllegalParam, MetadataError, TieredStoreError
+from tiered_core.flat.ownership import is_owner_record
 from tiered_core.segment import FileSegmentType
 from tiered_core.spi.driver import SegmentDriver
 from tiered_core.spi.metadata import (
@@ -230,6 +231,8 @@ def _scan(driver: SegmentDriver, prefix: str, cluster: str, broker: str,
           stats: RebuildStats) -> dict[tuple[str, int, FileSegmentType], list[_Seg]]:
     files: dict[tuple[str, int, FileSegmentType], list[_Seg]] = {}
     for path, size in driver.list(prefix):
+        if is_owner_record(path):
+            continue  # who owns the prefix, not a segment
         try:
             info = parse_segment_path(path)
         except IllegalParam:

@@ -1,0 +1,330 @@
+"""Ownership of a tier prefix: one store at a time writes under ``{cluster}/{broker}/``.
+
+Two stores configured with the same tiered backend, cluster and broker name (a
+copy-pasted config, a failover that forgot to stop the old broker) would otherwise
+append to, roll over and expire each other's segments. A store therefore *claims* its
+prefix before it touches it, with an owner record created by the backend's atomic
+create-if-absent (:meth:`SegmentDriver.write_if_absent`):
+
+``{cluster dir}/{broker}/.tiered-owner/{epoch, 20 digits}`` holding JSON
+``{"store_id", "epoch", "host", "pid", "store_path", "claimed_at"}``.
+
+The newest epoch owns the prefix. A store whose id is on it opens; any other is
+refused (:class:`~tiered_core.errors.PrefixOwned`, naming both). A deliberate failover
+*takes over*: it creates the record of the next epoch (again create-if-absent, so two
+racing take-overs cannot both win), then seals the last segment of every flat file,
+so that a write of the old owner either landed before the seal (and is adopted) or
+fails. The old owner is *fenced*: :class:`FencedDriver` looks for the next epoch's
+record before every write, seal, create and delete, and from the first sighting on
+refuses them all with :class:`~tiered_core.errors.Fenced`.
+
+The ``.tiered-owner`` directory cannot collide with a topic: topic names never hold a dot.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import uuid
+from dataclasses import asdict, dataclass
+from typing import Iterator
+
+from tiered_core.codec.naming import cluster_dir, parse_segment_path
+from tiered_core.errors import Fenced, IllegalParam, PrefixOwned, TieredStoreError
+from tiered_core.spi.driver import SegmentDriver
+from tiered_core.spi.layer import DriverLayer
+from tiered_core.spi.metadata import now_ms
+
+log = logging.getLogger(__name__)
+
+OWNER_DIR = ".tiered-owner"
+#: File in the local store directory holding the store's id (created at first open).
+STORE_ID_FILE = "tiered-store-id"
+_CLAIM_ATTEMPTS = 5
+
+
+def tier_prefix(cluster: str, broker: str) -> str:
+    """``{md5(cluster)[:8]}_{cluster}/{broker}/``: everything one store owns in the backend."""
+    return f"{cluster_dir(cluster)}/{broker}/"
+
+
+def owner_prefix(cluster: str, broker: str) -> str:
+    return f"{tier_prefix(cluster, broker)}{OWNER_DIR}/"
+
+
+def is_owner_record(path: str) -> bool:
+    """Whether ``path`` is an ownership record (never a segment)."""
+    return f"/{OWNER_DIR}/" in path
+
+
+@dataclass(frozen=True)
+class OwnerRecord:
+    """Who claimed a tier prefix, at which epoch. ``claimed_at`` is ms since the epoch."""
+
+    store_id: str
+    epoch: int
+    host: str = ""
+    pid: int = 0
+    store_path: str = ""
+    claimed_at: int = 0
+
+    def encode(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls, data: bytes, epoch: int) -> "OwnerRecord":
+        """The record, or one with store id ``"(unreadable)"`` when the bytes are not a record."""
+        try:
+            raw = json.loads(data.decode("utf-8"))
+            return cls(store_id=str(raw["store_id"]), epoch=int(raw["epoch"]), host=str(raw.get("host", "")),
+                       pid=int(raw.get("pid", 0)), store_path=str(raw.get("store_path", "")),
+                       claimed_at=int(raw.get("claimed_at", 0)))
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError, AttributeError):
+            return cls(store_id="(unreadable)", epoch=epoch)
+
+    def describe(self) -> str:
+        where = f"{self.store_path!r} on host {self.host!r}" if self.store_path else "an unknown location"
+        return f"store {self.store_id} at {where} (epoch {self.epoch}, pid {self.pid})"
+
+
+def load_store_id(store_path: str) -> str:
+    """The id of the store in ``store_path``, created (durably, once) at first use."""
+    path = os.path.join(store_path, STORE_ID_FILE)
+    for _ in range(2):
+        try:
+            with open(path, encoding="ascii") as fh:
+                text = fh.read().strip()
+            if text:
+                return text
+        except FileNotFoundError:
+            pass
+        except (OSError, UnicodeDecodeError) as exc:
+            raise IllegalParam(f"cannot read the store id file {path!r}: {exc}", path=path) from None
+        new = uuid.uuid4().hex
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            continue  # another process created it meanwhile: read theirs
+        except OSError as exc:
+            raise IllegalParam(f"cannot create the store id file {path!r}: {exc.strerror or exc}",
+                               path=path) from None
+        try:
+            os.write(fd, new.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return new
+    raise IllegalParam(f"the store id file {path!r} is empty", path=path)
+
+
+class PrefixOwnership:
+    """Claims, checks and takes over the tier prefix of (``cluster``, ``broker``) for one store.
+
+    Guarantees: :meth:`claim` returns only when this store owns the newest epoch; a store
+    whose id is not on the newest record is refused with :class:`PrefixOwned` naming both
+    stores. After a take-over by another store, :meth:`check` raises :class:`Fenced` (and
+    keeps raising it). Thread-safe.
+    """
+
+    def __init__(self, driver: SegmentDriver, cluster: str, broker: str, store_id: str,
+                 store_path: str = "") -> None:
+        self.driver = driver
+        self.cluster, self.broker = cluster, broker
+        self.prefix = tier_prefix(cluster, broker)
+        self.store_id = store_id
+        self.store_path = store_path
+        self.record: OwnerRecord | None = None
+        #: The record this store took the prefix over from (None: no take-over happened).
+        self.took_over_from: OwnerRecord | None = None
+        self._fenced: Fenced | None = None
+        self._lock = threading.Lock()
+
+    # -- records ----------------------------------------------------------------------
+
+    def _path(self, epoch: int) -> str:
+        return f"{owner_prefix(self.cluster, self.broker)}{epoch:020d}"
+
+    def current(self) -> OwnerRecord | None:
+        """The newest owner record, or None when the prefix was never claimed."""
+        newest: tuple[int, str] | None = None
+        for path, _size in self.driver.list(owner_prefix(self.cluster, self.broker)):
+            name = path.rsplit("/", 1)[-1]
+            if name.isdigit() and (newest is None or int(name) > newest[0]):
+                newest = (int(name), path)
+        if newest is None:
+            return None
+        return self._read(*newest)
+
+    def _read(self, epoch: int, path: str) -> OwnerRecord:
+        size = self.driver.size(path)
+        return OwnerRecord.decode(self.driver.read(path, 0, size) if size else b"", epoch)
+
+    def _new_record(self, epoch: int) -> OwnerRecord:
+        return OwnerRecord(self.store_id, epoch, socket.gethostname(), os.getpid(),
+                           os.path.abspath(self.store_path) if self.store_path else "", now_ms())
+
+    # -- claiming ---------------------------------------------------------------------
+
+    def claim(self, *, take_over: bool = False) -> OwnerRecord:
+        """Own the prefix: first claim, re-open by the owner, or (``take_over``) a take-over.
+
+        Raises :class:`PrefixOwned` when another store owns it and ``take_over`` is False,
+        or when another take-over won a race.
+        """
+        if not self.driver.capabilities.create_if_absent:
+            log.warning("driver %r cannot create objects atomically (capability create_if_absent): two "
+                        "stores claiming %s at the same moment may both succeed", self.driver.name, self.prefix)
+        for _ in range(_CLAIM_ATTEMPTS):
+            current = self.current()
+            if current is None:
+                record = self._new_record(1)
+                if self.driver.write_if_absent(self._path(1), record.encode()):
+                    return self._own(record)
+                continue  # another store claimed it first: look again
+            if current.store_id == self.store_id:
+                return self._own(current)
+            if not take_over:
+                raise PrefixOwned(
+                    f"tier prefix {self.prefix!r} is owned by {current.describe()}; this is store "
+                    f"{self.store_id} at {self.store_path!r}. Two stores must not share a cluster and "
+                    "broker name on one backend: give this one its own broker name, or, for a deliberate "
+                    "failover, stop the old broker and run `tiered takeover --config FILE`",
+                    prefix=self.prefix, owner=current.describe(), owner_id=current.store_id,
+                    store_id=self.store_id, store_path=self.store_path)
+            record = self._new_record(current.epoch + 1)
+            if self.driver.write_if_absent(self._path(record.epoch), record.encode()):
+                self.took_over_from = current
+                log.warning("took tier prefix %s over from %s (epoch %d -> %d)", self.prefix,
+                            current.describe(), current.epoch, record.epoch)
+                return self._own(record)
+            raise PrefixOwned(f"another store took tier prefix {self.prefix!r} over at the same time "
+                              f"(epoch {record.epoch}); nothing was changed", prefix=self.prefix,
+                              store_id=self.store_id)
+        raise PrefixOwned(f"tier prefix {self.prefix!r} changed owner {_CLAIM_ATTEMPTS} times while "
+                          "this store tried to claim it", prefix=self.prefix, store_id=self.store_id)
+
+    def _own(self, record: OwnerRecord) -> OwnerRecord:
+        with self._lock:
+            self.record = record
+            self._fenced = None
+        return record
+
+    # -- fencing ----------------------------------------------------------------------
+
+    @property
+    def fenced(self) -> Fenced | None:
+        """The error this store was fenced with, or None."""
+        return self._fenced
+
+    def check(self) -> None:
+        """Raise :class:`Fenced` if a newer epoch than ours exists (one ``exists`` call)."""
+        if self._fenced is not None:
+            raise self._fenced
+        record = self.record
+        if record is None:
+            raise Fenced(f"tier prefix {self.prefix!r} was never claimed by this store", prefix=self.prefix,
+                         store_id=self.store_id)
+        nxt = self._path(record.epoch + 1)
+        if not self.driver.exists(nxt):
+            return
+        try:
+            newer = self._read(record.epoch + 1, nxt).describe()
+        except TieredStoreError:
+            newer = f"epoch {record.epoch + 1}"
+        error = Fenced(f"tier prefix {self.prefix!r} was taken over by {newer}; this store (epoch "
+                       f"{record.epoch}) stops writing to the tier", prefix=self.prefix,
+                       epoch=record.epoch, store_id=self.store_id)
+        with self._lock:
+            if self._fenced is None:
+                log.error("%s", error.message)
+                self._fenced = error
+        raise self._fenced
+
+    def guard(self, driver: SegmentDriver | None = None) -> "FencedDriver":
+        """``driver`` (default: the claiming one) behind a layer that checks the fence first."""
+        return FencedDriver(driver or self.driver, self)
+
+    # -- take-over --------------------------------------------------------------------
+
+    def seal_tails(self) -> list[str]:
+        """Seal the last segment of every flat file under the prefix (after a take-over).
+
+        Only the last segment of a flat file is ever written, so sealing it ends every
+        append of the old owner. Returns the paths sealed.
+        """
+        last: dict[str, tuple[int, str]] = {}
+        for path, _size in self.driver.list(self.prefix):
+            if is_owner_record(path):
+                continue
+            try:
+                info = parse_segment_path(path)
+            except TieredStoreError:
+                continue  # not a segment: nothing of ours writes it
+            directory = path.rsplit("/", 1)[0]
+            if directory not in last or info.base_offset > last[directory][0]:
+                last[directory] = (info.base_offset, path)
+        sealed = []
+        for _base, path in sorted(last.values(), key=lambda item: item[1]):
+            if not self.driver.is_sealed(path):
+                self.driver.seal(path)
+                sealed.append(path)
+        if sealed:
+            log.warning("take-over of %s sealed %d segment(s) the previous owner may still write",
+                        self.prefix, len(sealed))
+        return sealed
+
+
+class FencedDriver(DriverLayer):
+    """Refuses every write, create, seal and delete once the store is fenced.
+
+    Before each of those calls it asks :meth:`PrefixOwnership.check` whether a newer
+    owner exists (one ``exists`` call on the backend); reads are not checked.
+    """
+
+    def __init__(self, inner: SegmentDriver, ownership: PrefixOwnership) -> None:
+        super().__init__(inner)
+        self.ownership = ownership
+
+    def write(self, path: str, position: int, data: bytes | memoryview) -> None:
+        self.ownership.check()
+        self.inner.write(path, position, data)
+
+    def write_if_absent(self, path: str, data: bytes) -> bool:
+        self.ownership.check()
+        return self.inner.write_if_absent(path, data)
+
+    def create(self, path: str) -> None:
+        self.ownership.check()
+        self.inner.create(path)
+
+    def seal(self, path: str) -> None:
+        self.ownership.check()
+        self.inner.seal(path)
+
+    def delete(self, path: str) -> None:
+        self.ownership.check()
+        self.inner.delete(path)
+
+
+def segment_objects(driver: SegmentDriver, cluster: str, broker: str) -> Iterator[tuple[str, int]]:
+    """``(path, size)`` of every object under the store's prefix but the owner records."""
+    for path, size in driver.list(tier_prefix(cluster, broker)):
+        if not is_owner_record(path):
+            yield path, size
+
+
+__all__ = [
+    "OWNER_DIR",
+    "STORE_ID_FILE",
+    "FencedDriver",
+    "OwnerRecord",
+    "PrefixOwnership",
+    "is_owner_record",
+    "load_store_id",
+    "owner_prefix",
+    "segment_objects",
+    "tier_prefix",
+]

@@ -1,0 +1,123 @@
+"""Compare what the metadata store lists with what the backend holds, at open.
+
+The metadata is the record of which backend objects are this store's. When it has been
+lost, restored from an old backup, or belongs to another store, serving it would answer
+"offset too small" for data the tier still holds, and rolling over it would delete that
+data. So at open every object under the store's prefix must be one the metadata knows;
+the first one that is not stops the open (:class:`~tiered_core.errors.UnknownObjects`)
+until the metadata is rebuilt from the listing. Empty objects are not data and are
+ignored; ownership records are not segments.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Callable
+
+from tiered_core.codec.naming import segment_path
+from tiered_core.errors import MetadataError, UnknownObjects
+from tiered_core.flat.ownership import segment_objects, tier_prefix
+from tiered_core.segment import FileSegmentType
+from tiered_core.spi.driver import SegmentDriver
+from tiered_core.spi.metadata import FileSegmentMetadata, SegmentStatus, TieredMetadataStore
+
+log = logging.getLogger(__name__)
+
+_EXAMPLES = 5
+
+
+@dataclass
+class ReconcileReport:
+    """What the listing of ``prefix`` holds beyond and short of the metadata."""
+
+    prefix: str
+    listed: int = 0
+    #: Non-empty objects the metadata does not list, ``(path, size)``.
+    unknown: list[tuple[str, int]] = field(default_factory=list)
+    #: Non-empty segments the metadata lists (not DELETED) that the backend does not hold.
+    missing: list[str] = field(default_factory=list)
+
+    @property
+    def unknown_bytes(self) -> int:
+        return sum(size for _path, size in self.unknown)
+
+    def refusal(self, fix: str) -> UnknownObjects:
+        """The error that stops an open over this report's unknown objects."""
+        shown = ", ".join(path for path, _size in self.unknown[:_EXAMPLES])
+        more = f" and {len(self.unknown) - _EXAMPLES} more" if len(self.unknown) > _EXAMPLES else ""
+        return UnknownObjects(
+            f"the backend holds {len(self.unknown)} object(s) ({self.unknown_bytes} bytes) under "
+            f"{self.prefix!r} that the metadata store does not list (lost, restored from an old backup, "
+            f"or written by another store): {shown}{more}. Nothing was read or changed. Rebuild the "
+            f"metadata from the backend with `{fix}`, or set metadata_recovery = \"rebuild\"",
+            count=len(self.unknown), prefix=self.prefix, examples=[p for p, _ in self.unknown[:_EXAMPLES]],
+            fix=fix)
+
+
+def backend_path(cluster: str, meta: FileSegmentMetadata) -> str:
+    """The backend object of a segment record (its ``path`` is ``broker/topic/queue``)."""
+    broker, topic, queue = meta.path.split("/")
+    return segment_path(cluster, broker, topic, int(queue), FileSegmentType(meta.type), meta.base_offset)
+
+
+def reconcile(driver: SegmentDriver, metadata: TieredMetadataStore, cluster: str, broker: str) -> ReconcileReport:
+    """List the store's prefix once and compare it with every segment record."""
+    report = ReconcileReport(tier_prefix(cluster, broker))
+    known: dict[str, FileSegmentMetadata] = {}
+    for meta in metadata.iterate_file_segments():
+        known[backend_path(cluster, meta)] = meta
+    listed: set[str] = set()
+    for path, size in segment_objects(driver, cluster, broker):
+        report.listed += 1
+        listed.add(path)
+        if size and path not in known:
+            report.unknown.append((path, size))
+    report.missing = sorted(path for path, meta in known.items()
+                            if meta.size and meta.status != SegmentStatus.DELETED and path not in listed)
+    return report
+
+
+def open_checked_metadata(open_metadata: Callable[[], TieredMetadataStore], metadata_path: str,
+                          driver: SegmentDriver, cluster: str, broker: str, *, rebuild: bool,
+                          fix: str) -> TieredMetadataStore:
+    """Open the metadata store and make sure it lists everything the backend holds.
+
+    An unreadable store, or objects it does not list, stop the open with a typed error
+    naming ``fix`` -- unless ``rebuild``: then the damaged file is set aside (never
+    deleted) and the metadata is rebuilt from the backend's listing first.
+    """
+    from tiered_core.metadata import set_aside
+    from tiered_core.metadata.rebuild import rebuild_metadata
+
+    try:
+        metadata = open_metadata()
+    except MetadataError as exc:
+        if not rebuild:
+            raise MetadataError(f"{exc.message}. Nothing was changed. To rebuild it from the backend "
+                                f"(the damaged file is kept aside), run `{fix}`, or set "
+                                "metadata_recovery = \"rebuild\"", path=metadata_path, fix=fix) from exc
+        moved = set_aside(metadata_path)
+        log.error("metadata store %r cannot be opened (%s); moved to %s and rebuilding it from the backend",
+                  metadata_path, exc.message, moved)
+        metadata = open_metadata()
+    try:
+        report = reconcile(driver, metadata, cluster, broker)
+        if report.missing:
+            log.error("the metadata lists %d non-empty segment(s) the backend does not hold under %r, e.g. %s",
+                      len(report.missing), report.prefix, report.missing[:_EXAMPLES])
+        if report.unknown:
+            if not rebuild:
+                raise report.refusal(fix)
+            log.warning("%d object(s) under %r are not in the metadata: rebuilding it from the backend",
+                        len(report.unknown), report.prefix)
+            stats = rebuild_metadata(driver, metadata, cluster=cluster, broker=broker, force=True)
+            log.warning("metadata rebuilt: %d topic(s), %d queue(s), %d segment(s)", stats.topics,
+                        stats.queues, stats.segments)
+    except BaseException:
+        metadata.close()
+        raise
+    return metadata
+
+
+__all__ = ["ReconcileReport", "backend_path", "open_checked_metadata", "reconcile"]

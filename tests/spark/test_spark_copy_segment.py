@@ -37,7 +37,7 @@ def test_copy_verifies_and_seals(drivers):
     source, target = drivers
     fill(source, DATA, sealed=True)
     result = copy_segment(source, target, CopyTask(0, PATH, True, len(DATA)), chunk=3000)
-    assert (result.size, result.copied, result.resumed_at, result.replaced) == (len(DATA), len(DATA), 0, False)
+    assert (result.size, result.copied, result.resumed_at) == (len(DATA), len(DATA), 0)
     assert target.read(PATH, 0, len(DATA)) == DATA and target.is_sealed(PATH)
 
 
@@ -52,15 +52,16 @@ def test_a_failed_copy_resumes_from_the_target_size(drivers):
     assert (result.resumed_at, result.copied) == (4000, len(DATA) - 4000)
     assert target.read(PATH, 0, len(DATA)) == DATA and not target.is_sealed(PATH)
     again = copy_segment(source, target, task, chunk=1000)
-    assert (again.copied, again.replaced) == (0, False)
+    assert again.copied == 0
 
 
-def test_a_target_that_does_not_match_is_copied_again(drivers):
+def test_a_target_that_does_not_match_is_never_overwritten(drivers):
     source, target = drivers
     fill(source, DATA, sealed=True)
-    fill(target, b"\xff" * 5000, sealed=False)  # a foreign prefix: resuming would not verify
-    result = copy_segment(source, target, CopyTask(0, PATH, True, len(DATA)), chunk=4096)
-    assert result.replaced and target.read(PATH, 0, len(DATA)) == DATA and target.is_sealed(PATH)
+    fill(target, b"\xff" * 5000, sealed=False)  # bytes this migration did not write
+    with pytest.raises(StateConflict, match="refusing to overwrite"):
+        copy_segment(source, target, CopyTask(0, PATH, True, len(DATA)), chunk=4096)
+    assert target.size(PATH) == 5000 and target.read(PATH, 0, 5000) == b"\xff" * 5000
 
 
 def test_a_source_shorter_than_its_metadata_is_a_conflict(drivers):

@@ -42,15 +42,17 @@ class ReconcileReport:
     def unknown_bytes(self) -> int:
         return sum(size for _path, size in self.unknown)
 
-    def refusal(self, fix: str) -> UnknownObjects:
-        """The error that stops an open over this report's unknown objects."""
+    def refusal(self, fix: str, advice: str | None = None) -> UnknownObjects:
+        """The error that stops an open over this report's unknown objects; ``advice`` says
+        what to do (default: rebuild the metadata with ``fix``)."""
         shown = ", ".join(path for path, _size in self.unknown[:_EXAMPLES])
         more = f" and {len(self.unknown) - _EXAMPLES} more" if len(self.unknown) > _EXAMPLES else ""
+        advice = advice or (f"Rebuild the metadata from the backend with `{fix}`, or set "
+                            "metadata_recovery = \"rebuild\"")
         return UnknownObjects(
             f"the backend holds {len(self.unknown)} object(s) ({self.unknown_bytes} bytes) under "
             f"{self.prefix!r} that the metadata store does not list (lost, restored from an old backup, "
-            f"or written by another store): {shown}{more}. Nothing was read or changed. Rebuild the "
-            f"metadata from the backend with `{fix}`, or set metadata_recovery = \"rebuild\"",
+            f"or written by another store): {shown}{more}. Nothing was read or changed. {advice}",
             count=len(self.unknown), prefix=self.prefix, examples=[p for p, _ in self.unknown[:_EXAMPLES]],
             fix=fix)
 

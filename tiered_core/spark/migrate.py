@@ -44,8 +44,7 @@ class CopyTask:
 @dataclass(frozen=True)
 class CopyResult:
     """One verified copy: its ``size`` and ``sha256``; ``copied`` bytes written by this run
-    (0 when the target was already complete), ``resumed_at`` the target size found at start,
-    ``replaced`` when a target object that did not match was deleted and copied again."""
+    (0 when the target was already complete), ``resumed_at`` the target size found at start."""
 
     index: int
     path: str
@@ -53,7 +52,6 @@ class CopyResult:
     sha256: str
     copied: int
     resumed_at: int
-    replaced: bool
     sealed: bool
 
 
@@ -65,14 +63,13 @@ class MigrateResult:
     bytes: int
     copied: int
     resumed: int
-    replaced: int
     topics: int
     queues: int
     seconds: float
 
     def summary(self) -> str:
         return (f"migrated {self.segments} segments ({self.bytes} bytes; {self.copied} copied by this run, "
-                f"{self.resumed} resumed, {self.replaced} replaced), metadata of {self.topics} topics and "
+                f"{self.resumed} resumed), metadata of {self.topics} topics and "
                 f"{self.queues} queues written once, in {self.seconds:.1f}s")
 
 
@@ -147,37 +144,36 @@ def copy_segment(source: SegmentDriver, target: SegmentDriver, task: CopyTask, *
                  fail_after: int | None = None) -> CopyResult:
     """Copy, seal (if the source is sealed) and verify one segment; resumable.
 
+    A target object that already holds bytes is resumed only if they are the source's
+    (an earlier run of this migration); anything else is never deleted or overwritten.
     ``fail_after`` (fault injection for tests) raises DriverError after that many bytes.
     Raises :class:`StateConflict` when the source holds fewer bytes than its metadata
-    records and :class:`CorruptData` when a copy does not verify even after a fresh copy.
+    records, or when the target holds bytes that are not the source's, and
+    :class:`CorruptData` when a finished copy does not verify.
     """
     size = source.size(task.path)
     if size < task.metadata_size:
         raise StateConflict(f"source segment {task.path!r} holds {size} bytes but metadata records "
                             f"{task.metadata_size}", path=task.path, size=size, expected=task.metadata_size)
     sealed = task.sealed or (size > 0 and source.is_sealed(task.path))
-    source_hash: str | None = None
-    replaced = False
-    for attempt in range(2):
-        target_size = target.size(task.path)
-        if target_size > size or (target_size and target.is_sealed(task.path) and target_size != size):
-            log.warning("%s: target holds %d bytes, source %d: copying it again", task.path, target_size, size)
-            target.delete(task.path)
-            replaced = True
-        resumed_at, copied, read_hash = _append_from(source, target, task, size, chunk, fail_after)
-        if source_hash is None:
-            source_hash = read_hash or _sha256(source, task.path, size, chunk)
-        if sealed and not target.is_sealed(task.path):
-            target.seal(task.path)
-        target_size = target.size(task.path)
-        if target_size == size and _sha256(target, task.path, size, chunk) == source_hash:
-            return CopyResult(task.index, task.path, size, source_hash, copied, resumed_at, replaced, sealed)
-        if attempt == 0:  # the resumed prefix was not the source's: start over once
-            log.warning("%s: copy does not verify (size %d vs %d); copying it again", task.path, target_size, size)
-            target.delete(task.path)
-            replaced = True
-    raise CorruptData(f"copy of {task.path!r} does not verify: target size {target_size}, source {size}",
-                      path=task.path)
+    target_size = target.size(task.path)
+    if target_size > size or (target_size and target.is_sealed(task.path) and target_size != size) or (
+            target_size and _sha256(target, task.path, target_size, chunk)
+            != _sha256(source, task.path, target_size, chunk)):
+        raise StateConflict(
+            f"target object {task.path!r} already holds {target_size} bytes that are not the source's first "
+            f"{min(target_size, size)}: refusing to overwrite what this migration did not write (remove it "
+            "yourself if it is a stale copy)", path=task.path, size=target_size, source_size=size)
+    resumed_at, copied, source_hash = _append_from(source, target, task, size, chunk, fail_after)
+    if source_hash is None:
+        source_hash = _sha256(source, task.path, size, chunk)
+    if sealed and not target.is_sealed(task.path):
+        target.seal(task.path)
+    target_size = target.size(task.path)
+    if target_size != size or _sha256(target, task.path, size, chunk) != source_hash:
+        raise CorruptData(f"copy of {task.path!r} does not verify: target size {target_size}, source {size}",
+                          path=task.path)
+    return CopyResult(task.index, task.path, size, source_hash, copied, resumed_at, sealed)
 
 
 def _copy_partition(source_cfg: ConfigSource, target_cfg: ConfigSource, chunk: int, fail_index: int | None,
@@ -250,6 +246,7 @@ def migrate(spark, config: str | os.PathLike, to_config: str | os.PathLike, *, c
     source_meta = source_cfg.open_metadata()
     try:
         tasks = plan_copies(source_cfg, source_meta)
+        claim_target(target_cfg, {t.path for t in tasks})
         results: list[CopyResult] = []
         if tasks:
             rdd = spark.sparkContext.parallelize(tasks, min(len(tasks), 4096))
@@ -270,8 +267,27 @@ def migrate(spark, config: str | os.PathLike, to_config: str | os.PathLike, *, c
     finally:
         source_meta.close()
     return MigrateResult(len(results), sum(r.size for r in results), sum(r.copied for r in results),
-                         sum(1 for r in results if r.resumed_at and r.copied), sum(1 for r in results if r.replaced),
-                         topics, queues, time.perf_counter() - started)
+                         sum(1 for r in results if r.resumed_at and r.copied), topics, queues,
+                         time.perf_counter() - started)
+
+
+def claim_target(target_cfg, planned: set[str]) -> None:
+    """Own the target's tier prefix as the target store (so the store opened on the target
+    config later is its owner, and a re-run is the same owner); refuse a target prefix that
+    holds objects this migration does not plan to write."""
+    from tiered_core.flat.ownership import PrefixOwnership, load_store_id, segment_objects, tier_prefix
+    from tiered_core.flat.reconcile import ReconcileReport
+
+    os.makedirs(target_cfg.store_path, exist_ok=True)
+    with target_cfg.open_driver() as driver:
+        PrefixOwnership(driver, target_cfg.cluster, target_cfg.broker, load_store_id(target_cfg.store_path),
+                        target_cfg.store_path).claim()
+        report = ReconcileReport(tier_prefix(target_cfg.cluster, target_cfg.broker))
+        report.unknown = [(p, n) for p, n in segment_objects(driver, target_cfg.cluster, target_cfg.broker)
+                          if n and p not in planned]
+        if report.unknown:
+            raise report.refusal("", "They are not this migration's to overwrite: remove them, or migrate "
+                                     "to another cluster or broker name")
 
 
 def _copy_job(source: ConfigSource, target: ConfigSource, chunk: int, fail_index: int | None):

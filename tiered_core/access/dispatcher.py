@@ -226,10 +226,14 @@ class MessageStoreDispatcher:
         return more > 0 and (force or more >= self.group_commit_count)
 
     def _commit(self, flat: FlatMessageFile, stats: DispatchStats) -> bool:
-        if not flat.commit():
+        """Make the queue's appended group durable: commit log, then its keys in the index,
+        then the consume queue. So every message with a durable consume-queue unit has its
+        keys indexed, whenever the process dies; a group retried after a failure may index
+        a key twice (queries check each entry against the consume queue)."""
+        key = (flat.topic, flat.queue_id)
+        if not flat.commit_commit_log():
             stats.failed_commits += 1
             return False
-        key = (flat.topic, flat.queue_id)
         entries = self._pending_index.pop(key, [])
         if self.index is not None and entries:
             topic_id = flat.topic_metadata.topic_id
@@ -238,6 +242,9 @@ class MessageStoreDispatcher:
                                             e.size, e.store_timestamp)
                 if result is not AppendResult.SUCCESS:
                     stats.errors.append(f"{flat}: index put returned {result.name}")
+        if not flat.commit():
+            stats.failed_commits += 1
+            return False
         return True
 
     def untiered_local_offset(self) -> int | None:

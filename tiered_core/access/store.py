@@ -26,6 +26,7 @@ from tiered_core.access.results import (
     QueryMessageResult,
     StoreTier,
 )
+from tiered_core.codec.consume_queue import decode_cq_unit
 from tiered_core.codec.message import Message, MessageExt, decode_message
 from tiered_core.codec.naming import validate_topic
 from tiered_core.config import StoreConfig
@@ -327,10 +328,14 @@ class TieredMessageStore:
         return QueryMessageResult(found[:max_count])
 
     def _query_tiered(self, topic: str, key: str, max_count: int, begin: int, end: int) -> list[MessageExt]:
+        """Tiered index hits, each checked against its queue: an entry counts only when the
+        consume-queue unit at the message's queue offset points at that very copy (an
+        entry of a copy a crash left unreferenced, or of one indexed twice, does not)."""
         meta = self.metadata.get_topic(topic)
         if meta is None:
             return []
         out: list[MessageExt] = []
+        seen: set[tuple[int, int]] = set()
         # The index keeps whole seconds: widen the window by one, then filter exactly.
         for entry in self.index.query(topic, key, max_count * 2, begin - 999, end, topic_id=meta.topic_id):
             flat = self.flat_files.get(topic, entry.queue_id)
@@ -338,13 +343,20 @@ class TieredMessageStore:
                 continue
             try:
                 msg = decode_message(flat.get_commit_log(entry.offset, entry.size))
+                if not (msg.topic == topic and msg.queue_id == entry.queue_id
+                        and (key in msg.keys or msg.uniq_key == key) and begin <= msg.store_timestamp <= end
+                        and (msg.queue_id, msg.queue_offset) not in seen
+                        and flat.consume_queue_min_offset() <= msg.queue_offset < flat.consume_queue_commit_offset()):
+                    continue
+                unit = decode_cq_unit(flat.get_consume_queue(msg.queue_offset), 0)
             except TieredStoreError:
                 continue
-            if msg.topic == topic and (key in msg.keys or msg.uniq_key == key) \
-                    and begin <= msg.store_timestamp <= end:
-                out.append(msg)
-                if len(out) >= max_count:
-                    break
+            if (unit.commitlog_offset, unit.size) != (entry.offset, entry.size):
+                continue
+            seen.add((msg.queue_id, msg.queue_offset))
+            out.append(msg)
+            if len(out) >= max_count:
+                break
         return out
 
     # -- maintenance ----------------------------------------------------------------------------

@@ -469,7 +469,12 @@ class Child:
                 "run": self.run, "type": type(exc).__name__, "code": exc.code.value, "message": str(exc),
                 "context": {k: str(v) for k, v in getattr(exc, "context", {}).items()}}).encode() + b"\n")
             return CHILD_OPEN_FAILED
-        os.write(1, b"ready %.3f\n" % (time.perf_counter() - t0))
+        open_s = time.perf_counter() - t0
+        # Where dispatch resumes after the kill: the groups just below were committed last,
+        # so the verifier looks up every key there (see verify()).
+        with open(os.path.join(self.work, "starts", f"run-{self.run:04d}.json"), "w") as fh:
+            json.dump({f"{r.topic} {r.queue_id}": r.tiered_commit for r in self.store.stat()}, fh)
+        os.write(1, b"ready %.3f\n" % open_s)
         threads = [threading.Thread(target=self.producer, args=(i,), name=f"producer-{i}", daemon=True)
                    for i in range(self.s["producers"])]
         threads += [threading.Thread(target=self.consumer, args=(i,), name=f"consumer-{i}", daemon=True)
@@ -541,6 +546,7 @@ def verify(work: str, settings: dict[str, Any]) -> dict[str, Any]:
 
     # 3. read every queue from 0 through the tiered store only
     found_at: dict[tuple[str, int, int], str] = {}
+    stored_at: dict[str, int] = {}
     key_at: dict[str, tuple[str, int, int]] = {}
     duplicated: list[dict[str, Any]] = []
     corrupted: list[dict[str, Any]] = []
@@ -584,6 +590,7 @@ def verify(work: str, settings: dict[str, Any]) -> dict[str, Any]:
                     else:
                         key_at[key] = where
                     found_at.setdefault(where, key)
+                    stored_at.setdefault(key, m.store_timestamp)
                     expect = m.queue_offset + 1
                 offset = max(expect, offset + 1)
             past = store.get_message("verify", topic, qid, end, 1)
@@ -622,28 +629,54 @@ def verify(work: str, settings: dict[str, Any]) -> dict[str, Any]:
                     if len(vanished_examples) < 20:
                         vanished_examples.append({"consumed": [*where, key], "now": found_at.get(where)})
 
-        # 6. key lookups from the tiered store (the local copy is gone)
+        # 6. key lookups, from the tiered index only (storage level FORCE; the local copy is gone):
+        #    a random sample over the whole time range, and every key of the last groups
+        #    dispatched before each kill (dispatch resumes at the tiered commit offset the
+        #    child found at open), in a window around the message's store time
         rng = random.Random(f"{settings['seed']}-verify")
-        keys = sorted(acked)
+        keys = sorted(k for k in acked if k in key_at)
         n = len(keys) if settings["verify_lookups"] < 0 else min(settings["verify_lookups"], len(keys))
         sample = keys if n == len(keys) else rng.sample(keys, n)
-        t_lookup = time.perf_counter()
-        lookups_ok = 0
-        lookup_failures: list[dict[str, Any]] = []
-        lookup_failed = 0
-        for key in sample:
-            topic, qid, offset = acked[key]
-            if key_at.get(key) is None:
-                continue  # lost: counted above
-            hits = [m for m in store.query_message(topic, key, 4).messages if key in m.keys]
-            if len(hits) == 1 and (hits[0].queue_id, hits[0].queue_offset) == (qid, offset) and hits[0].body == body(key):
-                lookups_ok += 1
-            else:
-                lookup_failed += 1
-                if len(lookup_failures) < 20:
-                    lookup_failures.append({"key": key, "acked_at": [topic, qid, offset],
-                                            "found": [(m.queue_id, m.queue_offset) for m in hits]})
-        lookup_s = time.perf_counter() - t_lookup
+        at_restart: set[str] = set()
+        starts = os.path.join(work, "starts")
+        for path in sorted(os.path.join(starts, f) for f in os.listdir(starts) if f.endswith(".json")):
+            try:
+                with open(path) as fh:
+                    points = json.load(fh)
+            except ValueError:
+                continue  # the kill tore it
+            for name, commit in points.items():
+                topic, qid = name.split()
+                for off in range(max(0, commit - settings["group_commit_count"]), commit):
+                    key = found_at.get((topic, int(qid), off))
+                    if key is not None:
+                        at_restart.add(key)
+
+        def lookups(keys: list[str], window: bool) -> dict[str, Any]:
+            t0 = time.perf_counter()
+            ok = failed = 0
+            failures: list[dict[str, Any]] = []
+            for key in keys:
+                topic, qid, offset = key_at[key]
+                if window:
+                    ts = stored_at[key]
+                    found = store.query_message(topic, key, 4, begin=ts - 1000, end=ts + 1000).messages
+                else:
+                    found = store.query_message(topic, key, 4).messages
+                hits = [m for m in found if key in m.keys]
+                if len(hits) == 1 and (hits[0].queue_id, hits[0].queue_offset) == (qid, offset) \
+                        and hits[0].body == body(key):
+                    ok += 1
+                else:
+                    failed += 1
+                    if len(failures) < 20:
+                        failures.append({"key": key, "at": [topic, qid, offset],
+                                         "found": [(m.queue_id, m.queue_offset) for m in hits]})
+            return {"ok": ok, "failed": failed, "seconds": round(time.perf_counter() - t0, 2),
+                    "failures": failures}
+
+        lookup_sample = lookups(sample, window=False)
+        lookup_restart = lookups(sorted(at_restart), window=True)
     finally:
         store.close()
 
@@ -661,13 +694,15 @@ def verify(work: str, settings: dict[str, Any]) -> dict[str, Any]:
         "served_by_tier": dict(tiers),
         "consumed_records": consumed,
         "consumed_vanished": vanished,
-        "key_lookups": {"ok": lookups_ok, "failed": lookup_failed, "sampled": len(sample), "seconds": round(lookup_s, 2)},
+        "key_lookups": {"sample": {k: v for k, v in lookup_sample.items() if k != "failures"},
+                        "at_restart_points": {k: v for k, v in lookup_restart.items() if k != "failures"}},
         "read_s": round(read_s, 2),
         "verify_s": round(time.perf_counter() - t_start, 2),
         "examples": {k: v for k, v in {"lost": lost, "misplaced": misplaced, "duplicated": duplicated,
                                        "corrupted": corrupted, "unreadable": gaps,
                                        "consumed_vanished": vanished_examples,
-                                       "lookup_failed": lookup_failures}.items() if v},
+                                       "lookup_failed": lookup_sample["failures"] + lookup_restart["failures"],
+                                       }.items() if v},
     })
     return out
 
@@ -757,7 +792,7 @@ def harness(args: argparse.Namespace) -> int:
         os.makedirs(work, exist_ok=True)
     else:
         work = tempfile.mkdtemp(prefix="tiered-soak-")
-    for sub in ("acks", "consumed", "consumer-offsets", "events", "logs"):
+    for sub in ("acks", "consumed", "consumer-offsets", "events", "logs", "starts"):
         os.makedirs(os.path.join(work, sub), exist_ok=True)
     with open(os.path.join(work, SETTINGS_FILE), "w") as fh:
         json.dump(settings, fh, indent=1)
@@ -902,8 +937,9 @@ def harness(args: argparse.Namespace) -> int:
             failures.append(f"not tiered after the final dispatch: {verified['untiered_queues'][:3]}")
         if verified["served_by_tier"].get("local"):
             failures.append(f"{verified['served_by_tier']['local']} messages read back from the local store")
-        if verified["key_lookups"]["failed"]:
-            failures.append(f"final key lookups failed: {verified['key_lookups']['failed']}")
+        for kind, res in verified["key_lookups"].items():
+            if res["failed"]:
+                failures.append(f"final key lookups ({kind}) failed: {res['failed']} of {res['ok'] + res['failed']}")
     for kind in FAILING_EVENTS:
         if events.get(kind):
             failures.append(f"{kind}: {events[kind]}")

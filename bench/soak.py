@@ -461,6 +461,7 @@ class Child:
         logging.getLogger().addHandler(handler)
 
         config = store_config(self.work, self.s)
+        os.write(1, b"opening\n")
         t0 = time.perf_counter()
         try:
             self.store = TieredMessageStore.open(config, background=True)
@@ -722,6 +723,7 @@ class ChildProcess:
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--role", "child", "--dir", work,
                                       "--run", str(run)], stdout=subprocess.PIPE, stderr=self.stderr, env=env)
         self.lines: queue.Queue[str | None] = queue.Queue()
+        self.opening_at: float | None = None
         self.ready_at: float | None = None
         self.open_s: float | None = None
         self.stats: dict[str, int] = {}
@@ -745,7 +747,9 @@ class ChildProcess:
             if line is None:
                 return False
             word, _, rest = line.partition(" ")
-            if word == "ready":
+            if word == "opening":
+                self.opening_at = time.monotonic()
+            elif word == "ready":
                 self.ready_at = time.monotonic()
                 self.open_s = float(rest)
             elif word == "stats":
@@ -814,12 +818,16 @@ def harness(args: argparse.Namespace) -> int:
         while time.monotonic() < deadline and finding is None:
             child = ChildProcess(work, run)
             during_open = rng.random() < args.kill_during_open
-            if during_open:
-                kill_at = min(child.started + rng.uniform(0.2, 2.0), max(deadline, child.started + 0.2))
+            while (child.ready_at is None and not (during_open and child.opening_at is not None)
+                   and time.monotonic() - child.started < args.open_timeout):
+                if not child.poll_lines(0.01) or child.proc.poll() is not None:
+                    break
+            if during_open and child.opening_at is not None and child.ready_at is None:
+                # inside TieredMessageStore.open (recovery): somewhere in a typical open's time
+                typical = sorted(r["open_s"] for r in runs if r["open_s"] is not None)
+                span = typical[len(typical) // 2] if typical else 0.1
+                kill_at = child.opening_at + rng.uniform(0.0, 1.5 * span)
             else:
-                while child.ready_at is None and time.monotonic() - child.started < args.open_timeout:
-                    if not child.poll_lines(0.1) or child.proc.poll() is not None:
-                        break
                 if child.ready_at is None:
                     child.kill()
                     finding = {"run": run, "problem": "the child did not open the store",
@@ -967,16 +975,21 @@ def harness(args: argparse.Namespace) -> int:
 
 def print_table(r: dict[str, Any]) -> None:
     lookups = r.get("key_lookups", {})
+
+    def n(name: str) -> str:
+        value = r.get(name)
+        return "-" if value is None else f"{value:,}"
+
     rows = [
         ("duration", f"{r['minutes']} min ({r['run_s']} s), SIGKILL every ~{r['kill_every_s']} s"),
         ("restarts", f"{r['restarts']} ({r['kills_while_opening']} while opening)"),
-        ("acknowledged", f"{r.get('acknowledged', '-'):,}" if "acknowledged" in r else "-"),
-        ("read back", f"{r.get('read_back', '-')}"),
-        ("lost", f"{r.get('lost', '-')}"),
-        ("duplicated", f"{r.get('duplicated', '-')}"),
-        ("corrupted", f"{r.get('corrupted', '-')}"),
-        ("misplaced / unreadable", f"{r.get('misplaced', '-')} / {r.get('unreadable_offsets', '-')}"),
-        ("unacknowledged found", f"{r.get('unacknowledged_found', '-')}"),
+        ("acknowledged", n("acknowledged")),
+        ("read back", n("read_back")),
+        ("lost", n("lost")),
+        ("duplicated", n("duplicated")),
+        ("corrupted", n("corrupted")),
+        ("misplaced / unreadable", f"{n('misplaced')} / {n('unreadable_offsets')}"),
+        ("unacknowledged found", n("unacknowledged_found")),
         ("consumed (run)", f"{r['consumed']:,}, vanished since: {r.get('consumed_vanished', '-')}, "
                            f"order violations {r['order_violations']}"),
         ("key lookups", f"run {lookups.get('during_run')}, final {lookups.get('final', '-')}"),

@@ -3,6 +3,11 @@
 Each subcommand lives in its own module of this package and exposes
 ``register(subparsers)``, which adds its parser and sets ``func`` (returning the
 exit code). Add a module name to ``COMMANDS`` to add a subcommand.
+
+Exit status (:mod:`tiered_core.cli.exit_codes`): 0 only for success; a typed error maps
+to a code by its :class:`~tiered_core.errors.ErrorCode`. Errors go to stderr as one line
+``tiered CMD: [CODE] message``; with ``--json`` stdout additionally holds exactly one JSON
+document: the result, or ``{"error": {"code", "exit_code", "type", "message", ...context}}``.
 """
 
 from __future__ import annotations
@@ -10,7 +15,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import traceback
+from typing import NoReturn
 
+from tiered_core import __version__
+from tiered_core.cli.common import USAGE, error_payload, print_json
+from tiered_core.cli.exit_codes import ExitCode, exit_code_for, table
 from tiered_core.errors import TieredStoreError
 
 #: Subcommand modules, in the order ``tiered --help`` lists them.
@@ -25,8 +35,32 @@ COMMANDS = [
 ]
 
 
+class UsageError(Exception):
+    """The command line is wrong (what argparse reports); ``usage`` is the parser's usage text."""
+
+    def __init__(self, message: str, usage: str, prog: str) -> None:
+        super().__init__(message)
+        self.usage = usage
+        self.prog = prog
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, but a usage error raises :class:`UsageError` so ``main`` reports it
+    (as JSON with ``--json``) with exit status ``BAD_INPUT``."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message, self.format_usage(), self.prog)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tiered", description="tiered-store: tiered message storage")
+    """The ``tiered`` parser with every installed subcommand."""
+    parser = ArgumentParser(
+        prog="tiered", description="tiered-store: tiered message storage",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="exit status:\n" + table() + "\n\nWith --json, stdout holds one JSON document: the result, "
+               "or {\"error\": {...}} on failure.")
+    parser.add_argument("--version", action="version", version=f"tiered {__version__}",
+                        help="print the version of tiered-core and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         try:
@@ -39,22 +73,60 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def command_name(args: argparse.Namespace | None) -> str:
+    """``tiered put``, ``tiered metadata rebuild``...: how messages name the command."""
+    if args is None or not getattr(args, "command", None):
+        return "tiered"
+    parts = ["tiered", args.command]
+    for nested in ("metadata_action", "job"):
+        if getattr(args, nested, None):
+            parts.append(getattr(args, nested))
+    return " ".join(parts)
+
+
+def _fail(exc: BaseException, args: argparse.Namespace | None, want_json: bool) -> int:
+    """Report ``exc`` (stderr; and stdout as JSON with ``--json``) and return its exit code."""
+    code = exit_code_for(exc)
+    name = command_name(args)
+    if isinstance(exc, TieredStoreError):
+        print(f"{name}: {exc}", file=sys.stderr)
+    elif isinstance(exc, OSError):
+        print(f"{name}: {type(exc).__name__}: {exc}", file=sys.stderr)
+    else:
+        print(f"{name}: unexpected error (a bug; please report it with this traceback):", file=sys.stderr)
+        traceback.print_exception(exc, file=sys.stderr)
+    if want_json:
+        print_json(error_payload(exc, exit_code=code))
+    return int(code)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run ``tiered`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    want_json = "--json" in argv
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args: argparse.Namespace | None = None
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        sys.stderr.write(exc.usage)
+        print(f"{exc.prog}: error: {exc}", file=sys.stderr)
+        if want_json:
+            print_json(error_payload(exc, code=USAGE, exit_code=ExitCode.BAD_INPUT))
+        return int(ExitCode.BAD_INPUT)
+    except SystemExit as exc:  # --help, --version
+        return int(exc.code or 0) if not isinstance(exc.code, str) else int(ExitCode.BAD_INPUT)
+    want_json = bool(getattr(args, "json", False))
     if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
+        parser.print_help(sys.stderr)
+        return int(ExitCode.BAD_INPUT)
     try:
         return int(args.func(args) or 0)
-    except TieredStoreError as exc:
-        print(f"tiered {args.command}: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
     except BrokenPipeError:  # output piped into `head`
         sys.stderr.close()
-        return 0
+        return int(ExitCode.OK)
+    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - every failure gets its exit code
+        return _fail(exc, args, want_json)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,242 @@
+"""What every ``tiered`` subcommand shares: ``--json``, errors as output, opening a store.
+
+- :func:`add_json_option` gives a subcommand its ``--json`` flag.
+- :func:`error_payload` turns an exception into the ``{"error": {...}}`` object printed
+  with ``--json`` (code, exit code, message and the error's context, secrets redacted).
+- :func:`check_store_path`, :func:`store_exists` and :func:`open_store` open a store the
+  way an operator expects: an unusable ``store_path`` is a :class:`ConfigError` naming it,
+  and read-only commands never create an empty store (:class:`StoreNotFound`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from typing import IO, TYPE_CHECKING, Any
+
+from tiered_core.cli.exit_codes import exit_code_for
+from tiered_core.errors import ConfigError, ErrorCode, NotFound, TieredStoreError
+
+if TYPE_CHECKING:
+    from tiered_core.access.store import TieredMessageStore
+    from tiered_core.config import StoreConfig
+
+#: Error codes of failures that are not a :class:`TieredStoreError`.
+USAGE = "USAGE"  # the command line itself is wrong (argparse)
+CHECK_FAILED = "CHECK_FAILED"  # the command ran a check and it failed (conformance, demo)
+INTERNAL = "INTERNAL"  # an unexpected exception (a bug)
+
+#: Context keys never printed with their value (in addition to each driver's secret_options).
+_SECRET_KEY = re.compile(r"(password|passwd|secret|token|credential|connection_string|account_key|sas|"
+                         r"private_key|api_key)", re.I)
+REDACTED = "***"
+
+
+# -- errors of the command line ---------------------------------------------------------------
+
+class StoreNotFound(NotFound):
+    """A read-only command named a store that does not exist (it is not created)."""
+
+    def __init__(self, config: "StoreConfig") -> None:
+        path, metadata = config.store_path, config.effective_metadata_path()
+        if not os.path.isdir(path):
+            state, hint = "does not exist", "`tiered put` creates a store"
+        elif not os.listdir(path):
+            state, hint = "is empty", "`tiered put` creates a store"
+        else:
+            state = f"holds no local store and no metadata {metadata!r}"
+            hint = "if the tiered backend still holds its data, run `tiered metadata rebuild --config FILE`"
+        # NotFound's constructor phrases "'path' detail"; this message says more.
+        TieredStoreError.__init__(self, f"no tiered store at store_path {path!r}{_where(config)}: "
+                                        f"the directory {state}; {hint}",
+                                  path=path, key="store_path", source=config.source, metadata_path=metadata)
+
+
+class MessageNotFound(TieredStoreError, LookupError):
+    """``tiered get`` found no message; ``context`` says where it looked and what the store answered."""
+
+    code = ErrorCode.NOT_FOUND
+
+
+class CheckFailed(TieredStoreError):
+    """A check the command ran failed (the conformance suite, the demo's verification)."""
+
+    code = ErrorCode.UNKNOWN
+
+    def __str__(self) -> str:
+        return f"[{CHECK_FAILED}] {self.message}"
+
+
+class DispatchFailed(TieredStoreError):
+    """A dispatch round left messages untiered; ``queues`` names them, ``errors`` says why.
+
+    The code is the first :class:`ErrorCode` named in the errors (e.g. ``CORRUPT_DATA``),
+    else ``DRIVER_ERROR`` (a commit to the backend failed).
+    """
+
+    code = ErrorCode.DRIVER_ERROR
+
+    def __init__(self, message: str, *, errors: list[str], **context: Any) -> None:
+        super().__init__(message, errors=errors, **context)
+        for error in errors:
+            found = re.search(r"\[([A-Z_]+)\]", error)
+            if found and found.group(1) in ErrorCode.__members__:
+                self.code = ErrorCode(found.group(1))
+                break
+
+
+# -- --json ----------------------------------------------------------------------------------
+
+def add_json_option(parser: argparse.ArgumentParser, what: str = "the result") -> None:
+    """Give ``parser`` the ``--json`` flag every subcommand has."""
+    parser.add_argument("--json", action="store_true",
+                        help=f"print {what} as JSON on stdout; on failure print {{\"error\": {{...}}}} "
+                             "there instead (the exit status tells which)")
+
+
+def print_json(obj: Any, stream: IO[str] | None = None) -> None:
+    """Print ``obj`` as one indented JSON document (non-JSON values as strings)."""
+    stream = stream or sys.stdout
+    stream.write(json.dumps(obj, indent=2, default=_jsonable) + "\n")
+    stream.flush()
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if hasattr(value, "value") and hasattr(value, "name"):  # an enum member
+        return value.value if isinstance(value.value, (str, int)) else value.name
+    return str(value)
+
+
+def _secret_names() -> set[str]:
+    """Every installed driver's ``secret_options`` (best effort: none when plugins fail)."""
+    try:
+        from tiered_core.plugins import Registry
+
+        return {name for info in Registry().load().drivers.values()
+                for name in getattr(info.cls, "secret_options", ())}
+    except Exception:  # noqa: BLE001 - redaction by pattern still applies
+        return set()
+
+
+def redact_context(value: Any, secrets: set[str] | None = None) -> Any:
+    """``value`` with every mapping entry whose key names a secret replaced by ``***``."""
+    if secrets is None:
+        secrets = _secret_names()
+    if isinstance(value, dict):
+        return {str(k): REDACTED if (str(k) in secrets or _SECRET_KEY.search(str(k)))
+                else redact_context(v, secrets) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [redact_context(v, secrets) for v in value]
+    return value
+
+
+def error_payload(exc: BaseException, *, code: str | None = None, exit_code: int | None = None) -> dict[str, Any]:
+    """The ``{"error": {...}}`` object for ``exc``.
+
+    Holds ``code`` (an :class:`ErrorCode` value, or ``USAGE`` / ``CHECK_FAILED`` /
+    ``INTERNAL``), ``exit_code``, ``type`` (the exception class), ``message`` and the
+    error's context (the offending input), with secrets redacted.
+    """
+    if isinstance(exc, CheckFailed):
+        code = code or CHECK_FAILED
+    if isinstance(exc, TieredStoreError):
+        code = code or (exc.code.value if isinstance(exc.code, ErrorCode) else str(exc.code))
+        message = exc.message
+        context = redact_context(dict(exc.context))
+    else:
+        code = code or INTERNAL
+        message = str(exc) or type(exc).__name__
+        context = {}
+        if isinstance(exc, OSError):
+            context = {"errno": exc.errno, "filename": exc.filename}
+    error: dict[str, Any] = {
+        "code": code,
+        "exit_code": int(exit_code if exit_code is not None else exit_code_for(exc)),
+        "type": type(exc).__name__,
+        "message": message,
+    }
+    for key, value in context.items():
+        error.setdefault(key, value)
+    return {"error": error}
+
+
+# -- opening a store ---------------------------------------------------------------------------
+
+def _where(config: "StoreConfig") -> str:
+    return f" (config {config.source!r})" if config.source else ""
+
+
+def check_store_path(config: "StoreConfig") -> None:
+    """Raise :class:`ConfigError` (key ``store_path``) unless the store directory is usable.
+
+    Usable: an existing directory this process may write and enter, or a path whose
+    nearest existing ancestor is such a directory (so it can be created). A regular file,
+    a path below a regular file, a dangling symlink or a read-only location is refused
+    with the path named.
+    """
+    path = os.path.abspath(config.store_path)
+    where = _where(config)
+
+    def refuse(problem: str, **context: Any) -> ConfigError:
+        return ConfigError(f"store_path {path!r}{where} {problem}", key="store_path", path=path,
+                           source=config.source, **context)
+
+    if os.path.lexists(path) and not os.path.exists(path):
+        raise refuse("is a dangling symbolic link")
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            raise refuse("is not a directory (it is a file)")
+        target = path
+    else:
+        target = os.path.dirname(path)
+        while not os.path.lexists(target):
+            target = os.path.dirname(target)
+        if not os.path.isdir(target):
+            raise refuse(f"cannot be created: {target!r} is not a directory", blocking=target)
+    if not os.access(target, os.W_OK | os.X_OK):
+        what = "is" if target == path else f"cannot be created: {target!r} is"
+        raise refuse(f"{what} not writable (the store keeps its lock, local files and metadata there)",
+                     blocking=target)
+
+
+def store_exists(config: "StoreConfig") -> bool:
+    """True when ``config`` names an existing store: a local store in ``store_path`` (its
+    commit-log directory or checkpoint) or an existing metadata file."""
+    from tiered_core.local.store import CHECKPOINT_FILE
+
+    local = (os.path.isdir(os.path.join(config.store_path, "commitlog"))
+             or os.path.isfile(os.path.join(config.store_path, CHECKPOINT_FILE)))
+    return local or os.path.exists(config.effective_metadata_path())
+
+
+def load_config(path: str) -> "StoreConfig":
+    """``StoreConfig.load(path)`` (a :class:`ConfigError` names what is wrong)."""
+    from tiered_core.config import StoreConfig
+
+    return StoreConfig.load(path)
+
+
+def open_store(config: "StoreConfig", *, create: bool) -> "TieredMessageStore":
+    """Open the store ``config`` names, after :func:`check_store_path`.
+
+    With ``create=False`` (read-only commands) a store that does not exist raises
+    :class:`StoreNotFound` instead of being created empty.
+    """
+    from tiered_core.access.store import TieredMessageStore
+
+    check_store_path(config)
+    if not create and not store_exists(config):
+        raise StoreNotFound(config)
+    return TieredMessageStore.open(config)
+
+
+__all__ = ["StoreNotFound", "MessageNotFound", "CheckFailed", "DispatchFailed", "add_json_option",
+           "print_json", "redact_context", "error_payload", "check_store_path", "store_exists",
+           "load_config", "open_store", "USAGE", "CHECK_FAILED", "INTERNAL"]

@@ -1,17 +1,44 @@
-"""`tiered put/get/stat` on a store made from a TOML config."""
+"""`tiered put/get/stat` on a store made from a TOML config: results, exit codes, ``--json``
+errors, missing stores and unusable store paths."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
+import pytest
+
+from tiered_core.access.store import TieredMessageStore
 from tiered_core.cli import main
+from tiered_core.cli.exit_codes import ExitCode
+from tiered_core.codec.naming import cluster_dir
+from tiered_core.config import StoreConfig
+
+TIERED = Path(sys.executable).with_name("tiered")
 
 
-def write_config(tmp_path) -> str:
-    path = tmp_path / "tiered.toml"
-    path.write_text(f'[tiered]\nstore_path = "{tmp_path / "store"}"\ndriver = "posix"\n'
-                    f'local_commit_log_file_size = "1MiB"\n[tiered.options]\nroot = "{tmp_path / "tiered"}"\n')
+def write_config(tmp_path, store_path=None, name: str = "tiered.toml", extra: str = "") -> str:
+    path = tmp_path / name
+    store = tmp_path / "store" if store_path is None else store_path
+    path.write_text(f'[tiered]\nstore_path = "{store}"\ndriver = "posix"\n'
+                    f'local_commit_log_file_size = "1MiB"\n{extra}'
+                    f'[tiered.options]\nroot = "{tmp_path / "tiered"}"\n')
     return str(path)
+
+
+def tiered(*args: str, cwd=None, env=None, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """Run the installed console script, as an operator does."""
+    return subprocess.run([str(TIERED), *args], cwd=cwd, env=env, input=stdin, capture_output=True,
+                          text=True, timeout=120)
+
+
+def error_of(stdout: str) -> dict:
+    return json.loads(stdout)["error"]
 
 
 def test_put_get_stat_round_trip(tmp_path, capsys):
@@ -31,7 +58,220 @@ def test_put_get_stat_round_trip(tmp_path, capsys):
     assert (row["topic"], row["queue_id"], row["local_max"], row["tiered_commit"]) == ("orders", 1, 3, 3)
 
 
+def test_put_json_reports_the_put_and_the_dispatch(tmp_path, capsys):
+    cfg = write_config(tmp_path)
+    assert main(["put", "--config", cfg, "--topic", "orders", "--body", "x", "--dispatch", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["status"], out["queue_offset"], out["dispatch"]["messages"]) == ("PUT_OK", 0, 1)
+    assert out["dispatch"]["errors"] == [] and out["dispatch"]["failed_commits"] == 0
+
+
 def test_bad_topic_is_a_clear_error(tmp_path, capsys):
     cfg = write_config(tmp_path)
-    assert main(["put", "--config", cfg, "--topic", "../etc", "--body", "x"]) == 2
+    assert main(["put", "--config", cfg, "--topic", "../etc", "--body", "x"]) == ExitCode.BAD_INPUT
     assert "../etc" in capsys.readouterr().err
+
+
+# -- not found ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("command", [["stat"], ["get", "--topic", "orders"], ["get", "--topic", "orders",
+                                                                               "--key", "k"]])
+def test_read_only_commands_do_not_create_a_missing_store(tmp_path, command):
+    store = tmp_path / "never-created"
+    cfg = write_config(tmp_path, store)
+    proc = tiered(command[0], "--config", cfg, *command[1:])
+    assert proc.returncode == ExitCode.NOT_FOUND, proc.stderr
+    assert "no tiered store" in proc.stderr and str(store) in proc.stderr and "does not exist" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not store.exists() and not (tmp_path / "tiered").exists()
+    proc = tiered(command[0], "--config", cfg, *command[1:], "--json")
+    assert proc.returncode == ExitCode.NOT_FOUND
+    err = error_of(proc.stdout)
+    assert (err["code"], err["exit_code"], err["path"], err["key"]) == ("NOT_FOUND", 3, str(store), "store_path")
+    assert not store.exists()
+
+
+def test_an_empty_store_directory_is_not_a_store(tmp_path):
+    store = tmp_path / "empty"
+    store.mkdir()
+    cfg = write_config(tmp_path, store)
+    proc = tiered("stat", "--config", cfg)
+    assert proc.returncode == ExitCode.NOT_FOUND
+    assert "is empty" in proc.stderr
+    assert os.listdir(store) == []
+
+
+def test_a_directory_with_only_tiered_data_points_at_rebuild(tmp_path):
+    store = tmp_path / "store"
+    (store / "tiered").mkdir(parents=True)
+    cfg = write_config(tmp_path, store)
+    proc = tiered("get", "--config", cfg, "--topic", "orders")
+    assert proc.returncode == ExitCode.NOT_FOUND
+    assert "tiered metadata rebuild" in proc.stderr
+
+
+def test_a_store_with_only_metadata_exists(tmp_path, capsys):
+    """Local store gone, metadata kept: the store exists (its tier may hold data)."""
+    cfg = write_config(tmp_path)
+    assert main(["put", "--config", cfg, "--topic", "orders", "--body", "x", "--dispatch"]) == 0
+    store = tmp_path / "store"
+    for entry in store.iterdir():
+        if entry.name not in ("tiered-metadata.db", "tiered"):
+            subprocess.run(["rm", "-rf", str(entry)], check=True)
+    capsys.readouterr()
+    assert main(["stat", "--config", cfg, "--json"]) == 0
+    assert [r["tiered_commit"] for r in json.loads(capsys.readouterr().out)] == [1]
+
+
+def test_get_found_nothing_exits_not_found(tmp_path, capsys):
+    cfg = write_config(tmp_path)
+    assert main(["put", "--config", cfg, "--topic", "orders", "--key", "k1", "--body", "x"]) == 0
+    capsys.readouterr()
+    assert main(["get", "--config", cfg, "--topic", "orders", "--offset", "0"]) == ExitCode.OK
+    assert main(["get", "--config", cfg, "--topic", "orders", "--offset", "1"]) == ExitCode.NOT_FOUND
+    assert "OFFSET_OVERFLOW_ONE" in capsys.readouterr().err
+    assert main(["get", "--config", cfg, "--topic", "other", "--json"]) == ExitCode.NOT_FOUND
+    err = error_of(capsys.readouterr().out)
+    assert (err["code"], err["topic"], err["queue_id"], err["offset"]) == ("NOT_FOUND", "other", 0, 0)
+    assert err["status"] != "FOUND"
+    assert main(["get", "--config", cfg, "--topic", "orders", "--key", "nope", "--json"]) == ExitCode.NOT_FOUND
+    assert error_of(capsys.readouterr().out)["key"] == "nope"
+    assert main(["get", "--config", cfg, "--topic", "orders", "--key", "k1"]) == ExitCode.OK
+
+
+# -- put --dispatch tells the truth ---------------------------------------------------------------
+
+def _blocked_config(tmp_path) -> str:
+    """A posix tier where the queue's directory cannot be made: a regular file is in the way."""
+    cfg = write_config(tmp_path)
+    config = StoreConfig.load(cfg)
+    blocker = tmp_path / "tiered" / cluster_dir(config.cluster) / config.broker / "orders"
+    blocker.parent.mkdir(parents=True)
+    blocker.write_text("not a directory")
+    return cfg
+
+
+def test_put_dispatch_fails_when_the_dispatch_failed(tmp_path):
+    cfg = _blocked_config(tmp_path)
+    proc = tiered("put", "--config", cfg, "--topic", "orders", "--queue", "0", "--body", "x", "--dispatch")
+    assert proc.returncode == ExitCode.BACKEND, proc.stdout + proc.stderr
+    # The put itself succeeded (said on stdout); the dispatch failure is on stderr, naming queue and error.
+    assert "PUT_OK" in proc.stdout
+    line = next(line for line in proc.stderr.splitlines() if line.startswith("tiered put:"))
+    assert "orders/0" in line and "DRIVER_ERROR" in line and "Not a directory" in line
+    proc = tiered("put", "--config", cfg, "--topic", "orders", "--body", "y", "--dispatch", "--json")
+    assert proc.returncode == ExitCode.BACKEND
+    err = error_of(proc.stdout)
+    assert err["code"] == "DRIVER_ERROR" and err["queues"] == ["orders/0"]
+    assert err["errors"] and all(e.startswith("orders/0:") for e in err["errors"])
+    assert err["put"]["queue_offset"] == 1  # the message is stored locally, and says where
+
+
+def test_put_without_dispatch_succeeds_on_the_same_store(tmp_path):
+    cfg = _blocked_config(tmp_path)
+    proc = tiered("put", "--config", cfg, "--topic", "orders", "--body", "x")
+    assert proc.returncode == ExitCode.OK, proc.stderr
+
+
+def test_put_dispatch_fails_on_failed_commits(tmp_path, capsys, monkeypatch):
+    """Every backend write fails: no error string, only failed commits; the queue is named."""
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    cfg = tmp_path / "flaky.toml"
+    cfg.write_text(f'[tiered]\nstore_path = "{tmp_path / "store"}"\ndriver = "store_faults:FlakyDriver"\n'
+                   f'[tiered.options]\ninner = "posix"\nwrite_failure_rate = 0.999999\n'
+                   f'inner_options = {{root = "{tmp_path / "tiered"}"}}\n')
+    code = main(["put", "--config", str(cfg), "--topic", "orders", "--queue", "2", "--body", "x",
+                 "--dispatch", "--json"])
+    assert code == ExitCode.BACKEND
+    err = error_of(capsys.readouterr().out)
+    assert err["failed_commits"] >= 1 and err["queues"] == ["orders/2"]
+    assert "inner_options" not in json.dumps(err)  # the driver's options are never shown
+
+
+# -- unusable store paths ---------------------------------------------------------------------------
+
+COMMANDS = {
+    "put": ["put", "--topic", "orders", "--body", "x"],
+    "get": ["get", "--topic", "orders"],
+    "stat": ["stat"],
+    "demo": ["demo", "--messages", "10"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+@pytest.mark.parametrize("shape", ["file", "under-a-file"])
+def test_store_path_that_is_a_file_is_a_config_error(tmp_path, command, shape):
+    afile = tmp_path / "afile"
+    afile.write_text("not a store")
+    store = afile if shape == "file" else afile / "sub"
+    cfg = write_config(tmp_path, store)
+    argv = [COMMANDS[command][0], "--config", cfg, *COMMANDS[command][1:]]
+    proc = tiered(*argv)
+    assert proc.returncode == ExitCode.BAD_INPUT, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "[CONFIG]" in proc.stderr and str(store) in proc.stderr
+    proc = tiered(*argv, "--json")
+    err = error_of(proc.stdout)
+    assert (err["code"], err["key"], err["path"]) == ("CONFIG", "store_path", str(store))
+    assert afile.read_text() == "not a store"
+
+
+NOBODY = 65534
+
+
+def _as_unprivileged() -> list[str] | None:
+    """A command prefix that drops root (``setpriv`` to uid/gid 65534), or None when not needed."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return None
+    return [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+
+
+@pytest.mark.parametrize("inside", [False, True], ids=["store_path-is-read-only", "parent-is-read-only"])
+def test_read_only_store_path_is_a_config_error(inside):
+    """chmod 0o555 does not stop root: as root the command runs as uid 65534 (setpriv), so the
+    directory really is read-only for it; skipped only when that is impossible."""
+    prefix = _as_unprivileged()
+    if prefix is None:
+        pytest.skip("running as root without setpriv: chmod 0o555 does not stop root's writes")
+    base = Path(tempfile.mkdtemp(prefix="tiered-ro-"))  # not under pytest's 0700 tmp root
+    try:
+        base.chmod(0o755)
+        ro = base / "ro"
+        ro.mkdir()
+        ro.chmod(0o555)
+        store = ro / "store" if inside else ro
+        cfg = write_config(base, store)
+        Path(cfg).chmod(0o644)
+        probe = subprocess.run([*prefix, sys.executable, "-c", f"import os; print(os.access({str(ro)!r}, os.W_OK))"],
+                               capture_output=True, text=True, timeout=60)
+        if probe.stdout.strip() != "False":
+            pytest.skip(f"{ro} stays writable for this user (capabilities?): {probe.stdout}{probe.stderr}")
+        for command in ("put", "stat"):
+            argv = [str(TIERED), COMMANDS[command][0], "--config", cfg, *COMMANDS[command][1:], "--json"]
+            proc = subprocess.run([*prefix, *argv], capture_output=True, text=True, timeout=120)
+            assert proc.returncode == ExitCode.BAD_INPUT, proc.stdout + proc.stderr
+            err = error_of(proc.stdout)
+            assert err["code"] == "CONFIG" and err["path"] == str(store) and "not writable" in err["message"]
+            assert "Traceback" not in proc.stderr
+        assert os.listdir(ro) == []
+    finally:
+        (base / "ro").chmod(0o755)
+        shutil.rmtree(base)
+
+
+def test_store_open_in_another_process_is_a_backend_error(tmp_path):
+    cfg = write_config(tmp_path)
+    with TieredMessageStore.open(StoreConfig.load(cfg)):
+        proc = tiered("stat", "--config", cfg, "--json")
+    assert proc.returncode == ExitCode.BACKEND, proc.stderr
+    assert error_of(proc.stdout)["code"] == "STATE_CONFLICT"
+
+
+def test_body_from_stdin(tmp_path):
+    cfg = write_config(tmp_path)
+    assert tiered("put", "--config", cfg, "--topic", "orders", stdin="from stdin").returncode == 0
+    proc = tiered("get", "--config", cfg, "--topic", "orders", "--json")
+    assert json.loads(proc.stdout)["messages"][0]["body"] == "from stdin"

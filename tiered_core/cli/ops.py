@@ -1,58 +1,136 @@
-"""``tiered put``, ``tiered get``, ``tiered stat``: operator commands on a store."""
+"""``tiered put``, ``tiered get``, ``tiered stat``: operator commands on a store.
+
+``put`` creates the store when it does not exist; ``get`` and ``stat`` only read, and a
+store that does not exist is :class:`~tiered_core.cli.common.StoreNotFound` (exit 3)
+rather than a new empty store. ``put --dispatch`` fails (exit 5, the queues and errors on
+stderr) when the dispatch left the message untiered. ``get`` exits 3 when it finds no
+message.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+from typing import Any
 
-from tiered_core.config import StoreConfig
+from tiered_core.cli.common import (
+    DispatchFailed,
+    MessageNotFound,
+    add_json_option,
+    load_config,
+    open_store,
+    print_json,
+)
+from tiered_core.errors import IllegalParam, StateConflict
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("put", help="put one message (body from --body or stdin)")
-    p.add_argument("--config", required=True)
-    p.add_argument("--topic", required=True)
-    p.add_argument("--queue", type=int, default=0)
+    """Add ``put``, ``get`` and ``stat``."""
+    config_help = "the store's config file (tiered.toml or broker.conf)"
+    p = sub.add_parser("put", help="put one message (body from --body or stdin); creates the store if needed",
+                       description="Put one message into the local store; with --dispatch also copy it to "
+                                   "the tiered store and fail unless that succeeded.")
+    p.add_argument("--config", required=True, metavar="FILE", help=config_help)
+    p.add_argument("--topic", required=True, help="topic of the message")
+    p.add_argument("--queue", type=_non_negative, default=0, metavar="ID", help="queue id (default 0)")
     p.add_argument("--key", action="append", default=[], help="index key (repeatable)")
-    p.add_argument("--tags")
+    p.add_argument("--tags", help="message tags")
     p.add_argument("--body", help="message body (default: read stdin)")
-    p.add_argument("--dispatch", action="store_true", help="dispatch to the tiered store before exiting")
+    p.add_argument("--dispatch", action="store_true",
+                   help="dispatch to the tiered store before exiting; exit 5 if the dispatch failed")
+    add_json_option(p, "the put result (and the dispatch round's stats)")
     p.set_defaults(func=put)
 
-    g = sub.add_parser("get", help="read messages of a queue (from whichever tier holds them)")
-    g.add_argument("--config", required=True)
-    g.add_argument("--topic", required=True)
-    g.add_argument("--queue", type=int, default=0)
-    g.add_argument("--offset", type=int, default=0)
-    g.add_argument("--count", type=int, default=10)
-    g.add_argument("--key", help="look up by key instead of offset")
-    g.add_argument("--json", action="store_true")
+    g = sub.add_parser("get", help="read messages of a queue (from whichever tier holds them)",
+                       description="Read messages by queue offset, or by key with --key. "
+                                   "Exit 3 when no message is found or the store does not exist.")
+    g.add_argument("--config", required=True, metavar="FILE", help=config_help)
+    g.add_argument("--topic", required=True, help="topic to read")
+    g.add_argument("--queue", type=_non_negative, default=0, metavar="ID", help="queue id (default 0)")
+    g.add_argument("--offset", type=_non_negative, default=0, help="first queue offset to read (default 0)")
+    g.add_argument("--count", type=_positive, default=10, help="most messages to return (default 10)")
+    g.add_argument("--key", help="look up by key instead of offset (all queues of the topic)")
+    add_json_option(g, "the status and the messages")
     g.set_defaults(func=get)
 
-    s = sub.add_parser("stat", help="per-queue offsets in each tier")
-    s.add_argument("--config", required=True)
-    s.add_argument("--json", action="store_true")
+    s = sub.add_parser("stat", help="per-queue offsets in each tier",
+                       description="Per-queue offsets in the local and the tiered store. "
+                                   "Exit 3 when the store does not exist.")
+    s.add_argument("--config", required=True, metavar="FILE", help=config_help)
+    add_json_option(s, "a list of per-queue objects")
     s.set_defaults(func=stat)
 
 
-def _open(path: str):
-    from tiered_core.access.store import TieredMessageStore
-
-    return TieredMessageStore.open(StoreConfig.load(path))
-
-
 def put(args: argparse.Namespace) -> int:
+    """``tiered put``: put one message; with ``--dispatch`` tier it or fail."""
     from tiered_core.codec.message import Message
 
+    config = load_config(args.config)
     body = args.body.encode() if args.body is not None else sys.stdin.buffer.read()
-    with _open(args.config) as store:
+    failure: DispatchFailed | None = None
+    dispatch: dict[str, Any] | None = None
+    with open_store(config, create=True) as store:
         res = store.put_message(Message(topic=args.topic, body=body, keys=args.key, tags=args.tags), args.queue)
+        result = {"status": res.status.name, "topic": args.topic, "queue_id": args.queue,
+                  "queue_offset": res.queue_offset, "commitlog_offset": res.commitlog_offset,
+                  "store_timestamp": res.store_timestamp}
+        if not res.ok:
+            kind = IllegalParam if res.status.name == "MESSAGE_ILLEGAL" else StateConflict
+            raise kind(f"put to {args.topic}/{args.queue} answered {res.status.name}", topic=args.topic,
+                       queue_id=args.queue, status=res.status.name)
         if args.dispatch:
-            store.dispatch(force=True)
-    print(f"{res.status.name} topic={args.topic} queue={args.queue} queue_offset={res.queue_offset} "
-          f"commitlog_offset={res.commitlog_offset}")
+            stats = store.dispatch(force=True)
+            dispatch = {"messages": stats.messages, "bytes": stats.bytes, "groups": stats.groups,
+                        "queues": stats.queues, "failed_commits": stats.failed_commits,
+                        "errors": list(stats.errors)}
+            failure = _dispatch_failure(store, stats, args.topic, args.queue, res.queue_offset, result)
+    if failure is not None:
+        if not args.json:
+            _print_put(result)  # the message is stored locally: say so, then fail
+        raise failure
+    if args.json:
+        print_json({**result, "dispatch": dispatch})
+    else:
+        _print_put(result)
     return 0
+
+
+def _print_put(result: dict[str, Any]) -> None:
+    print(f"{result['status']} topic={result['topic']} queue={result['queue_id']} "
+          f"queue_offset={result['queue_offset']} commitlog_offset={result['commitlog_offset']}")
+
+
+def _dispatch_failure(store, stats, topic: str, queue_id: int, queue_offset: int,
+                      result: dict[str, Any]) -> DispatchFailed | None:
+    """A :class:`DispatchFailed` when the round reported errors or failed commits, or left
+    the message just put untiered; None when the dispatch did its job."""
+    lagging = [f"{r.topic}/{r.queue_id}" for r in store.stat() if r.tiered_commit < r.local_max]
+    own = f"{topic}/{queue_id}"
+    this_tiered = own not in lagging
+    if not stats.errors and not stats.failed_commits and this_tiered:
+        return None
+    queues = sorted(set(lagging) | {e.split(":", 1)[0] for e in stats.errors if "/" in e.split(":", 1)[0]})
+    why = "; ".join(stats.errors) if stats.errors else "no error was reported"
+    return DispatchFailed(
+        f"dispatch to the tiered store failed for {', '.join(queues) or 'no named queue'} "
+        f"({stats.failed_commits} failed commit(s), {len(stats.errors)} error(s): {why}); "
+        f"the message is stored locally at {own}@{queue_offset} "
+        f"({'tiered' if this_tiered else 'not tiered'}) and a later dispatch retries",
+        errors=list(stats.errors), queues=queues, failed_commits=stats.failed_commits, put=result)
 
 
 def _row(m) -> dict:
@@ -62,30 +140,45 @@ def _row(m) -> dict:
 
 
 def get(args: argparse.Namespace) -> int:
-    with _open(args.config) as store:
+    """``tiered get``: messages by offset or key; :class:`MessageNotFound` when there are none."""
+    config = load_config(args.config)
+    with open_store(config, create=False) as store:
         if args.key:
-            messages, status, tier, nxt = store.query_message(args.topic, args.key, args.count).messages, "FOUND", "-", "-"
+            messages = store.query_message(args.topic, args.key, args.count).messages
+            status, tier, nxt = "FOUND", "-", "-"
+            if not messages:
+                raise MessageNotFound(f"no message of topic {args.topic!r} has key {args.key!r}",
+                                      topic=args.topic, key=args.key)
         else:
             res = store.get_message("tiered-cli", args.topic, args.queue, args.offset, args.count)
             messages, status = res.messages, res.status.name
             tier, nxt = (res.tier.value if res.tier else "-"), res.next_begin_offset
+            if not messages:
+                raise MessageNotFound(
+                    f"no message in {args.topic}/{args.queue} at offset {args.offset}: {status} "
+                    f"(queue offsets {res.min_offset}..{res.max_offset}, next {res.next_begin_offset})",
+                    topic=args.topic, queue_id=args.queue, offset=args.offset, status=status,
+                    min_offset=res.min_offset, max_offset=res.max_offset,
+                    next_begin_offset=res.next_begin_offset)
     if args.json:
-        print(json.dumps({"status": status, "tier": tier, "next_begin_offset": nxt,
-                          "messages": [_row(m) for m in messages]}, indent=2))
+        print_json({"status": status, "tier": tier, "next_begin_offset": nxt,
+                    "messages": [_row(m) for m in messages]})
         return 0
     print(f"status={status} tier={tier} next_begin_offset={nxt}")
     for m in messages:
         body = m.body[:60].decode("utf-8", "replace")
         print(f"  {m.topic}/{m.queue_id}@{m.queue_offset} ts={m.store_timestamp} keys={','.join(m.keys)} "
               f"tags={m.tags or ''} body={body!r}{'...' if len(m.body) > 60 else ''}")
-    return 0 if messages or status != "FOUND" else 1
+    return 0
 
 
 def stat(args: argparse.Namespace) -> int:
-    with _open(args.config) as store:
+    """``tiered stat``: one row per queue with its offsets in each tier."""
+    config = load_config(args.config)
+    with open_store(config, create=False) as store:
         rows = store.stat()
     if args.json:
-        print(json.dumps([r.__dict__ for r in rows], indent=2))
+        print_json([r.__dict__ for r in rows])
         return 0
     head = ("topic", "queue", "local min", "local max", "tiered min", "tiered commit", "segments")
     table = [head] + [(r.topic, str(r.queue_id), str(r.local_min), str(r.local_max), str(r.tiered_min),

@@ -6,18 +6,25 @@ Runs the conformance suite (the ``tiered-conformance`` distribution) against dri
 contract, FileSegment, faults, stateful) with passed / failed / skipped counts.
 
 Exit status: 0 when nothing failed, 1 when a test failed (or none ran), 2 for bad
-input (unknown driver, unknown option, suite not installed). The user's own pytest
-configuration is not read: the run uses an empty ini file in a scratch directory.
+input (unknown driver, unknown option, suite not installed, a bad ``-k`` expression).
+The user's own pytest configuration is not read: the run uses an empty ini file in a
+scratch directory. With ``--json`` pytest's own output goes to stderr and stdout holds
+one JSON object (driver, per-area counts, failed tests, result).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+from tiered_core.cli.common import CheckFailed, add_json_option, print_json
+from tiered_core.cli.exit_codes import ExitCode
+from tiered_core.errors import IllegalParam, PluginLoadError
 from tiered_core.spi.driver import redact
 
 #: Row for tests outside the four areas (none today).
@@ -39,6 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("-k", metavar="EXPR", dest="keyword", default=None,
                         help="only run tests matching this pytest -k expression")
     parser.add_argument("--verbose", "-v", action="store_true", help="one line per test")
+    add_json_option(parser, "the per-area counts, failed tests and result")
     parser.set_defaults(func=run)
 
 
@@ -100,8 +108,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         from tiered_conformance.options import resolve_settings
     except ImportError:
-        print("tiered conformance: the suite is not installed (pip install tiered-conformance)", file=sys.stderr)
-        return 2
+        raise PluginLoadError("the conformance suite is not installed (pip install tiered-conformance)",
+                              distribution="tiered-conformance") from None
     import pytest
 
     # Bad input (unknown driver or option, bad capability) is a typed error -> exit 2.
@@ -121,25 +129,81 @@ def run(args: argparse.Namespace) -> int:
             argv += ["--tiered-hypothesis-examples", str(args.hypothesis_examples)]
         if args.keyword:
             argv += ["-k", args.keyword]
-        code = pytest.main(argv, plugins=[collector])
+        if args.json:
+            code = _run_on_stderr(lambda: pytest.main(argv, plugins=[collector]))
+        else:
+            code = pytest.main(argv, plugins=[collector])
 
     cls = settings.driver_cls
     assert cls is not None
     options = redact(settings.options, cls.secret_options)
+    failed = collector.failed()
+    if code in (pytest.ExitCode.USAGE_ERROR, pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.INTERRUPTED):
+        result = "ERROR"
+    else:
+        ok = code == pytest.ExitCode.OK and not failed and not collector.collection_errors
+        result = "PASS" if ok else "FAIL"
+    if args.json:
+        report = {"driver": args.name, "class": f"{cls.__module__}.{cls.__qualname__}", "options": options,
+                  "overrides": [{"field": o.field, "value": o.value, "reason": o.reason}
+                                for o in settings.overrides],
+                  "areas": collector.table(), "failed": failed,
+                  "collection_errors": collector.collection_errors, "pytest_exit_code": int(code),
+                  "result": result}
+        return _finish_json(report, code)
     print()
     print(f"tiered conformance: driver {args.name!r} ({cls.__module__}.{cls.__qualname__})"
           + (f", options {options}" if options else ""))
     for o in settings.overrides:
         print(f"  capability {o.field}={o.value!r} overridden: {o.reason}")
     print(format_table(collector.table()))
-    failed = collector.failed()
     for nodeid in failed:
         print(f"FAILED {nodeid}")
     for nodeid in collector.collection_errors:
         print(f"ERROR collecting {nodeid}")
-    if code in (pytest.ExitCode.USAGE_ERROR, pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.INTERRUPTED):
+    if result == "ERROR":
         print(f"result: ERROR (pytest exit code {int(code)})")
-        return 2
-    ok = code == pytest.ExitCode.OK and not failed and not collector.collection_errors
-    print("result: PASS" if ok else "result: FAIL")
-    return 0 if ok else 1
+        return int(_error_exit(code))
+    print(f"result: {result}")
+    return int(ExitCode.OK if result == "PASS" else ExitCode.FAILURE)
+
+
+def _error_exit(code: Any) -> ExitCode:
+    """Exit code of a run pytest could not complete."""
+    import pytest
+
+    if code == pytest.ExitCode.INTERRUPTED:
+        return ExitCode.INTERRUPTED
+    return ExitCode.BAD_INPUT if code == pytest.ExitCode.USAGE_ERROR else ExitCode.FAILURE
+
+
+def _finish_json(report: dict[str, Any], code: Any) -> int:
+    """Print the ``--json`` report; a failed run is a :class:`CheckFailed` (the report in its context)."""
+    if report["result"] == "PASS":
+        print_json(report)
+        return int(ExitCode.OK)
+    if report["result"] == "ERROR":
+        message = f"the suite could not run (pytest exit code {int(code)})"
+        exit_code = _error_exit(code)
+        if exit_code is ExitCode.INTERRUPTED:
+            raise KeyboardInterrupt
+        if exit_code is ExitCode.BAD_INPUT:
+            raise IllegalParam(f"{message}: pytest rejected the arguments (e.g. -k)", report=report)
+        raise CheckFailed(message, report=report)
+    raise CheckFailed(f"{len(report['failed'])} conformance test(s) failed for driver {report['driver']!r}"
+                      + (f", {len(report['collection_errors'])} collection error(s)"
+                         if report["collection_errors"] else ""), report=report)
+
+
+def _run_on_stderr(fn: Callable[[], Any]) -> Any:
+    """Call ``fn`` with stdout (the file descriptor and ``sys.stdout``) sent to stderr."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        with contextlib.redirect_stdout(sys.stderr):
+            return fn()
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)

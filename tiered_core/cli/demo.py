@@ -22,20 +22,34 @@ import time
 
 from tiered_core.access.results import GetMessageStatus, StoreTier
 from tiered_core.access.store import TieredMessageStore
+from tiered_core.cli.common import (
+    CheckFailed,
+    DispatchFailed,
+    add_json_option,
+    check_store_path,
+    open_store,
+    print_json,
+)
 from tiered_core.cli.progress import Progress
 from tiered_core.codec.message import Message
 from tiered_core.config import StoreConfig
+from tiered_core.errors import IllegalParam
 from tiered_core.spi.access import BoundaryType
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="put, tier, expire locally, read back and verify messages")
-    p.add_argument("--config", help="store config (.toml or broker.conf); default: ./demo-data on posix")
-    p.add_argument("--messages", type=int, default=200_000)
-    p.add_argument("--size", type=int, default=1024, help="body bytes per message")
-    p.add_argument("--topics", type=int, default=4)
-    p.add_argument("--queues", type=int, default=4)
-    p.add_argument("--lookups", type=int, default=200, help="key and time lookups to run")
+    p = sub.add_parser("demo", help="put, tier, expire locally, read back and verify messages",
+                       description="The main job end to end: put, dispatch, local retention, read back "
+                                   "from the tiered store only, verify, key and time lookups. "
+                                   "Exit 1 when the verification fails.")
+    p.add_argument("--config", metavar="FILE",
+                   help="store config (.toml or broker.conf) of an empty store; default: ./demo-data on posix")
+    p.add_argument("--messages", type=int, default=200_000, metavar="N", help="messages to put (default 200000)")
+    p.add_argument("--size", type=int, default=1024, help="body bytes per message (default 1024)")
+    p.add_argument("--topics", type=int, default=4, metavar="N", help="topics to spread them over (default 4)")
+    p.add_argument("--queues", type=int, default=4, metavar="N", help="queues per topic (default 4)")
+    p.add_argument("--lookups", type=int, default=200, metavar="N", help="key and time lookups to run (default 200)")
+    add_json_option(p, "the summary")
     p.set_defaults(func=run)
 
 
@@ -58,14 +72,16 @@ def body_of(topic: str, queue_id: int, seq: int, size: int) -> bytes:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.messages <= 0 or args.size <= 0 or args.topics <= 0 or args.queues <= 0:
-        print("tiered demo: --messages, --size, --topics and --queues must be > 0", file=sys.stderr)
-        return 2
+    for name in ("messages", "size", "topics", "queues"):
+        if getattr(args, name) <= 0:
+            raise IllegalParam(f"--{name} must be > 0, got {getattr(args, name)}", option=f"--{name}",
+                               value=getattr(args, name))
     if args.config:
         config = StoreConfig.load(args.config)
         config_path = args.config
     else:
         root = os.path.abspath("demo-data")
+        check_store_path(default_config(root))  # e.g. a read-only working directory: name it
         shutil.rmtree(root, ignore_errors=True)
         os.makedirs(root)
         # Local files small enough that retention has several to delete, whatever the volume.
@@ -80,7 +96,14 @@ def run(args: argparse.Namespace) -> int:
     total_bytes = 0
 
     # 1. put
-    store = TieredMessageStore.open(config)
+    store = open_store(config, create=True)
+    used = [f"{r.topic}/{r.queue_id}" for r in store.stat()
+            if r.topic in topics and max(r.local_max, r.tiered_commit) > 0]
+    if used:
+        store.close()
+        raise IllegalParam(f"{', '.join(used)} of store_path {config.store_path!r} already hold messages; "
+                           "the demo needs an empty store (nothing was written)", path=config.store_path,
+                           queues=used)
     counts = {key: 0 for key in queues}
     t0 = time.perf_counter()
     with Progress("put", args.messages) as bar:
@@ -90,10 +113,11 @@ def run(args: argparse.Namespace) -> int:
             msg = Message(topic=topic, body=body_of(topic, qid, n, args.size),
                           keys=[f"{topic}-{qid}-{n}"], tags=f"tag{n % 8}")
             res = store.put_message(msg, qid)
-            if res.queue_offset < n:
-                print(f"tiered demo: {topic}/{qid} already holds messages; use an empty store", file=sys.stderr)
+            if res.queue_offset != n:
                 store.close()
-                return 1
+                raise IllegalParam(f"{topic}/{qid} of store_path {config.store_path!r} already holds "
+                                   "messages; the demo needs an empty store", path=config.store_path,
+                                   topic=topic, queue_id=qid)
             counts[(topic, qid)] = n + 1
             total_bytes += len(msg.body)
             if seq % 1000 == 999:
@@ -112,10 +136,12 @@ def run(args: argparse.Namespace) -> int:
     with Progress("dispatch", args.messages) as bar:
         for topic, qid in queues:
             stats = store.dispatcher.dispatch_queue(topic, qid, force=True)
-            if stats.errors:
-                print(f"tiered demo: dispatch of {topic}/{qid} failed: {stats.errors}", file=sys.stderr)
+            if stats.errors or stats.failed_commits:
                 store.close()
-                return 1
+                raise DispatchFailed(f"dispatch of {topic}/{qid} failed ({stats.failed_commits} failed "
+                                     f"commit(s)): {'; '.join(stats.errors) or 'no error was reported'}",
+                                     errors=list(stats.errors), queues=[f"{topic}/{qid}"],
+                                     failed_commits=stats.failed_commits)
             dispatched += stats.messages
             bar.update(stats.messages)
     store.index.compact_and_upload()
@@ -187,8 +213,19 @@ def run(args: argparse.Namespace) -> int:
                and key_ok == len(samples) and time_ok == len(samples))
     rows.append(("result", "OK: every message verified from the tiered store after the local copy was deleted"
                  if success else "FAILED"))
-    print(f"\ntiered demo: {config.driver} driver, {config.metadata} metadata, config {config_path}")
-    width = max(len(k) for k, _ in rows)
-    for key, value in rows:
-        print(f"  {key:<{width}}  {value}")
-    return 0 if success else 1
+    summary = {"driver": config.driver, "metadata": config.metadata, "config": config_path,
+               "messages": args.messages, "verified": verified, "wrong": wrong,
+               "local_files_deleted": deleted_files, "key_lookups": len(samples), "key_lookups_ok": key_ok,
+               "time_lookups_ok": time_ok, "rows": dict(rows), "result": "OK" if success else "FAILED"}
+    if args.json and success:
+        print_json(summary)
+    elif not args.json:
+        print(f"\ntiered demo: {config.driver} driver, {config.metadata} metadata, config {config_path}")
+        width = max(len(k) for k, _ in rows)
+        for key, value in rows:
+            print(f"  {key:<{width}}  {value}")
+    if not success:
+        raise CheckFailed(f"verification failed: {verified:,} of {args.messages:,} messages verified, "
+                          f"{wrong} wrong, {deleted_files} local files deleted, key lookups {key_ok}/"
+                          f"{len(samples)}, time lookups {time_ok}/{len(samples)}", summary=summary)
+    return 0

@@ -7,15 +7,21 @@
   (:mod:`tiered_core.metadata.rebuild`).
 
 Each action is a ``_register_<name>(actions)`` function adding its sub-parser and
-setting ``func`` to a callable ``(args) -> exit code``.
+setting ``func`` to a callable ``(args) -> exit code``. With ``--json`` an action's
+human-readable lines go to stderr and stdout holds one JSON object: the stats the action
+left in ``args.result`` (see :func:`_with_json`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import os
+import sys
 from typing import Callable
 
+from tiered_core.cli.common import add_json_option, print_json
 from tiered_core.metadata.convert import FORMAT_BY_EXTENSION, convert
 
 #: Actions in the order ``tiered metadata --help`` lists them.
@@ -49,12 +55,14 @@ def _register_convert(actions: argparse._SubParsersAction) -> None:
                    help="store name of the source (json, sqlite, or a plugin's)")
     p.add_argument("--to-format", dest="target_format", metavar="NAME", help="store name of the target")
     p.add_argument("--force", action="store_true", help="replace an existing target")
-    p.set_defaults(func=run_convert)
+    add_json_option(p, "the copy's counts")
+    p.set_defaults(func=_with_json(run_convert))
 
 
 def run_convert(args: argparse.Namespace) -> int:
     stats = convert(args.source, args.target, source_format=args.source_format,
                     target_format=args.target_format, force=args.force)
+    args.result = stats
     print(f"converted {stats.topics} topic(s), {stats.queues} queue(s), {stats.segments} file segment(s) "
           f"from {args.source!r} to {args.target!r} (max topic id {stats.max_topic_id})")
     return 0
@@ -77,7 +85,8 @@ def _register_rebuild(actions: argparse._SubParsersAction) -> None:
                    help="do not read message headers for segment times (use the rebuild time)")
     p.add_argument("--progress-every", type=int, default=1000, metavar="N",
                    help="print progress every N segments (default 1000; 0 = never)")
-    p.set_defaults(func=run_rebuild)
+    add_json_option(p, "the rebuild's counts (progress goes to stderr)")
+    p.set_defaults(func=_with_json(run_rebuild))
 
 
 def run_rebuild(args: argparse.Namespace) -> int:
@@ -114,6 +123,7 @@ def run_rebuild(args: argparse.Namespace) -> int:
                                      progress_every=args.progress_every)
     finally:
         release_store_lock(lock)
+    args.result = stats
     print(f"rebuilt {stats.topics} topic(s), {stats.queues} queue(s), {stats.segments} file segment(s) "
           f"({stats.sealed} sealed, {stats.bytes} bytes; {stats.timestamps_read} timestamps read) "
           f"in {stats.elapsed_s:.2f} s")
@@ -126,6 +136,22 @@ def run_rebuild(args: argparse.Namespace) -> int:
         shown = ", ".join(repr(p) for p in stats.stray_examples)
         print(f"skipped {stats.strays} object(s) that are not segment paths, e.g. {shown}")
     return 0
+
+
+def _with_json(action: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """``action`` as is, or with ``--json``: its printed lines on stderr, then the dataclass it
+    left in ``args.result`` as one JSON object on stdout."""
+    def run(args: argparse.Namespace) -> int:
+        if not getattr(args, "json", False):
+            return action(args)
+        with contextlib.redirect_stdout(sys.stderr):
+            code = action(args)
+        result = getattr(args, "result", None)
+        print_json(dataclasses.asdict(result) if dataclasses.is_dataclass(result) else result)
+        return code
+
+    run.__doc__ = action.__doc__
+    return run
 
 
 #: Kept for callers of the earlier placeholder.

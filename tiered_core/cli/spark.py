@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from tiered_core.cli.common import add_json_option
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("spark", help="bulk jobs on Apache Spark (export, migrate, import)",
@@ -16,12 +18,12 @@ def register(subparsers) -> None:
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--config", required=True, help="the store's tiered.toml or broker.conf")
         p.add_argument("--master", default=None, help="Spark master (default $TIERED_SPARK_MASTER or local[*])")
-        p.add_argument("--json", action="store_true", help="print the summary as JSON")
+        add_json_option(p, "the summary")
 
     p = jobs.add_parser("export", help="write the tiered messages as Parquet, partitioned by topic")
     common(p)
     p.add_argument("--to", required=True, help="output directory")
-    p.add_argument("--format", default="parquet", choices=["parquet"])
+    p.add_argument("--format", default="parquet", choices=["parquet"], help="output format (parquet)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
     p.add_argument("--topics", help="comma list of topics")
     p.add_argument("--queues", help="comma list of queue ids")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tiered_core.cli import main
+from tiered_core.cli.exit_codes import ExitCode
 from tiered_core.errors import UnknownDriver
 from tiered_core.metadata import JsonMetadataStore, SqliteMetadataStore, open_metadata_store
 from tiered_core.metadata.convert import convert, same_contents
@@ -87,11 +88,11 @@ def test_formats_come_from_extensions_or_flags(seed_copy, tmp_path, capsys):
 
 def test_errors_name_the_input_and_leave_nothing_behind(tmp_path, capsys):
     missing = str(tmp_path / "missing.json")
-    assert main(["metadata", "convert", "--from", missing, "--to", str(tmp_path / "a.db")]) == 2
+    assert main(["metadata", "convert", "--from", missing, "--to", str(tmp_path / "a.db")]) == ExitCode.NOT_FOUND
     assert missing in capsys.readouterr().err
     bad = tmp_path / "bad.json"
     bad.write_text('{"topicMetadataTable": {0: [}')
-    assert main(["metadata", "convert", "--from", str(bad), "--to", str(tmp_path / "a.db")]) == 2
+    assert main(["metadata", "convert", "--from", str(bad), "--to", str(tmp_path / "a.db")]) == ExitCode.BACKEND
     err = capsys.readouterr().err
     assert str(bad) in err and "line 1 column" in err
     assert sorted(os.listdir(tmp_path)) == ["bad.json"]

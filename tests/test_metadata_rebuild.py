@@ -182,7 +182,7 @@ def test_refuses_a_store_that_is_not_empty_unless_forced(tmp_path, capsys):
         metadata.update_topic(topic)
         metadata.add_topic("gone")  # no segment of it is listed
     before = snapshot(cfg)
-    assert main(["metadata", "rebuild", "--config", conf]) == 2
+    assert main(["metadata", "rebuild", "--config", conf]) == 5  # ExitCode.BACKEND: METADATA refusal
     assert "--force" in capsys.readouterr().err
     assert snapshot(cfg) == before  # untouched
     assert main(["metadata", "rebuild", "--config", conf, "--force"]) == 0

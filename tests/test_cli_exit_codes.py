@@ -11,7 +11,7 @@ import pytest
 
 from tiered_core.cli import main
 from tiered_core.cli.common import DispatchFailed, error_payload, redact_context
-from tiered_core.cli.exit_codes import BY_ERROR_CODE, ExitCode, exit_code_for, exit_code_for_error_code
+from tiered_core.cli.exit_codes import ExitCode, exit_code_for, exit_code_for_error_code
 from tiered_core.errors import (
     ConfigError,
     CorruptData,

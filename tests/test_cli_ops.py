@@ -275,3 +275,17 @@ def test_body_from_stdin(tmp_path):
     assert tiered("put", "--config", cfg, "--topic", "orders", stdin="from stdin").returncode == 0
     proc = tiered("get", "--config", cfg, "--topic", "orders", "--json")
     assert json.loads(proc.stdout)["messages"][0]["body"] == "from stdin"
+
+
+def test_a_backend_failure_never_prints_the_credentials(tmp_path):
+    """An Azure connection string (a secret option) with an endpoint nothing listens on."""
+    secret = "c2VjcmV0LWtleS1uZXZlci1zaG93bg=="
+    cfg = tmp_path / "azure.toml"
+    cfg.write_text(f'[tiered]\nstore_path = "{tmp_path / "store"}"\ndriver = "azure"\n[tiered.options]\n'
+                   f'container = "c"\nconnection_string = "DefaultEndpointsProtocol=http;AccountName=acct;'
+                   f'AccountKey={secret};BlobEndpoint=http://127.0.0.1:1/acct"\n')
+    for extra in ([], ["--json"]):
+        proc = tiered("put", "--config", str(cfg), "--topic", "orders", "--body", "x", "--dispatch", *extra)
+        assert proc.returncode == ExitCode.BACKEND, proc.stdout + proc.stderr
+        assert secret not in proc.stdout + proc.stderr
+        assert "orders/0" in proc.stderr

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import re
 import sys
+import warnings
 from typing import IO, TYPE_CHECKING, Any
 
 from tiered_core.cli.exit_codes import exit_code_for
@@ -116,13 +118,19 @@ def _jsonable(value: Any) -> Any:
 
 def _secret_names() -> set[str]:
     """Every installed driver's ``secret_options`` (best effort: none when plugins fail)."""
+    logger = logging.getLogger("tiered_core.plugins")
+    disabled, logger.disabled = logger.disabled, True  # a broken plugin was reported already
     try:
         from tiered_core.plugins import Registry
 
-        return {name for info in Registry().load().drivers.values()
-                for name in getattr(info.cls, "secret_options", ())}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return {name for info in Registry().load().drivers.values()
+                    for name in getattr(info.cls, "secret_options", ())}
     except Exception:  # noqa: BLE001 - redaction by pattern still applies
         return set()
+    finally:
+        logger.disabled = disabled
 
 
 def redact_context(value: Any, secrets: set[str] | None = None) -> Any:

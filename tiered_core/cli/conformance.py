@@ -32,6 +32,7 @@ OTHER = "other"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``conformance``."""
     parser = subparsers.add_parser(
         "conformance", help="run the driver conformance suite against a driver",
         description="Run the conformance suite against driver NAME and print passed/failed/skipped "
@@ -105,6 +106,7 @@ def format_table(rows: dict[str, dict[str, int]]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``tiered conformance``: run the suite in this process and report per area (or as JSON)."""
     try:
         from tiered_conformance.options import resolve_settings
     except ImportError:

@@ -38,6 +38,7 @@ from tiered_core.spi.access import BoundaryType
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``demo``."""
     p = sub.add_parser("demo", help="put, tier, expire locally, read back and verify messages",
                        description="The main job end to end: put, dispatch, local retention, read back "
                                    "from the tiered store only, verify, key and time lookups. "
@@ -72,6 +73,7 @@ def body_of(topic: str, queue_id: int, seq: int, size: int) -> bytes:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``tiered demo``: the main job end to end; raises a typed error on any failure."""
     for name in ("messages", "size", "topics", "queues"):
         if getattr(args, name) <= 0:
             raise IllegalParam(f"--{name} must be > 0, got {getattr(args, name)}", option=f"--{name}",

@@ -175,3 +175,12 @@ def test_unexpected_error_is_failure_with_a_traceback(capsys, monkeypatch):
     out, err = capsys.readouterr()
     assert json.loads(out)["error"]["code"] == "INTERNAL"
     assert "Traceback" in err and "ZeroDivisionError" in err
+
+
+def test_readme_documents_every_exit_code():
+    import re
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme[readme.index("## Command line"):readme.index("## Spark")]
+    rows = {int(code): name for code, name in re.findall(r"^\| (\d+) \| `(\w+)` \|", section, re.M)}
+    assert rows == {int(c): c.name for c in ExitCode}

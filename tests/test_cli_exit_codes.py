@@ -17,15 +17,18 @@ from tiered_core.errors import (
     CorruptData,
     DriverError,
     ErrorCode,
+    Fenced,
     IllegalParam,
     InvalidOption,
     InvalidPath,
     MetadataError,
     NotFound,
     PluginLoadError,
+    PrefixOwned,
     StateConflict,
     TieredStoreError,
     UnknownDriver,
+    UnknownObjects,
 )
 
 TIERED = Path(sys.executable).with_name("tiered")
@@ -50,6 +53,9 @@ def test_codes_are_distinct_and_zero_is_only_success():
     (InvalidPath("../x"), ExitCode.BAD_INPUT),
     (UnknownDriver("nope"), ExitCode.BAD_INPUT),
     (PluginLoadError("broken"), ExitCode.BAD_INPUT),
+    (UnknownObjects("3 objects", count=3), ExitCode.BACKEND),
+    (PrefixOwned("owned by store x"), ExitCode.BACKEND),
+    (Fenced("epoch 2 > 1"), ExitCode.BACKEND),
     (TieredStoreError("what"), ExitCode.FAILURE),
     (RuntimeError("bug"), ExitCode.FAILURE),
     (KeyboardInterrupt(), ExitCode.INTERRUPTED),
@@ -71,17 +77,17 @@ def test_codes_added_later_do_not_break_the_mapping():
     class OwnerConflict(StateConflict):
         code = "OWNER_CONFLICT"  # type: ignore[assignment] - not (yet) an ErrorCode
 
-    class Fenced(TieredStoreError):
-        code = "FENCED"  # type: ignore[assignment]
+    class Evicted(TieredStoreError):
+        code = "EVICTED"  # type: ignore[assignment]
 
     class BadWhatever(ConfigError):
         code = "BAD_WHATEVER"  # type: ignore[assignment]
 
     assert exit_code_for(OwnerConflict("store b owns the prefix")) is ExitCode.BACKEND
-    assert exit_code_for(Fenced("epoch 3 > 2")) is ExitCode.BACKEND
+    assert exit_code_for(Evicted("epoch 3 > 2")) is ExitCode.BACKEND
     assert exit_code_for(BadWhatever("x")) is ExitCode.BAD_INPUT
     assert exit_code_for_error_code("SOMETHING_NEW") is ExitCode.BACKEND
-    assert error_payload(Fenced("epoch 3 > 2"))["error"]["code"] == "FENCED"
+    assert error_payload(Evicted("epoch 3 > 2"))["error"]["code"] == "EVICTED"
 
 
 def test_dispatch_failed_takes_the_code_of_its_errors():
@@ -184,3 +190,33 @@ def test_readme_documents_every_exit_code():
     section = readme[readme.index("## Command line"):readme.index("## Spark")]
     rows = {int(code): name for code, name in re.findall(r"^\| (\d+) \| `(\w+)` \|", section, re.M)}
     assert rows == {int(c): c.name for c in ExitCode}
+
+
+def test_ownership_errors_and_takeover_from_the_command_line(tmp_path):
+    """Two stores on one tier prefix: the second is refused (PREFIX_OWNED, exit 5); `takeover
+    --json` makes it the owner; the old one, reopened, is refused in turn."""
+    configs = {}
+    for name in ("a", "b"):
+        configs[name] = tmp_path / f"{name}.toml"
+        configs[name].write_text(f'[tiered]\nstore_path = "{tmp_path / name}"\ndriver = "posix"\n'
+                                 f'[tiered.options]\nroot = "{tmp_path / "shared-tier"}"\n')
+    put = ("put", "--topic", "orders", "--body", "x", "--dispatch", "--json")
+
+    def run_put(name: str) -> subprocess.CompletedProcess:
+        return run(put[0], "--config", str(configs[name]), *put[1:], cwd=tmp_path)
+
+    assert run_put("a").returncode == ExitCode.OK
+    refused = run_put("b")
+    assert refused.returncode == ExitCode.BACKEND, refused.stdout + refused.stderr
+    assert json.loads(refused.stdout)["error"]["code"] == "PREFIX_OWNED"
+
+    took = run("takeover", "--config", str(configs["b"]), "--json", cwd=tmp_path)
+    assert took.returncode == ExitCode.OK, took.stdout + took.stderr
+    report = json.loads(took.stdout)
+    assert report["took_over_from"]["store_id"] != report["owner"]["store_id"]
+    assert report["owner"]["epoch"] > report["took_over_from"]["epoch"]
+    assert run_put("b").returncode == ExitCode.OK
+
+    old = run_put("a")  # reopened after the take-over: refused at open, nothing written
+    assert old.returncode == ExitCode.BACKEND, old.stdout + old.stderr
+    assert json.loads(old.stdout)["error"]["code"] == "PREFIX_OWNED"

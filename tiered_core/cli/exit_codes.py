@@ -14,7 +14,8 @@ code  name         when
 3     NOT_FOUND    what was asked for does not exist: the store, a message at an offset, a key
 4     CORRUPT      stored bytes fail validation (``CORRUPT_DATA``)
 5     BACKEND      the backend or the store's state failed: driver errors, state conflicts,
-                   metadata failures, a dispatch that did not complete, ownership and fencing
+                   metadata failures, a dispatch that did not complete, objects the metadata
+                   does not know, a tier prefix owned by another store, a fenced writer
 130   INTERRUPTED  interrupted (Ctrl-C)
 ====  ===========  ==========================================================================
 
@@ -60,6 +61,9 @@ BY_ERROR_CODE: dict[ErrorCode, ExitCode] = {
     ErrorCode.SEGMENT_SEALED: ExitCode.BACKEND,
     ErrorCode.SEGMENT_CLOSED: ExitCode.BACKEND,
     ErrorCode.METADATA: ExitCode.BACKEND,
+    ErrorCode.UNKNOWN_OBJECTS: ExitCode.BACKEND,
+    ErrorCode.PREFIX_OWNED: ExitCode.BACKEND,
+    ErrorCode.FENCED: ExitCode.BACKEND,
     ErrorCode.UNKNOWN: ExitCode.FAILURE,
 }
 

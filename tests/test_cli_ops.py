@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,8 +17,11 @@ import pytest
 from tiered_core.access.store import TieredMessageStore
 from tiered_core.cli import main
 from tiered_core.cli.exit_codes import ExitCode
-from tiered_core.codec.naming import cluster_dir
+from tiered_core.codec.naming import cluster_dir, md5_prefix
 from tiered_core.config import StoreConfig
+from tiered_core.flat.ownership import STORE_ID_FILE
+
+from store_faults import FlakyDriver  # tests/ is on sys.path under pytest
 
 TIERED = Path(sys.executable).with_name("tiered")
 
@@ -111,13 +115,13 @@ def test_a_directory_with_only_tiered_data_points_at_rebuild(tmp_path):
 
 
 def test_a_store_with_only_metadata_exists(tmp_path, capsys):
-    """Local store gone, metadata kept: the store exists (its tier may hold data)."""
+    """Local store files gone, metadata and identity kept: the store exists (its tier holds data)."""
     cfg = write_config(tmp_path)
     assert main(["put", "--config", cfg, "--topic", "orders", "--body", "x", "--dispatch"]) == 0
     store = tmp_path / "store"
     for entry in store.iterdir():
-        if entry.name not in ("tiered-metadata.db", "tiered"):
-            subprocess.run(["rm", "-rf", str(entry)], check=True)
+        if entry.name not in ("tiered-metadata.db", "tiered", STORE_ID_FILE):
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
     capsys.readouterr()
     assert main(["stat", "--config", cfg, "--json"]) == 0
     assert [r["tiered_commit"] for r in json.loads(capsys.readouterr().out)] == [1]
@@ -142,12 +146,14 @@ def test_get_found_nothing_exits_not_found(tmp_path, capsys):
 # -- put --dispatch tells the truth ---------------------------------------------------------------
 
 def _blocked_config(tmp_path) -> str:
-    """A posix tier where the queue's directory cannot be made: a regular file is in the way."""
+    """A posix tier where the queue's first commit-log segment cannot be written: an empty
+    directory sits at its path (invisible to the listing, so the store opens; the dispatch
+    then cannot create the segment)."""
     cfg = write_config(tmp_path)
     config = StoreConfig.load(cfg)
-    blocker = tmp_path / "tiered" / cluster_dir(config.cluster) / config.broker / "orders"
-    blocker.parent.mkdir(parents=True)
-    blocker.write_text("not a directory")
+    segment = (tmp_path / "tiered" / cluster_dir(config.cluster) / config.broker / "orders" / "0" / "COMMIT_LOG"
+               / f"{md5_prefix('0')}{0:020d}")
+    segment.mkdir(parents=True)
     return cfg
 
 
@@ -158,32 +164,43 @@ def test_put_dispatch_fails_when_the_dispatch_failed(tmp_path):
     # The put itself succeeded (said on stdout); the dispatch failure is on stderr, naming queue and error.
     assert "PUT_OK" in proc.stdout
     line = next(line for line in proc.stderr.splitlines() if line.startswith("tiered put:"))
-    assert "orders/0" in line and "DRIVER_ERROR" in line and "Not a directory" in line
-    proc = tiered("put", "--config", cfg, "--topic", "orders", "--body", "y", "--dispatch", "--json")
-    assert proc.returncode == ExitCode.BACKEND
-    err = error_of(proc.stdout)
-    assert err["code"] == "DRIVER_ERROR" and err["queues"] == ["orders/0"]
-    assert err["errors"] and all(e.startswith("orders/0:") for e in err["errors"])
-    assert err["put"]["queue_offset"] == 1  # the message is stored locally, and says where
+    assert "dispatch to the tiered store failed for orders/0" in line and "COMMIT_LOG" in line
+    assert re.search(r"\[(STATE_CONFLICT|DRIVER_ERROR)\]", line), line
 
 
-def test_put_without_dispatch_succeeds_on_the_same_store(tmp_path):
+def test_put_dispatch_failure_as_json(tmp_path):
     cfg = _blocked_config(tmp_path)
-    proc = tiered("put", "--config", cfg, "--topic", "orders", "--body", "x")
-    assert proc.returncode == ExitCode.OK, proc.stderr
+    proc = tiered("put", "--config", cfg, "--topic", "orders", "--body", "y", "--dispatch", "--json")
+    assert proc.returncode == ExitCode.BACKEND, proc.stdout + proc.stderr
+    err = error_of(proc.stdout)
+    assert err["type"] == "DispatchFailed" and err["code"] in ("STATE_CONFLICT", "DRIVER_ERROR")
+    assert err["queues"] == ["orders/0"]
+    assert err["errors"] and all(e.startswith("orders/0:") for e in err["errors"])
+    assert err["put"]["queue_offset"] == 0  # the message is stored locally, and says where
+
+
+class CommitFailingDriver(FlakyDriver):
+    """Every segment write fails (a backend that is down for data); the owner record, which
+    goes through ``write_if_absent``, still lands, so the store opens."""
+
+    def write_if_absent(self, path: str, data: bytes) -> bool:
+        return self.inner.write_if_absent(path, data)
 
 
 def test_put_dispatch_fails_on_failed_commits(tmp_path, capsys, monkeypatch):
-    """Every backend write fails: no error string, only failed commits; the queue is named."""
+    """No error string, only failed commits: the queue is still named."""
     monkeypatch.syspath_prepend(str(Path(__file__).parent))
     cfg = tmp_path / "flaky.toml"
-    cfg.write_text(f'[tiered]\nstore_path = "{tmp_path / "store"}"\ndriver = "store_faults:FlakyDriver"\n'
+    cfg.write_text(f'[tiered]\nstore_path = "{tmp_path / "store"}"\n'
+                   f'driver = "{__name__}:CommitFailingDriver"\n'
                    f'[tiered.options]\ninner = "posix"\nwrite_failure_rate = 0.999999\n'
                    f'inner_options = {{root = "{tmp_path / "tiered"}"}}\n')
     code = main(["put", "--config", str(cfg), "--topic", "orders", "--queue", "2", "--body", "x",
                  "--dispatch", "--json"])
-    assert code == ExitCode.BACKEND
-    err = error_of(capsys.readouterr().out)
+    out = capsys.readouterr().out
+    assert code == ExitCode.BACKEND, out
+    err = error_of(out)
+    assert err["type"] == "DispatchFailed" and err["code"] == "DRIVER_ERROR"
     assert err["failed_commits"] >= 1 and err["queues"] == ["orders/2"]
     assert "inner_options" not in json.dumps(err)  # the driver's options are never shown
 
@@ -278,7 +295,8 @@ def test_body_from_stdin(tmp_path):
 
 
 def test_a_backend_failure_never_prints_the_credentials(tmp_path):
-    """An Azure connection string (a secret option) with an endpoint nothing listens on."""
+    """An Azure connection string (a secret option) with an endpoint nothing listens on: the
+    store fails to open or to dispatch (exit 5) and the key is shown nowhere."""
     secret = "c2VjcmV0LWtleS1uZXZlci1zaG93bg=="
     cfg = tmp_path / "azure.toml"
     cfg.write_text(f'[tiered]\nstore_path = "{tmp_path / "store"}"\ndriver = "azure"\n[tiered.options]\n'
@@ -288,4 +306,3 @@ def test_a_backend_failure_never_prints_the_credentials(tmp_path):
         proc = tiered("put", "--config", str(cfg), "--topic", "orders", "--body", "x", "--dispatch", *extra)
         assert proc.returncode == ExitCode.BACKEND, proc.stdout + proc.stderr
         assert secret not in proc.stdout + proc.stderr
-        assert "orders/0" in proc.stderr

@@ -215,13 +215,16 @@ def check_store_path(config: "StoreConfig") -> None:
 
 
 def store_exists(config: "StoreConfig") -> bool:
-    """True when ``config`` names an existing store: a local store in ``store_path`` (its
-    commit-log directory or checkpoint) or an existing metadata file."""
+    """True when ``config`` names an existing store: ``store_path`` holds a local store (its
+    commit-log directory or checkpoint) or the store's identity file, or the metadata file
+    exists. (Whether what exists is consistent is the store's to decide when it opens.)"""
+    from tiered_core.flat.ownership import STORE_ID_FILE
     from tiered_core.local.store import CHECKPOINT_FILE
 
-    local = (os.path.isdir(os.path.join(config.store_path, "commitlog"))
-             or os.path.isfile(os.path.join(config.store_path, CHECKPOINT_FILE)))
-    return local or os.path.exists(config.effective_metadata_path())
+    marks = (os.path.isdir(os.path.join(config.store_path, "commitlog")),
+             os.path.isfile(os.path.join(config.store_path, CHECKPOINT_FILE)),
+             os.path.isfile(os.path.join(config.store_path, STORE_ID_FILE)))
+    return any(marks) or os.path.exists(config.effective_metadata_path())
 
 
 def load_config(path: str) -> "StoreConfig":

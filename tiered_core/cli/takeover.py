@@ -9,6 +9,9 @@ when you can: fencing stops its tiered writes, not its local ones.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+
+from tiered_core.cli.common import add_json_option, check_store_path, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,19 +20,27 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=__doc__.split("\n\n", 1)[1] if __doc__ else None)
     p.add_argument("--config", required=True, metavar="FILE",
                    help="tiered.toml or broker.conf of the store that becomes the owner")
+    add_json_option(p, "the new owner record, the previous one and the recovered queue count")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    """``tiered takeover``: open the store with ``take_over=True`` and report the epochs."""
     from tiered_core.access.store import TieredMessageStore
     from tiered_core.config import StoreConfig
 
     config = StoreConfig.load(args.config)
+    check_store_path(config)
     with TieredMessageStore.open(config, take_over=True) as store:
         previous = store.ownership.took_over_from
         record = store.ownership.record
         assert record is not None
         queues = len(store.flat_files.files())
+    if getattr(args, "json", False):
+        print_json({"prefix": store.ownership.prefix, "owner": dataclasses.asdict(record),
+                    "took_over_from": dataclasses.asdict(previous) if previous is not None else None,
+                    "queues": queues})
+        return 0
     if previous is None:
         print(f"store {record.store_id} already owns {store.ownership.prefix!r} (epoch {record.epoch}); "
               "nothing to take over")

@@ -133,3 +133,16 @@ def test_read_ahead_over_many_small_segments_finds_no_false_corruption(tmp_path,
         assert_exactly_once(store, workload, tier=StoreTier.TIERED)
         assert store.fetcher.corrupt_messages == 0
     assert "corrupt" not in caplog.text
+
+
+def test_an_unusable_store_path_is_a_config_error_for_library_users(tmp_path):
+    from tiered_core import StoreConfig
+    from tiered_core.errors import ConfigError
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    for path in (blocker, blocker / "below"):
+        config = StoreConfig(store_path=str(path), driver="posix", driver_options={"root": str(tmp_path / "t")})
+        with pytest.raises(ConfigError) as info:
+            TieredMessageStore.open(config)
+        assert info.value.key == "store_path" and str(path) in str(info.value)

@@ -9,12 +9,12 @@ the tiered store falls back to the local one.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass
 
 from tiered_core.access.cache import ReadAheadCache
+from tiered_core.access.paths import make_store_dir
 from tiered_core.access.dispatcher import DispatchStats, MessageStoreDispatcher
 from tiered_core.access.fetcher import MessageFilter, MessageStoreFetcher
 from tiered_core.access.policy import ReadPolicy
@@ -76,7 +76,7 @@ class TieredMessageStore:
     def __init__(self, config: StoreConfig, *, background: bool = False, take_over: bool = False) -> None:
         self.config = config
         self.policy = ReadPolicy.parse(config.storage_level)
-        os.makedirs(config.store_path, exist_ok=True)
+        make_store_dir(config)
         self.local = LocalMessageStore(config.store_path, LocalStoreConfig(
             commit_log_file_size=config.local_commit_log_file_size,
             # A message must fit one tiered segment, or it could never be tiered: refuse it at put.

@@ -19,6 +19,7 @@ import sys
 import warnings
 from typing import IO, TYPE_CHECKING, Any
 
+from tiered_core.access.paths import check_store_path
 from tiered_core.cli.exit_codes import exit_code_for
 from tiered_core.errors import ConfigError, ErrorCode, NotFound, TieredStoreError
 
@@ -179,39 +180,6 @@ def error_payload(exc: BaseException, *, code: str | None = None, exit_code: int
 
 def _where(config: "StoreConfig") -> str:
     return f" (config {config.source!r})" if config.source else ""
-
-
-def check_store_path(config: "StoreConfig") -> None:
-    """Raise :class:`ConfigError` (key ``store_path``) unless the store directory is usable.
-
-    Usable: an existing directory this process may write and enter, or a path whose
-    nearest existing ancestor is such a directory (so it can be created). A regular file,
-    a path below a regular file, a dangling symlink or a read-only location is refused
-    with the path named.
-    """
-    path = os.path.abspath(config.store_path)
-    where = _where(config)
-
-    def refuse(problem: str, **context: Any) -> ConfigError:
-        return ConfigError(f"store_path {path!r}{where} {problem}", key="store_path", path=path,
-                           source=config.source, **context)
-
-    if os.path.lexists(path) and not os.path.exists(path):
-        raise refuse("is a dangling symbolic link")
-    if os.path.exists(path):
-        if not os.path.isdir(path):
-            raise refuse("is not a directory (it is a file)")
-        target = path
-    else:
-        target = os.path.dirname(path)
-        while not os.path.lexists(target):
-            target = os.path.dirname(target)
-        if not os.path.isdir(target):
-            raise refuse(f"cannot be created: {target!r} is not a directory", blocking=target)
-    if not os.access(target, os.W_OK | os.X_OK):
-        what = "is" if target == path else f"cannot be created: {target!r} is"
-        raise refuse(f"{what} not writable (the store keeps its lock, local files and metadata there)",
-                     blocking=target)
 
 
 def store_exists(config: "StoreConfig") -> bool:

@@ -58,6 +58,7 @@ comparisons.
 from __future__ import annotations
 
 import enum
+import zlib
 from typing import Iterable, NamedTuple, Sequence
 
 from tiered_core.codec.consume_queue import ConsumeQueueUnit
@@ -71,7 +72,7 @@ from tiered_core.codec.message import (
     _as_buffer,
     _parse,
 )
-from tiered_core.codec.prop_crc import compute_prop_crc, stored_prop_crc
+from tiered_core.codec.prop_crc import CRC32_RESERVED_LEN, stored_prop_crc
 from tiered_core.errors import CorruptData, IllegalParam
 
 #: RocketMQ's delay-message topic: its consume queue holds delivery times, not tag hashes.
@@ -194,6 +195,8 @@ def check_units(
     parse = _parse
     append = positions.append
     q = queue_offset
+    view = memoryview(buf) if policy is not PropCrcPolicy.IGNORE else None
+    crc32 = zlib.crc32
 
     def fail(i: int, unit_offset: int, size: int, reason: str, detail: str) -> UnitCheck:
         qo = None if queue_offset is None else queue_offset + i
@@ -255,7 +258,7 @@ def check_units(
                             f"has tags {tags.decode('utf-8') if tags else None!r} (hash {expected}) but "
                             f"its unit's tags code is {tags_code}")
         if stored is not None:
-            actual = compute_prop_crc(buf, pos, total)
+            actual = crc32(view[pos:pos + total - CRC32_RESERVED_LEN]) & 0x7FFFFFFF  # type: ignore[index]
             if actual != stored:
                 return fail(i, cl_off, size, "prop_crc_mismatch",
                             f"has a __CRC32# property of {stored} but its bytes give {actual}")

@@ -38,7 +38,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping, NamedTuple, Union
 
-from tiered_core.codec.prop_crc import CRC32_PLACEHOLDER, PROPERTY_CRC32, write_prop_crc
+from tiered_core.codec.prop_crc import CRC32_PLACEHOLDER, CRC32_RESERVED_LEN, PROPERTY_CRC32, prop_crc_digits
 from tiered_core.errors import CorruptData, IllegalParam
 
 Buffer = Union[bytes, bytearray, memoryview]
@@ -121,6 +121,7 @@ class MessageVersion(enum.IntEnum):
 
 
 _V2 = MessageVersion.V2
+_CRC32_PLACEHOLDER_TEXT = CRC32_PLACEHOLDER.decode("ascii")
 _MAGIC_TO_VERSION = {MAGIC_V1: MessageVersion.V1, MAGIC_V2: MessageVersion.V2}
 
 # -- structs -------------------------------------------------------------------------
@@ -521,7 +522,7 @@ def encode_message(
         props_text = format_properties(props)
     else:
         props.pop(PROPERTY_CRC32, None)
-        props_text = format_properties(props) + CRC32_PLACEHOLDER.decode("ascii")
+        props_text = format_properties(props) + _CRC32_PLACEHOLDER_TEXT
     data = _encode(
         msg.topic,
         msg.body,
@@ -541,9 +542,8 @@ def encode_message(
     )
     if not prop_crc:
         return data
-    buf = bytearray(data)
-    write_prop_crc(buf, 0, len(buf))
-    return bytes(buf)
+    crc = zlib.crc32(memoryview(data)[:-CRC32_RESERVED_LEN]) & 0x7FFFFFFF
+    return b"".join((data[:-11], prop_crc_digits(crc), b"\x02"))
 
 
 def encode_message_ext(m: MessageExt, *, version: MessageVersion | int | None = None) -> bytes:

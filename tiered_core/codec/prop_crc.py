@@ -36,12 +36,11 @@ _DIGITS = frozenset(b"0123456789")
 
 
 def prop_crc_digits(crc: int) -> bytes:
-    """The 10 ASCII digits RocketMQ writes for ``crc`` (least significant first)."""
-    out = bytearray(10)
-    for i in range(10):
-        out[i] = 0x30 + crc % 10
-        crc //= 10
-    return bytes(out)
+    """The 10 ASCII digits RocketMQ writes for ``crc`` (0..2^31-1), least significant first:
+    ``'0' + crc % 10``, then ``crc /= 10``, ten times."""
+    if not 0 <= crc <= 0x7FFFFFFF:
+        raise IllegalParam(f"a property CRC is in 0..2^31-1, got {crc!r}", crc=crc)
+    return (b"%010d" % crc)[::-1]
 
 
 def has_prop_crc_slot(buf: Buffer, offset: int, total: int) -> bool:

@@ -33,11 +33,13 @@ def damage(tmp_path, store: TieredMessageStore, queue_offset: int, at: int, data
         fh.write(data)
 
 
-@pytest.mark.parametrize("at,data,what", [
-    (90, b"\xff\xfe", "a body byte (CRC mismatch)"),
-    (20, (99).to_bytes(8, "big"), "the queue-offset field"),
+@pytest.mark.parametrize("at,data,reason", [
+    (90, b"\xff\xfe", "crc_mismatch"),  # a body byte
+    (20, (99).to_bytes(8, "big"), "queue_offset_mismatch"),
+    (12, (1).to_bytes(4, "big"), "queue_id_mismatch"),  # now reads as a message of queue 1
+    (28, (7).to_bytes(8, "big"), "physical_offset_mismatch"),
 ])
-def test_reads_stop_before_a_corrupt_tiered_message(tmp_path, at, data, what):
+def test_reads_stop_before_a_corrupt_tiered_message(tmp_path, at, data, reason):
     with TieredMessageStore.open(config(tmp_path, "FORCE")) as store:
         for i in range(5):
             store.put_message(Message(topic=TOPIC, body=f"body-{i}".encode() * 8), 0)
@@ -50,6 +52,8 @@ def test_reads_stop_before_a_corrupt_tiered_message(tmp_path, at, data, what):
         assert [m.queue_offset for m in first.messages] == [0, 1]  # stops before it, never skips it
         assert first.next_begin_offset == 2
         assert store.fetcher.corrupt_messages >= 1
+        assert store.fetcher.last_corruption.reason == reason
+        assert (store.fetcher.last_corruption.queue_offset, store.fetcher.last_corruption.topic) == (2, TOPIC)
         # At the damaged offset the fetcher answers OFFSET_FOUND_NULL, so the store serves
         # the intact local copy instead.
         assert store.fetcher.get_message(TOPIC, 0, 2, 5).status is GetMessageStatus.OFFSET_FOUND_NULL

@@ -100,6 +100,8 @@ class StoreConfig:
     local_flush: str = "async"
     local_retention_hours: int = 72
     metadata_recovery: str = "refuse"
+    append_prop_crc: bool = False  # RocketMQ enabledAppendPropCRC: puts append the __CRC32# property
+    verify_prop_crc: bool = False  # RocketMQ forceVerifyPropCRC: tiered reads require and verify it
     source: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -377,6 +379,8 @@ _FIELD_TYPES: dict[str, str] = {
     "local_flush": "flush",
     "local_retention_hours": "hours",
     "metadata_recovery": "recovery",
+    "append_prop_crc": "bool",
+    "verify_prop_crc": "bool",
     "source": "source",
 }
 assert set(_FIELD_TYPES) == _FIELD_NAMES
@@ -518,6 +522,8 @@ def _check_one(name: str, value: Any, label: str, where: str) -> Any:
                     raise ValueError(value)
                 return ms // 3_600_000
             return _parse_count(value, 0)
+        if kind == "bool":
+            return parse_bool(value)
     except (ValueError, TypeError, OverflowError):
         raise _bad(where, label, value, _ACCEPTED[kind], name) from None
     raise AssertionError(kind)
@@ -536,6 +542,7 @@ _ACCEPTED = {
     "count": "an int >= 1",
     "ms": "a duration >= 0: an int (milliseconds) or a string like '500ms', '30s', '24h'",
     "hours": "an int >= 0 (hours) or a string like '72h', '3d'",
+    "bool": "true | false (also 1/0, yes/no, on/off)",
 }
 
 
@@ -727,6 +734,8 @@ ROCKETMQ_KEYS: dict[str, tuple[str, Callable[[str], Any] | None]] = {
     "mappedFileSizeCommitLog": ("local_commit_log_file_size", None),
     "flushDiskType": ("local_flush", None),
     "fileReservedTime": ("local_retention_hours", None),
+    "enabledAppendPropCRC": ("append_prop_crc", None),
+    "forceVerifyPropCRC": ("verify_prop_crc", None),
 }
 
 #: Keys handled specially: the POSIX root, and switches that turn a feature off.

@@ -2,8 +2,11 @@
 
 A cold read takes the consume-queue units of the batch, then ONE commit-log range that
 spans them (trimmed to ``read_ahead_bytes`` and ``read_ahead_count``, at least one
-message), splits it and validates every message (magic, size, CRC, queue offset)
-before caching it. A message that fails validation is reported, never served.
+message), and validates every message against its unit and the request with the shared
+:func:`~tiered_core.codec.checks.check_units` (magic, size, CRC, topic, queue id, queue
+offset, physical offset, tags code, and the ``__CRC32#`` property when
+``verify_prop_crc``) before caching it. A message that fails validation is reported,
+never served.
 """
 
 from __future__ import annotations
@@ -13,10 +16,10 @@ from typing import Callable
 
 from tiered_core.access.cache import ReadAheadCache, cache_key
 from tiered_core.access.results import GetMessageResult, GetMessageStatus, StoreTier
+from tiered_core.codec.checks import PropCrcPolicy, check_units
 from tiered_core.codec.consume_queue import decode_cq_units
-from tiered_core.codec.message import MessageExt, decode_message, peek_queue_offset
-from tiered_core.codec.split import split_by_units
-from tiered_core.errors import TieredStoreError
+from tiered_core.codec.message import MessageExt, decode_message
+from tiered_core.errors import CorruptData, TieredStoreError
 from tiered_core.flat.file_store import FlatFileStore
 from tiered_core.flat.message_file import FlatMessageFile
 from tiered_core.spi.access import BoundaryType
@@ -37,17 +40,23 @@ class MessageStoreFetcher:
     """Reads from the tiered store. Thread-safe; never raises for a missing queue or offset
     (statuses say it). A message that fails validation is logged, counted in
     ``corrupt_messages`` and never served: reads stop before it, and a read at it answers
-    OFFSET_FOUND_NULL (the store then falls back to its local copy, if any)."""
+    OFFSET_FOUND_NULL (the store then falls back to its local copy, if any).
+    ``last_corruption`` keeps the latest such error (offset, reason, queue).
+
+    ``verify_prop_crc`` (config ``verify_prop_crc``, RocketMQ ``forceVerifyPropCRC``) makes
+    every message verified by, and require, its ``__CRC32#`` property."""
 
     def __init__(self, flat_files: FlatFileStore, cache: ReadAheadCache | None = None, *,
                  read_ahead_count: int = READ_AHEAD_COUNT, read_ahead_bytes: int = READ_AHEAD_BYTES,
-                 max_transfer_bytes: int = MAX_TRANSFER_BYTES) -> None:
+                 max_transfer_bytes: int = MAX_TRANSFER_BYTES, verify_prop_crc: bool = False) -> None:
         self.flat_files = flat_files
         self.cache = cache
         self.read_ahead_count = read_ahead_count
         self.read_ahead_bytes = read_ahead_bytes
         self.max_transfer_bytes = max_transfer_bytes
+        self.prop_crc = PropCrcPolicy.from_config(verify_prop_crc)
         self.corrupt_messages = 0
+        self.last_corruption: CorruptData | None = None
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -157,26 +166,20 @@ class MessageStoreFetcher:
         if last.commitlog_offset < first:
             return []
         data = flat.get_commit_log(first, last.commitlog_offset + last.size - first)
-        # Magic, size and CRC are checked by the split; the queue offset here. The batch
-        # ends before the first bad message: it is never served, and never skipped over
-        # (the caller answers OFFSET_FOUND_NULL there, and the store falls back to local).
-        out = []
-        valid = {piece.index: piece for piece in split_by_units(units, data, first, skip_corrupt=True)}
-        for i, unit in enumerate(units):
-            piece = valid.get(i)
-            if piece is None:
-                self._corrupt(flat, offset + i, unit.commitlog_offset, "fails validation (magic, size or CRC)")
-                break
-            if peek_queue_offset(data, piece.position) != offset + i:
-                self._corrupt(flat, offset + i, unit.commitlog_offset, "holds another queue offset")
-                break
-            out.append((offset + i, data[piece.position:piece.position + unit.size], unit.tags_code))
+        # The batch ends before the first bad message: it is never served, and never skipped
+        # over (the caller answers OFFSET_FOUND_NULL there, and the store falls back to local).
+        checked = check_units(units, data, first, topic=flat.topic, queue_id=flat.queue_id,
+                              queue_offset=offset, prop_crc=self.prop_crc)
+        out = [(offset + i, data[pos:pos + unit.size], unit.tags_code)
+               for i, (pos, unit) in enumerate(zip(checked.positions, units))]
+        if checked.error is not None:
+            self._corrupt(flat, checked.error)
         return out
 
-    def _corrupt(self, flat: FlatMessageFile, queue_offset: int, commitlog_offset: int, why: str) -> None:
+    def _corrupt(self, flat: FlatMessageFile, error: CorruptData) -> None:
         self.corrupt_messages += 1
-        log.error("skipping corrupt tiered message %s@%d (commit-log offset %d): it %s",
-                  flat, queue_offset, commitlog_offset, why)
+        self.last_corruption = error
+        log.error("not serving corrupt tiered message of %s (%s): %s", flat, error.reason, error.message)
 
     # -- lookups ---------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from tiered_core.access.results import (
     QueryMessageResult,
     StoreTier,
 )
+from tiered_core.codec.checks import check_message
 from tiered_core.codec.consume_queue import decode_cq_unit
 from tiered_core.codec.message import Message, MessageExt, decode_message
 from tiered_core.codec.naming import validate_topic
@@ -84,6 +85,7 @@ class TieredMessageStore:
             flush_mode=config.local_flush,
             file_reserved_time_ms=config.local_retention_hours * 3600_000,
             background_services=True,
+            append_prop_crc=config.append_prop_crc,
         ))
         driver = metadata = None
         try:
@@ -110,7 +112,7 @@ class TieredMessageStore:
             self.cache = (ReadAheadCache(config.read_ahead_cache_bytes, config.read_ahead_cache_expire_ms,
                                          disk_path=config.read_ahead_disk_cache_path)
                           if config.read_ahead_cache_bytes > 0 else None)
-            self.fetcher = MessageStoreFetcher(self.flat_files, self.cache)
+            self.fetcher = MessageStoreFetcher(self.flat_files, self.cache, verify_prop_crc=config.verify_prop_crc)
             self.dispatcher = MessageStoreDispatcher(
                 self.local, self.flat_files, self.index,
                 group_commit_count=config.group_commit_count,
@@ -342,9 +344,11 @@ class TieredMessageStore:
             if flat is None:
                 continue
             try:
-                msg = decode_message(flat.get_commit_log(entry.offset, entry.size))
-                if not (msg.topic == topic and msg.queue_id == entry.queue_id
-                        and (key in msg.keys or msg.uniq_key == key) and begin <= msg.store_timestamp <= end
+                raw = flat.get_commit_log(entry.offset, entry.size)
+                check_message(raw, commitlog_offset=entry.offset, size=entry.size, topic=topic,
+                              queue_id=entry.queue_id, prop_crc=self.fetcher.prop_crc)
+                msg = decode_message(raw, verify_crc=False)
+                if not ((key in msg.keys or msg.uniq_key == key) and begin <= msg.store_timestamp <= end
                         and (msg.queue_id, msg.queue_offset) not in seen
                         and flat.consume_queue_min_offset() <= msg.queue_offset < flat.consume_queue_commit_offset()):
                     continue

@@ -38,6 +38,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping, NamedTuple, Union
 
+from tiered_core.codec.prop_crc import CRC32_PLACEHOLDER, CRC32_RESERVED_LEN, PROPERTY_CRC32, prop_crc_digits
 from tiered_core.errors import CorruptData, IllegalParam
 
 Buffer = Union[bytes, bytearray, memoryview]
@@ -120,6 +121,7 @@ class MessageVersion(enum.IntEnum):
 
 
 _V2 = MessageVersion.V2
+_CRC32_PLACEHOLDER_TEXT = CRC32_PLACEHOLDER.decode("ascii")
 _MAGIC_TO_VERSION = {MAGIC_V1: MessageVersion.V1, MAGIC_V2: MessageVersion.V2}
 
 # -- structs -------------------------------------------------------------------------
@@ -497,6 +499,7 @@ def encode_message(
     store_host: tuple[str, int] = DEFAULT_HOST,
     sys_flag: int | None = None,
     version: MessageVersion | int | None = None,
+    prop_crc: bool = False,
 ) -> bytes:
     """The stored bytes of ``msg`` as the broker would write them.
 
@@ -505,12 +508,25 @@ def encode_message(
     topic is longer than 127 bytes). Raises IllegalParam naming the bad field (a value
     out of its Java type's range, a non-IP host, keys with spaces, a topic or the
     properties too long, separators inside properties).
+
+    ``prop_crc`` (RocketMQ ``enabledAppendPropCRC``) appends the whole-message CRC
+    property ``__CRC32#`` as the last 20 bytes (:mod:`tiered_core.codec.prop_crc`),
+    computed over these bytes: whoever changes a field afterwards (the commit log sets
+    the physical offset) must recompute it with
+    :func:`~tiered_core.codec.prop_crc.write_prop_crc`. A ``__CRC32#`` the producer put in
+    ``properties`` is dropped then (only the broker's CRC is kept); without ``prop_crc``
+    the bytes are exactly those of earlier releases.
     """
     props = msg.all_properties()
-    return _encode(
+    if not prop_crc:
+        props_text = format_properties(props)
+    else:
+        props.pop(PROPERTY_CRC32, None)
+        props_text = format_properties(props) + _CRC32_PLACEHOLDER_TEXT
+    data = _encode(
         msg.topic,
         msg.body,
-        format_properties(props),
+        props_text,
         queue_id=queue_id,
         flag=msg.flag,
         queue_offset=queue_offset,
@@ -524,6 +540,10 @@ def encode_message(
         prepared_transaction_offset=msg.prepared_transaction_offset,
         version=version,
     )
+    if not prop_crc:
+        return data
+    crc = zlib.crc32(memoryview(data)[:-CRC32_RESERVED_LEN]) & 0x7FFFFFFF
+    return b"".join((data[:-11], prop_crc_digits(crc), b"\x02"))
 
 
 def encode_message_ext(m: MessageExt, *, version: MessageVersion | int | None = None) -> bytes:

@@ -3,6 +3,13 @@
 Tiered commit-log offsets start at 0 per queue, independent of the broker's local
 offsets; each message's physical-offset field is rewritten to its tiered offset as
 it is appended, so a message read back names where it lives in the tiered store.
+
+A message that carries RocketMQ's whole-message CRC property (``__CRC32#``, see
+:mod:`tiered_core.codec.prop_crc`) covers that field too, so its CRC is recomputed after
+the rewrite -- but only once the CRC it arrived with was checked against its bytes, so
+a message damaged on the local disk is refused (CorruptData) instead of being uploaded
+under a fresh, matching CRC. (RocketMQ's Java tiered store rewrites the field without
+recomputing: its uploads carry stale CRCs.)
 """
 
 from __future__ import annotations
@@ -10,7 +17,8 @@ from __future__ import annotations
 import time
 
 from tiered_core.codec.message import peek_queue_offset, rewrite_physical_offset
-from tiered_core.errors import IllegalParam, TieredStoreError
+from tiered_core.codec.prop_crc import compute_prop_crc, stored_prop_crc, write_prop_crc
+from tiered_core.errors import CorruptData, IllegalParam, TieredStoreError
 from tiered_core.flat.append_file import FlatAppendFile
 from tiered_core.segment import AppendResult, FileSegmentType
 
@@ -30,14 +38,33 @@ class FlatCommitLogFile(FlatAppendFile):
         self._first_queue_offset = -1
 
     def append_message(self, message: bytes | bytearray, timestamp: int) -> AppendResult:
-        """Append one whole message, rewriting its physical offset to the tiered append offset."""
+        """Append one whole message, rewriting its physical offset to the tiered append offset.
+
+        When the message carries a ``__CRC32#`` property (non-zero), it must match the bytes
+        as given -- else CorruptData (``reason="prop_crc_mismatch"``, ``offset`` = the
+        message's physical-offset field, i.e. where it lies in the local commit log) and
+        nothing is appended -- and it is recomputed after the rewrite. Without the property
+        the bytes are appended exactly as before.
+        """
         if len(message) < _QUEUE_OFFSET_END:
             raise IllegalParam(f"a message is at least {_QUEUE_OFFSET_END} bytes, got {len(message)}",
                                length=len(message))
+        buf = bytearray(message)
+        size = len(buf)
+        stored = stored_prop_crc(buf, 0, size)
+        if stored is not None:
+            actual = compute_prop_crc(buf, 0, size)
+            if actual != stored:
+                at = int.from_bytes(buf[28:36], "big", signed=True)
+                raise CorruptData(
+                    f"message at local commit-log offset {at} ({size} bytes): its __CRC32# property "
+                    f"holds {stored} but its bytes give {actual}; refusing to upload it under a new CRC",
+                    offset=at, reason="prop_crc_mismatch", size=size)
         with self._lock:
-            buf = bytearray(message)
             # A roll on FILE_FULL starts the new segment at this same offset.
             rewrite_physical_offset(buf, 0, self.writable().append_offset)
+            if stored is not None:
+                write_prop_crc(buf, 0, size)
             return self.append(buf, timestamp)
 
     def try_rolling(self, interval_ms: int, min_size: int, now_ms: int | None = None) -> bool:

@@ -35,6 +35,7 @@ from tiered_core.codec.message import (
     peek_store_timestamp,
     validate_message,
 )
+from tiered_core.codec.prop_crc import has_prop_crc_slot, write_prop_crc
 from tiered_core.errors import CorruptData, IllegalOffset, IllegalParam, SegmentClosed
 from tiered_core.local.mapped_file import MappedFile, MappedFileQueue
 
@@ -136,12 +137,14 @@ class CommitLog:
         return offset - offset % self.file_size
 
     # ---- writing -------------------------------------------------------------------
-    def append(self, message: bytearray, store_timestamp: int) -> AppendMessageResult:
+    def append(self, message: bytearray, store_timestamp: int, *, prop_crc: bool = False) -> AppendMessageResult:
         """Append one encoded message; its physicalOffset field is set to where it lands.
 
         ``message`` is modified in place (the physical offset). A message that does
         not fit the rest of the current file makes the file end in a BLANK record and
-        goes to the next file.
+        goes to the next file. With ``prop_crc`` the message must end with a ``__CRC32#``
+        property slot (``encode_message(prop_crc=True)``), which is filled once the
+        physical offset is set (RocketMQ ``enabledAppendPropCRC``).
         """
         if not isinstance(message, bytearray):
             message = bytearray(message)
@@ -155,6 +158,9 @@ class CommitLog:
                 f"message of {size} bytes does not fit a commit-log file of {self.file_size} bytes",
                 size=size, file_size=self.file_size,
             )
+        if prop_crc and not has_prop_crc_slot(message, 0, size):
+            raise IllegalParam("append with prop_crc needs a message ending with a __CRC32# property "
+                               "slot (encode_message(prop_crc=True))", size=size)
         with self._lock:
             if self._closed:
                 raise SegmentClosed(f"commit log {self.directory!r} is closed", path=self.directory)
@@ -164,6 +170,8 @@ class CommitLog:
                 mf = self._files.last_for_append(0)
             offset = mf.end
             _I64.pack_into(message, PHYSICAL_OFFSET_POS, offset)
+            if prop_crc:
+                write_prop_crc(message, 0, size)
             mf.append(message)
             self._last_store_timestamp = store_timestamp
             return AppendMessageResult(offset, size, store_timestamp)

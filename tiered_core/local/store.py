@@ -115,6 +115,9 @@ class LocalStoreConfig:
     file_reserved_time_ms: int = 72 * 3600 * 1000  # fileReservedTime (72 h)
     max_message_size: int | None = None  # largest encoded message; None: min(16 MiB, file size - 8)
     store_host: tuple[str, int] = ("127.0.0.1", 10911)
+    #: enabledAppendPropCRC: every put appends RocketMQ's whole-message CRC property (``__CRC32#``),
+    #: computed once queue offset, store timestamp and physical offset are final.
+    append_prop_crc: bool = False
 
     def __post_init__(self) -> None:
         def positive(key: str, minimum: int = 1) -> None:
@@ -141,7 +144,7 @@ class LocalStoreConfig:
         except ValueError:
             raise ConfigError(f"flush_mode must be one of {[m.value for m in FlushMode]}, got "
                               f"{self.flush_mode!r}", key="flush_mode", value=self.flush_mode) from None
-        for key in ("message_index_enable", "background_services"):
+        for key in ("message_index_enable", "background_services", "append_prop_crc"):
             if not isinstance(getattr(self, key), bool):
                 raise ConfigError(f"{key} must be a bool, got {getattr(self, key)!r}", key=key)
         if self.max_message_size > self.commit_log_file_size - END_FILE_MIN_BLANK_LENGTH:
@@ -455,9 +458,10 @@ class LocalMessageStore:
             raise IllegalParam(f"message topic {message.topic!r} differs from the queue's topic {topic!r}",
                                topic=topic, message_topic=message.topic)
         # Encode outside the lock (CRC of the body); queue offset, store time and
-        # physical offset are patched in under it.
+        # physical offset are patched in under it (and then the property CRC, if enabled).
+        prop_crc = self.config.append_prop_crc
         data = bytearray(encode_message(message, queue_id=queue_id, queue_offset=0, store_timestamp=0,
-                                        store_host=self.config.store_host))
+                                        store_host=self.config.store_host, prop_crc=prop_crc))
         if len(data) > self.config.max_message_size:
             raise IllegalParam(f"message to {topic!r} is {len(data)} bytes encoded; at most "
                                f"{self.config.max_message_size} are accepted", topic=topic, size=len(data))
@@ -469,7 +473,7 @@ class LocalMessageStore:
             ts = max(int(self._clock()), self._last_store_ts)
             _I64.pack_into(data, QUEUE_OFFSET_POS, queue_offset)
             _I64.pack_into(data, ts_pos, ts)
-            res = self._commit_log.append(data, ts)
+            res = self._commit_log.append(data, ts, prop_crc=prop_crc)
             self._queue_offsets[key] = queue_offset + 1
             self._last_store_ts = ts
         self._reput_wakeup.set()

@@ -9,7 +9,10 @@ alone. What the listing cannot tell is recovered by reading a few bytes:
   its flat file (the flat layer only rolls after sealing); NEW otherwise.
 * **timestamps** (``timestamps=True``, the default): a commit-log segment's begin/end are the
   store times of its first/last message, found through the consume queue (binary search
-  over its units, ~log2(units) reads of 20 bytes) and read from the message header; a
+  over its units, ~log2(units) reads of 20 bytes) and read from the message, which must
+  pass the store's shared validation (:func:`~tiered_core.codec.checks.check_units`:
+  size, CRC, topic, queue id, queue offset, physical offset, tags code, and its
+  ``__CRC32#`` property when it has one) -- a message that fails it tells nothing; a
   consume-queue segment's are those of the messages its first/last whole unit points at; an
   index segment's come from its 28-byte header. Where no message can be read (the consume
   queue expired first, orphaned bytes), the begin is read from the segment's head if it
@@ -42,7 +45,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, NamedTuple
 
-from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, decode_cq_unit
+from tiered_core.codec.checks import PropCrcPolicy, check_message
+from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, ConsumeQueueUnit, decode_cq_unit
 from tiered_core.codec.message import (
     MAGIC_V1,
     MAGIC_V2,
@@ -50,6 +54,7 @@ from tiered_core.codec.message import (
     decode_message,
     peek_magic,
     peek_store_timestamp,
+    peek_total_size,
 )
 from tiered_core.codec.naming import (
     INDEX_QUEUE_ID,
@@ -59,7 +64,7 @@ from tiered_core.codec.naming import (
     parse_segment_path,
     queue_path,
 )
-from tiered_core.errors import IllegalParam, MetadataError, TieredStoreError
+from tiered_core.errors import CorruptData, IllegalParam, MetadataError, TieredStoreError
 from tiered_core.flat.ownership import is_owner_record
 from tiered_core.segment import FileSegmentType
 from tiered_core.spi.driver import SegmentDriver
@@ -75,8 +80,8 @@ from tiered_core.spi.metadata import (
 
 log = logging.getLogger(__name__)
 
-#: Bytes of a message that hold its store timestamp, whatever its host address sizes.
-_STORE_TS_END = 80
+#: Rebuild has no store config: a message's ``__CRC32#`` property is verified when present.
+_PROP_CRC = PropCrcPolicy.IF_PRESENT
 _INDEX_HEADER = struct.Struct(">iqq")  # magic, begin timestamp, end timestamp
 _INDEX_MAGICS = {0xBCC50289 - (1 << 32), 0xBCC50285 - (1 << 32)}  # open / sealed (Java ints)
 _MAX_STRAYS_KEPT = 20
@@ -348,6 +353,10 @@ class _QueueTimes:
     def __init__(self, driver: SegmentDriver, cl: list[_Seg], cq: list[_Seg], stats: RebuildStats) -> None:
         self.driver, self.cl, self.cq, self.stats = driver, cl, cq, stats
         self.cl_bases = [s.base for s in cl]
+        # The queue whose messages these must be (every segment path names it).
+        info = parse_segment_path((cl or cq)[0].path) if (cl or cq) else None
+        self.topic = info.topic if info is not None else ""
+        self.queue_id = info.queue_id if info is not None else -1
         # Each consume-queue segment serves whole units from its base up to the next one's base
         # (a segment rolled at a torn unit's start overrides the torn tail).
         self.ranges: list[tuple[int, int, _Seg]] = []
@@ -361,8 +370,8 @@ class _QueueTimes:
 
     # -- reads -------------------------------------------------------------------------
 
-    def unit(self, q: int) -> tuple[int, int] | None:
-        """(commit-log offset, size) of unit ``q``, or None when unreadable."""
+    def unit(self, q: int) -> ConsumeQueueUnit | None:
+        """Unit ``q`` (commit-log offset, size, tags code), or None when unreadable."""
         i = bisect.bisect_right(self.range_starts, q) - 1
         if i < 0 or q >= self.ranges[i][1]:
             return None
@@ -371,42 +380,57 @@ class _QueueTimes:
             unit = decode_cq_unit(self.driver.read(seg.path, q * CQ_UNIT_SIZE - seg.base, CQ_UNIT_SIZE))
         except TieredStoreError:
             return None
-        return (unit.commitlog_offset, unit.size) if unit.is_valid else None
+        return unit if unit.is_valid else None
 
-    def store_time(self, offset: int) -> int | None:
-        """Store time of the message at commit-log ``offset``, or None when unreadable."""
+    def _checked(self, offset: int, size: int | None, q: int | None, tags_code: int | None) -> bytes | None:
+        """The bytes of the message at commit-log ``offset`` if they pass the shared validation
+        as this queue's message (``q``, ``tags_code``, ``size`` None: not known); else None."""
         i = bisect.bisect_right(self.cl_bases, offset) - 1
         if i < 0:
             return None
         seg = self.cl[i]
         pos = offset - seg.base
-        length = min(_STORE_TS_END, seg.size - pos)
-        if length <= 0:
-            return None
         try:
-            head = self.driver.read(seg.path, pos, length)
-            if peek_magic(head) not in (MAGIC_V1, MAGIC_V2):
+            if size is None:  # no unit: the message's own size, if it has a message's head
+                if pos + 8 > seg.size:
+                    return None
+                head = self.driver.read(seg.path, pos, 8)
+                if peek_magic(head) not in (MAGIC_V1, MAGIC_V2):
+                    return None
+                size = peek_total_size(head)
+            if size <= 0 or pos + size > seg.size:
                 return None
-            ts = peek_store_timestamp(head)
+            raw = self.driver.read(seg.path, pos, size)
+            check_message(raw, 0, commitlog_offset=offset, size=size, topic=self.topic, queue_id=self.queue_id,
+                          queue_offset=q, tags_code=tags_code, prop_crc=_PROP_CRC)
+        except CorruptData as exc:
+            log.warning("rebuild: %s: %s; its store time is not used", seg.path, exc.message)
+            return None
         except TieredStoreError:
             return None
+        return raw
+
+    def store_time(self, offset: int, unit: ConsumeQueueUnit | None = None, q: int | None = None) -> int | None:
+        """Store time of the message at commit-log ``offset`` (that of ``unit`` number ``q``, when
+        known), or None when unreadable or when it fails validation."""
+        raw = self._checked(offset, unit.size if unit is not None else None, q,
+                            unit.tags_code if unit is not None else None)
+        if raw is None:
+            return None
+        ts = peek_store_timestamp(raw)
         self.stats.timestamps_read += 1
         return ts if 0 <= ts < NO_TIMESTAMP else None
 
     def message(self, q: int) -> "tuple[int, int, MessageExt] | None":
-        """(commit-log offset, size, decoded message) of unit ``q``, or None when unreadable."""
+        """(commit-log offset, size, decoded message) of unit ``q``, or None when unreadable
+        or when it fails validation."""
         unit = self.unit(q)
         if unit is None:
             return None
-        offset, size = unit
-        i = bisect.bisect_right(self.cl_bases, offset) - 1
-        if i < 0 or offset + size > self.cl[i].base + self.cl[i].size:
+        raw = self._checked(unit.commitlog_offset, unit.size, q, unit.tags_code)
+        if raw is None:
             return None
-        try:
-            raw = self.driver.read(self.cl[i].path, offset - self.cl[i].base, size)
-            return offset, size, decode_message(raw)
-        except TieredStoreError:
-            return None
+        return unit.commitlog_offset, unit.size, decode_message(raw, verify_crc=False)
 
     def probe_units(self) -> list[int]:
         """The last and the first unit (the newest message is the likeliest still indexed)."""
@@ -416,7 +440,7 @@ class _QueueTimes:
 
     def unit_time(self, q: int) -> int | None:
         unit = self.unit(q)
-        return None if unit is None else self.store_time(unit[0])
+        return None if unit is None else self.store_time(unit.commitlog_offset, unit, q)
 
     def _first_unit_at_or_after(self, offset: int) -> int | None:
         """The smallest queue offset whose unit points at or after commit-log ``offset``."""

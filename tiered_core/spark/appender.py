@@ -8,6 +8,7 @@ from typing import Iterable
 
 from tiered_core.codec.hashing import tags_hash_code
 from tiered_core.codec.message import PROPERTY_KEYS, PROPERTY_TAGS, Message, encode_message
+from tiered_core.codec.prop_crc import PROPERTY_CRC32
 from tiered_core.errors import DriverError, IllegalOffset
 from tiered_core.flat.message_file import FlatMessageFile
 from tiered_core.segment import AppendResult
@@ -56,8 +57,11 @@ class QueueAppender:
             raise IllegalOffset(f"{flat.topic}/{flat.queue_id}: next message has queue offset {queue_offset} "
                                 f"but the queue continues at {expected} (a gap in the input)",
                                 topic=flat.topic, queue_id=flat.queue_id, offset=queue_offset, expected=expected)
+        # A row exported from a store with append_prop_crc carries the old message's __CRC32#:
+        # replace it by one over these bytes (a stale one would be refused at upload, or fail
+        # verify_prop_crc later).
         raw = encode_message(message, queue_id=flat.queue_id, queue_offset=queue_offset,
-                             store_timestamp=store_timestamp)
+                             store_timestamp=store_timestamp, prop_crc=PROPERTY_CRC32 in message.properties)
         offset = self._append_commit_log(raw)
         request = ConsumeQueueRequest(queue_offset, offset, len(raw), tags_hash_code(message.tags), store_timestamp)
         result = flat.append_consume_queue(request)

@@ -1,14 +1,23 @@
 """Reading one planned partition on an executor: consume-queue units first, then the
 commit-log ranges they point at. Commit-log bytes no unit points at (left by a crash
-between the two commits) are never returned."""
+between the two commits) are never returned.
+
+Every message is validated against its unit and the partition's topic and queue by the
+store's shared :func:`~tiered_core.codec.checks.check_units` (the fetcher's policy,
+including ``verify_prop_crc`` from the config): the rows before a bad message are
+returned, then the task fails with its CorruptData (naming topic, queue, queue offset and
+reason) -- a bulk job never exports, migrates or re-indexes a message it cannot trust,
+nor silently leaves one out."""
 
 from __future__ import annotations
 
 import atexit
 import bisect
+import functools
 import threading
 from typing import Iterator
 
+from tiered_core.codec.checks import PropCrcPolicy, check_units
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, ConsumeQueueUnit, iter_cq_units
 from tiered_core.codec.message import MessageExt, decode_message
 from tiered_core.errors import CorruptData, IllegalOffset
@@ -32,6 +41,12 @@ def driver_for(source: ConfigSource) -> SegmentDriver:
         if driver is None:
             driver = _drivers[source] = source.load().open_driver()
         return driver
+
+
+@functools.lru_cache(maxsize=64)
+def prop_crc_policy(source: ConfigSource) -> PropCrcPolicy:
+    """How ``source``'s store treats the ``__CRC32#`` property (its ``verify_prop_crc``)."""
+    return PropCrcPolicy.from_config(source.load().verify_prop_crc)
 
 
 @atexit.register
@@ -91,25 +106,25 @@ def _units(driver: SegmentDriver, part: QueuePartition) -> Iterator[tuple[int, C
 def read_messages(source: ConfigSource, part: QueuePartition, read: ReadOptions) -> Iterator[list[MessageExt]]:
     """The partition's messages that match ``read``, in queue order, in lists of up to 4096."""
     driver = driver_for(source)
+    policy = prop_crc_policy(source)
     log = _CommitLog(driver, part.commit_log)
     pending: list[tuple[int, ConsumeQueueUnit]] = []
     pending_index = -1
 
-    def flush() -> list[MessageExt]:
+    def flush() -> tuple[list[MessageExt], CorruptData | None]:
         first = pending[0][1].commitlog_offset
         last_end = max(u.commitlog_offset + u.size for _, u in pending)
         buf = log.read(pending_index, first, last_end)
+        units = [u for _, u in pending]
+        checked = check_units(units, buf, first, topic=part.topic, queue_id=part.queue_id,
+                              queue_offset=pending[0][0], prop_crc=policy)
         out = []
-        for queue_offset, unit in pending:
-            try:
-                msg = decode_message(buf, unit.commitlog_offset - first, base_offset=first)
-            except CorruptData as exc:
-                raise CorruptData(f"{part.topic}/{part.queue_id} queue offset {queue_offset}: {exc.message}",
-                                  topic=part.topic, queue_id=part.queue_id, queue_offset=queue_offset) from None
+        for pos in checked.positions:
+            msg = decode_message(buf, pos, verify_crc=False, base_offset=first)  # checked above
             if read.wants_time(msg.store_timestamp):
                 out.append(msg)
         pending.clear()
-        return out
+        return out, checked.error
 
     for queue_offset, unit in _units(driver, part):
         if not unit.is_valid or unit.commitlog_offset < log.min_offset:
@@ -119,13 +134,17 @@ def read_messages(source: ConfigSource, part: QueuePartition, read: ReadOptions)
             first = pending[0][1].commitlog_offset
             if (index != pending_index or unit.commitlog_offset < first
                     or unit.commitlog_offset + unit.size - first > MAX_READ_BYTES
-                    or len(pending) >= UNITS_PER_READ):
-                batch = flush()
+                    or len(pending) >= UNITS_PER_READ or queue_offset != pending[-1][0] + 1):
+                batch, error = flush()
                 if batch:
                     yield batch
+                if error is not None:
+                    raise error
         pending_index = index
         pending.append((queue_offset, unit))
     if pending:
-        batch = flush()
+        batch, error = flush()
         if batch:
             yield batch
+        if error is not None:
+            raise error

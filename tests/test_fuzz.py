@@ -25,3 +25,20 @@ def test_regression_segment_path_with_a_lone_surrogate_is_not_a_segment_path() -
     with pytest.raises(IllegalParam, match="lone surrogate"):
         naming.cluster_dir("\ud800")
     assert naming.md5_prefix("cl\u00e9") == naming.cluster_dir("cl\u00e9")[:8]  # real non-ASCII names still work
+
+
+def test_regression_index_file_names_with_non_ascii_digits(tmp_path) -> None:
+    # "²".isdigit() is True but int("²") raises ValueError: both index readers took a
+    # file named with such a digit for an index file and crashed on it.
+    from tiered_core.index.store_file import IndexStoreFile
+    from tiered_core.local.index_file import IndexService, parse_index_file_name
+
+    assert parse_index_file_name("2024010100000000\u00b2") is None
+    assert parse_index_file_name("20240101000000000") == 1704067200000
+    path = tmp_path / "\u00b2"
+    path.write_bytes(bytes(64))
+    with pytest.raises(IllegalParam, match="not an index file name"):
+        IndexStoreFile.open(str(path), default_slot_count=2)
+    (tmp_path / "index").mkdir()
+    (tmp_path / "index" / "2024010100000000\u00b2").write_bytes(b"stray")
+    IndexService(str(tmp_path / "index"), 4, 8).close()  # the stray file is skipped, not fatal

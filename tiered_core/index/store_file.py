@@ -226,7 +226,7 @@ class IndexStoreFile:
         count (one written by RocketMQ); such a file must match it in size.
         """
         name = os.path.basename(path)
-        if not name.isdigit():
+        if not (name.isascii() and name.isdigit()):  # "²".isdigit() is true, but int() refuses it
             raise IllegalParam(f"{path!r} is not an index file name (digits of its begin timestamp)",
                                path=path)
         try:

@@ -61,7 +61,7 @@ def index_file_name(ts_ms: int) -> str:
 
 def parse_index_file_name(name: str) -> int | None:
     """The creation time (ms, UTC) encoded in an index file name, or None."""
-    if len(name) != _NAME_LEN or not name.isdigit():
+    if len(name) != _NAME_LEN or not (name.isascii() and name.isdigit()):  # int() refuses "²"
         return None
     try:
         t = _dt.datetime.strptime(name[:14], "%Y%m%d%H%M%S").replace(tzinfo=_dt.timezone.utc)

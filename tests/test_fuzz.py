@@ -42,3 +42,19 @@ def test_regression_index_file_names_with_non_ascii_digits(tmp_path) -> None:
     (tmp_path / "index").mkdir()
     (tmp_path / "index" / "2024010100000000\u00b2").write_bytes(b"stray")
     IndexService(str(tmp_path / "index"), 4, 8).close()  # the stray file is skipped, not fatal
+
+
+@pytest.mark.parametrize("text", [
+    '{"topicMetadataTable":' + "[" * 5000 + "1" + "]" * 5000 + "}",  # RecursionError from json.loads
+    '{"topicMetadataTable":' + "{0:" * 1000 + "1" + "}" * 1000 + "}",  # the same after quoting bare keys
+    '{"topicSerialNumber":' + "9" * 5000 + "}",  # ValueError: int of more than 4300 digits
+    '{0:{"a":' + "1" * 4301 + "}}",
+])
+def test_regression_metadata_json_too_deep_or_too_long_is_a_metadata_error(tmp_path, text) -> None:
+    from tiered_core.metadata.json_store import JsonMetadataStore
+
+    path = tmp_path / "tieredStoreMetadata.json"
+    path.write_text(text)
+    with pytest.raises(MetadataError) as err:
+        JsonMetadataStore(str(path), fsync=False)
+    assert err.value.path == str(path) and "not valid metadata JSON" in str(err.value)

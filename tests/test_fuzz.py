@@ -58,3 +58,19 @@ def test_regression_metadata_json_too_deep_or_too_long_is_a_metadata_error(tmp_p
     with pytest.raises(MetadataError) as err:
         JsonMetadataStore(str(path), fsync=False)
     assert err.value.path == str(path) and "not valid metadata JSON" in str(err.value)
+
+
+def test_regression_sizes_and_durations_are_exact() -> None:
+    # Durations (and sizes with a fraction) went through float: 2**53 + 1 ms came back as
+    # 2**53, and "1.00000000000000001k" was accepted as 1024 although it is no whole byte count.
+    from tiered_core.config import parse_duration_ms, parse_size
+
+    assert parse_duration_ms("9007199254740993") == 9007199254740993
+    assert parse_duration_ms("9007199254740993ms") == 9007199254740993
+    assert parse_duration_ms("9007199254740993s") == 9007199254740993000
+    assert parse_size("9007199254740993.5k") == 9223372036854777344
+    assert parse_size("1.5" + "0" * 400 + "p") == 3 << 49
+    with pytest.raises(ValueError):
+        parse_size("1.00000000000000001k")
+    with pytest.raises(ValueError):
+        parse_duration_ms("0.1000000000000000001s")

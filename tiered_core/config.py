@@ -28,6 +28,7 @@ import dataclasses
 import os
 import re
 import types
+from fractions import Fraction
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
@@ -405,13 +406,7 @@ def parse_size(value: Any) -> int:
     m = _SIZE_RE.fullmatch(value)
     if not m:
         raise ValueError(value)
-    number, unit = m.group(1).replace("_", ""), (m.group(2) or "").lower()
-    total = float(number) * _UNITS[unit] if "." in number else int(number) * _UNITS[unit]
-    if isinstance(total, float):
-        if not total.is_integer():
-            raise ValueError(value)
-        total = int(total)
-    return total
+    return _exact(m.group(1), _UNITS[(m.group(2) or "").lower()], value)
 
 
 def parse_duration_ms(value: Any) -> int:
@@ -427,8 +422,14 @@ def parse_duration_ms(value: Any) -> int:
     m = _DURATION_RE.fullmatch(value)
     if not m:
         raise ValueError(value)
-    total = float(m.group(1).replace("_", "")) * _DURATION_MS[(m.group(2) or "ms").lower()]
-    if not total.is_integer():
+    return _exact(m.group(1), _DURATION_MS[(m.group(2) or "ms").lower()], value)
+
+
+def _exact(number: str, unit: int, value: Any) -> int:
+    """``number * unit`` computed exactly (a float loses digits past 2**53: "9007199254740993"
+    read as ...992, "1.00000000000000001k" as 1024); ValueError unless it is a whole number."""
+    total = Fraction(number.replace("_", "")) * unit
+    if total.denominator != 1:
         raise ValueError(value)
     return int(total)
 

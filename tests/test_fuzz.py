@@ -74,3 +74,19 @@ def test_regression_sizes_and_durations_are_exact() -> None:
         parse_size("1.00000000000000001k")
     with pytest.raises(ValueError):
         parse_duration_ms("0.1000000000000000001s")
+
+
+@pytest.mark.parametrize("parse,value", [
+    ("parse_size", "-1"), ("parse_size", ()), ("parse_size", float("inf")), ("parse_size", "9" * 5000),
+    ("parse_duration_ms", "1.5"), ("parse_duration_ms", 1.5), ("parse_duration_ms", True),
+    ("parse_bool", "maybe"), ("parse_bool", [1]),
+])
+def test_regression_value_parsers_raise_config_error(parse, value) -> None:
+    # They raised a bare ValueError(value), which names nothing and is no TieredStoreError.
+    from tiered_core import config
+
+    with pytest.raises(ConfigError) as err:
+        getattr(config, parse)(value, key="some_key")
+    assert isinstance(err.value, ValueError)  # still a ValueError, for callers that catch that
+    assert err.value.key == "some_key" and "some_key" in str(err.value) and "accepted" in str(err.value)
+    assert len(str(err.value)) < 300  # a 5000-digit value is cut short in the message

@@ -386,43 +386,66 @@ def _bad(where: str, label: str, value: Any, accepted: str, key: str) -> ConfigE
                        key=key, source=where, value=value, accepted=accepted)
 
 
-def parse_size(value: Any) -> int:
+def _shown(value: Any) -> str:
+    """``repr(value)``, cut short: an error message must stay readable for a 5000-digit value."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:60]}...({len(text)} characters)"
+
+
+def _not_a(what: str, value: Any, key: str | None, accepted: str) -> ConfigError:
+    named = f"{key} = " if key else ""
+    return ConfigError(f"{named}{_shown(value)} is not {what}; accepted: {accepted}", key=key, value=value,
+                       accepted=accepted)
+
+
+def parse_size(value: Any, *, key: str | None = None) -> int:
     """Bytes from an int or a string like ``"4MiB"``, ``"1G"``, ``"512k"`` (binary units).
 
-    Raises ValueError for anything else, including negative numbers.
+    Raises :class:`~tiered_core.errors.ConfigError` (a ``ValueError``; ``key`` names the
+    setting when given) for anything else, including negative numbers and fractions of a byte.
     """
-    if isinstance(value, bool):
-        raise ValueError(value)
-    if isinstance(value, int):
-        if value < 0:
+    try:
+        if isinstance(value, bool):
             raise ValueError(value)
-        return value
-    if isinstance(value, float):
-        if value < 0 or not value.is_integer():
+        if isinstance(value, int):
+            if value < 0:
+                raise ValueError(value)
+            return value
+        if isinstance(value, float):
+            if value < 0 or not value.is_integer():
+                raise ValueError(value)
+            return int(value)
+        if not isinstance(value, str):
             raise ValueError(value)
-        return int(value)
-    if not isinstance(value, str):
-        raise ValueError(value)
-    m = _SIZE_RE.fullmatch(value)
-    if not m:
-        raise ValueError(value)
-    return _exact(m.group(1), _UNITS[(m.group(2) or "").lower()], value)
+        m = _SIZE_RE.fullmatch(value)
+        if not m:
+            raise ValueError(value)
+        return _exact(m.group(1), _UNITS[(m.group(2) or "").lower()], value)
+    except ValueError:
+        raise _not_a("a size", value, key, _ACCEPTED["size0"]) from None
 
 
-def parse_duration_ms(value: Any) -> int:
-    """Milliseconds from an int (ms) or a string like ``"30s"``, ``"500ms"``, ``"24h"``, ``"3d"``."""
-    if isinstance(value, bool):
-        raise ValueError(value)
-    if isinstance(value, int):
-        if value < 0:
+def parse_duration_ms(value: Any, *, key: str | None = None) -> int:
+    """Milliseconds from an int (ms) or a string like ``"30s"``, ``"500ms"``, ``"24h"``, ``"3d"``.
+
+    Raises :class:`~tiered_core.errors.ConfigError` (a ``ValueError``) for anything else,
+    including negative values and fractions of a millisecond.
+    """
+    try:
+        if isinstance(value, bool):
             raise ValueError(value)
-        return value
-    if not isinstance(value, str):
-        raise ValueError(value)
-    m = _DURATION_RE.fullmatch(value)
-    if not m:
-        raise ValueError(value)
-    return _exact(m.group(1), _DURATION_MS[(m.group(2) or "ms").lower()], value)
+        if isinstance(value, int):
+            if value < 0:
+                raise ValueError(value)
+            return value
+        if not isinstance(value, str):
+            raise ValueError(value)
+        m = _DURATION_RE.fullmatch(value)
+        if not m:
+            raise ValueError(value)
+        return _exact(m.group(1), _DURATION_MS[(m.group(2) or "ms").lower()], value)
+    except ValueError:
+        raise _not_a("a duration", value, key, _ACCEPTED["ms"]) from None
 
 
 def _exact(number: str, unit: int, value: Any) -> int:
@@ -434,16 +457,21 @@ def _exact(number: str, unit: int, value: Any) -> int:
     return int(total)
 
 
-def parse_bool(value: Any) -> bool:
-    """True/False from a bool or ``1/0, true/false, yes/no, on/off`` (any case)."""
+def parse_bool(value: Any, *, key: str | None = None) -> bool:
+    """True/False from a bool or ``1/0, true/false, yes/no, on/off`` (any case).
+
+    Raises :class:`~tiered_core.errors.ConfigError` (a ``ValueError``) for anything else.
+    """
     if isinstance(value, bool):
         return value
-    text = str(value).strip().lower()
+    text = value.strip().lower() if isinstance(value, str) else None
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
     if text in _TRUE:
         return True
     if text in _FALSE:
         return False
-    raise ValueError(value)
+    raise _not_a("a boolean", value, key, "true | false (or 1/0, yes/no, on/off)")
 
 
 def _parse_count(value: Any, minimum: int) -> int:

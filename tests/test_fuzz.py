@@ -90,3 +90,13 @@ def test_regression_value_parsers_raise_config_error(parse, value) -> None:
     assert isinstance(err.value, ValueError)  # still a ValueError, for callers that catch that
     assert err.value.key == "some_key" and "some_key" in str(err.value) and "accepted" in str(err.value)
     assert len(str(err.value)) < 300  # a 5000-digit value is cut short in the message
+
+
+def test_regression_properties_surrogate_pair_escapes_are_one_character() -> None:
+    # Java reads \uXXXX as UTF-16 code units: "\uD83D\uDE00" is one character, U+1F600.
+    # parse_properties returned two lone surrogates, which no file system or UTF-8 encoder takes.
+    from tiered_core.config import parse_properties
+
+    props = parse_properties("brokerName=b\\uD83D\\uDE00\nk\\u00e9y=\\u00e9\nlone=\\uD800x\n")
+    assert props == {"brokerName": "b\U0001f600", "k\u00e9y": "\u00e9", "lone": "\ud800x"}
+    props["brokerName"].encode("utf-8")

@@ -768,6 +768,8 @@ def parse_properties(text: str) -> dict[str, str]:
 
     Handles ``#``/``!`` comments, ``=``, ``:`` or whitespace separators, backslash line
     continuations and escapes (``\\\\``, ``\\t``, ``\\n``, ``\\uXXXX``), as broker.conf is read.
+    ``\\uXXXX`` escapes are UTF-16 code units as in Java: a surrogate pair of escapes is one
+    character; a lone surrogate is kept as Java keeps it (the loader refuses it in a value).
     """
     logical: list[str] = []
     pending = ""
@@ -825,7 +827,12 @@ def _unescape(text: str) -> str:
             continue
         out.append({"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(nxt, nxt))
         i += 2
-    return "".join(out)
+    text = "".join(out)
+    if any("\ud800" <= ch <= "\udfff" for ch in text):
+        # \uXXXX escapes are UTF-16 code units, as in Java: a surrogate pair is one character
+        # (\uD83D\uDE00 is U+1F600). A lone surrogate stays (Java keeps it); the field checks refuse it.
+        text = text.encode("utf-16-be", "surrogatepass").decode("utf-16-be", "surrogatepass")
+    return text
 
 
 def _from_properties(text: str, where: str) -> tuple[dict[str, Any], dict[str, str]]:

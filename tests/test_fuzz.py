@@ -100,3 +100,40 @@ def test_regression_properties_surrogate_pair_escapes_are_one_character() -> Non
     props = parse_properties("brokerName=b\\uD83D\\uDE00\nk\\u00e9y=\\u00e9\nlone=\\uD800x\n")
     assert props == {"brokerName": "b\U0001f600", "k\u00e9y": "\u00e9", "lone": "\ud800x"}
     props["brokerName"].encode("utf-8")
+
+
+@pytest.mark.parametrize("text,key", [
+    ("[tiered]\nstore_path = \"a\\u0000b\"\n", "store_path"),  # os.makedirs: ValueError embedded null byte
+    ("[tiered]\nread_ahead_disk_cache_path = \"c\\u0000\"\n", "read_ahead_disk_cache_path"),
+    ("[tiered.options]\nroot = \"r\\u0000\"\n", "options.root"),
+])
+def test_regression_config_refuses_nul_in_paths(tmp_path, text, key) -> None:
+    # Accepted at load, then TieredMessageStore.open failed with a bare ValueError.
+    from tiered_core import StoreConfig
+
+    conf = tmp_path / "t.toml"
+    conf.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        StoreConfig.load(conf, environ={})
+    assert err.value.key == key and str(conf) in str(err.value)
+
+
+@pytest.mark.parametrize("line,key", [
+    ("brokerClusterName=c\\uD800", "cluster"),  # md5 of the cluster name: UnicodeEncodeError at open
+    ("brokerName=\\uDC80", "broker"),
+    ("storePathRootDir=s\\uD800", "store_path"),
+    ("tieredStoreFilePath=\\uDFFF", "options.root"),
+    ("tieredBackendServiceProvider=posix\\uD800", "driver"),
+])
+def test_regression_config_refuses_lone_surrogates(tmp_path, line, key) -> None:
+    from tiered_core import StoreConfig
+
+    conf = tmp_path / "broker.conf"
+    conf.write_text(line + "\n")
+    with pytest.raises(ConfigError) as err:
+        StoreConfig.load(conf, environ={})
+    assert err.value.key == key and str(conf) in str(err.value)
+    conf.write_text(line.replace("\\uD800", "\\uD83D\\uDE00").replace("\\uDC80", "\\u00e9")
+                    .replace("\\uDFFF", "\\u00e9") + "\n")
+    if key != "driver":
+        StoreConfig.load(conf, environ={})  # the same key with a real character loads

@@ -486,6 +486,18 @@ def _parse_count(value: Any, minimum: int) -> int:
     return value
 
 
+def _storable_text(text: str) -> bool:
+    """True when ``text`` can name a file or a backend object: no NUL (the OS refuses it) and
+    a UTF-8 form (no lone surrogate, as a \\uD800 escape in broker.conf can give)."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _check_one(name: str, value: Any, label: str, where: str) -> Any:
     kind = _FIELD_TYPES[name]
     try:
@@ -494,16 +506,17 @@ def _check_one(name: str, value: Any, label: str, where: str) -> Any:
         if kind in ("path", "path?"):
             if value is None and kind == "path?":
                 return None
-            if not isinstance(value, (str, os.PathLike)) or not os.fspath(value).strip():
+            path = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+            if not isinstance(path, str) or not path.strip() or not _storable_text(path):
                 raise ValueError(value)
-            return os.path.expanduser(os.fspath(value))
+            return os.path.expanduser(path)
         if kind == "name":
-            if not isinstance(value, str) or not value.strip():
+            if not isinstance(value, str) or not value.strip() or not _storable_text(value):
                 raise ValueError(value)
             return value.strip()
         if kind == "component":
             if (not isinstance(value, str) or not value or value in (".", "..") or "/" in value
-                    or "\\" in value or any(ord(c) < 0x20 for c in value)):
+                    or "\\" in value or any(ord(c) < 0x20 for c in value) or not _storable_text(value)):
                 raise ValueError(value)
             return value
         if kind == "level":
@@ -543,10 +556,10 @@ def _check_one(name: str, value: Any, label: str, where: str) -> Any:
 
 
 _ACCEPTED = {
-    "path": "a non-empty path (relative to the config file's directory)",
-    "path?": "a path (relative to the config file's directory) or nothing",
+    "path": "a non-empty path (relative to the config file's directory) without NUL or lone surrogates",
+    "path?": "a path (relative to the config file's directory) without NUL or lone surrogates, or nothing",
     "name": "a registry name (see `tiered drivers`)",
-    "component": "a non-empty name without '/', '\\' or control characters",
+    "component": "a non-empty name without '/', '\\', control characters or lone surrogates",
     "level": " | ".join(STORAGE_LEVELS) + " (or 0-3)",
     "flush": " | ".join(LOCAL_FLUSH_MODES),
     "size": "a size > 0: an int (bytes) or a string like '4MiB', '1GiB', '512k'",
@@ -613,9 +626,15 @@ def _canonical_driver(name: str, label: str, where: str) -> str:
 def _check_driver_options(driver: str, options: dict[str, Any], base_dir: str, where: str,
                           label: str, option_labels: Mapping[str, str] | None = None) -> dict[str, Any]:
     for key in list(options):
-        if not isinstance(key, str) or not key:
-            raise ConfigError(f"{where}: driver option name {key!r} must be a non-empty string",
+        if not isinstance(key, str) or not key or not _storable_text(key):
+            raise ConfigError(f"{where}: driver option name {key!r} must be a non-empty string "
+                              "without NUL or lone surrogates",
                               key=f"options.{key}", source=where)
+        if isinstance(options[key], str) and not _storable_text(options[key]):
+            label_ = (option_labels or {}).get(key, f"{label}: {key}")
+            # The value is not shown: it may be a secret.
+            raise ConfigError(f"{where}: {label_} holds a NUL character or a lone surrogate, which no "
+                              "path, URL or credential can carry", key=f"options.{key}", source=where)
         if key in _PATH_OPTIONS and isinstance(options[key], str) and options[key]:
             options[key] = _resolve(options[key], base_dir)
     cls = _driver_class(driver)

@@ -137,3 +137,38 @@ def test_regression_config_refuses_lone_surrogates(tmp_path, line, key) -> None:
                     .replace("\\uDFFF", "\\u00e9") + "\n")
     if key != "driver":
         StoreConfig.load(conf, environ={})  # the same key with a real character loads
+
+
+@pytest.mark.parametrize("value", [
+    "[" * 2000 + "]" * 2000,  # tomllib: RecursionError
+    "{a=" * 2000 + "1" + "}" * 2000,
+    "9" * 4400,  # tomllib: ValueError (int of more than 4300 digits), not a TOMLDecodeError
+], ids=["array", "table", "int"])
+def test_regression_toml_too_deep_or_too_long_is_a_config_error(tmp_path, value) -> None:
+    from tiered_core import StoreConfig
+
+    conf = tmp_path / "t.toml"
+    conf.write_text(f"[tiered]\nmetadata = {value}\n")
+    with pytest.raises(ConfigError) as err:
+        StoreConfig.load(conf, environ={})
+    assert err.value.key == "config" and str(conf) in str(err.value) and "not valid TOML" in str(err.value)
+
+
+@pytest.mark.parametrize("value", [10 ** 5000, "9" * 5000 + "x", "deep"], ids=["int", "str", "deep"])
+def test_regression_huge_or_deep_values_in_errors(value) -> None:
+    # Building the error message called repr(): RecursionError for a value nested
+    # thousands deep, ValueError for an int past the 4300-digit str() limit.
+    from tiered_core import StoreConfig
+    from tiered_core.config import parse_size
+
+    if value == "deep":
+        value = 1
+        for _ in range(5000):
+            value = [value]
+    with pytest.raises(ConfigError) as err:
+        StoreConfig.from_mapping({"storage_level": value}, source="/fuzz/mapping")
+    assert err.value.key == "storage_level" and len(str(err.value)) < 400
+    if not isinstance(value, int):
+        with pytest.raises(ConfigError) as err:
+            parse_size(value)
+        assert len(str(err.value)) < 400

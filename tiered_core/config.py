@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import reprlib
 import types
 from fractions import Fraction
 from dataclasses import dataclass, field
@@ -382,14 +383,22 @@ assert set(_FIELD_TYPES) == _FIELD_NAMES
 
 
 def _bad(where: str, label: str, value: Any, accepted: str, key: str) -> ConfigError:
-    return ConfigError(f"{where}: {label} = {value!r} is invalid; accepted: {accepted}",
+    return ConfigError(f"{where}: {label} = {_shown(value)} is invalid; accepted: {accepted}",
                        key=key, source=where, value=value, accepted=accepted)
 
 
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring = _SHOWN.maxother = _SHOWN.maxlong = 80
+_SHOWN.maxlevel = 3
+
+
 def _shown(value: Any) -> str:
-    """``repr(value)``, cut short: an error message must stay readable for a 5000-digit value."""
-    text = repr(value)
-    return text if len(text) <= 80 else f"{text[:60]}...({len(text)} characters)"
+    """``repr(value)``, cut short: an error message must stay readable for a 5000-digit value
+    and must not recurse through a value nested thousands deep."""
+    try:
+        return _SHOWN.repr(value)
+    except (ValueError, RecursionError):  # an int past the 4300-digit str() limit
+        return f"<{type(value).__name__} too large to show>"
 
 
 def _not_a(what: str, value: Any, key: str | None, accepted: str) -> ConfigError:
@@ -673,6 +682,11 @@ def _from_toml(text: str, where: str) -> tuple[dict[str, Any], dict[str, str]]:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{where}: not valid TOML: {exc}", key="config", source=where) from None
+    except RecursionError:  # arrays or inline tables nested past the parser's stack
+        raise ConfigError(f"{where}: not valid TOML: values are nested too deeply", key="config",
+                          source=where) from None
+    except ValueError as exc:  # an integer of more than 4300 digits (not a TOMLDecodeError)
         raise ConfigError(f"{where}: not valid TOML: {exc}", key="config", source=where) from None
     table = data.get("tiered")
     if table is None:

@@ -172,3 +172,22 @@ def test_regression_huge_or_deep_values_in_errors(value) -> None:
         with pytest.raises(ConfigError) as err:
             parse_size(value)
         assert len(str(err.value)) < 400
+
+
+@pytest.mark.parametrize("field,offset,value", [
+    ("hashSlotCount", 32, (0x7FFFFFFF).to_bytes(4, "big")),  # the next put packed 2**31: struct.error
+    ("beginTimestamp", 0, 1 << 63),  # -2**63: truncate_from computed an end time below a long
+    ("endPhyOffset", 24, (1 << 64) - 1),  # -1: no commit-log offset is negative
+])
+def test_regression_local_index_header_that_cannot_be_written_back(tmp_path, field, offset, value) -> None:
+    from tiered_core.local.index_file import IndexFile
+
+    path = tmp_path / "20240101000000000"
+    data = bytearray(40 + 4 * 4 + 8 * 20)
+    raw = value if isinstance(value, bytes) else value.to_bytes(8, "big")
+    data[offset:offset + len(raw)] = raw
+    data[36:40] = (1).to_bytes(4, "big")  # indexCount 1: an empty file
+    path.write_bytes(bytes(data))
+    with pytest.raises(StateConflict) as err:
+        IndexFile(str(path), 4, 8)
+    assert err.value.field == field and str(path) in str(err.value)

@@ -191,3 +191,34 @@ def test_regression_local_index_header_that_cannot_be_written_back(tmp_path, fie
     with pytest.raises(StateConflict) as err:
         IndexFile(str(path), 4, 8)
     assert err.value.field == field and str(path) in str(err.value)
+
+
+def test_regression_compaction_of_a_time_diff_no_int_holds(tmp_path) -> None:
+    # Item 0's time-diff word records the oldest diff written; compaction shifts every diff
+    # by it. Set to -2**31 (as a corrupt file had it), the next item's diff of +5 s became
+    # 2**31 + 5 and compact_into failed with struct.error. Such an item is left out now.
+    import struct
+
+    from tiered_core.index.store_file import IndexStoreFile, UploadedIndexFile
+
+    begin = 1_700_000_000_003
+    f = IndexStoreFile.create(str(tmp_path), begin, slot_count=3, max_items=8)
+    f.close()
+    path = str(tmp_path / str(begin))
+    with open(path, "r+b") as fh:
+        fh.seek(28 + 3 * 8 + 24)
+        fh.write(struct.pack(">i", -(1 << 31)))
+    f = IndexStoreFile.open(path, default_slot_count=3)
+    f.put_key("T", 1, 0, ["k0"], 4096, 100, begin + 5000)  # diff +5 s
+    f.put_key("T", 1, 0, ["k1"], 8192, 100, begin - 2000)  # diff -2 s: shifted to 2**31 - 2, fits
+    f.seal()
+    data = f.compacted_bytes()
+    f.close()
+
+    class Segment:
+        path, min_timestamp, max_timestamp = "s", None, None
+
+    up = UploadedIndexFile(Segment(), read=lambda p, n: data[p:p + n], size=len(data))
+    assert up.header().item_count == 1
+    assert up.query("T", "k0", 8, -(1 << 62), 1 << 62) == []
+    assert [e.offset for e in up.query("T", "k1", 8, -(1 << 62), 1 << 62)] == [8192]

@@ -222,3 +222,15 @@ def test_regression_compaction_of_a_time_diff_no_int_holds(tmp_path) -> None:
     assert up.header().item_count == 1
     assert up.query("T", "k0", 8, -(1 << 62), 1 << 62) == []
     assert [e.offset for e in up.query("T", "k1", 8, -(1 << 62), 1 << 62)] == [8192]
+
+
+@pytest.mark.parametrize("line", ["tiered.options", "tiered.options=x", "tiered.driver_options=x"])
+def test_regression_broker_conf_tiered_options_without_a_name(line) -> None:
+    # "tiered.options" passed the unknown-key check (options is a TOML table name) and then
+    # hit KeyError('options') in the field checks.
+    from tiered_core import StoreConfig
+
+    with pytest.raises(ConfigError) as err:
+        StoreConfig.from_text(line + "\n", "properties", source="/fuzz/broker.conf")
+    assert err.value.key == line.partition("=")[0] and "/fuzz/broker.conf" in str(err.value)
+    assert "tiered.options.NAME" in str(err.value)

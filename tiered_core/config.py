@@ -898,7 +898,10 @@ def _from_properties(text: str, where: str) -> tuple[dict[str, Any], dict[str, s
             options[key[len("tiered.options."):]] = value
         elif key.startswith("tiered."):
             name = key[len("tiered."):]
-            if name not in _FIELD_NAMES or name in ("source", "driver_options"):
+            if name in ("options", "driver_options"):  # a table in TOML; one line per option here
+                raise ConfigError(f"{where}: {key} needs an option name: write driver options as "
+                                  "tiered.options.NAME=value", key=key, source=where)
+            if name not in _FIELD_NAMES or name == "source":
                 _reject_unknown({name: value}, where, "tiered.")
             values[name] = value
             labels[name] = key

@@ -234,3 +234,16 @@ def test_regression_broker_conf_tiered_options_without_a_name(line) -> None:
         StoreConfig.from_text(line + "\n", "properties", source="/fuzz/broker.conf")
     assert err.value.key == line.partition("=")[0] and "/fuzz/broker.conf" in str(err.value)
     assert "tiered.options.NAME" in str(err.value)
+
+
+@pytest.mark.parametrize("driver", [":x", ".rel:Driver", "a..b:C", "mod:", "mod:Cl ass"])
+def test_regression_driver_module_class_spec_that_importlib_refuses(driver) -> None:
+    # importlib.import_module raises ValueError ("Empty module name") or TypeError (a relative
+    # name), not ImportError, so plugins' module:Class lookup let them escape the loader.
+    from tiered_core import StoreConfig
+
+    with pytest.raises(ConfigError) as err:
+        StoreConfig.from_text(f"tieredBackendServiceProvider={driver}\n", "properties", source="/fuzz/b.conf")
+    assert err.value.key == "driver" and "/fuzz/b.conf" in str(err.value)
+    assert StoreConfig.from_mapping({"driver": "tiered_driver_memory:MemoryDriver"}).driver == \
+        "tiered_driver_memory:MemoryDriver"  # a well-formed spec still loads

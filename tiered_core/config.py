@@ -623,13 +623,22 @@ def _canonical_driver(name: str, label: str, where: str) -> str:
 
     try:
         registry = get_registry()
+        if ":" in name and not _is_class_spec(name):
+            # importlib would raise ValueError/TypeError for "", ".rel" or "a..b", not ImportError
+            raise ConfigError("module:Class must be a dotted module path, ':' and a class name")
         cls = registry.driver_class(name)
     except TieredStoreError as exc:
         installed = ", ".join(sorted(get_registry().drivers)) or "(none)"
-        raise ConfigError(f"{where}: {label} = {name!r} is not an installed driver ({exc.message}); "
+        raise ConfigError(f"{where}: {label} = {_shown(name)} is not an installed driver ({exc.message}); "
                           f"accepted: {installed}, their aliases, or module:Class",
                           key="driver", source=where, value=name) from None
     return name if ":" in name else cls.name
+
+
+def _is_class_spec(name: str) -> bool:
+    """``package.module:Class`` with every part a Python identifier."""
+    module, _, attr = name.partition(":")
+    return attr.isidentifier() and all(part.isidentifier() for part in module.split("."))
 
 
 def _check_driver_options(driver: str, options: dict[str, Any], base_dir: str, where: str,

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import pathlib
 
 import pytest
 
-from tiered_core import StoreConfig
+from tiered_core import Message, StoreConfig
 from tiered_core.config import parse_properties, parse_size
 from tiered_core.errors import ConfigError
 from tiered_core.flat import FlatFileConfig
@@ -19,6 +20,18 @@ def write(tmp_path: pathlib.Path, name: str, text: str) -> pathlib.Path:
     path = tmp_path / name
     path.write_text(text, encoding="utf-8")
     return path
+
+
+def _diskcache_spec(installed: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: (real("os") if installed else None) if name == "diskcache" else real(name, *a))
+
+
+@pytest.fixture
+def with_diskcache(monkeypatch):
+    """The loader sees the diskcache package as installed (read_ahead_disk_cache_path needs it)."""
+    _diskcache_spec(True, monkeypatch)
 
 
 # -- the example files ----------------------------------------------------------------
@@ -104,7 +117,7 @@ def test_memory_provider_ignores_the_posix_root_and_other_broker_keys_are_ignore
 # -- TOML -----------------------------------------------------------------------------
 
 
-def test_toml_round_trip_and_relative_paths(tmp_path):
+def test_toml_round_trip_and_relative_paths(tmp_path, with_diskcache):
     conf = write(tmp_path, "t.toml", '[tiered]\nstore_path = "data"\nstorage_level = "not_in_mem"\n'
                  'commit_log_max_size = "4MiB"\nconsume_queue_max_size = 2000\n'
                  'group_commit_interval_ms = "1.5s"\nfile_reserved_hours = "3d"\n'
@@ -164,8 +177,11 @@ def test_unknown_tiered_key_lists_accepted_keys(tmp_path):
 @pytest.mark.parametrize("key,value,accepted", [
     ("storage_level", "ALWAYS", "DISABLE | NOT_IN_DISK | NOT_IN_MEM | FORCE"),
     ("storage_level", 7, "DISABLE"),
-    ("commit_log_max_size", -1, "size > 0"),
-    ("commit_log_max_size", 0, "size > 0"),
+    ("commit_log_max_size", -1, "size >= 128"),
+    ("commit_log_max_size", 0, "size >= 128"),
+    ("commit_log_max_size", 127, "one whole message"),  # the local store's smallest message limit
+    ("consume_queue_max_size", 19, "one 20-byte consume-queue unit"),  # else nothing is ever tiered
+    ("local_commit_log_file_size", "4095", "size >= 4096"),
     ("commit_log_max_size", "4 parsecs", "4MiB"),
     ("commit_log_max_size", True, "size"),
     ("consume_queue_max_size", "1.3k", "size"),
@@ -174,7 +190,10 @@ def test_unknown_tiered_key_lists_accepted_keys(tmp_path):
     ("max_pending_limit", "many", "int >= 1"),
     ("group_commit_interval_ms", -10, "duration"),
     ("rolling_interval_ms", "soon", "duration"),
-    ("file_reserved_hours", -1, "int >= 0"),
+    ("file_reserved_hours", -1, "int >= 1"),
+    ("file_reserved_hours", 0, "int >= 1"),  # the index service refuses 0 at open
+    ("cluster", "c" * 247, "at most 246 UTF-8 bytes"),  # {md5[:8]}_{cluster} is one file name
+    ("broker", "\u00e9" * 128, "at most 255 UTF-8 bytes"),
     ("file_reserved_hours", "90m", "hours"),
     ("local_flush", "never", "async | sync"),
     ("cluster", "a/b", "without '/'"),
@@ -193,7 +212,7 @@ def test_bad_values_name_key_file_and_accepted_values(tmp_path, key, value, acce
 
 @pytest.mark.parametrize("line,key,accepted", [
     ("tieredStorageLevel=SOMETIMES", "tieredStorageLevel", "FORCE"),
-    ("tieredStoreCommitLogMaxSize=-1073741824", "tieredStoreCommitLogMaxSize", "size > 0"),
+    ("tieredStoreCommitLogMaxSize=-1073741824", "tieredStoreCommitLogMaxSize", "size >= 128"),
     ("commitLogRollingInterval=-2", "commitLogRollingInterval", "hours"),
     ("readAheadCacheEnable=perhaps", "readAheadCacheEnable", "true | false"),
     ("tieredStorageLevl=FORCE", "tieredStorageLevl", "tieredStorageLevel"),  # a typo is not ignored
@@ -329,3 +348,62 @@ def test_broker_conf_posix_provider_and_force_serve_reads_from_the_tiered_store(
         store.close()
     segments = tmp_path / "tieredstore" / cluster_dir("DefaultCluster") / "broker-a" / "TopicTest" / "0"
     assert sorted(p.name for p in segments.iterdir()) == ["COMMIT_LOG", "CONSUME_QUEUE"]
+
+
+# -- issue 9: what the loader accepts, the store opens with -------------------------------------
+
+
+def memory_broker_conf(tmp_path: pathlib.Path, *lines: str) -> pathlib.Path:
+    """A broker.conf for a store on the memory driver (its own namespace) with small files."""
+    return write(tmp_path, "broker.conf", "\n".join([
+        "storePathRootDir=store",
+        "tieredBackendServiceProvider=org.apache.rocketmq.tieredstore.provider.MemoryFileSegment",
+        f"tiered.options.namespace={tmp_path}",
+        "mappedFileSizeCommitLog=1048576",
+        *lines]) + "\n")
+
+
+def put(store, n: int, queue_id: int = 0) -> None:
+    for i in range(n):
+        store.put_message(Message(topic="T", body=b"m%05d" % i, keys=[f"k{i}"]), queue_id=queue_id)
+
+
+#: The smallest (or edge) value the loader accepts for each bounded field.
+EDGE_VALUES = [
+    ("commit_log_max_size", 128), ("consume_queue_max_size", 20), ("local_commit_log_file_size", 4096),
+    ("file_reserved_hours", 1), ("max_group_commit_count", 1),
+    ("group_commit_count", 1), ("group_commit_size", 1), ("group_commit_interval_ms", 0),
+    ("max_pending_limit", 1), ("rolling_min_size", 0), ("rolling_interval_ms", 0),
+    ("read_ahead_cache_bytes", 1), ("read_ahead_cache_expire_ms", 0), ("local_retention_hours", 0),
+    ("cluster", "c" * 246), ("broker", "\u00e9" * 127), ("storage_level", "FORCE"), ("local_flush", "sync"),
+    pytest.param("read_ahead_cache_bytes", 0, marks=pytest.mark.xfail(
+        strict=True, raises=ConfigError, reason="issue 9, core team: the store runs without a cache at 0")),
+]
+
+
+@pytest.mark.parametrize("field_name,value", EDGE_VALUES)
+def test_every_accepted_edge_value_opens_a_working_store(tmp_path, field_name, value):
+    """What the loader accepts, the store opens with: no bound is checked later than at load."""
+    from tiered_core.access.results import GetMessageStatus
+    from tiered_core.access.store import TieredMessageStore
+
+    cfg = StoreConfig.from_mapping({"store_path": str(tmp_path / "s"), "driver": "memory",
+                                    "options": {"namespace": str(tmp_path)}, "local_commit_log_file_size": "64KiB",
+                                    field_name: value}, source="edge.toml")
+    with TieredMessageStore.open(cfg) as store:
+        put(store, 3)  # 100-byte messages: one fits a 128-byte segment
+        assert store.dispatch(force=True).messages == 3
+        got = store.get_message("g", "T", 0, offset=0, max_count=8)
+        assert got.status is GetMessageStatus.FOUND and [m.body for m in got.messages] == [b"m00000", b"m00001",
+                                                                                           b"m00002"]
+
+
+def test_disk_cache_path_needs_diskcache_at_load(tmp_path, monkeypatch):
+    conf = write(tmp_path, "t.toml", '[tiered]\nread_ahead_disk_cache_path = "cache"\n')
+    _diskcache_spec(False, monkeypatch)
+    with pytest.raises(ConfigError) as err:
+        StoreConfig.load(conf, environ={})
+    assert err.value.key == "read_ahead_disk_cache_path" and str(conf) in str(err.value)
+    assert "diskcache" in str(err.value)
+    _diskcache_spec(True, monkeypatch)
+    assert StoreConfig.load(conf, environ={}).read_ahead_disk_cache_path == str(tmp_path / "cache")

@@ -25,6 +25,7 @@ durations accept ints (ms, or hours for ``*_hours``) or strings (``30s``, ``500m
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 import re
 import reprlib
@@ -71,7 +72,19 @@ class StoreConfig:
     :class:`~tiered_core.errors.ConfigError` naming the key, its source and the accepted
     values. ``driver`` is stored as the registry's canonical name (aliases such as
     RocketMQ's ``PosixFileSegment`` class name are resolved). Secrets in ``driver_options``
-    are kept (needed to open the driver) but :meth:`describe` redacts them.
+    are kept (needed to open the driver) but :meth:`describe` redacts them. A value the
+    store could not open with is refused here, not when the store opens.
+
+    Bounds that are not obvious from the field's name (each is the store's own):
+
+    - ``commit_log_max_size`` >= 128 bytes and ``consume_queue_max_size`` >= 20 bytes: a
+      tiered segment must hold one whole message (the local store refuses messages larger
+      than the segment) and one 20-byte consume-queue unit (else nothing is ever tiered).
+    - ``file_reserved_hours`` >= 1 (the tiered index refuses 0).
+    - ``local_commit_log_file_size`` >= 4096 bytes (the local store's minimum).
+    - ``read_ahead_disk_cache_path`` needs the ``diskcache`` package.
+    - ``cluster`` / ``broker``: path components of every tiered object, so at most 246 and
+      255 UTF-8 bytes (a POSIX file name; the cluster directory adds 9 characters).
     """
 
     store_path: str = "./demo-data"
@@ -190,8 +203,9 @@ class StoreConfig:
                 values[key] = _resolve(values[key], base_dir)
         driver = _canonical_driver(values.get("driver", cls.driver), labels.get("driver", "driver"), where)
         values["driver"] = driver
+        option_labels = {k[len("options."):]: v for k, v in labels.items() if k.startswith("options.")}
         values["driver_options"] = _check_driver_options(driver, dict(options), base_dir, where,
-                                                         labels.get("driver_options", "options"))
+                                                         labels.get("driver_options", "options"), option_labels)
         if "metadata" in values:
             values["metadata"] = _check_metadata(values["metadata"], labels.get("metadata", "metadata"), where)
         return cls(**values, source=source)
@@ -378,6 +392,22 @@ _FIELD_TYPES: dict[str, str] = {
 }
 assert set(_FIELD_TYPES) == _FIELD_NAMES
 
+#: Lower bounds the store needs (a smaller value would only fail, or silently stall, later).
+_MINIMUM: dict[str, int] = {
+    "commit_log_max_size": 128,
+    "consume_queue_max_size": 20,
+    "local_commit_log_file_size": 4096,
+    "file_reserved_hours": 1,
+}
+_MINIMUM_WHY = {
+    "commit_log_max_size": "a tiered segment must hold one whole message",
+    "consume_queue_max_size": "a segment must hold one 20-byte consume-queue unit, or nothing is tiered",
+    "local_commit_log_file_size": "the local commit log's smallest file",
+    "file_reserved_hours": "0 would expire everything, and the tiered index refuses it",
+}
+#: Longest cluster and broker names in UTF-8 bytes: each is one file name ({md5[:8]}_{cluster}).
+_COMPONENT_BYTES = {"cluster": 255 - 9, "broker": 255}
+
 
 # -- value checks ---------------------------------------------------------------------
 
@@ -509,6 +539,7 @@ def _storable_text(text: str) -> bool:
 
 def _check_one(name: str, value: Any, label: str, where: str) -> Any:
     kind = _FIELD_TYPES[name]
+    needs_diskcache = False
     try:
         if kind == "source":
             return value
@@ -518,14 +549,18 @@ def _check_one(name: str, value: Any, label: str, where: str) -> Any:
             path = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
             if not isinstance(path, str) or not path.strip() or not _storable_text(path):
                 raise ValueError(value)
-            return os.path.expanduser(path)
+            if name == "read_ahead_disk_cache_path" and importlib.util.find_spec("diskcache") is None:
+                needs_diskcache = True
+            else:
+                return os.path.expanduser(path)
         if kind == "name":
             if not isinstance(value, str) or not value.strip() or not _storable_text(value):
                 raise ValueError(value)
             return value.strip()
         if kind == "component":
             if (not isinstance(value, str) or not value or value in (".", "..") or "/" in value
-                    or "\\" in value or any(ord(c) < 0x20 for c in value) or not _storable_text(value)):
+                    or "\\" in value or any(ord(c) < 0x20 for c in value) or not _storable_text(value)
+                    or len(value.encode("utf-8")) > _COMPONENT_BYTES[name]):
                 raise ValueError(value)
             return value
         if kind == "level":
@@ -545,7 +580,7 @@ def _check_one(name: str, value: Any, label: str, where: str) -> Any:
             return text
         if kind in ("size", "size0"):
             size = parse_size(value)
-            if kind == "size" and size <= 0:
+            if size < _MINIMUM.get(name, 1 if kind == "size" else 0):
                 raise ValueError(value)
             return size
         if kind == "count":
@@ -557,10 +592,23 @@ def _check_one(name: str, value: Any, label: str, where: str) -> Any:
                 ms = parse_duration_ms(value)
                 if ms % 3_600_000:
                     raise ValueError(value)
-                return ms // 3_600_000
-            return _parse_count(value, 0)
+                hours = ms // 3_600_000
+            else:
+                hours = _parse_count(value, 0)
+            if hours < _MINIMUM.get(name, 0):
+                raise ValueError(value)
+            return hours
     except (ValueError, TypeError, OverflowError):
-        raise _bad(where, label, value, _ACCEPTED[kind], name) from None
+        accepted = _ACCEPTED[kind]
+        if name in _MINIMUM:
+            accepted = re.sub(r"[>]=? 0", f">= {_MINIMUM[name]}", accepted, count=1) + f" ({_MINIMUM_WHY[name]})"
+        elif name in _COMPONENT_BYTES:
+            accepted += f"; at most {_COMPONENT_BYTES[name]} UTF-8 bytes (one file name)"
+        raise _bad(where, label, value, accepted, name) from None
+    if needs_diskcache:
+        raise ConfigError(f"{where}: {label} = {_shown(value)} needs the diskcache package, which is not "
+                          "installed (pip install diskcache); leave it unset for a memory-only cache",
+                          key=name, source=where, value=value)
     raise AssertionError(kind)
 
 
@@ -884,6 +932,7 @@ def _from_properties(text: str, where: str) -> tuple[dict[str, Any], dict[str, s
     options: dict[str, str] = {}
     switches: dict[str, bool] = {}
     root: str | None = None
+    root_key = _ROCKETMQ_ROOT_KEYS[0]
     for key, raw in props.items():
         value = raw.strip()
         if key in ROCKETMQ_KEYS:
@@ -897,7 +946,7 @@ def _from_properties(text: str, where: str) -> tuple[dict[str, Any], dict[str, s
             values[name] = value
             labels[name] = f"{key} ({name})"
         elif key in _ROCKETMQ_ROOT_KEYS:
-            root = value or None
+            root, root_key = value or None, key
         elif key in _ROCKETMQ_SWITCHES:
             try:
                 switches[key] = parse_bool(value)
@@ -905,6 +954,7 @@ def _from_properties(text: str, where: str) -> tuple[dict[str, Any], dict[str, s
                 raise _bad(where, key, raw, "true | false", key) from None
         elif key.startswith("tiered.options."):
             options[key[len("tiered.options."):]] = value
+            labels["options." + key[len("tiered.options."):]] = key
         elif key.startswith("tiered."):
             name = key[len("tiered."):]
             if name in ("options", "driver_options"):  # a table in TOML; one line per option here
@@ -925,8 +975,9 @@ def _from_properties(text: str, where: str) -> tuple[dict[str, Any], dict[str, s
     if switches.get("tieredStoreGroupCommit") is False:
         values["group_commit_count"] = 1  # RocketMQ: false forces every dispatch
         labels["group_commit_count"] = "tieredStoreGroupCommit"
-    if root is not None:
-        options.setdefault("root", root)
+    if root is not None and "root" not in options:
+        options["root"] = root
+        labels["options.root"] = root_key
     if options:
         # tieredStoreFilePath is the POSIX provider's root; a driver without a root ignores it.
         driver = values.get("driver", StoreConfig.driver)

@@ -75,14 +75,28 @@ class StoreConfig:
     are kept (needed to open the driver) but :meth:`describe` redacts them. A value the
     store could not open with is refused here, not when the store opens.
 
-    Bounds that are not obvious from the field's name (each is the store's own):
+    Fields whose meaning is not obvious from their name:
 
     - ``commit_log_max_size`` >= 128 bytes and ``consume_queue_max_size`` >= 20 bytes: a
       tiered segment must hold one whole message (the local store refuses messages larger
       than the segment) and one 20-byte consume-queue unit (else nothing is ever tiered).
-    - ``file_reserved_hours`` >= 1 (the tiered index refuses 0).
+    - ``group_commit_count`` / ``group_commit_size`` / ``group_commit_interval_ms``: a queue
+      is copied to the tier when that many messages wait, or the oldest waited that long;
+      ``group_commit_interval_ms = 0`` copies whatever waits at every dispatch round
+      (RocketMQ's ``tieredStoreGroupCommit=false``), still in groups of up to
+      ``group_commit_count`` messages and ``group_commit_size`` bytes.
+    - ``max_pending_limit``: uploads in flight across queues (RocketMQ's
+      ``tieredStoreMaxPendingLimit`` / 4). The store currently runs at most 8 dispatch
+      threads, so values above 8 act as 8.
+    - ``file_reserved_hours`` >= 1: tiered segments and uploaded index files older than
+      this are deleted when expiry runs (a topic's own reserve time takes precedence for
+      its segments). :data:`NEVER_EXPIRE_HOURS` (RocketMQ's ``tieredStoreDeleteFileEnable=
+      false``) keeps them for good.
+    - ``read_ahead_cache_bytes``: the memory budget of the fetcher's read-ahead cache;
+      ``0`` means no read-ahead cache (RocketMQ's ``readAheadCacheEnable=false``): every
+      tiered read goes to the backend. ``read_ahead_disk_cache_path`` adds a disk tier and
+      needs the ``diskcache`` package.
     - ``local_commit_log_file_size`` >= 4096 bytes (the local store's minimum).
-    - ``read_ahead_disk_cache_path`` needs the ``diskcache`` package.
     - ``cluster`` / ``broker``: path components of every tiered object, so at most 246 and
       255 UTF-8 bytes (a POSIX file name; the cluster directory adds 9 characters).
     """
@@ -403,10 +417,12 @@ _MINIMUM_WHY = {
     "commit_log_max_size": "a tiered segment must hold one whole message",
     "consume_queue_max_size": "a segment must hold one 20-byte consume-queue unit, or nothing is tiered",
     "local_commit_log_file_size": "the local commit log's smallest file",
-    "file_reserved_hours": "0 would expire everything, and the tiered index refuses it",
+    "file_reserved_hours": "0 would expire everything; tieredStoreDeleteFileEnable=false keeps files for good",
 }
 #: Longest cluster and broker names in UTF-8 bytes: each is one file name ({md5[:8]}_{cluster}).
 _COMPONENT_BYTES = {"cluster": 255 - 9, "broker": 255}
+#: ``file_reserved_hours`` meaning "never expire" (about 245,000 years).
+NEVER_EXPIRE_HOURS = (1 << 31) - 1
 
 
 # -- value checks ---------------------------------------------------------------------
@@ -839,13 +855,41 @@ ROCKETMQ_KEYS: dict[str, tuple[str, Callable[[str], Any] | None]] = {
 
 #: Keys handled specially: the POSIX root, and switches that turn a feature off.
 _ROCKETMQ_ROOT_KEYS = ("tieredStoreFilePath", "tieredStoreFilepath")
-_ROCKETMQ_SWITCHES = ("readAheadCacheEnable", "tieredStoreGroupCommit")
+#: RocketMQ's boolean switches and what ``false`` sets (``true``, their default, sets nothing):
+#:
+#: - ``readAheadCacheEnable=false``: ``read_ahead_cache_bytes = 0``, no read-ahead cache.
+#: - ``tieredStoreGroupCommit=false`` ("false forces every dispatch"): ``group_commit_interval_ms
+#:   = 0``, so every dispatch round copies what waits, still in groups of ``group_commit_count``
+#:   messages / ``group_commit_size`` bytes (not one commit per message).
+#: - ``tieredStoreDeleteFileEnable=false``: ``file_reserved_hours = NEVER_EXPIRE_HOURS``, so
+#:   expiry (of segments and of uploaded index files) deletes nothing.
+_ROCKETMQ_SWITCHES: dict[str, tuple[str, Any]] = {
+    "readAheadCacheEnable": ("read_ahead_cache_bytes", 0),
+    "tieredStoreGroupCommit": ("group_commit_interval_ms", 0),
+    "tieredStoreDeleteFileEnable": ("file_reserved_hours", NEVER_EXPIRE_HOURS),
+}
 
-#: RocketMQ tiered keys accepted but without effect here (checked for nothing but presence).
+#: RocketMQ tiered keys accepted without effect here; their values are still checked:
+#:
+#: - ``tieredStoreIndexFileMaxHashSlotNum`` / ``tieredStoreIndexFileMaxIndexNum`` (ints >= 1):
+#:   the tiered index sizes its files itself (``IndexConfig``; an uploaded file records its
+#:   own layout).
+#: - ``tieredStoreDeleteFileInterval`` (ms >= 0): expiry runs when called
+#:   (``TieredMessageStore.delete_expired_tiered``) and, for index files, on the index
+#:   service's own interval.
+#: - ``tieredStoreCrcCheckEnable`` (a boolean): unused by RocketMQ; here tiered reads always
+#:   check the body CRC.
 ROCKETMQ_IGNORED_TIERED_KEYS = frozenset({
-    "tieredStoreIndexFileMaxHashSlotNum", "tieredStoreIndexFileMaxIndexNum", "tieredStoreDeleteFileEnable",
+    "tieredStoreIndexFileMaxHashSlotNum", "tieredStoreIndexFileMaxIndexNum",
     "tieredStoreDeleteFileInterval", "tieredStoreCrcCheckEnable",
 })
+_IGNORED_CHECKS: dict[str, tuple[Callable[[str], Any], str]] = {
+    "tieredStoreIndexFileMaxHashSlotNum": (lambda v: _parse_count(v, 1), _ACCEPTED["count"]),
+    "tieredStoreIndexFileMaxIndexNum": (lambda v: _parse_count(v, 1), _ACCEPTED["count"]),
+    "tieredStoreDeleteFileInterval": (parse_duration_ms, _ACCEPTED["ms"]),
+    "tieredStoreCrcCheckEnable": (parse_bool, "true | false"),
+}
+assert set(_IGNORED_CHECKS) == ROCKETMQ_IGNORED_TIERED_KEYS
 
 
 def _accepted_properties_keys() -> list[str]:
@@ -964,17 +1008,22 @@ def _from_properties(text: str, where: str) -> tuple[dict[str, Any], dict[str, s
                 _reject_unknown({name: value}, where, "tiered.")
             values[name] = value
             labels[name] = key
-        elif key.startswith("tiered") and key not in ROCKETMQ_IGNORED_TIERED_KEYS:
+        elif key in ROCKETMQ_IGNORED_TIERED_KEYS:
+            check, accepted = _IGNORED_CHECKS[key]
+            try:
+                check(value)
+            except (ValueError, TypeError):
+                raise _bad(where, key, raw, accepted + " (accepted, without effect here)", key) from None
+        elif key.startswith("tiered"):
             raise ConfigError(f"{where}: unknown tiered-store key {key!r}; accepted keys: "
                               f"{', '.join(_accepted_properties_keys())}", key=key, source=where,
                               accepted=_accepted_properties_keys())
         # Every other broker key belongs to the broker: ignored.
-    if switches.get("readAheadCacheEnable") is False:
-        values["read_ahead_cache_bytes"] = 0
-        labels["read_ahead_cache_bytes"] = "readAheadCacheEnable"
-    if switches.get("tieredStoreGroupCommit") is False:
-        values["group_commit_count"] = 1  # RocketMQ: false forces every dispatch
-        labels["group_commit_count"] = "tieredStoreGroupCommit"
+    for switch, enabled in switches.items():
+        if not enabled:  # the switch wins over the field's own key in the same file
+            name, off = _ROCKETMQ_SWITCHES[switch]
+            values[name] = off
+            labels[name] = f"{switch}=false ({name})"
     if root is not None and "root" not in options:
         options["root"] = root
         labels["options.root"] = root_key
@@ -998,6 +1047,8 @@ __all__ = [
     "LOCAL_FLUSH_MODES",
     "METADATA_ALIASES",
     "ROCKETMQ_KEYS",
+    "ROCKETMQ_IGNORED_TIERED_KEYS",
+    "NEVER_EXPIRE_HOURS",
     "parse_properties",
     "parse_size",
     "parse_duration_ms",

@@ -100,6 +100,8 @@ def test_regression_properties_surrogate_pair_escapes_are_one_character() -> Non
     props = parse_properties("brokerName=b\\uD83D\\uDE00\nk\\u00e9y=\\u00e9\nlone=\\uD800x\n")
     assert props == {"brokerName": "b\U0001f600", "k\u00e9y": "\u00e9", "lone": "\ud800x"}
     props["brokerName"].encode("utf-8")
+    # A str that holds the pair as two raw code units (text decoded with surrogatepass) too.
+    assert parse_properties("brokerName=b\ud83d\ude00\n") == {"brokerName": "b\U0001f600"}
 
 
 @pytest.mark.parametrize("text,key", [

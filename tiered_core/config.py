@@ -945,7 +945,7 @@ def parse_properties(text: str) -> dict[str, str]:
 
 def _unescape(text: str) -> str:
     if "\\" not in text:
-        return text
+        return _utf16_pairs(text)
     out: list[str] = []
     i, n = 0, len(text)
     while i < n:
@@ -961,11 +961,15 @@ def _unescape(text: str) -> str:
             continue
         out.append({"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(nxt, nxt))
         i += 2
-    text = "".join(out)
+    return _utf16_pairs("".join(out))
+
+
+def _utf16_pairs(text: str) -> str:
+    """Join surrogate pairs into one character: \\uXXXX escapes are UTF-16 code units, as in
+    Java (\\uD83D\\uDE00 is U+1F600). A lone surrogate stays (Java keeps it); the field
+    checks refuse it."""
     if any("\ud800" <= ch <= "\udfff" for ch in text):
-        # \uXXXX escapes are UTF-16 code units, as in Java: a surrogate pair is one character
-        # (\uD83D\uDE00 is U+1F600). A lone surrogate stays (Java keeps it); the field checks refuse it.
-        text = text.encode("utf-16-be", "surrogatepass").decode("utf-16-be", "surrogatepass")
+        return text.encode("utf-16-be", "surrogatepass").decode("utf-16-be", "surrogatepass")
     return text
 
 

@@ -1318,8 +1318,10 @@ def test_regression_driver_module_class_spec_that_importlib_refuses(driver) -> N
     # name), not ImportError, so plugins' module:Class lookup let them escape the loader.
     from tiered_core import StoreConfig
 
-    with pytest.raises(ConfigError) as err:
-        StoreConfig.from_text(f"tieredBackendServiceProvider={driver}\n", "properties", source="/fuzz/b.conf")
-    assert err.value.key == "driver" and "/fuzz/b.conf" in str(err.value)
+    for root in ("", "tieredStoreFilePath=/t\n"):  # with a root, the driver's options are looked up first
+        with pytest.raises(ConfigError) as err:
+            StoreConfig.from_text(f"tieredBackendServiceProvider={driver}\n{root}", "properties",
+                                  source="/fuzz/b.conf")
+        assert err.value.key == "driver" and "/fuzz/b.conf" in str(err.value)
     assert StoreConfig.from_mapping({"driver": "tiered_driver_memory:MemoryDriver"}).driver == \
         "tiered_driver_memory:MemoryDriver"  # a well-formed spec still loads

@@ -672,6 +672,9 @@ def _resolve(path: str, base_dir: str) -> str:
 def _driver_class(name: str) -> type:
     from tiered_core.plugins import driver_class
 
+    if ":" in name and not _is_class_spec(name):
+        # importlib would raise ValueError/TypeError for "", ".rel" or "a..b", not ImportError
+        raise ConfigError("module:Class must be a dotted module path, ':' and a class name", key="driver")
     return driver_class(name)
 
 
@@ -687,10 +690,7 @@ def _canonical_driver(name: str, label: str, where: str) -> str:
 
     try:
         registry = get_registry()
-        if ":" in name and not _is_class_spec(name):
-            # importlib would raise ValueError/TypeError for "", ".rel" or "a..b", not ImportError
-            raise ConfigError("module:Class must be a dotted module path, ':' and a class name")
-        cls = registry.driver_class(name)
+        cls = _driver_class(name) if ":" in name else registry.driver_class(name)
     except TieredStoreError as exc:
         installed = ", ".join(sorted(get_registry().drivers)) or "(none)"
         raise ConfigError(f"{where}: {label} = {_shown(name)} is not an installed driver ({exc.message}); "

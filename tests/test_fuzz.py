@@ -809,7 +809,8 @@ def run_config_properties(text: str) -> None:
         for key, value in props.items():
             assert isinstance(key, str) and isinstance(value, str)
             # \uXXXX escapes are UTF-16 code units: a pair must have become one character
-            assert not re.search("[\ud800-\udbff][\udc00-\udfff]", key + value), (key, value)
+            for text in (key, value):
+                assert not re.search("[\ud800-\udbff][\udc00-\udfff]", text), (key, value)
     _check_config("properties", text)
 
 

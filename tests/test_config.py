@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import pathlib
 
 import pytest
 
-from tiered_core import StoreConfig
-from tiered_core.config import parse_properties, parse_size
+from tiered_core import Message, StoreConfig
+from tiered_core.config import (
+    _ROCKETMQ_ROOT_KEYS,
+    _ROCKETMQ_SWITCHES,
+    NEVER_EXPIRE_HOURS,
+    ROCKETMQ_IGNORED_TIERED_KEYS,
+    ROCKETMQ_KEYS,
+    parse_properties,
+    parse_size,
+)
 from tiered_core.errors import ConfigError
 from tiered_core.flat import FlatFileConfig
 
@@ -19,6 +28,18 @@ def write(tmp_path: pathlib.Path, name: str, text: str) -> pathlib.Path:
     path = tmp_path / name
     path.write_text(text, encoding="utf-8")
     return path
+
+
+def _diskcache_spec(installed: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: (real("os") if installed else None) if name == "diskcache" else real(name, *a))
+
+
+@pytest.fixture
+def with_diskcache(monkeypatch):
+    """The loader sees the diskcache package as installed (read_ahead_disk_cache_path needs it)."""
+    _diskcache_spec(True, monkeypatch)
 
 
 # -- the example files ----------------------------------------------------------------
@@ -97,14 +118,15 @@ def test_memory_provider_ignores_the_posix_root_and_other_broker_keys_are_ignore
         "tiered.options.namespace=ns1\ntiered.commit_log_max_size=8MiB\n", "properties")
     assert cfg.driver == "memory" and dict(cfg.driver_options) == {"namespace": "ns1"}
     assert cfg.read_ahead_cache_bytes == 0  # readAheadCacheEnable=false
-    assert cfg.group_commit_count == 1  # tieredStoreGroupCommit=false: every message is dispatched
+    # tieredStoreGroupCommit=false: every round dispatches what waits, in groups of the configured count
+    assert cfg.group_commit_interval_ms == 0 and cfg.group_commit_count == 100
     assert cfg.commit_log_max_size == 8 << 20
 
 
 # -- TOML -----------------------------------------------------------------------------
 
 
-def test_toml_round_trip_and_relative_paths(tmp_path):
+def test_toml_round_trip_and_relative_paths(tmp_path, with_diskcache):
     conf = write(tmp_path, "t.toml", '[tiered]\nstore_path = "data"\nstorage_level = "not_in_mem"\n'
                  'commit_log_max_size = "4MiB"\nconsume_queue_max_size = 2000\n'
                  'group_commit_interval_ms = "1.5s"\nfile_reserved_hours = "3d"\n'
@@ -164,8 +186,11 @@ def test_unknown_tiered_key_lists_accepted_keys(tmp_path):
 @pytest.mark.parametrize("key,value,accepted", [
     ("storage_level", "ALWAYS", "DISABLE | NOT_IN_DISK | NOT_IN_MEM | FORCE"),
     ("storage_level", 7, "DISABLE"),
-    ("commit_log_max_size", -1, "size > 0"),
-    ("commit_log_max_size", 0, "size > 0"),
+    ("commit_log_max_size", -1, "size >= 128"),
+    ("commit_log_max_size", 0, "size >= 128"),
+    ("commit_log_max_size", 127, "one whole message"),  # the local store's smallest message limit
+    ("consume_queue_max_size", 19, "one 20-byte consume-queue unit"),  # else nothing is ever tiered
+    ("local_commit_log_file_size", "4095", "size >= 4096"),
     ("commit_log_max_size", "4 parsecs", "4MiB"),
     ("commit_log_max_size", True, "size"),
     ("consume_queue_max_size", "1.3k", "size"),
@@ -174,7 +199,10 @@ def test_unknown_tiered_key_lists_accepted_keys(tmp_path):
     ("max_pending_limit", "many", "int >= 1"),
     ("group_commit_interval_ms", -10, "duration"),
     ("rolling_interval_ms", "soon", "duration"),
-    ("file_reserved_hours", -1, "int >= 0"),
+    ("file_reserved_hours", -1, "int >= 1"),
+    ("file_reserved_hours", 0, "int >= 1"),  # the index service refuses 0 at open
+    ("cluster", "c" * 247, "at most 246 UTF-8 bytes"),  # {md5[:8]}_{cluster} is one file name
+    ("broker", "\u00e9" * 128, "at most 255 UTF-8 bytes"),
     ("file_reserved_hours", "90m", "hours"),
     ("local_flush", "never", "async | sync"),
     ("cluster", "a/b", "without '/'"),
@@ -193,7 +221,7 @@ def test_bad_values_name_key_file_and_accepted_values(tmp_path, key, value, acce
 
 @pytest.mark.parametrize("line,key,accepted", [
     ("tieredStorageLevel=SOMETIMES", "tieredStorageLevel", "FORCE"),
-    ("tieredStoreCommitLogMaxSize=-1073741824", "tieredStoreCommitLogMaxSize", "size > 0"),
+    ("tieredStoreCommitLogMaxSize=-1073741824", "tieredStoreCommitLogMaxSize", "size >= 128"),
     ("commitLogRollingInterval=-2", "commitLogRollingInterval", "hours"),
     ("readAheadCacheEnable=perhaps", "readAheadCacheEnable", "true | false"),
     ("tieredStorageLevl=FORCE", "tieredStorageLevl", "tieredStorageLevel"),  # a typo is not ignored
@@ -329,3 +357,235 @@ def test_broker_conf_posix_provider_and_force_serve_reads_from_the_tiered_store(
         store.close()
     segments = tmp_path / "tieredstore" / cluster_dir("DefaultCluster") / "broker-a" / "TopicTest" / "0"
     assert sorted(p.name for p in segments.iterdir()) == ["COMMIT_LOG", "CONSUME_QUEUE"]
+
+
+# -- issue 9: every RocketMQ key the loader accepts maps to its field and works ----------------
+
+#: broker.conf key -> (value, field, what the field holds); "<base>" is the file's directory.
+BROKER_KEYS = {
+    "brokerClusterName": ("c1", "cluster", "c1"),
+    "brokerName": ("b1", "broker", "b1"),
+    "storePathRootDir": ("store", "store_path", "<base>/store"),
+    "tieredBackendServiceProvider": ("org.apache.rocketmq.tieredstore.provider.MemoryFileSegment", "driver",
+                                     "memory"),
+    "tieredMetadataServiceProvider": ("org.apache.rocketmq.tieredstore.metadata.DefaultMetadataStore",
+                                      "metadata", "json"),
+    "tieredStorageLevel": ("2", "storage_level", "NOT_IN_MEM"),
+    "tieredStoreCommitLogMaxSize": ("2097152", "commit_log_max_size", 2 << 20),
+    "tieredStoreConsumeQueueMaxSize": ("2000", "consume_queue_max_size", 2000),
+    "tieredStoreMaxGroupCommitCount": ("77", "max_group_commit_count", 77),
+    "tieredStoreGroupCommitCount": ("64", "group_commit_count", 64),
+    "tieredStoreGroupCommitSize": ("65536", "group_commit_size", 65536),
+    "tieredStoreGroupCommitTimeout": ("1500", "group_commit_interval_ms", 1500),
+    "tieredStoreMaxPendingLimit": ("100", "max_pending_limit", 25),  # RocketMQ's permits: limit / 4
+    "commitLogRollingMinimumSize": ("0", "rolling_min_size", 0),
+    "commitLogRollingInterval": ("2", "rolling_interval_ms", 7_200_000),  # hours
+    "tieredStoreFileReservedTime": ("5", "file_reserved_hours", 5),
+    "readAheadCacheExpireDuration": ("2500", "read_ahead_cache_expire_ms", 2500),
+    "mappedFileSizeCommitLog": ("65536", "local_commit_log_file_size", 65536),
+    "flushDiskType": ("SYNC_FLUSH", "local_flush", "sync"),
+    "fileReservedTime": ("12", "local_retention_hours", 12),
+    "tieredStoreFilePath": ("tiered", "driver_options", {"root": "<base>/tiered"}),
+    "tieredStoreFilepath": ("tiered", "driver_options", {"root": "<base>/tiered"}),  # an old spelling
+    "readAheadCacheEnable": ("false", "read_ahead_cache_bytes", 0),
+    "tieredStoreGroupCommit": ("false", "group_commit_interval_ms", 0),
+    "tieredStoreDeleteFileEnable": ("false", "file_reserved_hours", NEVER_EXPIRE_HOURS),
+    "enabledAppendPropCRC": ("true", "append_prop_crc", True),
+    "forceVerifyPropCRC": ("true", "verify_prop_crc", True),
+}
+
+#: broker.conf key -> (bad value, what ConfigError.key says, text the message shows).
+BAD_BROKER_VALUES = {
+    "brokerClusterName": ("a/b", "cluster", "without '/'"),
+    "brokerName": ("", "broker", "non-empty"),
+    "storePathRootDir": ("", "store_path", "non-empty path"),
+    "tieredBackendServiceProvider": ("floppy", "driver", "posix"),
+    "tieredMetadataServiceProvider": ("redis", "metadata", "sqlite"),
+    "tieredStorageLevel": ("SOMETIMES", "storage_level", "FORCE"),
+    "tieredStoreCommitLogMaxSize": ("100", "commit_log_max_size", "size >= 128"),
+    "tieredStoreConsumeQueueMaxSize": ("10", "consume_queue_max_size", "size >= 20"),
+    "tieredStoreMaxGroupCommitCount": ("0", "max_group_commit_count", "int >= 1"),
+    "tieredStoreGroupCommitCount": ("-1", "group_commit_count", "int >= 1"),
+    "tieredStoreGroupCommitSize": ("0", "group_commit_size", "size > 0"),
+    "tieredStoreGroupCommitTimeout": ("-5", "group_commit_interval_ms", "duration >= 0"),
+    "tieredStoreMaxPendingLimit": ("many", "max_pending_limit", "int >= 1"),
+    "commitLogRollingMinimumSize": ("-1", "rolling_min_size", "size >= 0"),
+    "commitLogRollingInterval": ("-2", "rolling_interval_ms", "hours"),
+    "tieredStoreFileReservedTime": ("0", "file_reserved_hours", "int >= 1"),
+    "readAheadCacheExpireDuration": ("soon", "read_ahead_cache_expire_ms", "duration"),
+    "mappedFileSizeCommitLog": ("1024", "local_commit_log_file_size", "size >= 4096"),
+    "flushDiskType": ("NEVER_FLUSH", "local_flush", "async | sync"),
+    "fileReservedTime": ("-1", "local_retention_hours", "int >= 0"),
+    "tieredStoreFilePath": ("a\\u0000b", "options.root", "NUL"),
+    "tieredStoreFilepath": ("\\uD800", "options.root", "lone surrogate"),
+    "readAheadCacheEnable": ("perhaps", "readAheadCacheEnable", "true | false"),
+    "tieredStoreGroupCommit": ("2", "tieredStoreGroupCommit", "true | false"),
+    "enabledAppendPropCRC": ("maybe", "append_prop_crc", "true | false"),
+    "forceVerifyPropCRC": ("2", "verify_prop_crc", "true | false"),
+    "tieredStoreDeleteFileEnable": ("nope", "tieredStoreDeleteFileEnable", "true | false"),
+    "tieredStoreIndexFileMaxHashSlotNum": ("0", "tieredStoreIndexFileMaxHashSlotNum", "int >= 1"),
+    "tieredStoreIndexFileMaxIndexNum": ("x", "tieredStoreIndexFileMaxIndexNum", "int >= 1"),
+    "tieredStoreDeleteFileInterval": ("-1", "tieredStoreDeleteFileInterval", "duration >= 0"),
+    "tieredStoreCrcCheckEnable": ("maybe", "tieredStoreCrcCheckEnable", "true | false"),
+}
+
+
+def _accepted_broker_keys() -> set[str]:
+    return set(ROCKETMQ_KEYS) | set(_ROCKETMQ_ROOT_KEYS) | set(_ROCKETMQ_SWITCHES) | set(ROCKETMQ_IGNORED_TIERED_KEYS)
+
+
+def test_the_key_tables_cover_every_accepted_broker_key():
+    """A key added to the loader without a mapping test and a bad-value test fails here."""
+    assert set(BROKER_KEYS) == _accepted_broker_keys() - set(ROCKETMQ_IGNORED_TIERED_KEYS)
+    assert set(BAD_BROKER_VALUES) == _accepted_broker_keys()
+
+
+@pytest.mark.parametrize("key", sorted(BROKER_KEYS))
+def test_each_broker_key_maps_to_its_field(tmp_path, key):
+    value, field_name, expected = BROKER_KEYS[key]
+    conf = write(tmp_path, "broker.conf", f"brokerId=0\n{key}={value}\n")
+    cfg = StoreConfig.load(conf, environ={})
+    default = StoreConfig.from_text("", "properties", base_dir=str(tmp_path))
+    if isinstance(expected, str):
+        expected = expected.replace("<base>", str(tmp_path))
+    if isinstance(expected, dict):
+        expected = {k: v.replace("<base>", str(tmp_path)) for k, v in expected.items()}
+        assert dict(cfg.driver_options) == expected
+    else:
+        assert getattr(cfg, field_name) == expected != getattr(default, field_name)
+    changed = {f for f in BROKER_KEY_FIELDS if getattr(cfg, f) != getattr(default, f)}
+    assert changed == {field_name}, changed  # the key sets its field and nothing else
+
+
+BROKER_KEY_FIELDS = [f for f in StoreConfig.__dataclass_fields__ if f != "source"]
+
+
+@pytest.mark.parametrize("key", ["readAheadCacheEnable", "tieredStoreGroupCommit", "tieredStoreDeleteFileEnable"])
+def test_a_switch_left_on_changes_nothing(tmp_path, key):
+    on = StoreConfig.from_text(f"{key}=true\n", "properties", base_dir=str(tmp_path))
+    assert on == StoreConfig.from_text("", "properties", base_dir=str(tmp_path))
+
+
+def test_a_switch_off_wins_over_the_fields_own_key(tmp_path):
+    cfg = StoreConfig.from_text("tieredStoreGroupCommitTimeout=30000\ntieredStoreGroupCommit=false\n"
+                                "tieredStoreFileReservedTime=24\ntieredStoreDeleteFileEnable=false\n"
+                                "tiered.read_ahead_cache_bytes=8MiB\nreadAheadCacheEnable=false\n", "properties")
+    assert (cfg.group_commit_interval_ms, cfg.file_reserved_hours, cfg.read_ahead_cache_bytes) == (
+        0, NEVER_EXPIRE_HOURS, 0)
+
+
+@pytest.mark.parametrize("key", sorted(ROCKETMQ_IGNORED_TIERED_KEYS))
+def test_ignored_keys_are_checked_and_have_no_effect(tmp_path, key):
+    good = {"tieredStoreIndexFileMaxHashSlotNum": "5000000", "tieredStoreIndexFileMaxIndexNum": "20000000",
+            "tieredStoreDeleteFileInterval": "3600000", "tieredStoreCrcCheckEnable": "true"}[key]
+    cfg = StoreConfig.from_text(f"{key}={good}\n", "properties", base_dir=str(tmp_path))
+    assert cfg == StoreConfig.from_text("", "properties", base_dir=str(tmp_path))
+
+
+@pytest.mark.parametrize("key", sorted(BAD_BROKER_VALUES))
+def test_each_bad_broker_value_names_file_and_key(tmp_path, key):
+    value, err_key, accepted = BAD_BROKER_VALUES[key]
+    conf = write(tmp_path, "broker.conf", f"brokerId=0\n{key}={value}\n")
+    with pytest.raises(ConfigError) as err:
+        StoreConfig.load(conf, environ={})
+    text = str(err.value)
+    assert err.value.key == err_key and key in text and str(conf) in text, text
+    assert accepted in text, text
+
+
+# -- issue 9: what the switches do in a running store ---------------------------------------------
+
+
+def memory_broker_conf(tmp_path: pathlib.Path, *lines: str) -> pathlib.Path:
+    """A broker.conf for a store on the memory driver (its own namespace) with small files."""
+    return write(tmp_path, "broker.conf", "\n".join([
+        "storePathRootDir=store",
+        "tieredBackendServiceProvider=org.apache.rocketmq.tieredstore.provider.MemoryFileSegment",
+        f"tiered.options.namespace={tmp_path}",
+        "mappedFileSizeCommitLog=1048576",
+        *lines]) + "\n")
+
+
+def put(store, n: int, queue_id: int = 0) -> None:
+    for i in range(n):
+        store.put_message(Message(topic="T", body=b"m%05d" % i, keys=[f"k{i}"]), queue_id=queue_id)
+
+
+@pytest.mark.parametrize("switch,messages,groups", [
+    ("", 0, 0),  # RocketMQ's default: 50 messages, younger than 30 s, wait for a group of 4096
+    ("tieredStoreGroupCommit=false", 50, 1),  # dispatched at once, as one group, not one by one
+])
+def test_group_commit_switch(tmp_path, switch, messages, groups):
+    from tiered_core.access.store import TieredMessageStore
+
+    with TieredMessageStore.open(StoreConfig.load(memory_broker_conf(tmp_path, switch), environ={})) as store:
+        put(store, 50)
+        stats = store.dispatch(force=False)
+        assert (stats.messages, stats.groups) == (messages, groups), stats
+
+
+@pytest.mark.parametrize("switch,kept", [("", False), ("tieredStoreDeleteFileEnable=false", True)])
+def test_delete_file_switch(tmp_path, switch, kept):
+    from tiered_core.access.store import TieredMessageStore
+
+    conf = memory_broker_conf(tmp_path, "tieredStoreCommitLogMaxSize=2048", "tieredStoreConsumeQueueMaxSize=200",
+                              "tieredStoreFileReservedTime=1", switch)
+    with TieredMessageStore.open(StoreConfig.load(conf, environ={})) as store:
+        put(store, 100)
+        assert store.dispatch(force=True).messages == 100
+        store.delete_expired_tiered(1 << 50)  # far in the future: everything is past its reserve time
+        tiered_min = store.flat_files.get("T", 0).consume_queue_min_offset()
+        assert (tiered_min == 0) is kept, tiered_min
+
+
+def test_read_ahead_cache_switch_off_reads_without_a_cache(tmp_path):
+    from tiered_core.access.results import StoreTier
+    from tiered_core.access.store import TieredMessageStore
+
+    conf = memory_broker_conf(tmp_path, "readAheadCacheEnable=false", "tieredStorageLevel=FORCE")
+    with TieredMessageStore.open(StoreConfig.load(conf, environ={})) as store:
+        put(store, 20)
+        store.dispatch(force=True)
+        for _ in range(2):  # nothing is cached between the two reads
+            got = store.get_message("g", "T", 0, offset=0, max_count=32)
+            assert got.found and got.tier is StoreTier.TIERED and len(got.messages) == 20
+
+
+#: The smallest (or edge) value the loader accepts for each bounded field.
+EDGE_VALUES = [
+    ("commit_log_max_size", 128), ("consume_queue_max_size", 20), ("local_commit_log_file_size", 4096),
+    ("file_reserved_hours", 1), ("file_reserved_hours", NEVER_EXPIRE_HOURS), ("max_group_commit_count", 1),
+    ("group_commit_count", 1), ("group_commit_size", 1), ("group_commit_interval_ms", 0),
+    ("max_pending_limit", 1), ("rolling_min_size", 0), ("rolling_interval_ms", 0),
+    ("read_ahead_cache_bytes", 1), ("read_ahead_cache_expire_ms", 0), ("local_retention_hours", 0),
+    ("cluster", "c" * 246), ("broker", "\u00e9" * 127), ("storage_level", "FORCE"), ("local_flush", "sync"),
+    ("read_ahead_cache_bytes", 0),
+]
+
+
+@pytest.mark.parametrize("field_name,value", EDGE_VALUES)
+def test_every_accepted_edge_value_opens_a_working_store(tmp_path, field_name, value):
+    """What the loader accepts, the store opens with: no bound is checked later than at load."""
+    from tiered_core.access.results import GetMessageStatus
+    from tiered_core.access.store import TieredMessageStore
+
+    cfg = StoreConfig.from_mapping({"store_path": str(tmp_path / "s"), "driver": "memory",
+                                    "options": {"namespace": str(tmp_path)}, "local_commit_log_file_size": "64KiB",
+                                    field_name: value}, source="edge.toml")
+    with TieredMessageStore.open(cfg) as store:
+        put(store, 3)  # 100-byte messages: one fits a 128-byte segment
+        assert store.dispatch(force=True).messages == 3
+        got = store.get_message("g", "T", 0, offset=0, max_count=8)
+        assert got.status is GetMessageStatus.FOUND and [m.body for m in got.messages] == [b"m00000", b"m00001",
+                                                                                           b"m00002"]
+
+
+def test_disk_cache_path_needs_diskcache_at_load(tmp_path, monkeypatch):
+    conf = write(tmp_path, "t.toml", '[tiered]\nread_ahead_disk_cache_path = "cache"\n')
+    _diskcache_spec(False, monkeypatch)
+    with pytest.raises(ConfigError) as err:
+        StoreConfig.load(conf, environ={})
+    assert err.value.key == "read_ahead_disk_cache_path" and str(conf) in str(err.value)
+    assert "diskcache" in str(err.value)
+    _diskcache_spec(True, monkeypatch)
+    assert StoreConfig.load(conf, environ={}).read_ahead_disk_cache_path == str(tmp_path / "cache")

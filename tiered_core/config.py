@@ -25,9 +25,12 @@ durations accept ints (ms, or hours for ``*_hours``) or strings (``30s``, ``500m
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 import re
+import reprlib
 import types
+from fractions import Fraction
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
@@ -72,7 +75,33 @@ class StoreConfig:
     :class:`~tiered_core.errors.ConfigError` naming the key, its source and the accepted
     values. ``driver`` is stored as the registry's canonical name (aliases such as
     RocketMQ's ``PosixFileSegment`` class name are resolved). Secrets in ``driver_options``
-    are kept (needed to open the driver) but :meth:`describe` redacts them.
+    are kept (needed to open the driver) but :meth:`describe` redacts them. A value the
+    store could not open with is refused here, not when the store opens.
+
+    Fields whose meaning is not obvious from their name:
+
+    - ``commit_log_max_size`` >= 128 bytes and ``consume_queue_max_size`` >= 20 bytes: a
+      tiered segment must hold one whole message (the local store refuses messages larger
+      than the segment) and one 20-byte consume-queue unit (else nothing is ever tiered).
+    - ``group_commit_count`` / ``group_commit_size`` / ``group_commit_interval_ms``: a queue
+      is copied to the tier when that many messages wait, or the oldest waited that long;
+      ``group_commit_interval_ms = 0`` copies whatever waits at every dispatch round
+      (RocketMQ's ``tieredStoreGroupCommit=false``), still in groups of up to
+      ``group_commit_count`` messages and ``group_commit_size`` bytes.
+    - ``max_pending_limit``: uploads in flight across queues (RocketMQ's
+      ``tieredStoreMaxPendingLimit`` / 4). The store currently runs at most 8 dispatch
+      threads, so values above 8 act as 8.
+    - ``file_reserved_hours`` >= 1: tiered segments and uploaded index files older than
+      this are deleted when expiry runs (a topic's own reserve time takes precedence for
+      its segments). :data:`NEVER_EXPIRE_HOURS` (RocketMQ's ``tieredStoreDeleteFileEnable=
+      false``) keeps them for good.
+    - ``read_ahead_cache_bytes``: the memory budget of the fetcher's read-ahead cache;
+      ``0`` means no read-ahead cache (RocketMQ's ``readAheadCacheEnable=false``): every
+      tiered read goes to the backend. ``read_ahead_disk_cache_path`` adds a disk tier and
+      needs the ``diskcache`` package.
+    - ``local_commit_log_file_size`` >= 4096 bytes (the local store's minimum).
+    - ``cluster`` / ``broker``: path components of every tiered object, so at most 246 and
+      255 UTF-8 bytes (a POSIX file name; the cluster directory adds 9 characters).
     """
 
     store_path: str = "./demo-data"
@@ -194,8 +223,9 @@ class StoreConfig:
                 values[key] = _resolve(values[key], base_dir)
         driver = _canonical_driver(values.get("driver", cls.driver), labels.get("driver", "driver"), where)
         values["driver"] = driver
+        option_labels = {k[len("options."):]: v for k, v in labels.items() if k.startswith("options.")}
         values["driver_options"] = _check_driver_options(driver, dict(options), base_dir, where,
-                                                         labels.get("driver_options", "options"))
+                                                         labels.get("driver_options", "options"), option_labels)
         if "metadata" in values:
             values["metadata"] = _check_metadata(values["metadata"], labels.get("metadata", "metadata"), where)
         return cls(**values, source=source)
@@ -385,73 +415,127 @@ _FIELD_TYPES: dict[str, str] = {
 }
 assert set(_FIELD_TYPES) == _FIELD_NAMES
 
+#: Lower bounds the store needs (a smaller value would only fail, or silently stall, later).
+_MINIMUM: dict[str, int] = {
+    "commit_log_max_size": 128,
+    "consume_queue_max_size": 20,
+    "local_commit_log_file_size": 4096,
+    "file_reserved_hours": 1,
+}
+_MINIMUM_WHY = {
+    "commit_log_max_size": "a tiered segment must hold one whole message",
+    "consume_queue_max_size": "a segment must hold one 20-byte consume-queue unit, or nothing is tiered",
+    "local_commit_log_file_size": "the local commit log's smallest file",
+    "file_reserved_hours": "0 would expire everything; tieredStoreDeleteFileEnable=false keeps files for good",
+}
+#: Longest cluster and broker names in UTF-8 bytes: each is one file name ({md5[:8]}_{cluster}).
+_COMPONENT_BYTES = {"cluster": 255 - 9, "broker": 255}
+#: ``file_reserved_hours`` meaning "never expire" (about 245,000 years).
+NEVER_EXPIRE_HOURS = (1 << 31) - 1
+
 
 # -- value checks ---------------------------------------------------------------------
 
 
 def _bad(where: str, label: str, value: Any, accepted: str, key: str) -> ConfigError:
-    return ConfigError(f"{where}: {label} = {value!r} is invalid; accepted: {accepted}",
+    return ConfigError(f"{where}: {label} = {_shown(value)} is invalid; accepted: {accepted}",
                        key=key, source=where, value=value, accepted=accepted)
 
 
-def parse_size(value: Any) -> int:
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring = _SHOWN.maxother = _SHOWN.maxlong = 80
+_SHOWN.maxlevel = 3
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)``, cut short: an error message must stay readable for a 5000-digit value
+    and must not recurse through a value nested thousands deep."""
+    try:
+        return _SHOWN.repr(value)
+    except (ValueError, RecursionError):  # an int past the 4300-digit str() limit
+        return f"<{type(value).__name__} too large to show>"
+
+
+def _not_a(what: str, value: Any, key: str | None, accepted: str) -> ConfigError:
+    named = f"{key} = " if key else ""
+    return ConfigError(f"{named}{_shown(value)} is not {what}; accepted: {accepted}", key=key, value=value,
+                       accepted=accepted)
+
+
+def parse_size(value: Any, *, key: str | None = None) -> int:
     """Bytes from an int or a string like ``"4MiB"``, ``"1G"``, ``"512k"`` (binary units).
 
-    Raises ValueError for anything else, including negative numbers.
+    Raises :class:`~tiered_core.errors.ConfigError` (a ``ValueError``; ``key`` names the
+    setting when given) for anything else, including negative numbers and fractions of a byte.
     """
-    if isinstance(value, bool):
-        raise ValueError(value)
-    if isinstance(value, int):
-        if value < 0:
+    try:
+        if isinstance(value, bool):
             raise ValueError(value)
-        return value
-    if isinstance(value, float):
-        if value < 0 or not value.is_integer():
+        if isinstance(value, int):
+            if value < 0:
+                raise ValueError(value)
+            return value
+        if isinstance(value, float):
+            if value < 0 or not value.is_integer():
+                raise ValueError(value)
+            return int(value)
+        if not isinstance(value, str):
             raise ValueError(value)
-        return int(value)
-    if not isinstance(value, str):
-        raise ValueError(value)
-    m = _SIZE_RE.fullmatch(value)
-    if not m:
-        raise ValueError(value)
-    number, unit = m.group(1).replace("_", ""), (m.group(2) or "").lower()
-    total = float(number) * _UNITS[unit] if "." in number else int(number) * _UNITS[unit]
-    if isinstance(total, float):
-        if not total.is_integer():
+        m = _SIZE_RE.fullmatch(value)
+        if not m:
             raise ValueError(value)
-        total = int(total)
-    return total
+        return _exact(m.group(1), _UNITS[(m.group(2) or "").lower()], value)
+    except ValueError:
+        raise _not_a("a size", value, key, _ACCEPTED["size0"]) from None
 
 
-def parse_duration_ms(value: Any) -> int:
-    """Milliseconds from an int (ms) or a string like ``"30s"``, ``"500ms"``, ``"24h"``, ``"3d"``."""
-    if isinstance(value, bool):
-        raise ValueError(value)
-    if isinstance(value, int):
-        if value < 0:
+def parse_duration_ms(value: Any, *, key: str | None = None) -> int:
+    """Milliseconds from an int (ms) or a string like ``"30s"``, ``"500ms"``, ``"24h"``, ``"3d"``.
+
+    Raises :class:`~tiered_core.errors.ConfigError` (a ``ValueError``) for anything else,
+    including negative values and fractions of a millisecond.
+    """
+    try:
+        if isinstance(value, bool):
             raise ValueError(value)
-        return value
-    if not isinstance(value, str):
-        raise ValueError(value)
-    m = _DURATION_RE.fullmatch(value)
-    if not m:
-        raise ValueError(value)
-    total = float(m.group(1).replace("_", "")) * _DURATION_MS[(m.group(2) or "ms").lower()]
-    if not total.is_integer():
+        if isinstance(value, int):
+            if value < 0:
+                raise ValueError(value)
+            return value
+        if not isinstance(value, str):
+            raise ValueError(value)
+        m = _DURATION_RE.fullmatch(value)
+        if not m:
+            raise ValueError(value)
+        return _exact(m.group(1), _DURATION_MS[(m.group(2) or "ms").lower()], value)
+    except ValueError:
+        raise _not_a("a duration", value, key, _ACCEPTED["ms"]) from None
+
+
+def _exact(number: str, unit: int, value: Any) -> int:
+    """``number * unit`` computed exactly (a float loses digits past 2**53: "9007199254740993"
+    read as ...992, "1.00000000000000001k" as 1024); ValueError unless it is a whole number."""
+    total = Fraction(number.replace("_", "")) * unit
+    if total.denominator != 1:
         raise ValueError(value)
     return int(total)
 
 
-def parse_bool(value: Any) -> bool:
-    """True/False from a bool or ``1/0, true/false, yes/no, on/off`` (any case)."""
+def parse_bool(value: Any, *, key: str | None = None) -> bool:
+    """True/False from a bool or ``1/0, true/false, yes/no, on/off`` (any case).
+
+    Raises :class:`~tiered_core.errors.ConfigError` (a ``ValueError``) for anything else.
+    """
     if isinstance(value, bool):
         return value
-    text = str(value).strip().lower()
+    text = value.strip().lower() if isinstance(value, str) else None
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
     if text in _TRUE:
         return True
     if text in _FALSE:
         return False
-    raise ValueError(value)
+    raise _not_a("a boolean", value, key, "true | false (or 1/0, yes/no, on/off)")
 
 
 def _parse_count(value: Any, minimum: int) -> int:
@@ -466,24 +550,42 @@ def _parse_count(value: Any, minimum: int) -> int:
     return value
 
 
+def _storable_text(text: str) -> bool:
+    """True when ``text`` can name a file or a backend object: no NUL (the OS refuses it) and
+    a UTF-8 form (no lone surrogate, as a \\uD800 escape in broker.conf can give)."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _check_one(name: str, value: Any, label: str, where: str) -> Any:
     kind = _FIELD_TYPES[name]
+    needs_diskcache = False
     try:
         if kind == "source":
             return value
         if kind in ("path", "path?"):
             if value is None and kind == "path?":
                 return None
-            if not isinstance(value, (str, os.PathLike)) or not os.fspath(value).strip():
+            path = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+            if not isinstance(path, str) or not path.strip() or not _storable_text(path):
                 raise ValueError(value)
-            return os.path.expanduser(os.fspath(value))
+            if name == "read_ahead_disk_cache_path" and importlib.util.find_spec("diskcache") is None:
+                needs_diskcache = True
+            else:
+                return os.path.expanduser(path)
         if kind == "name":
-            if not isinstance(value, str) or not value.strip():
+            if not isinstance(value, str) or not value.strip() or not _storable_text(value):
                 raise ValueError(value)
             return value.strip()
         if kind == "component":
             if (not isinstance(value, str) or not value or value in (".", "..") or "/" in value
-                    or "\\" in value or any(ord(c) < 0x20 for c in value)):
+                    or "\\" in value or any(ord(c) < 0x20 for c in value) or not _storable_text(value)
+                    or len(value.encode("utf-8")) > _COMPONENT_BYTES[name]):
                 raise ValueError(value)
             return value
         if kind == "level":
@@ -508,7 +610,7 @@ def _check_one(name: str, value: Any, label: str, where: str) -> Any:
             return text
         if kind in ("size", "size0"):
             size = parse_size(value)
-            if kind == "size" and size <= 0:
+            if size < _MINIMUM.get(name, 1 if kind == "size" else 0):
                 raise ValueError(value)
             return size
         if kind == "count":
@@ -520,20 +622,33 @@ def _check_one(name: str, value: Any, label: str, where: str) -> Any:
                 ms = parse_duration_ms(value)
                 if ms % 3_600_000:
                     raise ValueError(value)
-                return ms // 3_600_000
-            return _parse_count(value, 0)
+                hours = ms // 3_600_000
+            else:
+                hours = _parse_count(value, 0)
+            if hours < _MINIMUM.get(name, 0):
+                raise ValueError(value)
+            return hours
         if kind == "bool":
             return parse_bool(value)
     except (ValueError, TypeError, OverflowError):
-        raise _bad(where, label, value, _ACCEPTED[kind], name) from None
+        accepted = _ACCEPTED[kind]
+        if name in _MINIMUM:
+            accepted = re.sub(r"[>]=? 0", f">= {_MINIMUM[name]}", accepted, count=1) + f" ({_MINIMUM_WHY[name]})"
+        elif name in _COMPONENT_BYTES:
+            accepted += f"; at most {_COMPONENT_BYTES[name]} UTF-8 bytes (one file name)"
+        raise _bad(where, label, value, accepted, name) from None
+    if needs_diskcache:
+        raise ConfigError(f"{where}: {label} = {_shown(value)} needs the diskcache package, which is not "
+                          "installed (pip install diskcache); leave it unset for a memory-only cache",
+                          key=name, source=where, value=value)
     raise AssertionError(kind)
 
 
 _ACCEPTED = {
-    "path": "a non-empty path (relative to the config file's directory)",
-    "path?": "a path (relative to the config file's directory) or nothing",
+    "path": "a non-empty path (relative to the config file's directory) without NUL or lone surrogates",
+    "path?": "a path (relative to the config file's directory) without NUL or lone surrogates, or nothing",
     "name": "a registry name (see `tiered drivers`)",
-    "component": "a non-empty name without '/', '\\' or control characters",
+    "component": "a non-empty name without '/', '\\', control characters or lone surrogates",
     "level": " | ".join(STORAGE_LEVELS) + " (or 0-3)",
     "flush": " | ".join(LOCAL_FLUSH_MODES),
     "recovery": " | ".join(METADATA_RECOVERY_MODES),
@@ -575,6 +690,9 @@ def _resolve(path: str, base_dir: str) -> str:
 def _driver_class(name: str) -> type:
     from tiered_core.plugins import driver_class
 
+    if ":" in name and not _is_class_spec(name):
+        # importlib would raise ValueError/TypeError for "", ".rel" or "a..b", not ImportError
+        raise ConfigError("module:Class must be a dotted module path, ':' and a class name", key="driver")
     return driver_class(name)
 
 
@@ -590,21 +708,33 @@ def _canonical_driver(name: str, label: str, where: str) -> str:
 
     try:
         registry = get_registry()
-        cls = registry.driver_class(name)
+        cls = _driver_class(name) if ":" in name else registry.driver_class(name)
     except TieredStoreError as exc:
         installed = ", ".join(sorted(get_registry().drivers)) or "(none)"
-        raise ConfigError(f"{where}: {label} = {name!r} is not an installed driver ({exc.message}); "
+        raise ConfigError(f"{where}: {label} = {_shown(name)} is not an installed driver ({exc.message}); "
                           f"accepted: {installed}, their aliases, or module:Class",
                           key="driver", source=where, value=name) from None
     return name if ":" in name else cls.name
 
 
+def _is_class_spec(name: str) -> bool:
+    """``package.module:Class`` with every part a Python identifier."""
+    module, _, attr = name.partition(":")
+    return attr.isidentifier() and all(part.isidentifier() for part in module.split("."))
+
+
 def _check_driver_options(driver: str, options: dict[str, Any], base_dir: str, where: str,
                           label: str, option_labels: Mapping[str, str] | None = None) -> dict[str, Any]:
     for key in list(options):
-        if not isinstance(key, str) or not key:
-            raise ConfigError(f"{where}: driver option name {key!r} must be a non-empty string",
+        if not isinstance(key, str) or not key or not _storable_text(key):
+            raise ConfigError(f"{where}: driver option name {key!r} must be a non-empty string "
+                              "without NUL or lone surrogates",
                               key=f"options.{key}", source=where)
+        if isinstance(options[key], str) and not _storable_text(options[key]):
+            label_ = (option_labels or {}).get(key, f"{label}: {key}")
+            # The value is not shown: it may be a secret.
+            raise ConfigError(f"{where}: {label_} holds a NUL character or a lone surrogate, which no "
+                              "path, URL or credential can carry", key=f"options.{key}", source=where)
         if key in _PATH_OPTIONS and isinstance(options[key], str) and options[key]:
             options[key] = _resolve(options[key], base_dir)
     cls = _driver_class(driver)
@@ -643,6 +773,11 @@ def _from_toml(text: str, where: str) -> tuple[dict[str, Any], dict[str, str]]:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{where}: not valid TOML: {exc}", key="config", source=where) from None
+    except RecursionError:  # arrays or inline tables nested past the parser's stack
+        raise ConfigError(f"{where}: not valid TOML: values are nested too deeply", key="config",
+                          source=where) from None
+    except ValueError as exc:  # an integer of more than 4300 digits (not a TOMLDecodeError)
         raise ConfigError(f"{where}: not valid TOML: {exc}", key="config", source=where) from None
     table = data.get("tiered")
     if table is None:
@@ -740,13 +875,41 @@ ROCKETMQ_KEYS: dict[str, tuple[str, Callable[[str], Any] | None]] = {
 
 #: Keys handled specially: the POSIX root, and switches that turn a feature off.
 _ROCKETMQ_ROOT_KEYS = ("tieredStoreFilePath", "tieredStoreFilepath")
-_ROCKETMQ_SWITCHES = ("readAheadCacheEnable", "tieredStoreGroupCommit")
+#: RocketMQ's boolean switches and what ``false`` sets (``true``, their default, sets nothing):
+#:
+#: - ``readAheadCacheEnable=false``: ``read_ahead_cache_bytes = 0``, no read-ahead cache.
+#: - ``tieredStoreGroupCommit=false`` ("false forces every dispatch"): ``group_commit_interval_ms
+#:   = 0``, so every dispatch round copies what waits, still in groups of ``group_commit_count``
+#:   messages / ``group_commit_size`` bytes (not one commit per message).
+#: - ``tieredStoreDeleteFileEnable=false``: ``file_reserved_hours = NEVER_EXPIRE_HOURS``, so
+#:   expiry (of segments and of uploaded index files) deletes nothing.
+_ROCKETMQ_SWITCHES: dict[str, tuple[str, Any]] = {
+    "readAheadCacheEnable": ("read_ahead_cache_bytes", 0),
+    "tieredStoreGroupCommit": ("group_commit_interval_ms", 0),
+    "tieredStoreDeleteFileEnable": ("file_reserved_hours", NEVER_EXPIRE_HOURS),
+}
 
-#: RocketMQ tiered keys accepted but without effect here (checked for nothing but presence).
+#: RocketMQ tiered keys accepted without effect here; their values are still checked:
+#:
+#: - ``tieredStoreIndexFileMaxHashSlotNum`` / ``tieredStoreIndexFileMaxIndexNum`` (ints >= 1):
+#:   the tiered index sizes its files itself (``IndexConfig``; an uploaded file records its
+#:   own layout).
+#: - ``tieredStoreDeleteFileInterval`` (ms >= 0): expiry runs when called
+#:   (``TieredMessageStore.delete_expired_tiered``) and, for index files, on the index
+#:   service's own interval.
+#: - ``tieredStoreCrcCheckEnable`` (a boolean): unused by RocketMQ; here tiered reads always
+#:   check the body CRC.
 ROCKETMQ_IGNORED_TIERED_KEYS = frozenset({
-    "tieredStoreIndexFileMaxHashSlotNum", "tieredStoreIndexFileMaxIndexNum", "tieredStoreDeleteFileEnable",
+    "tieredStoreIndexFileMaxHashSlotNum", "tieredStoreIndexFileMaxIndexNum",
     "tieredStoreDeleteFileInterval", "tieredStoreCrcCheckEnable",
 })
+_IGNORED_CHECKS: dict[str, tuple[Callable[[str], Any], str]] = {
+    "tieredStoreIndexFileMaxHashSlotNum": (lambda v: _parse_count(v, 1), _ACCEPTED["count"]),
+    "tieredStoreIndexFileMaxIndexNum": (lambda v: _parse_count(v, 1), _ACCEPTED["count"]),
+    "tieredStoreDeleteFileInterval": (parse_duration_ms, _ACCEPTED["ms"]),
+    "tieredStoreCrcCheckEnable": (parse_bool, "true | false"),
+}
+assert set(_IGNORED_CHECKS) == ROCKETMQ_IGNORED_TIERED_KEYS
 
 
 def _accepted_properties_keys() -> list[str]:
@@ -759,6 +922,8 @@ def parse_properties(text: str) -> dict[str, str]:
 
     Handles ``#``/``!`` comments, ``=``, ``:`` or whitespace separators, backslash line
     continuations and escapes (``\\\\``, ``\\t``, ``\\n``, ``\\uXXXX``), as broker.conf is read.
+    ``\\uXXXX`` escapes are UTF-16 code units as in Java: a surrogate pair of escapes is one
+    character; a lone surrogate is kept as Java keeps it (the loader refuses it in a value).
     """
     logical: list[str] = []
     pending = ""
@@ -800,7 +965,7 @@ def parse_properties(text: str) -> dict[str, str]:
 
 def _unescape(text: str) -> str:
     if "\\" not in text:
-        return text
+        return _utf16_pairs(text)
     out: list[str] = []
     i, n = 0, len(text)
     while i < n:
@@ -816,7 +981,16 @@ def _unescape(text: str) -> str:
             continue
         out.append({"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(nxt, nxt))
         i += 2
-    return "".join(out)
+    return _utf16_pairs("".join(out))
+
+
+def _utf16_pairs(text: str) -> str:
+    """Join surrogate pairs into one character: \\uXXXX escapes are UTF-16 code units, as in
+    Java (\\uD83D\\uDE00 is U+1F600). A lone surrogate stays (Java keeps it); the field
+    checks refuse it."""
+    if any("\ud800" <= ch <= "\udfff" for ch in text):
+        return text.encode("utf-16-be", "surrogatepass").decode("utf-16-be", "surrogatepass")
+    return text
 
 
 def _from_properties(text: str, where: str) -> tuple[dict[str, Any], dict[str, str]]:
@@ -826,6 +1000,7 @@ def _from_properties(text: str, where: str) -> tuple[dict[str, Any], dict[str, s
     options: dict[str, str] = {}
     switches: dict[str, bool] = {}
     root: str | None = None
+    root_key = _ROCKETMQ_ROOT_KEYS[0]
     for key, raw in props.items():
         value = raw.strip()
         if key in ROCKETMQ_KEYS:
@@ -839,7 +1014,7 @@ def _from_properties(text: str, where: str) -> tuple[dict[str, Any], dict[str, s
             values[name] = value
             labels[name] = f"{key} ({name})"
         elif key in _ROCKETMQ_ROOT_KEYS:
-            root = value or None
+            root, root_key = value or None, key
         elif key in _ROCKETMQ_SWITCHES:
             try:
                 switches[key] = parse_bool(value)
@@ -847,25 +1022,35 @@ def _from_properties(text: str, where: str) -> tuple[dict[str, Any], dict[str, s
                 raise _bad(where, key, raw, "true | false", key) from None
         elif key.startswith("tiered.options."):
             options[key[len("tiered.options."):]] = value
+            labels["options." + key[len("tiered.options."):]] = key
         elif key.startswith("tiered."):
             name = key[len("tiered."):]
-            if name not in _FIELD_NAMES or name in ("source", "driver_options"):
+            if name in ("options", "driver_options"):  # a table in TOML; one line per option here
+                raise ConfigError(f"{where}: {key} needs an option name: write driver options as "
+                                  "tiered.options.NAME=value", key=key, source=where)
+            if name not in _FIELD_NAMES or name == "source":
                 _reject_unknown({name: value}, where, "tiered.")
             values[name] = value
             labels[name] = key
-        elif key.startswith("tiered") and key not in ROCKETMQ_IGNORED_TIERED_KEYS:
+        elif key in ROCKETMQ_IGNORED_TIERED_KEYS:
+            check, accepted = _IGNORED_CHECKS[key]
+            try:
+                check(value)
+            except (ValueError, TypeError):
+                raise _bad(where, key, raw, accepted + " (accepted, without effect here)", key) from None
+        elif key.startswith("tiered"):
             raise ConfigError(f"{where}: unknown tiered-store key {key!r}; accepted keys: "
                               f"{', '.join(_accepted_properties_keys())}", key=key, source=where,
                               accepted=_accepted_properties_keys())
         # Every other broker key belongs to the broker: ignored.
-    if switches.get("readAheadCacheEnable") is False:
-        values["read_ahead_cache_bytes"] = 0
-        labels["read_ahead_cache_bytes"] = "readAheadCacheEnable"
-    if switches.get("tieredStoreGroupCommit") is False:
-        values["group_commit_count"] = 1  # RocketMQ: false forces every dispatch
-        labels["group_commit_count"] = "tieredStoreGroupCommit"
-    if root is not None:
-        options.setdefault("root", root)
+    for switch, enabled in switches.items():
+        if not enabled:  # the switch wins over the field's own key in the same file
+            name, off = _ROCKETMQ_SWITCHES[switch]
+            values[name] = off
+            labels[name] = f"{switch}=false ({name})"
+    if root is not None and "root" not in options:
+        options["root"] = root
+        labels["options.root"] = root_key
     if options:
         # tieredStoreFilePath is the POSIX provider's root; a driver without a root ignores it.
         driver = values.get("driver", StoreConfig.driver)
@@ -886,6 +1071,8 @@ __all__ = [
     "LOCAL_FLUSH_MODES",
     "METADATA_ALIASES",
     "ROCKETMQ_KEYS",
+    "ROCKETMQ_IGNORED_TIERED_KEYS",
+    "NEVER_EXPIRE_HOURS",
     "parse_properties",
     "parse_size",
     "parse_duration_ms",

@@ -32,8 +32,21 @@ _INT_MAX = (1 << 31) - 1
 
 
 def md5_prefix(text: str) -> str:
-    """First 8 hex digits of the MD5 of ``text`` (RocketMQ ``MessageStoreUtil.getHash``)."""
-    return hashlib.md5(text.encode("utf-8")).hexdigest()[:8]
+    """First 8 hex digits of the MD5 of ``text`` (RocketMQ ``MessageStoreUtil.getHash``).
+
+    IllegalParam for text that has no UTF-8 form (a lone surrogate, as a listing of
+    undecodable file names yields).
+    """
+    return hashlib.md5(_utf8(text, "name")).hexdigest()[:8]
+
+
+def _utf8(text: str, what: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise IllegalParam(f"{what} {text!r} is not valid Unicode text (a lone surrogate at "
+                           f"character {exc.start}): it has no UTF-8 form for a path",
+                           **{what: text}) from None
 
 
 def offset_to_file_name(offset: int) -> str:
@@ -83,6 +96,7 @@ def _validate_component(value: str, what: str) -> str:
     if value in (".", "..") or "/" in value or "\\" in value or any(ord(c) < 0x20 for c in value):
         raise IllegalParam(f"{what} name {value!r} must not be '.', '..' or contain '/', '\\' "
                            "or control characters", **{what: value})
+    _utf8(value, what)
     return value
 
 

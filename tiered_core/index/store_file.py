@@ -226,7 +226,7 @@ class IndexStoreFile:
         count (one written by RocketMQ); such a file must match it in size.
         """
         name = os.path.basename(path)
-        if not name.isdigit():
+        if not (name.isascii() and name.isdigit()):  # "²".isdigit() is true, but int() refuses it
             raise IllegalParam(f"{path!r} is not an index file name (digits of its begin timestamp)",
                                path=path)
         try:
@@ -455,7 +455,7 @@ class IndexStoreFile:
         data_start = HEADER_SIZE + slots * SLOT_SIZE
         table = bytearray(slots * SLOT_SIZE)
         buf = bytearray()
-        pos, used = data_start, 0
+        pos, used, unfit = data_start, 0, 0
         try:
             with open(self.path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
                 heads = struct.unpack_from(f">{2 * slots}i", mm, HEADER_SIZE)[0::2]
@@ -465,14 +465,19 @@ class IndexStoreFile:
                     bound = count + 1
                     while 0 < idx < bound:
                         p = data_start + idx * ITEM_SIZE
+                        bound = idx
+                        (idx,) = _INT.unpack_from(mm, p + _PREV_IN_ITEM)
                         if shift:
                             (diff,) = _INT.unpack_from(mm, p + _TIME_DIFF_IN_ITEM)
+                            if diff - shift > INT_MAX:
+                                # More than 2**31 s after the oldest item (a corrupt time diff, or the
+                                # item 0 word that records the oldest): no int holds it. Left out.
+                                unfit += 1
+                                continue
                             buf += mm[p:p + _TIME_DIFF_IN_ITEM]
                             buf += _INT.pack(diff - shift)
                         else:
                             buf += mm[p:p + COMPACT_ITEM_SIZE]
-                        bound = idx
-                        (idx,) = _INT.unpack_from(mm, p + _PREV_IN_ITEM)
                         pos += COMPACT_ITEM_SIZE
                     if pos != start:
                         used += 1
@@ -485,8 +490,8 @@ class IndexStoreFile:
         out.write(buf)
         written = (pos - data_start) // COMPACT_ITEM_SIZE
         if written != count:
-            log.warning("index file %s: %d of %d items are reachable; compacting those", self.path,
-                        written, count)
+            log.warning("index file %s: %d of %d items are reachable%s; compacting those", self.path,
+                        written, count, f" ({unfit} with a time diff out of range)" if unfit else "")
         begin = self.begin_timestamp + shift * 1000
         out.seek(HEADER_SIZE)
         out.write(table)

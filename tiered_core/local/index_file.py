@@ -61,7 +61,7 @@ def index_file_name(ts_ms: int) -> str:
 
 def parse_index_file_name(name: str) -> int | None:
     """The creation time (ms, UTC) encoded in an index file name, or None."""
-    if len(name) != _NAME_LEN or not name.isdigit():
+    if len(name) != _NAME_LEN or not (name.isascii() and name.isdigit()):  # int() refuses "²"
         return None
     try:
         t = _dt.datetime.strptime(name[:14], "%Y%m%d%H%M%S").replace(tzinfo=_dt.timezone.utc)
@@ -113,6 +113,18 @@ class IndexFile:
         if self.index_count > max_items:
             raise StateConflict(f"index file {path!r} claims {self.index_count} items, more than "
                                 f"{max_items}", path=path)
+        # The header is rewritten on every put: a field that cannot be written back (a slot
+        # count that overflows an int at the next put, a negative time or offset) is corrupt.
+        for name, value, limit in (("hashSlotCount", self.hash_slot_count, max_items),
+                                   ("beginTimestamp", self.begin_timestamp, None),
+                                   ("endTimestamp", self.end_timestamp, None),
+                                   ("beginPhyOffset", self.begin_phy_offset, None),
+                                   ("endPhyOffset", self.end_phy_offset, None)):
+            if value < 0 or (limit is not None and value > limit):
+                self._mm.close()
+                bound = f"0..{limit}" if limit is not None else ">= 0"
+                raise StateConflict(f"index file {path!r} header field {name} is {value}, not {bound}: "
+                                    "the header is corrupt", path=path, field=name, value=value)
         if create:
             self._write_header()
 

@@ -525,6 +525,8 @@ def parse_json(text: str, source: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError:
         pass
+    except (RecursionError, ValueError) as exc:  # nesting too deep; an int of > 4300 digits
+        raise _unparsable(source, exc) from None
     inserted: list[int] = []  # original offsets of the bare keys quoted below
 
     def quote(match: re.Match) -> str:
@@ -536,13 +538,24 @@ def parse_json(text: str, source: str) -> Any:
     fixed = _BARE_KEY.sub(quote, text)
     try:
         return json.loads(fixed)
-    except json.JSONDecodeError as exc:
+    except (RecursionError, ValueError) as exc:
+        if not isinstance(exc, json.JSONDecodeError):
+            raise _unparsable(source, exc) from None
         pos = _original_offset(exc.pos, inserted)
         line = text.count("\n", 0, pos) + 1
         column = pos - (text.rfind("\n", 0, pos) + 1) + 1
         raise MetadataError(f"{source!r} is not valid JSON: {exc.msg} at line {line} column {column} "
                             f"(char {pos})" + _backup_hint(source),
                             path=source, line=line, column=column, position=pos) from None
+
+
+def _unparsable(source: str, exc: BaseException) -> MetadataError:
+    """The parser gave up without a position: nesting deeper than its stack (RecursionError)
+    or a number too long to convert (ValueError)."""
+    why = ("is nested too deeply" if isinstance(exc, RecursionError)
+           else f"holds a value that cannot be read ({exc})")
+    return MetadataError(f"{source!r} is not valid metadata JSON: it {why}" + _backup_hint(source),
+                         path=source)
 
 
 def _original_offset(pos: int, inserted: list[int]) -> int:

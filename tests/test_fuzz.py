@@ -49,6 +49,8 @@ from tiered_core import StoreConfig
 from tiered_core.codec import consume_queue as cq
 from tiered_core.codec import message as mc
 from tiered_core.codec import naming
+from tiered_core.codec.checks import PropCrcPolicy, check_units
+from tiered_core.codec.prop_crc import stored_prop_crc
 from tiered_core.codec.split import split_by_units
 from tiered_core.config import parse_bool, parse_duration_ms, parse_properties, parse_size
 from tiered_core.errors import ConfigError, IllegalParam, MetadataError, StateConflict, TieredStoreError
@@ -435,6 +437,30 @@ def run_split(arg: tuple[bytes, bytes, int | None, bool, bool]) -> None:
         last = s.index
         assert 0 <= s.position and s.position + s.unit.size <= len(buf)
         assert mc.validate_message(buf, s.position, verify_crc=verify) == s.unit.size
+
+
+# ---- codec/checks.py and codec/prop_crc.py (the shared validation of every tiered read)
+
+
+def run_checks(arg: tuple[bytes, bytes, int | None, bool, bool]) -> None:
+    """check_units over the same inputs as split_by_units, under each property-CRC policy:
+    it never raises for bad bytes, the good units come first, and the first bad one is a
+    CorruptData naming its commit-log offset."""
+    units_raw, buf, shift, verify, strict = arg
+    units = list(cq.iter_cq_units(units_raw[:len(units_raw) - len(units_raw) % 20]))
+    buf_offset = None if shift is None or not units else units[0].commitlog_offset + shift
+    policy = PropCrcPolicy.REQUIRE if strict else PropCrcPolicy.IGNORE
+    result, err = typed(check_units, units, buf, buf_offset, topic="TopicTest", queue_id=0, queue_offset=0,
+                        verify_crc=verify, prop_crc=policy)
+    assert err is None, err
+    assert len(result.positions) <= len(units)
+    if result.error is not None:
+        assert result.error.code.value == "CORRUPT_DATA"
+        assert result.error.offset == units[len(result.positions)].commitlog_offset
+    for position, unit in zip(result.positions, units):
+        assert 0 <= position and position + unit.size <= len(buf)
+        _, err = typed(stored_prop_crc, buf, position, unit.size)
+        assert err is None, err
 
 
 # ---- codec/naming.py
@@ -975,6 +1001,10 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
            st.tuples(st.binary(max_size=80), st.binary(max_size=300), st.none() | st.integers(-2**64, 2**64),
                      st.booleans(), st.booleans()),
            "split_by_units"),
+    Target("codec.checks", run_checks, gen_split,
+           st.tuples(st.binary(max_size=80), st.binary(max_size=300), st.none() | st.integers(-2**64, 2**64),
+                     st.booleans(), st.booleans()),
+           "check_units and the __CRC32# property readers"),
     Target("codec.naming", run_naming, gen_naming, st.text(max_size=120),
            "segment paths, file names, topics"),
     Target("index.item", run_index_item, gen_index_item, st.binary(max_size=40), "IndexItem decoders"),

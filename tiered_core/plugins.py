@@ -236,7 +236,7 @@ def _import_class(spec: str) -> type[SegmentDriver]:
     module_name, _, attr = spec.partition(":")
     try:
         obj = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
+    except (ImportError, AttributeError, ValueError, TypeError) as exc:  # importlib raises the last two for bad names
         raise UnknownDriver(f"cannot import driver class {spec!r}: {exc}", name=spec, installed=[]) from exc
     if not (isinstance(obj, type) and issubclass(obj, SegmentDriver)):
         raise InvalidOption(f"{spec!r} is not a SegmentDriver subclass", option=spec)

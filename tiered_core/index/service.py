@@ -195,7 +195,7 @@ class IndexStoreService:
         return uploaded
 
     def _load_local_files(self) -> None:
-        names = sorted((n for n in os.listdir(self.directory) if n.isdigit()), key=int)
+        names = sorted((n for n in os.listdir(self.directory) if n.isascii() and n.isdigit()), key=int)
         for name in names:
             path = os.path.join(self.directory, name)
             if not os.path.isfile(path):

@@ -43,6 +43,7 @@ demo: $(STAMP)
 	$(VENV)/bin/tiered demo
 
 test: $(STAMP) $(AZURITE) java
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)

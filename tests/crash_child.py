@@ -19,7 +19,7 @@ from tiered_core.codec.message import Message, encode_message
 from tiered_core.flat.config import FlatFileConfig
 from tiered_core.flat.message_file import FlatMessageFile
 from tiered_core.metadata.sqlite import SqliteMetadataStore
-from tiered_core.segment import AppendResult
+from tiered_core.common import AppendResult
 from tiered_core.spi.access import ConsumeQueueRequest
 from tiered_driver_posix import PosixDriver
 

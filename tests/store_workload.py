@@ -26,7 +26,7 @@ from tiered_core import Message, StoreConfig
 from tiered_core.access.results import GetMessageStatus, StoreTier
 from tiered_core.access.store import TieredMessageStore
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, ConsumeQueueUnit, decode_cq_unit
-from tiered_core.spi.access import BoundaryType
+from tiered_core.common import BoundaryType
 from tiered_core.testing.pytest_emulators import AZURE_CONTAINER, GCS_BUCKET
 
 DRIVERS = ("memory", "posix", "sqlite", "gcs", "azure")

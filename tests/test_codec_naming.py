@@ -24,7 +24,7 @@ from tiered_core.codec import (
     validate_topic,
 )
 from tiered_core.errors import IllegalParam
-from tiered_core.segment import FileSegmentType
+from tiered_core.common import FileSegmentType
 
 
 def test_digest_file_name_vectors():

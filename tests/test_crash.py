@@ -35,7 +35,7 @@ from tiered_core.codec.message import Message, decode_message, encode_message
 from tiered_core.flat import FlatFileConfig, FlatMessageFile
 from tiered_core.metadata.sqlite import SqliteMetadataStore
 from tiered_core.plugins import open_driver
-from tiered_core.segment import AppendResult
+from tiered_core.common import AppendResult
 from tiered_core.spi.access import ConsumeQueueRequest
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "crash_child.py")

@@ -10,9 +10,8 @@ from tiered_core.errors import IllegalOffset, StateConflict
 from tiered_core.flat import FlatAppendFile, FlatCommitLogFile, FlatFileConfig, FlatFileStore, FlatMessageFile
 from tiered_core.metadata.sqlite import SqliteMetadataStore
 from tiered_core.plugins import open_driver
-from tiered_core.segment import AppendResult, FileSegmentType
-from tiered_core.spi.access import BoundaryType, ConsumeQueueRequest
-from tiered_core.spi.metadata import SegmentStatus
+from tiered_core.common import AppendResult, BoundaryType, FileSegmentType, SegmentStatus
+from tiered_core.spi.access import ConsumeQueueRequest
 
 
 @pytest.fixture

@@ -58,7 +58,7 @@ from tiered_core.index.item import COMPACT_ITEM_SIZE, ITEM_SIZE, IndexItem
 from tiered_core.index.store_file import IndexHeader, IndexStoreFile, UploadedIndexFile
 from tiered_core.local.index_file import IndexFile, parse_index_file_name
 from tiered_core.metadata.json_store import JsonMetadataStore
-from tiered_core.segment import FileSegmentType
+from tiered_core.common import FileSegmentType
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 METADATA_SAMPLE = REPO / "tests" / "data" / "tieredStoreMetadata.json"

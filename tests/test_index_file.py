@@ -20,7 +20,8 @@ from tiered_core.index import (
     UploadedIndexFile,
 )
 from tiered_core.plugins import open_driver
-from tiered_core.segment import AppendResult, FileSegment, FileSegmentType
+from tiered_core.segment import FileSegment
+from tiered_core.common import AppendResult, FileSegmentType
 
 BEGIN = 1_700_000_000_000
 T = "TopicTest"

@@ -17,8 +17,8 @@ from tiered_core.errors import DriverError, IllegalParam, SegmentClosed
 from tiered_core.index import IndexConfig, IndexFileStatus, IndexStoreFile, IndexStoreService
 from tiered_core.metadata.sqlite import SqliteMetadataStore
 from tiered_core.plugins import open_driver
-from tiered_core.segment import AppendResult, FileSegment
-from tiered_core.spi.metadata import INDEX, SegmentStatus
+from tiered_core.segment import FileSegment
+from tiered_core.common import AppendResult, FileSegmentType, SegmentStatus
 
 T = "TopicTest"
 T0 = 1_700_000_000_000
@@ -58,7 +58,7 @@ class Env:
         return sorted(n for n in os.listdir(self.index_dir) if n.isdigit())
 
     def segment_metas(self):
-        return list(self.metadata.iterate_file_segments(INDEX, "broker-a/rmq_sys_INDEX/0"))
+        return list(self.metadata.iterate_file_segments(FileSegmentType.INDEX, "broker-a/rmq_sys_INDEX/0"))
 
     def close(self) -> None:
         for svc in self.services:

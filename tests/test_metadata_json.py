@@ -15,7 +15,7 @@ from tiered_core.metadata import JsonMetadataStore
 from tiered_core.metadata import json_store as json_store_module
 from tiered_core.metadata.convert import copy_metadata, same_contents
 from tiered_core.metadata.json_store import SEGMENT_TABLES, parse_json
-from tiered_core.segment import FileSegmentType
+from tiered_core.common import FileSegmentType
 from tiered_core.spi.metadata import FileSegmentMetadata, QueueMetadata, TopicMetadata
 
 SEED = Path(__file__).parent / "data" / "tieredStoreMetadata.json"

@@ -14,10 +14,9 @@ from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
 from tiered_core.codec.message import Message, decode_message, encode_message
 from tiered_core.codec.naming import cluster_dir, index_path
 from tiered_core.flat import FlatFileStore, FlatMessageFile
-from tiered_core.metadata.rebuild import rebuild_metadata
-from tiered_core.segment import AppendResult, FileSegmentType
+from tiered_core.ops.rebuild import rebuild_metadata
+from tiered_core.common import NO_TIMESTAMP, AppendResult, FileSegmentType, SegmentStatus, now_ms
 from tiered_core.spi.access import ConsumeQueueRequest
-from tiered_core.spi.metadata import NO_TIMESTAMP, SegmentStatus, now_ms
 
 # Queue -> (first queue offset, number of messages). Small segments make every queue roll.
 QUEUES = {("TopicA", 0): (0, 60), ("TopicA", 1): (0, 45), ("TopicB", 0): (100, 30),

@@ -16,16 +16,8 @@ import pytest
 
 from tiered_core.errors import IllegalParam, InvalidOption, MetadataError
 from tiered_core.metadata import open_metadata_store
-from tiered_core.segment import FileSegmentType
-from tiered_core.spi.metadata import (
-    NO_TIMESTAMP,
-    FileSegmentMetadata,
-    QueueMetadata,
-    SegmentStatus,
-    TieredMetadataStore,
-    TopicMetadata,
-    now_ms,
-)
+from tiered_core.common import NO_TIMESTAMP, FileSegmentType, SegmentStatus, now_ms
+from tiered_core.spi.metadata import FileSegmentMetadata, QueueMetadata, TieredMetadataStore, TopicMetadata
 
 CL, CQ, IDX = FileSegmentType.COMMIT_LOG, FileSegmentType.CONSUME_QUEUE, FileSegmentType.INDEX
 

@@ -12,7 +12,8 @@ from tiered_core.access.store import TieredMessageStore
 from tiered_core.errors import Fenced, PrefixOwned, StateConflict
 from tiered_core.flat.ownership import OwnerRecord, PrefixOwnership, load_store_id, owner_prefix
 from tiered_core.plugins import open_driver
-from tiered_core.segment import AppendResult, FileSegment
+from tiered_core.segment import FileSegment
+from tiered_core.common import AppendResult
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from store_workload import Workload, assert_exactly_once, memory_options, read_q
 from tiered_core.access.results import GetMessageStatus as S
 from tiered_core.access.results import StoreTier
 from tiered_core.access.store import TieredMessageStore
-from tiered_core.spi.access import BoundaryType
+from tiered_core.common import BoundaryType
 
 FAR_FUTURE_MS = 1 << 50
 TOPIC = "orders"
@@ -204,7 +204,7 @@ def test_time_lookup_at_the_local_boundary_within_one_millisecond(tmp_path, requ
     """Messages stored in the same millisecond on both sides of the local copy's start:
     the lookup of that time must answer the first of them, which only the tiered store has."""
     frozen = 1_700_000_000_000
-    monkeypatch.setattr(local_store_module, "_now_ms", lambda: frozen)
+    monkeypatch.setattr(local_store_module, "now_ms", lambda: frozen)
     config = make_config(tmp_path, request)
     workload = Workload(topics=(TOPIC,), queues=1)
     with TieredMessageStore.open(config) as store:

@@ -47,14 +47,13 @@ from tiered_core.config import StoreConfig
 from tiered_core.errors import ConfigError, CorruptData
 from tiered_core.flat import FlatMessageFile
 from tiered_core.local import store as local_store_module
-from tiered_core.metadata.rebuild import rebuild_metadata
+from tiered_core.ops.rebuild import rebuild_metadata
 from tiered_core.metadata.sqlite import SqliteMetadataStore
-from tiered_core.segment import FileSegmentType
+from tiered_core.common import FileSegmentType, now_ms
 from tiered_core.spark import plan_read
 from tiered_core.spark.appender import QueueAppender, message_from_row
 from tiered_core.spark.options import ConfigSource, ReadOptions
 from tiered_core.spark.reader import read_messages
-from tiered_core.spi.metadata import now_ms
 
 # -- golden bytes: tiered segments are unchanged when append_prop_crc is off ---------------
 
@@ -95,9 +94,9 @@ def golden_digest(tmp_path, monkeypatch=None, **changes) -> str:
     # would make store timestamps depend on thread timing.
     clock = lambda: GOLDEN_T0  # noqa: E731
     if monkeypatch is not None:
-        monkeypatch.setattr(local_store_module, "_now_ms", clock)
+        monkeypatch.setattr(local_store_module, "now_ms", clock)
     else:  # recording from the command line
-        local_store_module._now_ms = clock
+        local_store_module.now_ms = clock
     config = StoreConfig(store_path=str(tmp_path / "store"), driver="posix",
                          driver_options={"root": str(tmp_path / "tiered"), "fsync": False},
                          commit_log_max_size=4096, consume_queue_max_size=400, **changes)

@@ -21,7 +21,7 @@ _LAZY = {
     "TieredMessageStore": "tiered_core.access.store",
     "Message": "tiered_core.codec.message",
     "MessageExt": "tiered_core.codec.message",
-    "BoundaryType": "tiered_core.spi.access",
+    "BoundaryType": "tiered_core.common",
     "GetMessageResult": "tiered_core.access.results",
     "GetMessageStatus": "tiered_core.access.results",
     "PutMessageResult": "tiered_core.access.results",

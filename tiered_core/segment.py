@@ -14,7 +14,6 @@ bookkeeping lives here:
 
 from __future__ import annotations
 
-import enum
 import logging
 import os
 import threading
@@ -29,35 +28,17 @@ from tiered_core.errors import (
     StateConflict,
     TieredStoreError,
 )
+from tiered_core.common import LONG_MAX, AppendResult, FileSegmentType, now_ms
 from tiered_core.spi.driver import SegmentDriver
 
 log = logging.getLogger(__name__)
-
-
-class FileSegmentType(enum.IntEnum):
-    """RocketMQ's FileSegmentType values (stored in metadata)."""
-
-    COMMIT_LOG = 0
-    CONSUME_QUEUE = 1
-    INDEX = 2
-
-
-class AppendResult(enum.Enum):
-    """Outcome of :meth:`FileSegment.append` (RocketMQ's AppendResult)."""
-
-    SUCCESS = "SUCCESS"
-    BUFFER_FULL = "BUFFER_FULL"  # too many buffers waiting: commit first
-    FILE_FULL = "FILE_FULL"  # the bytes would pass max_size: roll a new segment
-    FILE_CLOSED = "FILE_CLOSED"
-    SEGMENT_SEALED = "SEGMENT_SEALED"
-    UNKNOWN_ERROR = "UNKNOWN_ERROR"
 
 
 #: RocketMQ defaults: tieredStoreCommitLogMaxSize, tieredStoreConsumeQueueMaxSize.
 DEFAULT_MAX_SIZE = {
     FileSegmentType.COMMIT_LOG: 1 << 30,
     FileSegmentType.CONSUME_QUEUE: 100 << 20,
-    FileSegmentType.INDEX: (1 << 63) - 1,
+    FileSegmentType.INDEX: LONG_MAX,
 }
 #: RocketMQ's tieredStoreMaxGroupCommitCount.
 DEFAULT_MAX_BUFFER_COUNT = 10000
@@ -342,7 +323,7 @@ class FileSegment:
                 self.driver.create(self.path)  # an empty segment may never have been written
             self.driver.seal(self.path)
             self._sealed = True
-            self.seal_timestamp = int(time.time() * 1000)
+            self.seal_timestamp = now_ms()
         finally:
             self._sealing = False
 

@@ -22,7 +22,7 @@ from tiered_core.codec.message import MessageExt, decode_message
 from tiered_core.errors import CorruptData, TieredStoreError
 from tiered_core.flat.file_store import FlatFileStore
 from tiered_core.flat.message_file import FlatMessageFile
-from tiered_core.spi.access import BoundaryType
+from tiered_core.common import BoundaryType
 
 log = logging.getLogger(__name__)
 

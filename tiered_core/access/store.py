@@ -34,21 +34,16 @@ from tiered_core.config import StoreConfig
 from tiered_core.errors import IllegalParam, StateConflict, TieredStoreError
 from tiered_core.flat.file_store import FlatFileStore
 from tiered_core.flat.ownership import PrefixOwnership, load_store_id
-from tiered_core.flat.reconcile import open_checked_metadata
+from tiered_core.ops.reconcile import open_checked_metadata
 from tiered_core.index.service import IndexStoreService
 from tiered_core.local.store import LocalMessageStore, LocalStoreConfig
-from tiered_core.spi.access import BoundaryType
+from tiered_core.common import LONG_MAX, BoundaryType, now_ms
 
 log = logging.getLogger(__name__)
 
-_LONG_MAX = (1 << 63) - 1
 #: NOT_IN_MEM treats the newest this-many bytes of the local commit log as "in memory"
 #: (RocketMQ asks the OS page cache; a bounded window is the portable stand-in).
 IN_MEMORY_WINDOW = 256 << 20
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass
@@ -312,7 +307,7 @@ class TieredMessageStore:
         """Messages of ``topic`` with ``key`` (KEYS or UNIQ_KEY) stored in ``[begin, end]``:
         the local index first, then the tiered index for what is older than the local copy."""
         validate_topic(topic)
-        end = _LONG_MAX if end is None else end
+        end = LONG_MAX if end is None else end
         if max_count <= 0:
             raise IllegalParam(f"max_count must be > 0, got {max_count}", max_count=max_count)
         earliest = self.local.get_earliest_message_time()

@@ -34,7 +34,7 @@ from tiered_core.cli.progress import Progress
 from tiered_core.codec.message import Message
 from tiered_core.config import StoreConfig
 from tiered_core.errors import IllegalParam
-from tiered_core.spi.access import BoundaryType
+from tiered_core.common import BoundaryType
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -4,7 +4,7 @@
   copy a store into a new one (JSON <-> SQLite, formats from the file extensions).
 - ``rebuild --config FILE [--force] [--no-timestamps] [--progress-every N]``: reconstruct
   lost metadata from ``driver.list()`` of the configured backend
-  (:mod:`tiered_core.metadata.rebuild`).
+  (:mod:`tiered_core.ops.rebuild`).
 
 Each action is a ``_register_<name>(actions)`` function adding its sub-parser and
 setting ``func`` to a callable ``(args) -> exit code``. With ``--json`` an action's
@@ -94,7 +94,7 @@ def run_rebuild(args: argparse.Namespace) -> int:
     from tiered_core.errors import MetadataError
     from tiered_core.local.store import acquire_store_lock, release_store_lock
     from tiered_core.metadata import set_aside
-    from tiered_core.metadata.rebuild import rebuild_metadata
+    from tiered_core.ops.rebuild import rebuild_metadata
 
     config = StoreConfig.load(args.config)
     target = config.effective_metadata_path()

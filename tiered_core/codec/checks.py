@@ -61,6 +61,7 @@ import enum
 import zlib
 from typing import Iterable, NamedTuple, Sequence
 
+from tiered_core.common import INT_MAX, INT_MIN
 from tiered_core.codec.consume_queue import ConsumeQueueUnit
 from tiered_core.codec.hashing import tags_hash_code
 from tiered_core.codec.message import (
@@ -77,7 +78,6 @@ from tiered_core.errors import CorruptData, IllegalParam
 
 #: RocketMQ's delay-message topic: its consume queue holds delivery times, not tag hashes.
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-_INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
 
 #: Reasons meaning "these bytes are not a well-formed message of the unit's size" (as
 #: opposed to a well-formed message that is not the one asked for).
@@ -250,7 +250,7 @@ def check_units(
         if fields[6] != cl_off:
             return fail(i, cl_off, size, "physical_offset_mismatch",
                         f"holds physical offset {fields[6]}, not its commit-log offset {cl_off}")
-        if tags_on and tags_code and _INT_MIN <= tags_code <= _INT_MAX:
+        if tags_on and tags_code and INT_MIN <= tags_code <= INT_MAX:
             tags = _tags_value(props) if b"TAGS\x01" in props else None
             expected = tags_hash_code(tags.decode("utf-8")) if tags else 0
             if expected != tags_code:

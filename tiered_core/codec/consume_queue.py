@@ -13,14 +13,13 @@ from __future__ import annotations
 import struct
 from typing import Iterable, Iterator, NamedTuple, Union
 
+from tiered_core.common import INT_MAX, LONG_MAX, LONG_MIN
 from tiered_core.errors import CorruptData, IllegalParam
 
 Buffer = Union[bytes, bytearray, memoryview]
 
 CQ_UNIT_SIZE = 20
 _UNIT = struct.Struct(">qiq")
-_LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
-_INT_MAX = (1 << 31) - 1
 
 
 class ConsumeQueueUnit(NamedTuple):
@@ -43,12 +42,12 @@ class ConsumeQueueUnit(NamedTuple):
 def encode_cq_unit(commitlog_offset: int, size: int, tags_code: int = 0) -> bytes:
     """The 20 bytes of a unit. IllegalParam for offset < 0, size not in 1..2^31-1, or
     a tags code outside a Java long."""
-    if not isinstance(commitlog_offset, int) or not 0 <= commitlog_offset <= _LONG_MAX:
+    if not isinstance(commitlog_offset, int) or not 0 <= commitlog_offset <= LONG_MAX:
         raise IllegalParam(f"commit-log offset {commitlog_offset!r} must be in 0..2^63-1",
                            commitlog_offset=commitlog_offset)
-    if not isinstance(size, int) or not 0 < size <= _INT_MAX:
+    if not isinstance(size, int) or not 0 < size <= INT_MAX:
         raise IllegalParam(f"message size {size!r} must be in 1..2^31-1", size=size)
-    if not isinstance(tags_code, int) or not _LONG_MIN <= tags_code <= _LONG_MAX:
+    if not isinstance(tags_code, int) or not LONG_MIN <= tags_code <= LONG_MAX:
         raise IllegalParam(f"tags code {tags_code!r} is not a 64-bit int", tags_code=tags_code)
     return _UNIT.pack(commitlog_offset, size, tags_code)
 

@@ -38,6 +38,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping, NamedTuple, Union
 
+from tiered_core.common import INT_MAX, INT_MIN, LONG_MAX, LONG_MIN, now_ms
 from tiered_core.codec.prop_crc import CRC32_PLACEHOLDER, CRC32_RESERVED_LEN, PROPERTY_CRC32, prop_crc_digits
 from tiered_core.errors import CorruptData, IllegalParam
 
@@ -91,8 +92,6 @@ MAX_V2_TOPIC_BYTES = 32767  # Short.MAX_VALUE
 MAX_PROPERTIES_BYTES = 32767  # Short.MAX_VALUE (the broker rejects longer)
 MAX_TOTAL_SIZE = 0x7FFFFFFF
 
-_INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
-_LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
 
 
 class MessageVersion(enum.IntEnum):
@@ -168,10 +167,6 @@ class Host(NamedTuple):
 DEFAULT_HOST = Host("127.0.0.1", 0)
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 @dataclass(slots=True)
 class Message:
     """What a producer hands to the store.
@@ -189,7 +184,7 @@ class Message:
     tags: str | None = None
     properties: dict[str, str] = field(default_factory=dict)
     flag: int = 0
-    born_timestamp: int = field(default_factory=_now_ms)
+    born_timestamp: int = field(default_factory=now_ms)
     born_host: tuple[str, int] = DEFAULT_HOST
     sys_flag: int = 0
     reconsume_times: int = 0
@@ -474,15 +469,15 @@ def _encode(
         )
     except struct.error:
         _check_ranges(
-            queue_id=(queue_id, _INT_MIN, _INT_MAX),
-            flag=(flag, _INT_MIN, _INT_MAX),
-            queue_offset=(queue_offset, _LONG_MIN, _LONG_MAX),
-            physical_offset=(physical_offset, _LONG_MIN, _LONG_MAX),
-            sys_flag=(sys_flag, _INT_MIN, _INT_MAX),
-            born_timestamp=(born_timestamp, _LONG_MIN, _LONG_MAX),
-            store_timestamp=(store_timestamp, _LONG_MIN, _LONG_MAX),
-            reconsume_times=(reconsume_times, _INT_MIN, _INT_MAX),
-            prepared_transaction_offset=(prepared_transaction_offset, _LONG_MIN, _LONG_MAX),
+            queue_id=(queue_id, INT_MIN, INT_MAX),
+            flag=(flag, INT_MIN, INT_MAX),
+            queue_offset=(queue_offset, LONG_MIN, LONG_MAX),
+            physical_offset=(physical_offset, LONG_MIN, LONG_MAX),
+            sys_flag=(sys_flag, INT_MIN, INT_MAX),
+            born_timestamp=(born_timestamp, LONG_MIN, LONG_MAX),
+            store_timestamp=(store_timestamp, LONG_MIN, LONG_MAX),
+            reconsume_times=(reconsume_times, INT_MIN, INT_MAX),
+            prepared_transaction_offset=(prepared_transaction_offset, LONG_MIN, LONG_MAX),
         )
         raise  # pragma: no cover - every packed field is checked above
     topic_len = _U16.pack(len(topic_b)) if v2 else _U8.pack(len(topic_b))
@@ -848,7 +843,7 @@ def rewrite_physical_offset(buf: bytearray | memoryview, offset: int, value: int
     Checks the magic first (CorruptData) so non-message bytes are never clobbered;
     IllegalParam for a read-only buffer or a value outside a Java long.
     """
-    if not isinstance(value, int) or not _LONG_MIN <= value <= _LONG_MAX:
+    if not isinstance(value, int) or not LONG_MIN <= value <= LONG_MAX:
         raise IllegalParam(f"physical offset {value!r} is not a 64-bit int", value=value)
     if isinstance(buf, bytes) or (isinstance(buf, memoryview) and buf.readonly):
         raise IllegalParam("rewrite_physical_offset needs a writable buffer (bytearray)",

@@ -17,7 +17,7 @@ import re
 from typing import NamedTuple
 
 from tiered_core.errors import IllegalParam
-from tiered_core.segment import FileSegmentType
+from tiered_core.common import INT_MAX, LONG_MAX, FileSegmentType
 
 INDEX_TOPIC = "rmq_sys_INDEX"
 INDEX_QUEUE_ID = 0
@@ -27,8 +27,6 @@ FILE_NAME_LENGTH = 28  # 8 hash characters + 20 digits
 _TOPIC_RE = re.compile(r"[%|a-zA-Z0-9_-]+")
 _DIGITS20_RE = re.compile(r"[0-9]{20}")
 _QUEUE_ID_RE = re.compile(r"0|[1-9][0-9]{0,9}")
-_LONG_MAX = (1 << 63) - 1
-_INT_MAX = (1 << 31) - 1
 
 
 def md5_prefix(text: str) -> str:
@@ -51,7 +49,7 @@ def _utf8(text: str, what: str) -> bytes:
 
 def offset_to_file_name(offset: int) -> str:
     """``md5(str(offset))[:8]`` + the offset zero-padded to 20 digits (28 characters)."""
-    if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= _LONG_MAX:
+    if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= LONG_MAX:
         raise IllegalParam(f"file offset {offset!r} must be an int in 0..2^63-1", offset=offset)
     text = str(offset)
     return md5_prefix(text) + text.zfill(20)
@@ -67,7 +65,7 @@ def file_name_to_offset(name: str, *, strict: bool = False) -> int:
         raise IllegalParam(f"{name!r} is not a segment file name (it must end in 20 digits)",
                            name=name)
     offset = int(name[-20:])
-    if offset > _LONG_MAX or (strict and name != offset_to_file_name(offset)):
+    if offset > LONG_MAX or (strict and name != offset_to_file_name(offset)):
         raise IllegalParam(f"{name!r} is not a segment file name (expected "
                            f"{md5_prefix(str(offset))}{name[-20:]})", name=name)
     return offset
@@ -101,7 +99,7 @@ def _validate_component(value: str, what: str) -> str:
 
 
 def _validate_queue_id(queue_id: int) -> int:
-    if isinstance(queue_id, bool) or not isinstance(queue_id, int) or not 0 <= queue_id <= _INT_MAX:
+    if isinstance(queue_id, bool) or not isinstance(queue_id, int) or not 0 <= queue_id <= INT_MAX:
         raise IllegalParam(f"queue id {queue_id!r} must be an int in 0..2^31-1", queue_id=queue_id)
     return queue_id
 

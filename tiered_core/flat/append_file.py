@@ -17,15 +17,10 @@ import time
 from typing import Callable, Iterator
 
 from tiered_core.errors import DriverError, IllegalOffset, IllegalParam, StateConflict, TieredStoreError
-from tiered_core.segment import AppendResult, FileSegment, FileSegmentType
+from tiered_core.segment import FileSegment
+from tiered_core.common import NO_TIMESTAMP, AppendResult, FileSegmentType, SegmentStatus, now_ms
 from tiered_core.spi.driver import SegmentDriver
-from tiered_core.spi.metadata import (
-    NO_TIMESTAMP,
-    FileSegmentMetadata,
-    SegmentStatus,
-    TieredMetadataStore,
-    now_ms,
-)
+from tiered_core.spi.metadata import FileSegmentMetadata, TieredMetadataStore
 
 log = logging.getLogger(__name__)
 

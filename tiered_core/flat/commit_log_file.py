@@ -20,7 +20,7 @@ from tiered_core.codec.message import peek_queue_offset, rewrite_physical_offset
 from tiered_core.codec.prop_crc import compute_prop_crc, stored_prop_crc, write_prop_crc
 from tiered_core.errors import CorruptData, IllegalParam, TieredStoreError
 from tiered_core.flat.append_file import FlatAppendFile
-from tiered_core.segment import AppendResult, FileSegmentType
+from tiered_core.common import AppendResult, FileSegmentType
 
 #: Bytes needed to read a message's queue offset (RocketMQ QUEUE_OFFSET_POSITION + 8).
 _QUEUE_OFFSET_END = 28

@@ -6,7 +6,7 @@ import logging
 
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
 from tiered_core.flat.append_file import FlatAppendFile
-from tiered_core.segment import FileSegmentType
+from tiered_core.common import FileSegmentType
 
 log = logging.getLogger(__name__)
 

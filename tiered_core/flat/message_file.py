@@ -12,10 +12,11 @@ from tiered_core.errors import IllegalOffset, IllegalParam
 from tiered_core.flat.commit_log_file import FlatCommitLogFile
 from tiered_core.flat.config import FlatFileConfig
 from tiered_core.flat.consume_queue_file import FlatConsumeQueueFile
-from tiered_core.segment import AppendResult, FileSegmentType, default_executor
-from tiered_core.spi.access import BoundaryType, CompositeAccess, ConsumeQueueRequest
+from tiered_core.segment import default_executor
+from tiered_core.common import AppendResult, BoundaryType, FileSegmentType, now_ms
+from tiered_core.spi.access import CompositeAccess, ConsumeQueueRequest
 from tiered_core.spi.driver import SegmentDriver
-from tiered_core.spi.metadata import TieredMetadataStore, now_ms
+from tiered_core.spi.metadata import TieredMetadataStore
 
 #: Bytes of a message that hold its store timestamp, whatever the host address sizes.
 _STORE_TS_END = 80

@@ -36,7 +36,7 @@ from tiered_core.codec.naming import cluster_dir, parse_segment_path
 from tiered_core.errors import Fenced, IllegalParam, PrefixOwned, TieredStoreError
 from tiered_core.spi.driver import SegmentDriver
 from tiered_core.spi.layer import DriverLayer
-from tiered_core.spi.metadata import now_ms
+from tiered_core.common import now_ms
 
 log = logging.getLogger(__name__)
 

@@ -16,6 +16,7 @@ import struct
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from tiered_core.common import INT_MAX, INT_MIN, LONG_MAX
 from tiered_core.errors import IllegalParam
 
 ITEM_SIZE = 32
@@ -24,9 +25,6 @@ COMPACT_ITEM_SIZE = 28
 _ITEM = struct.Struct(">iiiqiii")
 _COMPACT_ITEM = struct.Struct(">iiiqii")
 
-INT_MIN = -(1 << 31)
-INT_MAX = (1 << 31) - 1
-LONG_MAX = (1 << 63) - 1
 
 # Field offsets within an item (RocketMQ IndexItem.getByteBuffer layout).
 HASH_POSITION = 0

@@ -44,9 +44,10 @@ from tiered_core.index.store_file import (
     check_layout,
     check_put,
 )
-from tiered_core.segment import AppendResult, FileSegment, FileSegmentType
+from tiered_core.segment import FileSegment
+from tiered_core.common import AppendResult, FileSegmentType, SegmentStatus, now_ms
 from tiered_core.spi.driver import SegmentDriver
-from tiered_core.spi.metadata import SegmentStatus, TieredMetadataStore, now_ms
+from tiered_core.spi.metadata import TieredMetadataStore
 
 log = logging.getLogger(__name__)
 

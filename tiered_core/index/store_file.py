@@ -36,8 +36,9 @@ from typing import BinaryIO, Callable, Iterable, NamedTuple
 
 from tiered_core.codec.hashing import index_key_hash
 from tiered_core.errors import CorruptData, DriverError, IllegalParam, TieredStoreError
-from tiered_core.index.item import COMPACT_ITEM_SIZE, INT_MAX, INT_MIN, ITEM_SIZE, LONG_MAX, IndexEntry
-from tiered_core.segment import AppendResult, FileSegment
+from tiered_core.common import INT_MAX, INT_MIN, LONG_MAX, AppendResult
+from tiered_core.index.item import COMPACT_ITEM_SIZE, ITEM_SIZE, IndexEntry
+from tiered_core.segment import FileSegment
 
 log = logging.getLogger(__name__)
 

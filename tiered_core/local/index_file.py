@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable
 
 from tiered_core.codec.hashing import index_key_hash
 from tiered_core.errors import IllegalParam, SegmentClosed, StateConflict
-from tiered_core.local.mapped_file import fsync_dir
+from tiered_core.common import INT_MAX, fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,6 @@ DEFAULT_MAX_ITEMS = 5_000_000 * 4
 _HEADER = struct.Struct(">qqqqii")
 _SLOT = struct.Struct(">i")
 _ITEM = struct.Struct(">iqii")
-_INT_MAX = (1 << 31) - 1
 _NAME_LEN = 17
 
 
@@ -208,7 +207,7 @@ class IndexFile:
 
     def put(self, key_hash: int, phy_offset: int, store_timestamp: int) -> bool:
         """Add an item for ``key_hash`` (0..2^31-1); False when the file is full."""
-        if not 0 <= key_hash <= _INT_MAX:
+        if not 0 <= key_hash <= INT_MAX:
             raise IllegalParam(f"key hash {key_hash} must be in 0..2^31-1", key_hash=key_hash)
         with self._lock:
             mm = self._mmap()
@@ -219,7 +218,7 @@ class IndexFile:
             if self.begin_timestamp <= 0:
                 diff = 0
             else:
-                diff = min(max((store_timestamp - self.begin_timestamp) // 1000, 0), _INT_MAX)
+                diff = min(max((store_timestamp - self.begin_timestamp) // 1000, 0), INT_MAX)
             number = self.index_count
             _ITEM.pack_into(mm, self._items_base + number * ITEM_SIZE, key_hash, phy_offset, diff, prev)
             _SLOT.pack_into(mm, slot_pos, number)

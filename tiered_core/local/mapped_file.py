@@ -22,6 +22,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from tiered_core.common import fsync_dir
 from tiered_core.errors import DriverError, IllegalOffset, IllegalParam, SegmentClosed, StateConflict
 
 log = logging.getLogger(__name__)
@@ -50,15 +51,6 @@ def disk_error(what: str, path: str, exc: OSError) -> DriverError:
     """A local disk failure as a typed error (ENOSPC and the like are retryable)."""
     return DriverError(f"{what} {path!r} failed: {exc.strerror or exc}", retryable=exc.errno in _RETRYABLE_ERRNOS,
                        path=path, errno=exc.errno)
-
-
-def fsync_dir(path: str) -> None:
-    """Make a directory entry change (create, delete, rename) durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class MappedFile:

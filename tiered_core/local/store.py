@@ -69,14 +69,11 @@ from tiered_core.errors import (
 from tiered_core.local.commit_log import END_FILE_MIN_BLANK_LENGTH, CommitLog
 from tiered_core.local.consume_queue import ConsumeQueue
 from tiered_core.local.index_file import IndexService
-from tiered_core.local.mapped_file import fsync_dir
-from tiered_core.spi.access import BoundaryType
+from tiered_core.common import INT_MAX, LONG_MAX, BoundaryType, fsync_dir, now_ms
 
 log = logging.getLogger(__name__)
 
 _I64 = struct.Struct(">q")
-_INT_MAX = (1 << 31) - 1
-_LONG_MAX = (1 << 63) - 1
 #: Default largest message (RocketMQ's maxMessageSize is 4 MiB; larger ones are common here).
 DEFAULT_MAX_MESSAGE_SIZE = 16 << 20
 #: Units one read_messages call looks at, at most (bounds a filtered read).
@@ -201,10 +198,6 @@ class DispatchRequest:
 DispatchListener = Callable[[DispatchRequest], None]
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class _Checkpoint(NamedTuple):
     commitlog_flushed: int
     reput_offset: int
@@ -263,7 +256,7 @@ class LocalMessageStore:
                  clock: Callable[[], int] | None = None) -> None:
         self.root = os.fspath(root)
         self.config = config or LocalStoreConfig()
-        self._clock = clock or _now_ms
+        self._clock = clock or now_ms
         self._closed = False
         self._put_lock = threading.Lock()
         self._reput_lock = threading.RLock()
@@ -354,7 +347,7 @@ class LocalMessageStore:
             if not os.path.isdir(tdir):
                 continue
             for qname in sorted(os.listdir(tdir)):
-                if not qname.isdigit() or (len(qname) > 1 and qname[0] == "0") or int(qname) > _INT_MAX:
+                if not qname.isdigit() or (len(qname) > 1 and qname[0] == "0") or int(qname) > INT_MAX:
                     log.warning("ignoring %s: not a queue id", os.path.join(tdir, qname))
                     continue
                 qid = int(qname)
@@ -385,7 +378,7 @@ class LocalMessageStore:
         path = os.path.join(self.root, CHECKPOINT_FILE)
         tmp = path + ".tmp"
         body = json.dumps({"version": 1, "commitlog_flushed": cp.commitlog_flushed,
-                           "reput_offset": cp.reput_offset, "written_at": _now_ms()})
+                           "reput_offset": cp.reput_offset, "written_at": now_ms()})
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(body)
             f.flush()
@@ -450,7 +443,7 @@ class LocalMessageStore:
         if topic not in self._valid_topics:
             validate_topic(topic)
             self._valid_topics.add(topic)
-        if isinstance(queue_id, bool) or not isinstance(queue_id, int) or not 0 <= queue_id <= _INT_MAX:
+        if isinstance(queue_id, bool) or not isinstance(queue_id, int) or not 0 <= queue_id <= INT_MAX:
             raise IllegalParam(f"queue id {queue_id!r} must be an int in 0..2^31-1", queue_id=queue_id)
         if not isinstance(message, Message):
             raise IllegalParam(f"message must be a Message, got {type(message).__name__}", topic=topic)
@@ -831,7 +824,7 @@ class LocalMessageStore:
         return first
 
     def query_message(self, topic: str, key: str, max_count: int = 32, begin: int = 0,
-                      end: int = _LONG_MAX) -> list[MessageExt]:
+                      end: int = LONG_MAX) -> list[MessageExt]:
         """Messages of ``topic`` whose KEYS or UNIQ_KEY include ``key``, stored in
         ``[begin, end]`` ms, newest first, at most ``max_count`` (index lookup; each
         hit is read and checked, so hash collisions never leak other keys)."""

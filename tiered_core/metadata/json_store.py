@@ -27,12 +27,9 @@ import re
 import threading
 from typing import Any, Iterator, TypeVar
 
+from tiered_core.common import NO_TIMESTAMP, FileSegmentType, fsync_dir, now_ms
 from tiered_core.errors import IllegalParam, MetadataError
 from tiered_core.spi.metadata import (
-    COMMIT_LOG,
-    CONSUME_QUEUE,
-    INDEX,
-    NO_TIMESTAMP,
     FileSegmentMetadata,
     QueueMetadata,
     TieredMetadataStore,
@@ -45,7 +42,6 @@ from tiered_core.spi.metadata import (
     check_segment_type,
     check_topic,
     check_topic_metadata,
-    now_ms,
     parse_options,
 )
 
@@ -55,9 +51,9 @@ T = TypeVar("T")
 
 #: The wrapper's segment tables, by FileSegmentType.
 SEGMENT_TABLES = {
-    COMMIT_LOG: "commitLogFileSegmentTable",
-    CONSUME_QUEUE: "consumeQueueFileSegmentTable",
-    INDEX: "indexFileSegmentTable",
+    FileSegmentType.COMMIT_LOG: "commitLogFileSegmentTable",
+    FileSegmentType.CONSUME_QUEUE: "consumeQueueFileSegmentTable",
+    FileSegmentType.INDEX: "indexFileSegmentTable",
 }
 
 _MISSING: Any = object()
@@ -235,7 +231,7 @@ class JsonMetadataStore(TieredMetadataStore):
                 os.close(fd)
             os.replace(tmp, self.path)
             if self.fsync:
-                _fsync_dir(os.path.dirname(os.path.abspath(self.path)))
+                fsync_dir(os.path.dirname(os.path.abspath(self.path)))
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.remove(tmp)
@@ -573,14 +569,6 @@ def _backup_hint(source: str) -> str:
         return (f"; a previous version is in {source + '.bak'!r} (RocketMQ moves it there while it writes): "
                 "check it and move it into place if it is current")
     return ""
-
-
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 q = json.encoder.encode_basestring  # a JSON string literal, non-ASCII kept as is

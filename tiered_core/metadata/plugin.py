@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from tiered_core import hookimpl
+from tiered_core.spi.hookspecs import hookimpl
 from tiered_core.metadata.json_store import JsonMetadataStore
 from tiered_core.metadata.sqlite import SqliteMetadataStore
 

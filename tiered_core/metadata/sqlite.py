@@ -39,9 +39,9 @@ from tiered_core.spi.metadata import (
     check_segment_type,
     check_topic,
     check_topic_metadata,
-    now_ms,
     parse_options,
 )
+from tiered_core.common import now_ms
 
 T = TypeVar("T")
 

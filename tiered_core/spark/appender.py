@@ -11,7 +11,7 @@ from tiered_core.codec.message import PROPERTY_KEYS, PROPERTY_TAGS, Message, enc
 from tiered_core.codec.prop_crc import PROPERTY_CRC32
 from tiered_core.errors import DriverError, IllegalOffset
 from tiered_core.flat.message_file import FlatMessageFile
-from tiered_core.segment import AppendResult
+from tiered_core.common import AppendResult
 from tiered_core.spi.access import ConsumeQueueRequest
 
 #: Messages buffered between commits.

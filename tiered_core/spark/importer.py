@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from tiered_core.common import FileSegmentType
 from tiered_core.errors import ConfigError, IllegalParam, InvalidOption
 from tiered_core.spark.failures import task_error
 from tiered_core.spark.options import ConfigSource, require_shared_backend
@@ -55,7 +56,8 @@ class QueueSeed:
 
 def _seed(metadata, topic: str, queue_id: int, flat_path: str) -> QueueSeed:
     queue = metadata.get_queue(topic, queue_id)
-    segments = tuple(dataclasses.asdict(m) for t in (0, 1) for m in metadata.iterate_file_segments(t, flat_path))
+    segments = tuple(dataclasses.asdict(m) for t in (FileSegmentType.COMMIT_LOG, FileSegmentType.CONSUME_QUEUE)
+                     for m in metadata.iterate_file_segments(t, flat_path))
     return QueueSeed(topic, queue_id, None if queue is None else dataclasses.asdict(queue), segments)
 
 
@@ -64,8 +66,7 @@ def _adopt_unrecorded(driver, scratch, config, topic: str, queue_id: int) -> Non
     that failed before its metadata commit), so a re-run continues after them instead of
     rolling over them."""
     from tiered_core.codec.naming import file_name_to_offset, queue_path, segment_dir
-    from tiered_core.segment import FileSegmentType
-    from tiered_core.spi.metadata import now_ms
+    from tiered_core.common import now_ms
 
     flat_path = queue_path(config.broker, topic, queue_id)
     for kind in (FileSegmentType.COMMIT_LOG, FileSegmentType.CONSUME_QUEUE):
@@ -104,7 +105,8 @@ def _import_groups(source: ConfigSource, seeds: dict[tuple[str, int], QueueSeed]
         stats = appender.finish()
         flat = appender.flat
         queue = scratch.get_queue(flat.topic, flat.queue_id)
-        segments = [dataclasses.asdict(m) for t in (0, 1) for m in scratch.iterate_file_segments(t, flat.file_path)]
+        segments = [dataclasses.asdict(m) for t in (FileSegmentType.COMMIT_LOG, FileSegmentType.CONSUME_QUEUE)
+                    for m in scratch.iterate_file_segments(t, flat.file_path)]
         flat.shutdown()
         scratch.close()
         results.append({"topic": flat.topic, "queue_id": flat.queue_id, "appended": stats.appended,

@@ -23,7 +23,8 @@ from tiered_core.spark.failures import task_error
 from tiered_core.spark.options import ConfigSource, require_shared_backend
 from tiered_core.spark.plan import parse_flat_path
 from tiered_core.spi.driver import SegmentDriver
-from tiered_core.spi.metadata import FileSegmentMetadata, SegmentStatus, TieredMetadataStore
+from tiered_core.spi.metadata import FileSegmentMetadata, TieredMetadataStore
+from tiered_core.common import SegmentStatus
 
 log = logging.getLogger(__name__)
 
@@ -276,7 +277,7 @@ def claim_target(target_cfg, planned: set[str]) -> None:
     config later is its owner, and a re-run is the same owner); refuse a target prefix that
     holds objects this migration does not plan to write."""
     from tiered_core.flat.ownership import PrefixOwnership, load_store_id, segment_objects, tier_prefix
-    from tiered_core.flat.reconcile import ReconcileReport
+    from tiered_core.ops.reconcile import ReconcileReport
 
     os.makedirs(target_cfg.store_path, exist_ok=True)
     with target_cfg.open_driver() as driver:

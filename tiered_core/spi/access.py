@@ -7,22 +7,10 @@ this ABC; :class:`tiered_core.flat.FlatMessageFile` is the implementation.
 from __future__ import annotations
 
 import abc
-import enum
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from tiered_core.segment import AppendResult
-
-
-class BoundaryType(enum.Enum):
-    """Which offset a time lookup returns when several messages share the time.
-
-    LOWER: the first message stored at or after the time. UPPER: like LOWER, but when
-    messages were stored exactly at the time, the last of them.
-    """
-
-    LOWER = "LOWER"
-    UPPER = "UPPER"
+from tiered_core.common import AppendResult
 
 
 @dataclass(frozen=True)

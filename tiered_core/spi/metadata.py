@@ -16,32 +16,12 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import enum
-import time
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
+from tiered_core.common import NO_TIMESTAMP, FileSegmentType, SegmentStatus, now_ms
 from tiered_core.errors import IllegalParam, InvalidOption, MetadataError
 
-#: Java ``Long.MAX_VALUE``: begin/end timestamp of a segment that holds no message yet.
-NO_TIMESTAMP = (1 << 63) - 1
-
-#: ``FileSegmentType`` values (``tiered_core.segment.FileSegmentType`` is an IntEnum of these).
-COMMIT_LOG, CONSUME_QUEUE, INDEX = 0, 1, 2
-SEGMENT_TYPES = (COMMIT_LOG, CONSUME_QUEUE, INDEX)
-
-
-class SegmentStatus(enum.IntEnum):
-    """``FileSegmentMetadata`` status codes (RocketMQ ``STATUS_*``)."""
-
-    NEW = 0
-    SEALED = 1
-    DELETED = 2
-
-
-def now_ms() -> int:
-    """Milliseconds since the epoch."""
-    return time.time_ns() // 1_000_000
 
 
 @dataclass
@@ -85,24 +65,36 @@ class FileSegmentMetadata:
     """
 
     path: str
-    type: int
+    type: FileSegmentType
     base_offset: int
     size: int = 0
-    status: int = 0  # SegmentStatus.NEW
+    status: SegmentStatus = SegmentStatus.NEW
     create_timestamp: int = 0
     begin_timestamp: int = NO_TIMESTAMP
     end_timestamp: int = NO_TIMESTAMP
     seal_timestamp: int = 0
 
+    def __post_init__(self) -> None:
+        # Plain ints (from a store, a file) become the enums; anything else is left for
+        # check_segment_metadata to reject with a typed error.
+        if _is_int(self.type) and self.type in _TYPES:
+            self.type = FileSegmentType(self.type)
+        if _is_int(self.status) and self.status in _STATUSES:
+            self.status = SegmentStatus(self.status)
+
     def mark_sealed(self, timestamp: int | None = None) -> "FileSegmentMetadata":
         """Set status SEALED and the seal time (now unless given); returns self."""
-        self.status = int(SegmentStatus.SEALED)
+        self.status = SegmentStatus.SEALED
         self.seal_timestamp = now_ms() if timestamp is None else timestamp
         return self
 
     @property
     def key(self) -> tuple[int, str, int]:
         return (int(self.type), self.path, self.base_offset)
+
+
+_TYPES = frozenset(int(t) for t in FileSegmentType)
+_STATUSES = frozenset(int(s) for s in SegmentStatus)
 
 
 # -- argument checks shared by every store ------------------------------------------
@@ -124,12 +116,12 @@ def check_queue_id(queue_id: Any) -> int:
     return int(queue_id)
 
 
-def check_segment_type(segment_type: Any) -> int:
-    if not _is_int(segment_type) or segment_type not in SEGMENT_TYPES:
+def check_segment_type(segment_type: Any) -> FileSegmentType:
+    if not _is_int(segment_type) or segment_type not in _TYPES:
         raise IllegalParam(
             f"segment type must be a FileSegmentType (0 COMMIT_LOG, 1 CONSUME_QUEUE, 2 INDEX), "
             f"got {segment_type!r}", type=segment_type)
-    return int(segment_type)
+    return FileSegmentType(segment_type)
 
 
 def check_segment_path(path: Any) -> str:
@@ -395,10 +387,7 @@ class TieredMetadataStore(abc.ABC):
 
 __all__ = [
     "NO_TIMESTAMP",
-    "COMMIT_LOG",
-    "CONSUME_QUEUE",
-    "INDEX",
-    "SEGMENT_TYPES",
+    "FileSegmentType",
     "SegmentStatus",
     "TopicMetadata",
     "QueueMetadata",

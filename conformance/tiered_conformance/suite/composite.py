@@ -16,10 +16,10 @@ import pytest
 from tiered_core.codec.message import Message, decode_message, encode_message
 from tiered_core.codec.naming import cluster_dir
 from tiered_core.flat import FlatFileConfig, FlatMessageFile
-from tiered_core.metadata.rebuild import rebuild_metadata
+from tiered_core.ops.rebuild import rebuild_metadata
 from tiered_core.metadata.sqlite import SqliteMetadataStore
-from tiered_core.segment import AppendResult
-from tiered_core.spi.access import BoundaryType, ConsumeQueueRequest
+from tiered_core.common import AppendResult, BoundaryType
+from tiered_core.spi.access import ConsumeQueueRequest
 from tiered_core.spi.driver import SegmentDriver
 from tiered_conformance.areas import COMPOSITE_ACCESS
 from tiered_conformance.requirements import requires

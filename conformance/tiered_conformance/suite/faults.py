@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 
 from tiered_core.errors import DriverError
-from tiered_core.segment import AppendResult, FileSegment
+from tiered_core.segment import FileSegment
+from tiered_core.common import AppendResult
 from tiered_conformance.faults import Fault, FaultKind, FaultyDriver
 from tiered_conformance import areas
 from tiered_conformance.requirements import requires

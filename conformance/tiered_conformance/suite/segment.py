@@ -7,7 +7,8 @@ import threading
 import pytest
 
 from tiered_core.errors import IllegalParam, StateConflict
-from tiered_core.segment import AppendResult, FileSegment, FileSegmentType
+from tiered_core.segment import FileSegment
+from tiered_core.common import AppendResult, FileSegmentType
 from tiered_conformance.faults import Fault, FaultyDriver
 from tiered_conformance import areas
 from tiered_conformance.requirements import requires

@@ -22,7 +22,8 @@ from hypothesis.stateful import (
 )
 
 from tiered_core.errors import IllegalParam
-from tiered_core.segment import AppendResult, FileSegment
+from tiered_core.segment import FileSegment
+from tiered_core.common import AppendResult
 from tiered_core.spi.capabilities import Capabilities
 from tiered_core.spi.driver import SegmentDriver
 from tiered_conformance.faults import Fault, FaultyDriver

@@ -18,6 +18,7 @@ import uuid
 from typing import Iterator
 
 from tiered_core import hookimpl
+from tiered_core.common import fsync_dir
 from tiered_core.errors import DriverError, IllegalParam, InvalidPath, NotFound, PositionMismatch, SegmentSealed
 from tiered_core.spi import Capabilities, SegmentDriver
 
@@ -105,7 +106,7 @@ class PosixDriver(SegmentDriver):
             os.makedirs(os.path.dirname(full), exist_ok=True)
         fd = os.open(full, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, _FILE_MODE)
         if created and self.fsync:
-            _fsync_dir(os.path.dirname(full))
+            fsync_dir(os.path.dirname(full))
         return _Fd(fd)
 
     def write(self, path: str, position: int, data: bytes | memoryview) -> None:
@@ -151,7 +152,7 @@ class PosixDriver(SegmentDriver):
             except FileExistsError:
                 return False
             if self.fsync:
-                _fsync_dir(os.path.dirname(full))
+                fsync_dir(os.path.dirname(full))
             return True
         except OSError as exc:
             raise _error(exc, "create", path) from exc
@@ -263,14 +264,6 @@ class _Fd:
 
 def _is_sealed_mode(mode: int) -> bool:
     return stat.S_ISREG(mode) and not (mode & 0o222)
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _error(exc: OSError, action: str, path: str, **context) -> DriverError:

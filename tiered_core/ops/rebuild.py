@@ -45,6 +45,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, NamedTuple
 
+from tiered_core.common import LONG_MAX, NO_TIMESTAMP, FileSegmentType, SegmentStatus, now_ms
 from tiered_core.codec.checks import PropCrcPolicy, check_message
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, ConsumeQueueUnit, decode_cq_unit
 from tiered_core.codec.message import (
@@ -66,17 +67,8 @@ from tiered_core.codec.naming import (
 )
 from tiered_core.errors import CorruptData, IllegalParam, MetadataError, TieredStoreError
 from tiered_core.flat.ownership import is_owner_record
-from tiered_core.segment import FileSegmentType
 from tiered_core.spi.driver import SegmentDriver
-from tiered_core.spi.metadata import (
-    NO_TIMESTAMP,
-    FileSegmentMetadata,
-    QueueMetadata,
-    SegmentStatus,
-    TieredMetadataStore,
-    TopicMetadata,
-    now_ms,
-)
+from tiered_core.spi.metadata import FileSegmentMetadata, QueueMetadata, TieredMetadataStore, TopicMetadata
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +77,6 @@ _PROP_CRC = PropCrcPolicy.IF_PRESENT
 _INDEX_HEADER = struct.Struct(">iqq")  # magic, begin timestamp, end timestamp
 _INDEX_MAGICS = {0xBCC50289 - (1 << 32), 0xBCC50285 - (1 << 32)}  # open / sealed (Java ints)
 _MAX_STRAYS_KEPT = 20
-_LONG_MAX = (1 << 63) - 1
 
 Progress = Callable[[int, int], None]
 
@@ -313,7 +304,7 @@ def _probe_topic_id(topic: str, queue_views: list[tuple[int, "_QueueTimes"]], re
                     continue
                 for key in keys:
                     try:
-                        entries = reader.query(topic, key, 64, 0, _LONG_MAX)
+                        entries = reader.query(topic, key, 64, 0, LONG_MAX)
                     except TieredStoreError:
                         continue
                     for entry in entries:

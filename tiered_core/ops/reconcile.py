@@ -18,9 +18,9 @@ from typing import Callable
 from tiered_core.codec.naming import segment_path
 from tiered_core.errors import MetadataError, UnknownObjects
 from tiered_core.flat.ownership import segment_objects, tier_prefix
-from tiered_core.segment import FileSegmentType
+from tiered_core.common import FileSegmentType, SegmentStatus
 from tiered_core.spi.driver import SegmentDriver
-from tiered_core.spi.metadata import FileSegmentMetadata, SegmentStatus, TieredMetadataStore
+from tiered_core.spi.metadata import FileSegmentMetadata, TieredMetadataStore
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def open_checked_metadata(open_metadata: Callable[[], TieredMetadataStore], meta
     deleted) and the metadata is rebuilt from the backend's listing first.
     """
     from tiered_core.metadata import set_aside
-    from tiered_core.metadata.rebuild import rebuild_metadata
+    from tiered_core.ops.rebuild import rebuild_metadata
 
     try:
         metadata = open_metadata()

@@ -34,16 +34,26 @@ CHILD = textwrap.dedent("""
         FlatMessageFile.commit = commit
     elif where == "in-index-put":
         IndexStoreService.put_key = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
+    elif where == "after-consume-queue-seal":
+        from tiered_core.common import FileSegmentType
+        from tiered_core.segment import FileSegment
+        seal = FileSegment.seal
+        def sealed_then_killed(self):
+            seal(self)
+            if self.file_type is FileSegmentType.CONSUME_QUEUE:
+                os.kill(os.getpid(), signal.SIGKILL)
+        FileSegment.seal = sealed_then_killed
     TieredMessageStore.open(config).dispatch(force=True)
     raise SystemExit("not killed")
 """)
 
 
-@pytest.mark.parametrize("where", ["after-consume-queue-commit", "in-index-put"])
+@pytest.mark.parametrize("where", ["after-consume-queue-commit", "in-index-put", "after-consume-queue-seal"])
 def test_keys_of_a_group_survive_a_kill_during_its_commit(tmp_path, where, python_exe, subprocess_env):
     config = StoreConfig(store_path=str(tmp_path / "store"), driver="posix",
                          driver_options={"root": str(tmp_path / "tiered")}, metadata="sqlite",
-                         local_commit_log_file_size=64 << 10, local_retention_hours=0)
+                         local_commit_log_file_size=64 << 10, local_retention_hours=0,
+                         consume_queue_max_size=20 * 150)  # segments end inside a dispatch group
     conf = tmp_path / "tiered.toml"
     conf.write_text(config.to_toml())
     with TieredMessageStore.open(config) as store:

@@ -174,7 +174,9 @@ class MessageStoreDispatcher:
         if current >= local_max:
             return False
         flat.commit_log.try_rolling(flat.config.rolling_interval_ms, flat.config.rolling_min_size)
-        target = min(current + self.group_commit_count, local_max)
+        # A group ends where the consume-queue segment does: sealing a full segment commits its
+        # units, and they must not become durable before the group's keys are indexed (_commit).
+        target = min(current + self.group_commit_count, local_max, current + flat.consume_queue_room())
         units = self.local.get_consume_queue_units(*key, current, target - current)
         commit_point = self.local.commit_point()
         if not units or units[0].commitlog_offset + units[0].size > commit_point:

@@ -97,6 +97,16 @@ class FlatMessageFile(CompositeAccess):
         """Queue offset after the last appended unit."""
         return self.consume_queue.append_queue_offset
 
+    def consume_queue_room(self) -> int:
+        """Units the writable consume-queue segment still takes before it must roll (at least 1:
+        a full segment rolls at the next append). A writer that keeps each group within this
+        room makes units durable only through :meth:`commit`, never through the seal of a
+        full segment in the middle of a group."""
+        last = self.consume_queue.writable()
+        whole = max(1, last.max_size // CQ_UNIT_SIZE)  # what a freshly rolled segment takes
+        room = (last.max_size - last.append_position) // CQ_UNIT_SIZE
+        return whole if last.sealed or room <= 0 else room
+
     def consume_queue_commit_offset(self) -> int:
         """Queue offset after the last durable unit."""
         return self.consume_queue.commit_queue_offset

@@ -136,7 +136,9 @@ def test_non_segment_paths_are_rejected(path):
     assert ei.value.path == path
 
 
-_names = st.text(st.characters(min_codepoint=0x20, blacklist_characters="/\\"), min_size=1,
+# Lone surrogates have no UTF-8 form: a name holding one is refused (see test_fuzz).
+_names = st.text(st.characters(min_codepoint=0x20, blacklist_characters="/\\", blacklist_categories=("Cs",)),
+                 min_size=1,
                  max_size=20).filter(lambda s: s not in (".", ".."))
 _topics = st.from_regex(r"[%|a-zA-Z0-9_-]{1,127}", fullmatch=True)
 

@@ -15,9 +15,9 @@ from tiered_core.config import (
     NEVER_EXPIRE_HOURS,
     ROCKETMQ_IGNORED_TIERED_KEYS,
     ROCKETMQ_KEYS,
-    parse_properties,
     parse_size,
 )
+from tiered_core.codec.java_properties import parse_java_properties as parse_properties
 from tiered_core.errors import ConfigError
 from tiered_core.flat import FlatFileConfig
 

@@ -52,11 +52,13 @@ from tiered_core.codec import naming
 from tiered_core.codec.checks import PropCrcPolicy, check_units
 from tiered_core.codec.prop_crc import stored_prop_crc
 from tiered_core.codec.split import split_by_units
-from tiered_core.config import parse_bool, parse_duration_ms, parse_properties, parse_size
+from tiered_core.codec.java_properties import parse_java_properties as parse_properties
+from tiered_core.config import parse_bool, parse_duration_ms, parse_size
 from tiered_core.errors import ConfigError, IllegalParam, MetadataError, StateConflict, TieredStoreError
-from tiered_core.index.item import COMPACT_ITEM_SIZE, ITEM_SIZE, IndexItem
-from tiered_core.index.store_file import IndexHeader, IndexStoreFile, UploadedIndexFile
-from tiered_core.local.index_file import IndexFile, parse_index_file_name
+from tiered_core.codec.tiered_index import COMPACT_ITEM_SIZE, ITEM_SIZE, IndexHeader, IndexItem
+from tiered_core.index.store_file import IndexStoreFile, UploadedIndexFile
+from tiered_core.codec.local_index import parse_index_file_name
+from tiered_core.local.index_file import IndexFile
 from tiered_core.metadata.json_store import JsonMetadataStore
 from tiered_core.common import FileSegmentType
 
@@ -1132,7 +1134,8 @@ def test_regression_index_file_names_with_non_ascii_digits(tmp_path) -> None:
     # "²".isdigit() is True but int("²") raises ValueError: both index readers took a
     # file named with such a digit for an index file and crashed on it.
     from tiered_core.index.store_file import IndexStoreFile
-    from tiered_core.local.index_file import IndexService, parse_index_file_name
+    from tiered_core.codec.local_index import parse_index_file_name
+    from tiered_core.local.index_file import IndexService
 
     assert parse_index_file_name("2024010100000000\u00b2") is None
     assert parse_index_file_name("20240101000000000") == 1704067200000
@@ -1196,7 +1199,7 @@ def test_regression_value_parsers_raise_config_error(parse, value) -> None:
 def test_regression_properties_surrogate_pair_escapes_are_one_character() -> None:
     # Java reads \uXXXX as UTF-16 code units: "\uD83D\uDE00" is one character, U+1F600.
     # parse_properties returned two lone surrogates, which no file system or UTF-8 encoder takes.
-    from tiered_core.config import parse_properties
+    from tiered_core.codec.java_properties import parse_java_properties as parse_properties
 
     props = parse_properties("brokerName=b\\uD83D\\uDE00\nk\\u00e9y=\\u00e9\nlone=\\uD800x\n")
     assert props == {"brokerName": "b\U0001f600", "k\u00e9y": "\u00e9", "lone": "\ud800x"}

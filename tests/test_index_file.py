@@ -11,14 +11,8 @@ import pytest
 
 from tiered_core.codec.hashing import index_key_hash
 from tiered_core.errors import CorruptData, IllegalParam
-from tiered_core.index import (
-    BEGIN_MAGIC,
-    END_MAGIC,
-    IndexEntry,
-    IndexFileStatus,
-    IndexStoreFile,
-    UploadedIndexFile,
-)
+from tiered_core.codec.tiered_index import BEGIN_MAGIC, END_MAGIC, IndexEntry
+from tiered_core.index import IndexFileStatus, IndexStoreFile, UploadedIndexFile
 from tiered_core.plugins import open_driver
 from tiered_core.segment import FileSegment
 from tiered_core.common import AppendResult, FileSegmentType

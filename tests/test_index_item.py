@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tiered_core.errors import IllegalParam
-from tiered_core.index import COMPACT_ITEM_SIZE, ITEM_SIZE, IndexItem
+from tiered_core.codec.tiered_index import COMPACT_ITEM_SIZE, ITEM_SIZE, IndexItem
 
 INT = st.integers(-(1 << 31), (1 << 31) - 1)
 LONG = st.integers(-(1 << 63), (1 << 63) - 1)
@@ -77,7 +77,7 @@ def test_out_of_range_fields_are_named(field, value):
 
 def test_message_index_keys():
     from tiered_core.codec.message import Message, decode_message, encode_message
-    from tiered_core.index import message_index_keys
+    from tiered_core.codec.keys import message_index_keys
 
     msg = Message(topic="T", body=b"x", keys=["o-1", "o-2", "o-1"], properties={"UNIQ_KEY": "U1"})
     assert message_index_keys(msg) == ["U1", "o-1", "o-2"]

@@ -10,15 +10,8 @@ import pytest
 
 from tiered_core.codec import index_key_hash
 from tiered_core.errors import StateConflict
-from tiered_core.local.index_file import (
-    HEADER_SIZE,
-    ITEM_SIZE,
-    SLOT_SIZE,
-    IndexFile,
-    IndexService,
-    index_file_name,
-    parse_index_file_name,
-)
+from tiered_core.codec.local_index import HEADER_SIZE, ITEM_SIZE, SLOT_SIZE, index_file_name, parse_index_file_name
+from tiered_core.local.index_file import IndexFile, IndexService
 
 SLOTS = 8
 ITEMS = 6

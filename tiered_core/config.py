@@ -34,6 +34,7 @@ from fractions import Fraction
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from tiered_core.codec.java_properties import parse_java_properties
 from tiered_core.errors import ConfigError, TieredStoreError
 
 if TYPE_CHECKING:  # imported lazily at run time: keep `import tiered_core` light
@@ -917,84 +918,8 @@ def _accepted_properties_keys() -> list[str]:
                   | ROCKETMQ_IGNORED_TIERED_KEYS | {"tiered.<field>", "tiered.options.<name>"})
 
 
-def parse_properties(text: str) -> dict[str, str]:
-    """Java ``.properties`` text -> ordered key/value strings (the last of duplicate keys wins).
-
-    Handles ``#``/``!`` comments, ``=``, ``:`` or whitespace separators, backslash line
-    continuations and escapes (``\\\\``, ``\\t``, ``\\n``, ``\\uXXXX``), as broker.conf is read.
-    ``\\uXXXX`` escapes are UTF-16 code units as in Java: a surrogate pair of escapes is one
-    character; a lone surrogate is kept as Java keeps it (the loader refuses it in a value).
-    """
-    logical: list[str] = []
-    pending = ""
-    for raw in text.splitlines():
-        line = raw.lstrip(" \t\f")
-        if not pending and (not line or line[0] in "#!"):
-            continue
-        trailing = len(line) - len(line.rstrip("\\"))
-        if trailing % 2 == 1:  # an odd number of backslashes continues the line
-            pending += line[:-1]
-            continue
-        logical.append(pending + line)
-        pending = ""
-    if pending:
-        logical.append(pending)
-    out: dict[str, str] = {}
-    for line in logical:
-        key_chars: list[str] = []
-        i, n = 0, len(line)
-        while i < n:
-            ch = line[i]
-            if ch == "\\" and i + 1 < n:
-                key_chars.append("\\" + line[i + 1])
-                i += 2
-                continue
-            if ch in "=: \t\f":
-                break
-            key_chars.append(ch)
-            i += 1
-        while i < n and line[i] in " \t\f":
-            i += 1
-        if i < n and line[i] in "=:":
-            i += 1
-            while i < n and line[i] in " \t\f":
-                i += 1
-        out[_unescape("".join(key_chars))] = _unescape(line[i:])
-    return out
-
-
-def _unescape(text: str) -> str:
-    if "\\" not in text:
-        return _utf16_pairs(text)
-    out: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        ch = text[i]
-        if ch != "\\" or i + 1 == n:
-            out.append(ch)
-            i += 1
-            continue
-        nxt = text[i + 1]
-        if nxt == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", text[i + 2:i + 6]):
-            out.append(chr(int(text[i + 2:i + 6], 16)))
-            i += 6
-            continue
-        out.append({"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(nxt, nxt))
-        i += 2
-    return _utf16_pairs("".join(out))
-
-
-def _utf16_pairs(text: str) -> str:
-    """Join surrogate pairs into one character: \\uXXXX escapes are UTF-16 code units, as in
-    Java (\\uD83D\\uDE00 is U+1F600). A lone surrogate stays (Java keeps it); the field
-    checks refuse it."""
-    if any("\ud800" <= ch <= "\udfff" for ch in text):
-        return text.encode("utf-16-be", "surrogatepass").decode("utf-16-be", "surrogatepass")
-    return text
-
-
 def _from_properties(text: str, where: str) -> tuple[dict[str, Any], dict[str, str]]:
-    props = parse_properties(text)
+    props = parse_java_properties(text)
     values: dict[str, Any] = {}
     labels: dict[str, str] = {}
     options: dict[str, str] = {}
@@ -1073,7 +998,7 @@ __all__ = [
     "ROCKETMQ_KEYS",
     "ROCKETMQ_IGNORED_TIERED_KEYS",
     "NEVER_EXPIRE_HOURS",
-    "parse_properties",
+    "parse_java_properties",
     "parse_size",
     "parse_duration_ms",
     "parse_bool",

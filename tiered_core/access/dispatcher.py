@@ -21,7 +21,7 @@ from tiered_core.codec.message import decode_message, peek_store_timestamp
 from tiered_core.errors import Fenced, TieredStoreError
 from tiered_core.flat.file_store import FlatFileStore
 from tiered_core.flat.message_file import FlatMessageFile
-from tiered_core.index.keys import message_index_keys
+from tiered_core.codec.keys import message_index_keys
 from tiered_core.local.store import DispatchRequest, LocalMessageStore
 from tiered_core.common import AppendResult
 from tiered_core.spi.access import ConsumeQueueRequest

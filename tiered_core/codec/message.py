@@ -61,6 +61,9 @@ PHYSICAL_OFFSET_POS = 28
 SYS_FLAG_POS = 36
 BORN_TIMESTAMP_POS = 40
 BORN_HOST_POS = 48
+#: Bytes from a message's start that always cover its store timestamp (an IPv6 born host
+#: puts it at 68..76): read this much to peek it without knowing the host sizes.
+STORE_TIMESTAMP_END = 80
 
 # MessageSysFlag bits.
 COMPRESSED_FLAG = 0x1

@@ -6,7 +6,7 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, decode_cq_unit, encode_cq_unit
-from tiered_core.codec.message import peek_store_timestamp
+from tiered_core.codec.message import STORE_TIMESTAMP_END, peek_store_timestamp
 from tiered_core.codec.naming import queue_path, segment_path, validate_topic
 from tiered_core.errors import IllegalOffset, IllegalParam
 from tiered_core.flat.commit_log_file import FlatCommitLogFile
@@ -18,8 +18,6 @@ from tiered_core.spi.access import CompositeAccess, ConsumeQueueRequest
 from tiered_core.spi.driver import SegmentDriver
 from tiered_core.spi.metadata import TieredMetadataStore
 
-#: Bytes of a message that hold its store timestamp, whatever the host address sizes.
-_STORE_TS_END = 80
 
 
 class FlatMessageFile(CompositeAccess):
@@ -216,7 +214,7 @@ class FlatMessageFile(CompositeAccess):
 
     def _store_time(self, queue_offset: int) -> int:
         offset, _size, _tags = decode_cq_unit(self.get_consume_queue(queue_offset), 0)
-        return peek_store_timestamp(self.get_commit_log(offset, _STORE_TS_END), 0)
+        return peek_store_timestamp(self.get_commit_log(offset, STORE_TIMESTAMP_END), 0)
 
     def get_offset_in_consume_queue_by_time(self, timestamp: int, boundary: BoundaryType = BoundaryType.LOWER) -> int:
         """The queue offset of the first message stored at or after ``timestamp`` (LOWER), or

@@ -33,11 +33,10 @@ from tiered_core.errors import (
     TieredStoreError,
 )
 from tiered_core.flat.append_file import FlatAppendFile
-from tiered_core.index.item import IndexEntry
+from tiered_core.codec.tiered_index import IndexEntry
+from tiered_core.codec.tiered_index import END_MAGIC, IndexHeader
 from tiered_core.index.store_file import (
-    END_MAGIC,
     IndexFileStatus,
-    IndexHeader,
     IndexStoreFile,
     UploadedIndexFile,
     check_query,

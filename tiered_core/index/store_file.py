@@ -37,31 +37,31 @@ from typing import BinaryIO, Callable, Iterable, NamedTuple
 from tiered_core.codec.hashing import index_key_hash
 from tiered_core.errors import CorruptData, DriverError, IllegalParam, TieredStoreError
 from tiered_core.common import INT_MAX, INT_MIN, LONG_MAX, AppendResult
-from tiered_core.index.item import COMPACT_ITEM_SIZE, ITEM_SIZE, IndexEntry
+from tiered_core.codec.tiered_index import (
+    BEGIN_MAGIC,
+    BEGIN_TIMESTAMP_POSITION,
+    COMPACT_ITEM_SIZE,
+    END_MAGIC,
+    HEADER_SIZE,
+    ITEM_SIZE,
+    MAGIC_POSITION,
+    SLOT_COUNT_POSITION,
+    SLOT_SIZE,
+    IndexEntry,
+    IndexHeader,
+    compacted_file_size,
+    index_file_size,
+)
+from tiered_core.codec.tiered_index import COMPACT_ITEM as _COMPACT_ITEM
+from tiered_core.codec.tiered_index import INT as _INT
+from tiered_core.codec.tiered_index import ITEM as _ITEM
+from tiered_core.codec.tiered_index import ITEM_INDEX_POSITION as _PREV_IN_ITEM
+from tiered_core.codec.tiered_index import SLOT as _SLOT
+from tiered_core.codec.tiered_index import TIME_DIFF_POSITION as _TIME_DIFF_IN_ITEM
 from tiered_core.segment import FileSegment
 
 log = logging.getLogger(__name__)
 
-HEADER_SIZE = 28
-SLOT_SIZE = 8
-#: ``0xCCDDEEFF ^ (1880681586 + 4)`` and ``... + 8`` in RocketMQ.
-BEGIN_MAGIC = 0xBCC50289
-END_MAGIC = 0xBCC50285
-
-# Header field offsets.
-MAGIC_POSITION = 0
-BEGIN_TIMESTAMP_POSITION = 4
-END_TIMESTAMP_POSITION = 12
-SLOT_COUNT_POSITION = 20
-ITEM_COUNT_POSITION = 24
-
-_HEADER = struct.Struct(">Iqqii")
-_INT = struct.Struct(">i")
-_SLOT = struct.Struct(">ii")
-_ITEM = struct.Struct(">iiiqiii")
-_COMPACT_ITEM = struct.Struct(">iiiqii")
-_TIME_DIFF_IN_ITEM = 24
-_PREV_IN_ITEM = 28
 _WRITE_CHUNK = 1 << 20
 
 #: RocketMQ caps one slot's run read from an uploaded file at 1024 items; the default here.
@@ -79,27 +79,6 @@ class IndexFileStatus(enum.Enum):
     SHUTDOWN = "SHUTDOWN"  # closed
 
 
-class IndexHeader(NamedTuple):
-    """The 28-byte header of an index file."""
-
-    magic: int
-    begin_timestamp: int
-    end_timestamp: int
-    used_slot_count: int
-    item_count: int
-
-    def encode(self) -> bytes:
-        return _HEADER.pack(self.magic, self.begin_timestamp, self.end_timestamp,
-                            self.used_slot_count, self.item_count)
-
-    @classmethod
-    def decode(cls, data: bytes, where: str) -> "IndexHeader":
-        if len(data) < HEADER_SIZE:
-            raise CorruptData(f"index file {where!r}: header needs {HEADER_SIZE} bytes, got {len(data)}",
-                              path=where, offset=0)
-        return cls(*_HEADER.unpack_from(data, 0))
-
-
 @dataclass(frozen=True)
 class CompactionResult:
     """What :meth:`IndexStoreFile.compact_into` wrote."""
@@ -109,16 +88,6 @@ class CompactionResult:
     used_slot_count: int
     item_count: int
     size: int
-
-
-def index_file_size(slot_count: int, max_items: int) -> int:
-    """Bytes of a local (unsealed) index file."""
-    return HEADER_SIZE + slot_count * SLOT_SIZE + max_items * ITEM_SIZE
-
-
-def compacted_file_size(slot_count: int, item_count: int) -> int:
-    """Bytes of a compacted index file."""
-    return HEADER_SIZE + slot_count * SLOT_SIZE + item_count * COMPACT_ITEM_SIZE
 
 
 def check_layout(slot_count: int, max_items: int) -> None:
@@ -667,23 +636,11 @@ class UploadedIndexFile:
 
 
 __all__ = [
-    "HEADER_SIZE",
-    "SLOT_SIZE",
-    "BEGIN_MAGIC",
-    "END_MAGIC",
-    "MAGIC_POSITION",
-    "BEGIN_TIMESTAMP_POSITION",
-    "END_TIMESTAMP_POSITION",
-    "SLOT_COUNT_POSITION",
-    "ITEM_COUNT_POSITION",
     "DEFAULT_MAX_SCAN_ITEMS",
     "IndexFileStatus",
-    "IndexHeader",
     "CompactionResult",
     "IndexStoreFile",
     "UploadedIndexFile",
-    "index_file_size",
-    "compacted_file_size",
     "check_layout",
     "check_put",
     "check_query",

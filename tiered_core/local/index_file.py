@@ -1,20 +1,11 @@
 """The local IndexFile: a hash index from message keys to commit-log offsets.
 
-Layout (RocketMQ's, seed 001; big-endian)::
-
-    header (40 bytes)   beginTimestamp 8 | endTimestamp 8 | beginPhyOffset 8 |
-                        endPhyOffset 8 | hashSlotCount 4 | indexCount 4
-    slots  (4 bytes x hash_slots)   newest item number of the slot, 0 = empty
-    items  (20 bytes x max_items)   keyHash 4 | phyOffset 8 | timeDiff (s) 4 | prevIndex 4
-
-Item numbers start at 1 (``indexCount`` starts at 1 and is the next number), so a
-file holds ``max_items - 1`` items. A key goes to slot ``hash % hash_slots``; the
-slot points at the newest item, each item at the previous item of the same slot,
-so collisions form a chain read newest first. ``timeDiff`` is seconds since the
-file's ``beginTimestamp``. ``hashSlotCount`` counts puts, as RocketMQ's does.
-
-Files are named by their creation time, ``yyyyMMddHHmmssSSS`` (UTC here, so names
-sort in creation order whatever the local zone does), and are pre-sized and
+The layout and the file names are :mod:`tiered_core.codec.local_index`. Item numbers
+start at 1 (``indexCount`` starts at 1 and is the next number), so a file holds
+``max_items - 1`` items. A key goes to slot ``hash % hash_slots``; the slot points at
+the newest item, each item at the previous item of the same slot, so collisions form a
+chain read newest first. ``timeDiff`` is seconds since the file's ``beginTimestamp``.
+``hashSlotCount`` counts puts, as RocketMQ's does. Files are pre-sized and
 memory-mapped like RocketMQ's.
 
 The index only narrows a lookup: a hit means "the key's hash matched and the time
@@ -23,50 +14,33 @@ is about right". Callers read the message and check its topic, keys and time.
 
 from __future__ import annotations
 
-import datetime as _dt
 import logging
 import mmap
 import os
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterable
 
 from tiered_core.codec.hashing import index_key_hash
+from tiered_core.codec.local_index import (
+    HEADER,
+    HEADER_SIZE,
+    INVALID_INDEX,
+    ITEM,
+    ITEM_SIZE,
+    SLOT,
+    SLOT_SIZE,
+    index_file_name,
+    parse_index_file_name,
+)
 from tiered_core.errors import IllegalParam, SegmentClosed, StateConflict
 from tiered_core.common import INT_MAX, fsync_dir
 
 log = logging.getLogger(__name__)
 
-HEADER_SIZE = 40
-SLOT_SIZE = 4
-ITEM_SIZE = 20
-INVALID_INDEX = 0
 #: RocketMQ defaults: maxHashSlotNum and maxIndexNum.
 DEFAULT_HASH_SLOTS = 5_000_000
 DEFAULT_MAX_ITEMS = 5_000_000 * 4
-
-_HEADER = struct.Struct(">qqqqii")
-_SLOT = struct.Struct(">i")
-_ITEM = struct.Struct(">iqii")
-_NAME_LEN = 17
-
-
-def index_file_name(ts_ms: int) -> str:
-    """``yyyyMMddHHmmssSSS`` of ``ts_ms`` (UTC)."""
-    t = _dt.datetime.fromtimestamp(ts_ms / 1000, _dt.timezone.utc)
-    return t.strftime("%Y%m%d%H%M%S") + f"{ts_ms % 1000:03d}"
-
-
-def parse_index_file_name(name: str) -> int | None:
-    """The creation time (ms, UTC) encoded in an index file name, or None."""
-    if len(name) != _NAME_LEN or not (name.isascii() and name.isdigit()):  # int() refuses "²"
-        return None
-    try:
-        t = _dt.datetime.strptime(name[:14], "%Y%m%d%H%M%S").replace(tzinfo=_dt.timezone.utc)
-    except ValueError:
-        return None
-    return int(t.timestamp()) * 1000 + int(name[14:])
 
 
 class IndexFile:
@@ -106,7 +80,7 @@ class IndexFile:
         finally:
             os.close(fd)
         (self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset,
-         self.hash_slot_count, self.index_count) = _HEADER.unpack_from(self._mm, 0)
+         self.hash_slot_count, self.index_count) = HEADER.unpack_from(self._mm, 0)
         if self.index_count <= 0:
             self.index_count = 1
         if self.index_count > max_items:
@@ -144,7 +118,7 @@ class IndexFile:
         return self._mm
 
     def _write_header(self) -> None:
-        _HEADER.pack_into(self._mmap(), 0, self.begin_timestamp, self.end_timestamp,
+        HEADER.pack_into(self._mmap(), 0, self.begin_timestamp, self.end_timestamp,
                           self.begin_phy_offset, self.end_phy_offset,
                           self.hash_slot_count, self.index_count)
 
@@ -156,9 +130,9 @@ class IndexFile:
         stepped over through their ``prev`` links, which must strictly decrease, so
         the older, counted chain is kept.
         """
-        value = _SLOT.unpack_from(mm, slot_pos)[0]
+        value = SLOT.unpack_from(mm, slot_pos)[0]
         while value >= self.index_count and value < self.max_items:
-            prev = _ITEM.unpack_from(mm, self._items_base + value * ITEM_SIZE)[3]
+            prev = ITEM.unpack_from(mm, self._items_base + value * ITEM_SIZE)[3]
             if prev >= value:
                 return INVALID_INDEX
             value = prev
@@ -181,13 +155,13 @@ class IndexFile:
             else:
                 n_first = n - 1
             for number in range(n_first, 0, -1):
-                h, phy, diff, prev = _ITEM.unpack_from(mm, self._items_base + number * ITEM_SIZE)
+                h, phy, diff, prev = ITEM.unpack_from(mm, self._items_base + number * ITEM_SIZE)
                 counted = number < self.index_count
                 if counted and phy < phy_offset:
                     break
                 slot_pos = HEADER_SIZE + (h % self.hash_slots) * SLOT_SIZE if 0 <= h else None
-                if slot_pos is not None and _SLOT.unpack_from(mm, slot_pos)[0] >= number:
-                    _SLOT.pack_into(mm, slot_pos, prev if 0 <= prev < number else INVALID_INDEX)
+                if slot_pos is not None and SLOT.unpack_from(mm, slot_pos)[0] >= number:
+                    SLOT.pack_into(mm, slot_pos, prev if 0 <= prev < number else INVALID_INDEX)
                 if counted:
                     removed += 1
                     self.index_count = number
@@ -198,7 +172,7 @@ class IndexFile:
                     self.begin_phy_offset = self.end_phy_offset = 0
                     self.hash_slot_count = 0
                 else:
-                    _h, phy, diff, _p = _ITEM.unpack_from(
+                    _h, phy, diff, _p = ITEM.unpack_from(
                         mm, self._items_base + (self.index_count - 1) * ITEM_SIZE)
                     self.end_phy_offset = phy
                     self.end_timestamp = min(self.end_timestamp, self.begin_timestamp + diff * 1000 + 999)
@@ -220,8 +194,8 @@ class IndexFile:
             else:
                 diff = min(max((store_timestamp - self.begin_timestamp) // 1000, 0), INT_MAX)
             number = self.index_count
-            _ITEM.pack_into(mm, self._items_base + number * ITEM_SIZE, key_hash, phy_offset, diff, prev)
-            _SLOT.pack_into(mm, slot_pos, number)
+            ITEM.pack_into(mm, self._items_base + number * ITEM_SIZE, key_hash, phy_offset, diff, prev)
+            SLOT.pack_into(mm, slot_pos, number)
             if number <= 1:
                 self.begin_phy_offset = phy_offset
                 self.begin_timestamp = store_timestamp
@@ -257,7 +231,7 @@ class IndexFile:
             slot_pos = HEADER_SIZE + (key_hash % self.hash_slots) * SLOT_SIZE
             number = self._slot_head(mm, slot_pos)
             while number > INVALID_INDEX and len(out) < max_count:
-                h, phy, diff, prev = _ITEM.unpack_from(mm, self._items_base + number * ITEM_SIZE)
+                h, phy, diff, prev = ITEM.unpack_from(mm, self._items_base + number * ITEM_SIZE)
                 if diff < 0:
                     break
                 time_read = self.begin_timestamp + diff * 1000
@@ -457,11 +431,6 @@ class IndexService:
 __all__ = [
     "IndexFile",
     "IndexService",
-    "index_file_name",
-    "parse_index_file_name",
-    "HEADER_SIZE",
-    "SLOT_SIZE",
-    "ITEM_SIZE",
     "DEFAULT_HASH_SLOTS",
     "DEFAULT_MAX_ITEMS",
 ]

@@ -45,6 +45,7 @@ from typing import NamedTuple
 
 from tiered_core.codec.consume_queue import ConsumeQueueUnit
 from tiered_core.codec.hashing import tags_hash_code
+from tiered_core.codec.keys import message_index_keys
 from tiered_core.codec.message import (
     PROPERTY_UNIQ_KEY,
     QUEUE_OFFSET_POS,
@@ -188,11 +189,6 @@ class DispatchRequest:
     tags: str | None = None
     born_timestamp: int = 0
     sys_flag: int = 0
-
-    @property
-    def index_keys(self) -> tuple[str, ...]:
-        """The keys indexed for this message: its KEYS, then UNIQ_KEY (if any)."""
-        return self.keys + ((self.uniq_key,) if self.uniq_key else ())
 
 
 DispatchListener = Callable[[DispatchRequest], None]
@@ -562,7 +558,7 @@ class LocalMessageStore:
             born_timestamp=msg.born_timestamp, sys_flag=msg.sys_flag,
         )
         if self._index is not None:
-            keys = req.index_keys
+            keys = message_index_keys(msg)
             if keys:
                 self._index.put_keys(msg.topic, keys, offset, msg.store_timestamp)
         if self._opening and msg.store_timestamp > self._last_store_ts:

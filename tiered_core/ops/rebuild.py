@@ -40,7 +40,6 @@ from __future__ import annotations
 import bisect
 import functools
 import logging
-import struct
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, NamedTuple
@@ -57,6 +56,8 @@ from tiered_core.codec.message import (
     peek_store_timestamp,
     peek_total_size,
 )
+from tiered_core.codec.keys import message_index_keys
+from tiered_core.codec.tiered_index import BEGIN_MAGIC, END_MAGIC, HEADER_SIZE, IndexHeader
 from tiered_core.codec.naming import (
     INDEX_QUEUE_ID,
     INDEX_TOPIC,
@@ -74,8 +75,6 @@ log = logging.getLogger(__name__)
 
 #: Rebuild has no store config: a message's ``__CRC32#`` property is verified when present.
 _PROP_CRC = PropCrcPolicy.IF_PRESENT
-_INDEX_HEADER = struct.Struct(">iqq")  # magic, begin timestamp, end timestamp
-_INDEX_MAGICS = {0xBCC50289 - (1 << 32), 0xBCC50285 - (1 << 32)}  # open / sealed (Java ints)
 _MAX_STRAYS_KEPT = 20
 
 Progress = Callable[[int, int], None]
@@ -297,7 +296,7 @@ def _probe_topic_id(topic: str, queue_views: list[tuple[int, "_QueueTimes"]], re
             if located is None:
                 continue
             offset, size, msg = located
-            keys = [*msg.keys, *([msg.uniq_key] if msg.uniq_key else [])][:4]
+            keys = message_index_keys(msg)[:4]
             for begin, end, reader in readers:
                 # Entries keep whole seconds since the file's begin: allow a second either side.
                 if not begin - 1000 <= msg.store_timestamp <= end + 1000:
@@ -322,14 +321,15 @@ class _SegmentRef(NamedTuple):
 
 
 def _index_times(driver: SegmentDriver, seg: _Seg, stats: RebuildStats) -> None:
-    if seg.size < _INDEX_HEADER.size:
+    if seg.size < HEADER_SIZE:
         return
     try:
-        magic, begin, end = _INDEX_HEADER.unpack(driver.read(seg.path, 0, _INDEX_HEADER.size))
+        header = IndexHeader.decode(driver.read(seg.path, 0, HEADER_SIZE), seg.path)
     except TieredStoreError as exc:
         log.warning("rebuild: cannot read the header of %s: %s", seg.path, exc)
         return
-    if magic in _INDEX_MAGICS and 0 <= begin <= end:
+    begin, end = header.begin_timestamp, header.end_timestamp
+    if header.magic in (BEGIN_MAGIC, END_MAGIC) and 0 <= begin <= end:
         seg.begin, seg.end = begin, end
         stats.timestamps_read += 1
 

@@ -1,13 +1,23 @@
-"""IndexItem: one entry of the tiered key index, in RocketMQ's byte layout.
+"""The tiered key index's byte format (RocketMQ's ``IndexStoreFile`` / ``IndexItem``).
 
-An item is 32 bytes, big-endian (Java ``ByteBuffer``)::
+All integers are big-endian (Java ``ByteBuffer``).
+
+Header, 28 bytes::
+
+    0 magic (BEGIN while open, END when full or compacted)   4 begin timestamp (long)
+    12 end timestamp (long)   20 used slot count (int)   24 item count (int)
+
+Item, 32 bytes (the compacted form is the first 28: chains become contiguous runs, so
+the previous-item link is gone)::
 
     0 hash code (int)   4 topic id (int)   8 queue id (int)   12 offset (long)
     20 size (int)       24 time diff (int, seconds since the file's begin)
     28 previous item index in the slot's chain (int, 0 = end of chain)
 
-The compacted (sealed, uploaded) form is the first 28 bytes: chains are replaced by
-contiguous runs, so the previous-item link is gone.
+Local (open) file: ``header + slots*8 + max_items*32``, slot i's first int is the newest
+item of the slot. Compacted file: ``header + slots*8 + items*28``, slot i is ``(start
+position, length in bytes)`` of its run. How the files are written, read and compacted
+is :mod:`tiered_core.index.store_file`'s business; this module only knows the bytes.
 """
 
 from __future__ import annotations
@@ -17,14 +27,28 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from tiered_core.common import INT_MAX, INT_MIN, LONG_MAX
-from tiered_core.errors import IllegalParam
+from tiered_core.errors import CorruptData, IllegalParam
 
+HEADER_SIZE = 28
+SLOT_SIZE = 8
 ITEM_SIZE = 32
 COMPACT_ITEM_SIZE = 28
+#: ``0xCCDDEEFF ^ (1880681586 + 4)`` and ``... + 8`` in RocketMQ.
+BEGIN_MAGIC = 0xBCC50289
+END_MAGIC = 0xBCC50285
 
-_ITEM = struct.Struct(">iiiqiii")
-_COMPACT_ITEM = struct.Struct(">iiiqii")
+# Header field offsets.
+MAGIC_POSITION = 0
+BEGIN_TIMESTAMP_POSITION = 4
+END_TIMESTAMP_POSITION = 12
+SLOT_COUNT_POSITION = 20
+ITEM_COUNT_POSITION = 24
 
+HEADER = struct.Struct(">Iqqii")
+INT = struct.Struct(">i")
+SLOT = struct.Struct(">ii")
+ITEM = struct.Struct(">iiiqiii")
+COMPACT_ITEM = struct.Struct(">iiiqii")
 
 # Field offsets within an item (RocketMQ IndexItem.getByteBuffer layout).
 HASH_POSITION = 0
@@ -70,12 +94,12 @@ class IndexItem:
 
     def encode(self) -> bytes:
         """The 32-byte form (with the chain link)."""
-        return _ITEM.pack(self.hash_code, self.topic_id, self.queue_id, self.offset, self.size,
+        return ITEM.pack(self.hash_code, self.topic_id, self.queue_id, self.offset, self.size,
                           self.time_diff, self.item_index)
 
     def encode_compact(self) -> bytes:
         """The 28-byte compacted form (without the chain link)."""
-        return _COMPACT_ITEM.pack(self.hash_code, self.topic_id, self.queue_id, self.offset,
+        return COMPACT_ITEM.pack(self.hash_code, self.topic_id, self.queue_id, self.offset,
                                   self.size, self.time_diff)
 
     @classmethod
@@ -84,9 +108,9 @@ class IndexItem:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise IllegalParam(f"index item bytes must be bytes, got {type(data).__name__}", data=data)
         if len(data) == ITEM_SIZE:
-            return cls(*_ITEM.unpack(data))
+            return cls(*ITEM.unpack(data))
         if len(data) == COMPACT_ITEM_SIZE:
-            return cls(*_COMPACT_ITEM.unpack(data))
+            return cls(*COMPACT_ITEM.unpack(data))
         raise IllegalParam(f"an index item is {ITEM_SIZE} or {COMPACT_ITEM_SIZE} bytes, got {len(data)}",
                            length=len(data))
 
@@ -94,11 +118,42 @@ class IndexItem:
     def unpack_from(cls, buffer: bytes | bytearray | memoryview, position: int, *,
                     compact: bool) -> "IndexItem":
         """The item at ``position`` of ``buffer`` (32-byte form, or 28-byte with ``compact``)."""
-        layout = _COMPACT_ITEM if compact else _ITEM
+        layout = COMPACT_ITEM if compact else ITEM
         if position < 0 or position + layout.size > len(buffer):
             raise IllegalParam(f"no {layout.size}-byte index item at position {position} of a "
                                f"{len(buffer)}-byte buffer", position=position)
         return cls(*layout.unpack_from(buffer, position))
+
+
+class IndexHeader(NamedTuple):
+    """The 28-byte header of an index file."""
+
+    magic: int
+    begin_timestamp: int
+    end_timestamp: int
+    used_slot_count: int
+    item_count: int
+
+    def encode(self) -> bytes:
+        return HEADER.pack(self.magic, self.begin_timestamp, self.end_timestamp,
+                            self.used_slot_count, self.item_count)
+
+    @classmethod
+    def decode(cls, data: bytes, where: str) -> "IndexHeader":
+        if len(data) < HEADER_SIZE:
+            raise CorruptData(f"index file {where!r}: header needs {HEADER_SIZE} bytes, got {len(data)}",
+                              path=where, offset=0)
+        return cls(*HEADER.unpack_from(data, 0))
+
+
+def index_file_size(slot_count: int, max_items: int) -> int:
+    """Bytes of a local (unsealed) index file."""
+    return HEADER_SIZE + slot_count * SLOT_SIZE + max_items * ITEM_SIZE
+
+
+def compacted_file_size(slot_count: int, item_count: int) -> int:
+    """Bytes of a compacted index file."""
+    return HEADER_SIZE + slot_count * SLOT_SIZE + item_count * COMPACT_ITEM_SIZE
 
 
 class IndexEntry(NamedTuple):

@@ -62,9 +62,10 @@ def _seed(metadata, topic: str, queue_id: int, flat_path: str) -> QueueSeed:
 
 
 def _adopt_unrecorded(driver, scratch, config, topic: str, queue_id: int) -> None:
-    """Record segment objects that exist in the backend but not in metadata (left by an import
-    that failed before its metadata commit), so a re-run continues after them instead of
-    rolling over them."""
+    """Record segment objects of this queue that exist in the backend but not in metadata
+    (left by an import that failed before its metadata commit), so a re-run continues after
+    them instead of rolling over them. The job holds the store's lock and owns its prefix,
+    so nothing else wrote them."""
     from tiered_core.codec.naming import file_name_to_offset, queue_path, segment_dir
     from tiered_core.common import now_ms
 
@@ -162,7 +163,6 @@ def import_parquet(spark, config: str | os.PathLike, source_path: str | os.PathL
     """
     from pyspark.sql import functions as F
 
-    from tiered_core.codec.naming import queue_path, validate_topic
     from tiered_core.config import StoreConfig
 
     started = time.perf_counter()
@@ -183,6 +183,23 @@ def import_parquet(spark, config: str | os.PathLike, source_path: str | os.PathL
     # Times travel to the tasks as epoch milliseconds (no time-zone conversion on the way).
     df = df.withColumns({c: F.unix_millis(F.col(c)) for c in ("store_timestamp", "born_timestamp")})
     groups = [(r["topic"], r["queue_id"]) for r in df.select("topic", "queue_id").distinct().collect()]
+    from tiered_core.local.store import acquire_store_lock, release_store_lock
+    from tiered_core.ops.claim import claim_store_prefix
+
+    os.makedirs(store_config.store_path, exist_ok=True)
+    lock = acquire_store_lock(store_config.store_path)  # the store itself must not run meanwhile
+    try:
+        with store_config.open_driver() as driver:
+            claim_store_prefix(store_config, driver)  # refused when another store owns the prefix
+        result = _import(spark, df, groups, path, source, store_config, partitions, started)
+    finally:
+        release_store_lock(lock)
+    return result
+
+
+def _import(spark, df, groups, path, source, store_config, partitions, started) -> ImportResult:
+    from tiered_core.codec.naming import queue_path, validate_topic
+
     metadata = store_config.open_metadata()
     try:
         seeds = {}

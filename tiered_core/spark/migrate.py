@@ -276,13 +276,12 @@ def claim_target(target_cfg, planned: set[str]) -> None:
     """Own the target's tier prefix as the target store (so the store opened on the target
     config later is its owner, and a re-run is the same owner); refuse a target prefix that
     holds objects this migration does not plan to write."""
-    from tiered_core.flat.ownership import PrefixOwnership, load_store_id, segment_objects, tier_prefix
+    from tiered_core.flat.ownership import segment_objects, tier_prefix
+    from tiered_core.ops.claim import claim_store_prefix
     from tiered_core.ops.reconcile import ReconcileReport
 
-    os.makedirs(target_cfg.store_path, exist_ok=True)
     with target_cfg.open_driver() as driver:
-        PrefixOwnership(driver, target_cfg.cluster, target_cfg.broker, load_store_id(target_cfg.store_path),
-                        target_cfg.store_path).claim()
+        claim_store_prefix(target_cfg, driver)
         report = ReconcileReport(tier_prefix(target_cfg.cluster, target_cfg.broker))
         report.unknown = [(p, n) for p, n in segment_objects(driver, target_cfg.cluster, target_cfg.broker)
                           if n and p not in planned]

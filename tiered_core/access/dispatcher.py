@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tiered_core.codec.message import decode_message, peek_store_timestamp
+from tiered_core.configdef import KEYS, bound_fields
 from tiered_core.errors import Fenced, TieredStoreError
 from tiered_core.flat.file_store import FlatFileStore
 from tiered_core.flat.message_file import FlatMessageFile
@@ -35,6 +36,22 @@ class _IndexEntry:
     offset: int
     size: int
     store_timestamp: int
+
+
+@dataclass(frozen=True)
+class DispatchConfig:
+    """The dispatcher's settings: defaults, bounds and meaning come from the declaration
+    (:mod:`tiered_core.configdef.keys`); ``StoreConfig.section(DispatchConfig)`` fills them.
+    A bad value raises :class:`~tiered_core.errors.ConfigError` naming the field."""
+
+    group_commit_count: int = KEYS.group_commit_count.field()
+    group_commit_size: int = KEYS.group_commit_size.field()
+    group_commit_interval_ms: int = KEYS.group_commit_interval_ms.field()
+    max_pending_limit: int = KEYS.max_pending_limit.field()
+
+    def __post_init__(self) -> None:
+        for name, (key, _) in bound_fields(type(self)).items():
+            object.__setattr__(self, name, key.check(getattr(self, name), name, "DispatchConfig"))
 
 
 @dataclass
@@ -63,18 +80,19 @@ class MessageStoreDispatcher:
     message's keys once its group is durable.
     """
 
-    def __init__(self, local: LocalMessageStore, flat_files: FlatFileStore, index=None, *,
-                 group_commit_count: int = 4096, group_commit_size: int = 4 << 20,
-                 group_commit_interval_ms: int = 30_000, max_workers: int = 8,
-                 clock: Callable[[], int] | None = None) -> None:
+    def __init__(self, local: LocalMessageStore, flat_files: FlatFileStore, index=None,
+                 config: DispatchConfig | None = None, *, clock: Callable[[], int] | None = None) -> None:
         self.local = local
         self.flat_files = flat_files
         self.index = index
-        self.group_commit_count = group_commit_count
-        self.group_commit_size = group_commit_size
-        self.group_commit_interval_ms = group_commit_interval_ms
+        self.config = config = config or DispatchConfig()
+        # The group rules, as attributes (a test may change one on a running dispatcher).
+        self.group_commit_count = config.group_commit_count
+        self.group_commit_size = config.group_commit_size
+        self.group_commit_interval_ms = config.group_commit_interval_ms
         self._clock = clock or (lambda: time.time_ns() // 1_000_000)
-        self._pool = ThreadPoolExecutor(max_workers=max(1, max_workers), thread_name_prefix="tiered-dispatch")
+        self._pool = ThreadPoolExecutor(max_workers=min(config.max_pending_limit, 8),
+                                        thread_name_prefix="tiered-dispatch")
         self._queue_locks: dict[tuple[str, int], threading.Lock] = {}
         self._locks_lock = threading.Lock()
         # Keys of groups appended but not yet durable, per queue: indexed once committed.

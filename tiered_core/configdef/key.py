@@ -123,7 +123,7 @@ class IgnoredKey:
 
 
 class Keys:
-    """The declared keys in order; ``KEYS.group_commit_size`` is the :class:`Key` of that name."""
+    """The declared keys in order; ``KEYS.<name>`` is the :class:`Key` of that name."""
 
     def __init__(self, *keys: Key) -> None:
         self._by_name: dict[str, Key] = {}

@@ -1,17 +1,18 @@
 """Issue 10: each config key is declared once (tiered_core/configdef/keys.py), and everything
 else -- StoreConfig's fields, the broker.conf mapping, TIERED_* overrides, README's key table,
-every sub-config -- is made from the declaration."""
+every sub-config -- is made from the declaration. Also: max_pending_limit is honoured."""
 
 from __future__ import annotations
 
 import dataclasses
 import pathlib
 import re
+import threading
 
 import pytest
 
 from store_workload import memory_options, small_config
-from tiered_core import StoreConfig
+from tiered_core import Message, StoreConfig
 from tiered_core.access.cache import ReadAheadCache
 from tiered_core.access.dispatcher import DispatchConfig
 from tiered_core.access.store import TieredMessageStore
@@ -244,3 +245,65 @@ def test_dispatch_config_checks_its_values():
         DispatchConfig(max_pending_limit=0)
     assert err.value.key == "max_pending_limit" and "int >= 1" in str(err.value)
     assert DispatchConfig(group_commit_size="1MiB").group_commit_size == 1 << 20
+
+
+# -- max_pending_limit is honoured ----------------------------------------------------------------------
+
+
+def _store_with_queues(tmp_path, request, queues: int, **overrides) -> TieredMessageStore:
+    store = TieredMessageStore.open(small_config(tmp_path, "memory", memory_options(request), **overrides))
+    for qid in range(queues):
+        for i in range(3):
+            store.put_message(Message(topic="T", body=b"q%d-%d" % (qid, i)), queue_id=qid)
+    return store
+
+
+def _count_uploads(store: TieredMessageStore, meet: int) -> dict[str, int]:
+    """Wrap the dispatcher's group upload: count uploads in flight, and hold each until
+    ``meet`` of them are in flight together (a barrier: no timing guess)."""
+    seen = {"now": 0, "peak": 0, "uploads": 0}
+    lock = threading.Lock()
+    barrier = threading.Barrier(meet, timeout=30)
+    upload = store.dispatcher._commit_group
+
+    def counted(flat, stats):
+        with lock:
+            seen["now"] += 1
+            seen["uploads"] += 1
+            seen["peak"] = max(seen["peak"], seen["now"])
+            first = seen["uploads"] <= meet
+        try:
+            if first:
+                barrier.wait()  # the first `meet` uploads are in flight at the same time
+            return upload(flat, stats)
+        finally:
+            with lock:
+                seen["now"] -= 1
+
+    store.dispatcher._commit_group = counted
+    return seen
+
+
+def test_uploads_in_flight_reach_the_limit_and_never_pass_it(tmp_path, request):
+    with _store_with_queues(tmp_path, request, 12, max_pending_limit=3) as store:
+        seen = _count_uploads(store, meet=3)
+        assert store.dispatch(force=True).messages == 36
+    assert seen["peak"] == 3 and seen["uploads"] == 12
+
+
+def test_the_limit_is_not_capped_at_eight(tmp_path, request):
+    # The store used to run at most 8 dispatch threads whatever the limit said.
+    with _store_with_queues(tmp_path, request, 12) as store:  # default limit 2500
+        seen = _count_uploads(store, meet=12)
+        assert store.dispatch(force=True).messages == 36
+    assert seen["peak"] == 12
+
+
+def test_idle_queues_take_no_thread(tmp_path, request):
+    with _store_with_queues(tmp_path, request, 12) as store:
+        assert store.dispatch(force=True).messages == 36
+        threads_before = store.dispatcher._pool._threads.copy()
+        store.put_message(Message(topic="T", body=b"one more"), queue_id=5)
+        stats = store.dispatch(force=True)
+        assert (stats.messages, stats.queues) == (1, 12)
+        assert store.dispatcher._pool._threads == threads_before  # an idle thread was reused

@@ -15,6 +15,11 @@ Three sources, applied in this order by :meth:`StoreConfig.load`:
    different driver, the file's driver options are dropped (they were for the old driver).
 3. Defaults (RocketMQ's, see the digest's config table).
 
+Each key (its type, unit, bounds, default, broker.conf key, environment variable and
+meaning) is declared once in :mod:`tiered_core.configdef.keys`; this module makes
+``StoreConfig``'s fields, the checks, the broker.conf tables and the overrides from
+that declaration, and :meth:`StoreConfig.section` builds each part's sub-config from it.
+
 Every bad value raises :class:`~tiered_core.errors.ConfigError` naming the key, where it came
 from (file, environment variable) and the accepted values. Relative paths resolve against
 the directory of the file that names them (the working directory for environment values).

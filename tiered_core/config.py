@@ -15,6 +15,11 @@ Three sources, applied in this order by :meth:`StoreConfig.load`:
    different driver, the file's driver options are dropped (they were for the old driver).
 3. Defaults (RocketMQ's, see the digest's config table).
 
+Each key (its type, unit, bounds, default, broker.conf key, environment variable and
+meaning) is declared once in :mod:`tiered_core.configdef.keys`; this module makes
+``StoreConfig``'s fields, the checks, the broker.conf tables and the overrides from
+that declaration, and :meth:`StoreConfig.section` builds each part's sub-config from it.
+
 Every bad value raises :class:`~tiered_core.errors.ConfigError` naming the key, where it came
 from (file, environment variable) and the accepted values. Relative paths resolve against
 the directory of the file that names them (the working directory for environment values).
@@ -25,16 +30,27 @@ durations accept ints (ms, or hours for ``*_hours``) or strings (``30s``, ``500m
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import os
 import re
-import reprlib
 import types
-from fractions import Fraction
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
 
 from tiered_core.codec.java_properties import parse_java_properties
+from tiered_core.configdef import IGNORED_ROCKETMQ_KEYS, KEYS, NEVER_EXPIRE_HOURS, section
+from tiered_core.configdef.key import bad_value as _bad
+from tiered_core.configdef.types import (
+    LOCAL_FLUSH_MODES,
+    METADATA_RECOVERY_MODES,
+    OPTIONAL_PATH,
+    OPTIONS,
+    STORAGE_LEVELS,
+    parse_bool,
+    parse_duration_ms,
+    parse_size,
+)
+from tiered_core.configdef.types import shown as _shown
+from tiered_core.configdef.types import storable_text as _storable_text
 from tiered_core.errors import ConfigError, TieredStoreError
 
 if TYPE_CHECKING:  # imported lazily at run time: keep `import tiered_core` light
@@ -42,11 +58,7 @@ if TYPE_CHECKING:  # imported lazily at run time: keep `import tiered_core` ligh
     from tiered_core.spi.driver import SegmentDriver
     from tiered_core.spi.metadata import TieredMetadataStore
 
-STORAGE_LEVELS = ("DISABLE", "NOT_IN_DISK", "NOT_IN_MEM", "FORCE")
-LOCAL_FLUSH_MODES = ("async", "sync")
-#: What an open does when the metadata does not list what the backend holds (or cannot be
-#: read): "refuse" stops with an error naming the fix; "rebuild" rebuilds it from the listing.
-METADATA_RECOVERY_MODES = ("refuse", "rebuild")
+S = TypeVar("S")
 
 #: RocketMQ's metadata provider class names -> our metadata store names.
 METADATA_ALIASES = {
@@ -56,82 +68,50 @@ METADATA_ALIASES = {
 
 #: Driver options holding local paths: relative values resolve against the config file's directory.
 _PATH_OPTIONS = ("root", "database")
+#: Keys holding local paths: relative values resolve against the config file's directory.
+_PATH_KEYS = tuple(k.name for k in KEYS if k.type.is_path)
+#: ``TIERED_OPTION_<NAME>``: the prefix of driver-option variables.
+_OPTION_ENV_PREFIX = KEYS.driver_options.env.removesuffix("<NAME>")
+#: ``TIERED_<NAME>`` (the part after ``TIERED_``, lower case) -> key; the name is case-insensitive.
+_ENV_KEYS = {k.env.removeprefix("TIERED_").lower(): k for k in KEYS if k.type is not OPTIONS}
 
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
-_SIZE_RE = re.compile(r"\s*([0-9][0-9_]*(?:\.[0-9]+)?)\s*(?:([kmgtp]?)(?:i?b)?)?\s*", re.I)
-_DURATION_MS = {"ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000,
-                "d": 86_400_000}
-_DURATION_RE = re.compile(r"\s*([0-9][0-9_]*(?:\.[0-9]+)?)\s*(ms|s|sec|min|m|h|d)?\s*", re.I)
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off")
+
+def _declared_fields(cls: type[S]) -> type[S]:
+    """Give ``cls`` one field per declared key (in declaration order, before its own
+    fields), typed and defaulted by the declaration; ``@dataclass`` then makes them fields."""
+    own = dict(cls.__dict__.get("__annotations__", {}))
+    annotations: dict[str, Any] = {}
+    for key in KEYS:
+        annotations[key.name] = key.type.python
+        if key.type is OPTIONS:
+            setattr(cls, key.name, field(default_factory=dict, hash=False))
+        else:
+            setattr(cls, key.name, key.default)
+    annotations.update(own)
+    cls.__annotations__ = annotations
+    return cls
 
 
 @dataclass(frozen=True)
+@_declared_fields
 class StoreConfig:
     """Validated, immutable settings of one tiered store.
 
+    The fields (one per key, in order), their defaults, bounds and meaning are declared
+    once in :mod:`tiered_core.configdef.keys` (:data:`~tiered_core.configdef.KEYS`) and
+    listed in README.md's key table, which is generated from there.
+
     Contract: an instance made by :meth:`load`, :meth:`from_text`, :meth:`from_mapping`,
     :meth:`with_env` or :meth:`replace` holds only valid values (driver and metadata names
-    installed, driver options accepted by the driver, sizes > 0...); otherwise those raise
-    :class:`~tiered_core.errors.ConfigError` naming the key, its source and the accepted
-    values. ``driver`` is stored as the registry's canonical name (aliases such as
-    RocketMQ's ``PosixFileSegment`` class name are resolved). Secrets in ``driver_options``
-    are kept (needed to open the driver) but :meth:`describe` redacts them. A value the
-    store could not open with is refused here, not when the store opens.
-
-    Fields whose meaning is not obvious from their name:
-
-    - ``commit_log_max_size`` >= 128 bytes and ``consume_queue_max_size`` >= 20 bytes: a
-      tiered segment must hold one whole message (the local store refuses messages larger
-      than the segment) and one 20-byte consume-queue unit (else nothing is ever tiered).
-    - ``group_commit_count`` / ``group_commit_size`` / ``group_commit_interval_ms``: a queue
-      is copied to the tier when that many messages wait, or the oldest waited that long;
-      ``group_commit_interval_ms = 0`` copies whatever waits at every dispatch round
-      (RocketMQ's ``tieredStoreGroupCommit=false``), still in groups of up to
-      ``group_commit_count`` messages and ``group_commit_size`` bytes.
-    - ``max_pending_limit``: uploads in flight across queues (RocketMQ's
-      ``tieredStoreMaxPendingLimit`` / 4). The store currently runs at most 8 dispatch
-      threads, so values above 8 act as 8.
-    - ``file_reserved_hours`` >= 1: tiered segments and uploaded index files older than
-      this are deleted when expiry runs (a topic's own reserve time takes precedence for
-      its segments). :data:`NEVER_EXPIRE_HOURS` (RocketMQ's ``tieredStoreDeleteFileEnable=
-      false``) keeps them for good.
-    - ``read_ahead_cache_bytes``: the memory budget of the fetcher's read-ahead cache;
-      ``0`` means no read-ahead cache (RocketMQ's ``readAheadCacheEnable=false``): every
-      tiered read goes to the backend. ``read_ahead_disk_cache_path`` adds a disk tier and
-      needs the ``diskcache`` package.
-    - ``local_commit_log_file_size`` >= 4096 bytes (the local store's minimum).
-    - ``cluster`` / ``broker``: path components of every tiered object, so at most 246 and
-      255 UTF-8 bytes (a POSIX file name; the cluster directory adds 9 characters).
+    installed, driver options accepted by the driver, values within the declared bounds);
+    otherwise those raise :class:`~tiered_core.errors.ConfigError` naming the key, its
+    source and the accepted values. ``driver`` is stored as the registry's canonical name
+    (aliases such as RocketMQ's ``PosixFileSegment`` class name are resolved). Secrets in
+    ``driver_options`` are kept (needed to open the driver) but :meth:`describe` redacts
+    them. A value the store could not open with is refused here, not when the store opens.
+    ``source`` (not a key) is the file the values came from.
     """
 
-    store_path: str = "./demo-data"
-    driver: str = "posix"
-    driver_options: Mapping[str, Any] = field(default_factory=dict, hash=False)
-    metadata: str = "sqlite"
-    metadata_path: str | None = None
-    cluster: str = "DefaultCluster"
-    broker: str = "broker-a"
-    storage_level: str = "NOT_IN_DISK"
-    commit_log_max_size: int = 1 << 30
-    consume_queue_max_size: int = 100 << 20
-    max_group_commit_count: int = 10000
-    group_commit_count: int = 4096
-    group_commit_size: int = 4 << 20
-    group_commit_interval_ms: int = 30000
-    max_pending_limit: int = 2500
-    rolling_min_size: int = 16 << 20
-    rolling_interval_ms: int = 24 * 3600 * 1000
-    file_reserved_hours: int = 72
-    read_ahead_cache_bytes: int = 64 << 20
-    read_ahead_cache_expire_ms: int = 10000
-    read_ahead_disk_cache_path: str | None = None
-    local_commit_log_file_size: int = 1 << 30
-    local_flush: str = "async"
-    local_retention_hours: int = 72
-    metadata_recovery: str = "refuse"
-    append_prop_crc: bool = False  # RocketMQ enabledAppendPropCRC: puts append the __CRC32# property
-    verify_prop_crc: bool = False  # RocketMQ forceVerifyPropCRC: tiered reads require and verify it
     source: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -217,12 +197,12 @@ class StoreConfig:
         if not isinstance(options, Mapping):
             raise ConfigError(f"{where}: {labels.get('driver_options', 'options')} must be a table of "
                               f"driver options, got {options!r}", key="options", source=source)
-        values.setdefault("store_path", cls.store_path)  # the default is relative to the file too
+        values.setdefault("store_path", KEYS.store_path.default)  # the default is relative to the file too
         values = _normalize_fields(values, labels, where)
-        for key in ("store_path", "metadata_path", "read_ahead_disk_cache_path"):
+        for key in _PATH_KEYS:
             if values.get(key) is not None:
                 values[key] = _resolve(values[key], base_dir)
-        driver = _canonical_driver(values.get("driver", cls.driver), labels.get("driver", "driver"), where)
+        driver = _canonical_driver(values.get("driver", KEYS.driver.default), labels.get("driver", "driver"), where)
         values["driver"] = driver
         option_labels = {k[len("options."):]: v for k, v in labels.items() if k.startswith("options.")}
         values["driver_options"] = _check_driver_options(driver, dict(options), base_dir, where,
@@ -239,20 +219,19 @@ class StoreConfig:
         for name, value in environ.items():
             if not name.startswith("TIERED_"):
                 continue
-            rest = name[len("TIERED_"):]
-            if rest.startswith("OPTION_") and len(rest) > len("OPTION_"):
-                options[rest[len("OPTION_"):].lower()] = (name, value)
+            if name.startswith(_OPTION_ENV_PREFIX) and len(name) > len(_OPTION_ENV_PREFIX):
+                options[name[len(_OPTION_ENV_PREFIX):].lower()] = (name, value)
                 continue
-            key = rest.lower()
-            if key in _FIELD_NAMES and key not in ("driver_options", "source"):
-                changes[key] = None if value == "" and _FIELD_TYPES[key] == "path?" else value
-                labels[key] = f"environment variable {name}"
+            key = _ENV_KEYS.get(name[len("TIERED_"):].lower())
+            if key is not None:
+                changes[key.name] = None if value == "" and key.type is OPTIONAL_PATH else value
+                labels[key.name] = f"environment variable {name}"
         if not changes and not options:
             return self
         where = "environment"
         values = _normalize_fields(changes, labels, where)
         cwd = os.getcwd()
-        for key in ("store_path", "metadata_path", "read_ahead_disk_cache_path"):
+        for key in _PATH_KEYS:
             if values.get(key) is not None:
                 values[key] = _resolve(values[key], cwd)
         driver_options = dict(self.driver_options)
@@ -324,20 +303,17 @@ class StoreConfig:
 
         return open_metadata_store(self.metadata, self.effective_metadata_path())
 
+    def section(self, cls: type[S], **overrides: Any) -> S:
+        """The sub-config ``cls`` (``FlatFileConfig``, ``LocalStoreConfig``, ``IndexConfig``,
+        ``DispatchConfig``...) with this config's values in its key-bound fields;
+        ``overrides`` set fields directly. See :func:`tiered_core.configdef.section`."""
+        return section(cls, self, **overrides)
+
     def flat_config(self) -> "FlatFileConfig":
         """The container layer's settings."""
         from tiered_core.flat.config import FlatFileConfig
 
-        return FlatFileConfig(
-            cluster=self.cluster,
-            broker=self.broker,
-            commit_log_max_size=self.commit_log_max_size,
-            consume_queue_max_size=self.consume_queue_max_size,
-            max_group_commit_count=self.max_group_commit_count,
-            rolling_min_size=self.rolling_min_size,
-            rolling_interval_ms=self.rolling_interval_ms,
-            file_reserved_hours=self.file_reserved_hours,
-        )
+        return self.section(FlatFileConfig)
 
     # -- output ---------------------------------------------------------------------------
 
@@ -383,292 +359,16 @@ class StoreConfig:
 _FIELDS = dataclasses.fields(StoreConfig)
 _FIELD_NAMES = frozenset(f.name for f in _FIELDS)
 
-# How each field's value is checked: see _normalize_fields.
-_FIELD_TYPES: dict[str, str] = {
-    "store_path": "path",
-    "driver": "name",
-    "driver_options": "options",
-    "metadata": "name",
-    "metadata_path": "path?",
-    "cluster": "component",
-    "broker": "component",
-    "storage_level": "level",
-    "commit_log_max_size": "size",
-    "consume_queue_max_size": "size",
-    "max_group_commit_count": "count",
-    "group_commit_count": "count",
-    "group_commit_size": "size",
-    "group_commit_interval_ms": "ms",
-    "max_pending_limit": "count",
-    "rolling_min_size": "size0",
-    "rolling_interval_ms": "ms",
-    "file_reserved_hours": "hours",
-    "read_ahead_cache_bytes": "size0",
-    "read_ahead_cache_expire_ms": "ms",
-    "read_ahead_disk_cache_path": "path?",
-    "local_commit_log_file_size": "size",
-    "local_flush": "flush",
-    "local_retention_hours": "hours",
-    "metadata_recovery": "recovery",
-    "append_prop_crc": "bool",
-    "verify_prop_crc": "bool",
-    "source": "source",
-}
-assert set(_FIELD_TYPES) == _FIELD_NAMES
-
-#: Lower bounds the store needs (a smaller value would only fail, or silently stall, later).
-_MINIMUM: dict[str, int] = {
-    "commit_log_max_size": 128,
-    "consume_queue_max_size": 20,
-    "local_commit_log_file_size": 4096,
-    "file_reserved_hours": 1,
-}
-_MINIMUM_WHY = {
-    "commit_log_max_size": "a tiered segment must hold one whole message",
-    "consume_queue_max_size": "a segment must hold one 20-byte consume-queue unit, or nothing is tiered",
-    "local_commit_log_file_size": "the local commit log's smallest file",
-    "file_reserved_hours": "0 would expire everything; tieredStoreDeleteFileEnable=false keeps files for good",
-}
-#: Longest cluster and broker names in UTF-8 bytes: each is one file name ({md5[:8]}_{cluster}).
-_COMPONENT_BYTES = {"cluster": 255 - 9, "broker": 255}
-#: ``file_reserved_hours`` meaning "never expire" (about 245,000 years).
-NEVER_EXPIRE_HOURS = (1 << 31) - 1
-
-
-# -- value checks ---------------------------------------------------------------------
-
-
-def _bad(where: str, label: str, value: Any, accepted: str, key: str) -> ConfigError:
-    return ConfigError(f"{where}: {label} = {_shown(value)} is invalid; accepted: {accepted}",
-                       key=key, source=where, value=value, accepted=accepted)
-
-
-_SHOWN = reprlib.Repr()
-_SHOWN.maxstring = _SHOWN.maxother = _SHOWN.maxlong = 80
-_SHOWN.maxlevel = 3
-
-
-def _shown(value: Any) -> str:
-    """``repr(value)``, cut short: an error message must stay readable for a 5000-digit value
-    and must not recurse through a value nested thousands deep."""
-    try:
-        return _SHOWN.repr(value)
-    except (ValueError, RecursionError):  # an int past the 4300-digit str() limit
-        return f"<{type(value).__name__} too large to show>"
-
-
-def _not_a(what: str, value: Any, key: str | None, accepted: str) -> ConfigError:
-    named = f"{key} = " if key else ""
-    return ConfigError(f"{named}{_shown(value)} is not {what}; accepted: {accepted}", key=key, value=value,
-                       accepted=accepted)
-
-
-def parse_size(value: Any, *, key: str | None = None) -> int:
-    """Bytes from an int or a string like ``"4MiB"``, ``"1G"``, ``"512k"`` (binary units).
-
-    Raises :class:`~tiered_core.errors.ConfigError` (a ``ValueError``; ``key`` names the
-    setting when given) for anything else, including negative numbers and fractions of a byte.
-    """
-    try:
-        if isinstance(value, bool):
-            raise ValueError(value)
-        if isinstance(value, int):
-            if value < 0:
-                raise ValueError(value)
-            return value
-        if isinstance(value, float):
-            if value < 0 or not value.is_integer():
-                raise ValueError(value)
-            return int(value)
-        if not isinstance(value, str):
-            raise ValueError(value)
-        m = _SIZE_RE.fullmatch(value)
-        if not m:
-            raise ValueError(value)
-        return _exact(m.group(1), _UNITS[(m.group(2) or "").lower()], value)
-    except ValueError:
-        raise _not_a("a size", value, key, _ACCEPTED["size0"]) from None
-
-
-def parse_duration_ms(value: Any, *, key: str | None = None) -> int:
-    """Milliseconds from an int (ms) or a string like ``"30s"``, ``"500ms"``, ``"24h"``, ``"3d"``.
-
-    Raises :class:`~tiered_core.errors.ConfigError` (a ``ValueError``) for anything else,
-    including negative values and fractions of a millisecond.
-    """
-    try:
-        if isinstance(value, bool):
-            raise ValueError(value)
-        if isinstance(value, int):
-            if value < 0:
-                raise ValueError(value)
-            return value
-        if not isinstance(value, str):
-            raise ValueError(value)
-        m = _DURATION_RE.fullmatch(value)
-        if not m:
-            raise ValueError(value)
-        return _exact(m.group(1), _DURATION_MS[(m.group(2) or "ms").lower()], value)
-    except ValueError:
-        raise _not_a("a duration", value, key, _ACCEPTED["ms"]) from None
-
-
-def _exact(number: str, unit: int, value: Any) -> int:
-    """``number * unit`` computed exactly (a float loses digits past 2**53: "9007199254740993"
-    read as ...992, "1.00000000000000001k" as 1024); ValueError unless it is a whole number."""
-    total = Fraction(number.replace("_", "")) * unit
-    if total.denominator != 1:
-        raise ValueError(value)
-    return int(total)
-
-
-def parse_bool(value: Any, *, key: str | None = None) -> bool:
-    """True/False from a bool or ``1/0, true/false, yes/no, on/off`` (any case).
-
-    Raises :class:`~tiered_core.errors.ConfigError` (a ``ValueError``) for anything else.
-    """
-    if isinstance(value, bool):
-        return value
-    text = value.strip().lower() if isinstance(value, str) else None
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise _not_a("a boolean", value, key, "true | false (or 1/0, yes/no, on/off)")
-
-
-def _parse_count(value: Any, minimum: int) -> int:
-    if isinstance(value, bool):
-        raise ValueError(value)
-    if isinstance(value, str):
-        value = int(value.strip().replace("_", ""), 10)
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if not isinstance(value, int) or value < minimum:
-        raise ValueError(value)
-    return value
-
-
-def _storable_text(text: str) -> bool:
-    """True when ``text`` can name a file or a backend object: no NUL (the OS refuses it) and
-    a UTF-8 form (no lone surrogate, as a \\uD800 escape in broker.conf can give)."""
-    if "\x00" in text:
-        return False
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _check_one(name: str, value: Any, label: str, where: str) -> Any:
-    kind = _FIELD_TYPES[name]
-    needs_diskcache = False
-    try:
-        if kind == "source":
-            return value
-        if kind in ("path", "path?"):
-            if value is None and kind == "path?":
-                return None
-            path = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
-            if not isinstance(path, str) or not path.strip() or not _storable_text(path):
-                raise ValueError(value)
-            if name == "read_ahead_disk_cache_path" and importlib.util.find_spec("diskcache") is None:
-                needs_diskcache = True
-            else:
-                return os.path.expanduser(path)
-        if kind == "name":
-            if not isinstance(value, str) or not value.strip() or not _storable_text(value):
-                raise ValueError(value)
-            return value.strip()
-        if kind == "component":
-            if (not isinstance(value, str) or not value or value in (".", "..") or "/" in value
-                    or "\\" in value or any(ord(c) < 0x20 for c in value) or not _storable_text(value)
-                    or len(value.encode("utf-8")) > _COMPONENT_BYTES[name]):
-                raise ValueError(value)
-            return value
-        if kind == "level":
-            if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(STORAGE_LEVELS):
-                return STORAGE_LEVELS[value]
-            text = str(value).strip().upper() if isinstance(value, str) else None
-            if text is not None and text.isdigit() and int(text) < len(STORAGE_LEVELS):
-                return STORAGE_LEVELS[int(text)]
-            if text not in STORAGE_LEVELS:
-                raise ValueError(value)
-            return text
-        if kind == "recovery":
-            text = str(value).strip().lower() if isinstance(value, str) else None
-            if text not in METADATA_RECOVERY_MODES:
-                raise ValueError(value)
-            return text
-        if kind == "flush":
-            text = str(value).strip().lower() if isinstance(value, str) else None
-            text = {"async_flush": "async", "sync_flush": "sync"}.get(text, text)  # RocketMQ flushDiskType
-            if text not in LOCAL_FLUSH_MODES:
-                raise ValueError(value)
-            return text
-        if kind in ("size", "size0"):
-            size = parse_size(value)
-            if size < _MINIMUM.get(name, 1 if kind == "size" else 0):
-                raise ValueError(value)
-            return size
-        if kind == "count":
-            return _parse_count(value, 1)
-        if kind == "ms":
-            return parse_duration_ms(value)
-        if kind == "hours":
-            if isinstance(value, str) and not value.strip().isdigit():
-                ms = parse_duration_ms(value)
-                if ms % 3_600_000:
-                    raise ValueError(value)
-                hours = ms // 3_600_000
-            else:
-                hours = _parse_count(value, 0)
-            if hours < _MINIMUM.get(name, 0):
-                raise ValueError(value)
-            return hours
-        if kind == "bool":
-            return parse_bool(value)
-    except (ValueError, TypeError, OverflowError):
-        accepted = _ACCEPTED[kind]
-        if name in _MINIMUM:
-            accepted = re.sub(r"[>]=? 0", f">= {_MINIMUM[name]}", accepted, count=1) + f" ({_MINIMUM_WHY[name]})"
-        elif name in _COMPONENT_BYTES:
-            accepted += f"; at most {_COMPONENT_BYTES[name]} UTF-8 bytes (one file name)"
-        raise _bad(where, label, value, accepted, name) from None
-    if needs_diskcache:
-        raise ConfigError(f"{where}: {label} = {_shown(value)} needs the diskcache package, which is not "
-                          "installed (pip install diskcache); leave it unset for a memory-only cache",
-                          key=name, source=where, value=value)
-    raise AssertionError(kind)
-
-
-_ACCEPTED = {
-    "path": "a non-empty path (relative to the config file's directory) without NUL or lone surrogates",
-    "path?": "a path (relative to the config file's directory) without NUL or lone surrogates, or nothing",
-    "name": "a registry name (see `tiered drivers`)",
-    "component": "a non-empty name without '/', '\\', control characters or lone surrogates",
-    "level": " | ".join(STORAGE_LEVELS) + " (or 0-3)",
-    "flush": " | ".join(LOCAL_FLUSH_MODES),
-    "recovery": " | ".join(METADATA_RECOVERY_MODES),
-    "size": "a size > 0: an int (bytes) or a string like '4MiB', '1GiB', '512k'",
-    "size0": "a size >= 0: an int (bytes) or a string like '4MiB', '1GiB', '512k'",
-    "count": "an int >= 1",
-    "ms": "a duration >= 0: an int (milliseconds) or a string like '500ms', '30s', '24h'",
-    "hours": "an int >= 0 (hours) or a string like '72h', '3d'",
-    "bool": "true | false (also 1/0, yes/no, on/off)",
-}
-
 
 def _normalize_fields(values: Mapping[str, Any], labels: Mapping[str, str], where: str) -> dict[str, Any]:
+    """Each value checked (and normalized) by its key's type; driver options and the source
+    pass through (the driver checks its options)."""
     out: dict[str, Any] = {}
     for name, value in values.items():
-        if name == "driver_options":
+        if name in ("driver_options", "source"):
             out[name] = value
             continue
-        out[name] = _check_one(name, value, labels.get(name, name), where)
+        out[name] = KEYS[name].check(value, labels.get(name, name), where)
     return out
 
 
@@ -839,78 +539,28 @@ def _toml_value(value: Any) -> str:
 # -- RocketMQ broker.conf ------------------------------------------------------------------
 
 
-def _hours_to_ms(value: Any) -> int:
-    return _parse_count(value, 0) * 3_600_000
-
-
-def _pending_to_uploads(value: Any) -> int:
-    # RocketMQ divides tieredStoreMaxPendingLimit by 4 for its upload semaphores.
-    return max(1, _parse_count(value, 1) // 4)
-
-
-#: RocketMQ broker keys -> (our field, converter of the raw string or None).
+#: RocketMQ broker keys -> (our field, converter of the raw string or None); from the declaration.
 ROCKETMQ_KEYS: dict[str, tuple[str, Callable[[str], Any] | None]] = {
-    "brokerClusterName": ("cluster", None),
-    "brokerName": ("broker", None),
-    "storePathRootDir": ("store_path", None),
-    "tieredBackendServiceProvider": ("driver", None),
-    "tieredMetadataServiceProvider": ("metadata", None),
-    "tieredStorageLevel": ("storage_level", None),
-    "tieredStoreCommitLogMaxSize": ("commit_log_max_size", None),
-    "tieredStoreConsumeQueueMaxSize": ("consume_queue_max_size", None),
-    "tieredStoreMaxGroupCommitCount": ("max_group_commit_count", None),
-    "tieredStoreGroupCommitCount": ("group_commit_count", None),
-    "tieredStoreGroupCommitSize": ("group_commit_size", None),
-    "tieredStoreGroupCommitTimeout": ("group_commit_interval_ms", None),
-    "tieredStoreMaxPendingLimit": ("max_pending_limit", _pending_to_uploads),
-    "commitLogRollingMinimumSize": ("rolling_min_size", None),
-    "commitLogRollingInterval": ("rolling_interval_ms", _hours_to_ms),
-    "tieredStoreFileReservedTime": ("file_reserved_hours", None),
-    "readAheadCacheExpireDuration": ("read_ahead_cache_expire_ms", None),
-    "mappedFileSizeCommitLog": ("local_commit_log_file_size", None),
-    "flushDiskType": ("local_flush", None),
-    "fileReservedTime": ("local_retention_hours", None),
-    "enabledAppendPropCRC": ("append_prop_crc", None),
-    "forceVerifyPropCRC": ("verify_prop_crc", None),
+    k.rocketmq: (k.name, k.rocketmq_unit.convert if k.rocketmq_unit else None)
+    for k in KEYS if k.rocketmq and k.type is not OPTIONS
 }
+_ROCKETMQ_BY_KEY = {k.rocketmq: k for k in KEYS if k.rocketmq and k.type is not OPTIONS}
 
-#: Keys handled specially: the POSIX root, and switches that turn a feature off.
-_ROCKETMQ_ROOT_KEYS = ("tieredStoreFilePath", "tieredStoreFilepath")
-#: RocketMQ's boolean switches and what ``false`` sets (``true``, their default, sets nothing):
-#:
-#: - ``readAheadCacheEnable=false``: ``read_ahead_cache_bytes = 0``, no read-ahead cache.
-#: - ``tieredStoreGroupCommit=false`` ("false forces every dispatch"): ``group_commit_interval_ms
-#:   = 0``, so every dispatch round copies what waits, still in groups of ``group_commit_count``
-#:   messages / ``group_commit_size`` bytes (not one commit per message).
-#: - ``tieredStoreDeleteFileEnable=false``: ``file_reserved_hours = NEVER_EXPIRE_HOURS``, so
-#:   expiry (of segments and of uploaded index files) deletes nothing.
+#: The keys of the POSIX provider's root (RocketMQ's tieredStoreFilePath, and an old spelling):
+#: they set the driver option ``root``.
+_ROCKETMQ_ROOT_KEYS = (KEYS.driver_options.rocketmq, *KEYS.driver_options.rocketmq_aliases)
+#: RocketMQ's boolean switches and what ``false`` sets (``true``, their default, sets nothing);
+#: declared with their key (``Key.switch``): ``readAheadCacheEnable=false`` turns the read-ahead
+#: cache off, ``tieredStoreGroupCommit=false`` dispatches what waits at every round (still in
+#: groups), ``tieredStoreDeleteFileEnable=false`` makes expiry delete nothing.
 _ROCKETMQ_SWITCHES: dict[str, tuple[str, Any]] = {
-    "readAheadCacheEnable": ("read_ahead_cache_bytes", 0),
-    "tieredStoreGroupCommit": ("group_commit_interval_ms", 0),
-    "tieredStoreDeleteFileEnable": ("file_reserved_hours", NEVER_EXPIRE_HOURS),
+    k.switch.rocketmq: (k.name, k.switch.off) for k in KEYS if k.switch is not None
 }
 
-#: RocketMQ tiered keys accepted without effect here; their values are still checked:
-#:
-#: - ``tieredStoreIndexFileMaxHashSlotNum`` / ``tieredStoreIndexFileMaxIndexNum`` (ints >= 1):
-#:   the tiered index sizes its files itself (``IndexConfig``; an uploaded file records its
-#:   own layout).
-#: - ``tieredStoreDeleteFileInterval`` (ms >= 0): expiry runs when called
-#:   (``TieredMessageStore.delete_expired_tiered``) and, for index files, on the index
-#:   service's own interval.
-#: - ``tieredStoreCrcCheckEnable`` (a boolean): unused by RocketMQ; here tiered reads always
-#:   check the body CRC.
-ROCKETMQ_IGNORED_TIERED_KEYS = frozenset({
-    "tieredStoreIndexFileMaxHashSlotNum", "tieredStoreIndexFileMaxIndexNum",
-    "tieredStoreDeleteFileInterval", "tieredStoreCrcCheckEnable",
-})
-_IGNORED_CHECKS: dict[str, tuple[Callable[[str], Any], str]] = {
-    "tieredStoreIndexFileMaxHashSlotNum": (lambda v: _parse_count(v, 1), _ACCEPTED["count"]),
-    "tieredStoreIndexFileMaxIndexNum": (lambda v: _parse_count(v, 1), _ACCEPTED["count"]),
-    "tieredStoreDeleteFileInterval": (parse_duration_ms, _ACCEPTED["ms"]),
-    "tieredStoreCrcCheckEnable": (parse_bool, "true | false"),
-}
-assert set(_IGNORED_CHECKS) == ROCKETMQ_IGNORED_TIERED_KEYS
+#: RocketMQ tiered keys accepted without effect here; their values are still checked (see
+#: ``IGNORED_ROCKETMQ_KEYS`` in the declaration for why each has no effect).
+ROCKETMQ_IGNORED_TIERED_KEYS = frozenset(k.rocketmq for k in IGNORED_ROCKETMQ_KEYS)
+_IGNORED_BY_KEY = {k.rocketmq: k for k in IGNORED_ROCKETMQ_KEYS}
 
 
 def _accepted_properties_keys() -> list[str]:
@@ -928,14 +578,14 @@ def _from_properties(text: str, where: str) -> tuple[dict[str, Any], dict[str, s
     root_key = _ROCKETMQ_ROOT_KEYS[0]
     for key, raw in props.items():
         value = raw.strip()
-        if key in ROCKETMQ_KEYS:
-            name, convert = ROCKETMQ_KEYS[key]
-            if convert is not None:
+        if key in _ROCKETMQ_BY_KEY:
+            declared = _ROCKETMQ_BY_KEY[key]
+            name, unit = declared.name, declared.rocketmq_unit
+            if unit is not None:
                 try:
-                    value = convert(value)
+                    value = unit.convert(value)
                 except (ValueError, TypeError):
-                    raise _bad(where, key, raw, _ACCEPTED["count"] if convert is _pending_to_uploads
-                               else "an int >= 0 (hours)", name) from None
+                    raise _bad(where, key, raw, unit.accepted, name) from None
             values[name] = value
             labels[name] = f"{key} ({name})"
         elif key in _ROCKETMQ_ROOT_KEYS:
@@ -957,12 +607,12 @@ def _from_properties(text: str, where: str) -> tuple[dict[str, Any], dict[str, s
                 _reject_unknown({name: value}, where, "tiered.")
             values[name] = value
             labels[name] = key
-        elif key in ROCKETMQ_IGNORED_TIERED_KEYS:
-            check, accepted = _IGNORED_CHECKS[key]
+        elif key in _IGNORED_BY_KEY:
+            ignored = _IGNORED_BY_KEY[key]
             try:
-                check(value)
-            except (ValueError, TypeError):
-                raise _bad(where, key, raw, accepted + " (accepted, without effect here)", key) from None
+                ignored.type.parse(value, ignored)
+            except (ValueError, TypeError, OverflowError):
+                raise _bad(where, key, raw, ignored.accepted + " (accepted, without effect here)", key) from None
         elif key.startswith("tiered"):
             raise ConfigError(f"{where}: unknown tiered-store key {key!r}; accepted keys: "
                               f"{', '.join(_accepted_properties_keys())}", key=key, source=where,
@@ -978,7 +628,7 @@ def _from_properties(text: str, where: str) -> tuple[dict[str, Any], dict[str, s
         labels["options.root"] = root_key
     if options:
         # tieredStoreFilePath is the POSIX provider's root; a driver without a root ignores it.
-        driver = values.get("driver", StoreConfig.driver)
+        driver = values.get("driver", KEYS.driver.default)
         try:
             names = _driver_class(driver).option_names()
         except TieredStoreError:
@@ -994,6 +644,7 @@ __all__ = [
     "StoreConfig",
     "STORAGE_LEVELS",
     "LOCAL_FLUSH_MODES",
+    "METADATA_RECOVERY_MODES",
     "METADATA_ALIASES",
     "ROCKETMQ_KEYS",
     "ROCKETMQ_IGNORED_TIERED_KEYS",

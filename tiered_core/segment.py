@@ -29,19 +29,19 @@ from tiered_core.errors import (
     TieredStoreError,
 )
 from tiered_core.common import LONG_MAX, AppendResult, FileSegmentType, now_ms
+from tiered_core.configdef import KEYS
 from tiered_core.spi.driver import SegmentDriver
 
 log = logging.getLogger(__name__)
 
 
-#: RocketMQ defaults: tieredStoreCommitLogMaxSize, tieredStoreConsumeQueueMaxSize.
+#: A segment's size when none is given: the declared defaults (an index segment is unbounded).
 DEFAULT_MAX_SIZE = {
-    FileSegmentType.COMMIT_LOG: 1 << 30,
-    FileSegmentType.CONSUME_QUEUE: 100 << 20,
+    FileSegmentType.COMMIT_LOG: KEYS.commit_log_max_size.default,
+    FileSegmentType.CONSUME_QUEUE: KEYS.consume_queue_max_size.default,
     FileSegmentType.INDEX: LONG_MAX,
 }
-#: RocketMQ's tieredStoreMaxGroupCommitCount.
-DEFAULT_MAX_BUFFER_COUNT = 10000
+DEFAULT_MAX_BUFFER_COUNT = KEYS.max_group_commit_count.default
 _SEAL_COMMIT_ATTEMPTS = 5
 
 _executor: ThreadPoolExecutor | None = None

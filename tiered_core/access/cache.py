@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tiered_core.errors import ConfigError
+from tiered_core.configdef import KEYS
 
 BUSY_RATIO = 0.8
 
@@ -44,7 +45,7 @@ class ReadAheadCache:
     (``disk_max_bytes`` bounds it).
     """
 
-    def __init__(self, max_bytes: int, expire_after_access_ms: int = 15000, *,
+    def __init__(self, max_bytes: int, expire_after_access_ms: int = KEYS.read_ahead_cache_expire_ms.default, *,
                  disk_path: str | None = None, disk_max_bytes: int = 1 << 30) -> None:
         if max_bytes <= 0:
             raise ConfigError(f"read-ahead cache budget must be > 0 bytes, got {max_bytes}",

@@ -6,6 +6,13 @@ the oldest waited ``group_commit_interval_ms``, or on ``force``. A group stays u
 #10998 let it block the queue forever). Only messages below the local commit point
 (durable locally) are copied. A group whose commit failed stays buffered in its
 segments and is retried, in order, before anything newer is appended.
+
+Concurrency: a round copies the queues that have work at once, each on a thread of its
+own; a queue's groups commit one after the other, so a queue has at most one upload in
+flight. ``max_pending_limit`` bounds the uploads in flight across queues (and across
+callers: rounds of the background thread, ``dispatch(force=True)``, ``dispatch_queue``);
+a queue beyond it waits for a permit. The thread pool grows only as queues with work
+are submitted, up to that limit, so a store with four busy queues runs four threads.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tiered_core.codec.message import decode_message, peek_store_timestamp
+from tiered_core.configdef import KEYS, bound_fields
 from tiered_core.errors import Fenced, TieredStoreError
 from tiered_core.flat.file_store import FlatFileStore
 from tiered_core.flat.message_file import FlatMessageFile
@@ -35,6 +43,22 @@ class _IndexEntry:
     offset: int
     size: int
     store_timestamp: int
+
+
+@dataclass(frozen=True)
+class DispatchConfig:
+    """The dispatcher's settings: defaults, bounds and meaning come from the declaration
+    (:mod:`tiered_core.configdef.keys`); ``StoreConfig.section(DispatchConfig)`` fills them.
+    A bad value raises :class:`~tiered_core.errors.ConfigError` naming the field."""
+
+    group_commit_count: int = KEYS.group_commit_count.field()
+    group_commit_size: int = KEYS.group_commit_size.field()
+    group_commit_interval_ms: int = KEYS.group_commit_interval_ms.field()
+    max_pending_limit: int = KEYS.max_pending_limit.field()
+
+    def __post_init__(self) -> None:
+        for name, (key, _) in bound_fields(type(self)).items():
+            object.__setattr__(self, name, key.check(getattr(self, name), name, "DispatchConfig"))
 
 
 @dataclass
@@ -63,18 +87,21 @@ class MessageStoreDispatcher:
     message's keys once its group is durable.
     """
 
-    def __init__(self, local: LocalMessageStore, flat_files: FlatFileStore, index=None, *,
-                 group_commit_count: int = 4096, group_commit_size: int = 4 << 20,
-                 group_commit_interval_ms: int = 30_000, max_workers: int = 8,
-                 clock: Callable[[], int] | None = None) -> None:
+    def __init__(self, local: LocalMessageStore, flat_files: FlatFileStore, index=None,
+                 config: DispatchConfig | None = None, *, clock: Callable[[], int] | None = None) -> None:
         self.local = local
         self.flat_files = flat_files
         self.index = index
-        self.group_commit_count = group_commit_count
-        self.group_commit_size = group_commit_size
-        self.group_commit_interval_ms = group_commit_interval_ms
+        self.config = config = config or DispatchConfig()
+        # The group rules, as attributes (a test may change one on a running dispatcher).
+        self.group_commit_count = config.group_commit_count
+        self.group_commit_size = config.group_commit_size
+        self.group_commit_interval_ms = config.group_commit_interval_ms
         self._clock = clock or (lambda: time.time_ns() // 1_000_000)
-        self._pool = ThreadPoolExecutor(max_workers=max(1, max_workers), thread_name_prefix="tiered-dispatch")
+        # Uploads in flight (a queue's group commit), across queues and callers.
+        self._uploads = threading.BoundedSemaphore(config.max_pending_limit)
+        # One thread per queue being copied; threads start only when no idle one is left.
+        self._pool = ThreadPoolExecutor(max_workers=config.max_pending_limit, thread_name_prefix="tiered-dispatch")
         self._queue_locks: dict[tuple[str, int], threading.Lock] = {}
         self._locks_lock = threading.Lock()
         # Keys of groups appended but not yet durable, per queue: indexed once committed.
@@ -124,10 +151,24 @@ class MessageStoreDispatcher:
         queues = set(self.local.list_queues())
         queues.update((f.topic, f.queue_id) for f in self.flat_files.files())
         stats = DispatchStats(queues=len(queues))
-        futures = [self._pool.submit(self.dispatch_queue, topic, qid, force) for topic, qid in sorted(queues)]
+        futures = [self._pool.submit(self.dispatch_queue, topic, qid, force)
+                   for topic, qid in sorted(queues) if not self._idle(topic, qid)]
         for fut in futures:
             stats.add(fut.result())
         return stats
+
+    def _idle(self, topic: str, queue_id: int) -> bool:
+        """True when the queue has nothing to copy and no commit to retry, so a round needs
+        no task (and no thread) for it. Any doubt says False: dispatch_queue decides."""
+        try:
+            flat = self.flat_files.get(topic, queue_id)
+            if flat is None or not flat.initialized:
+                return False
+            current = flat.consume_queue_max_offset()
+            return (flat.consume_queue_commit_offset() >= current
+                    and current >= self.local.get_max_offset_in_queue(topic, queue_id))
+        except TieredStoreError:
+            return False
 
     def _queue_lock(self, key: tuple[str, int]) -> threading.Lock:
         with self._locks_lock:
@@ -232,6 +273,10 @@ class MessageStoreDispatcher:
         then the consume queue. So every message with a durable consume-queue unit has its
         keys indexed, whenever the process dies; a group retried after a failure may index
         a key twice (queries check each entry against the consume queue)."""
+        with self._uploads:  # at most max_pending_limit uploads in flight
+            return self._commit_group(flat, stats)
+
+    def _commit_group(self, flat: FlatMessageFile, stats: DispatchStats) -> bool:
         key = (flat.topic, flat.queue_id)
         if not flat.commit_commit_log():
             stats.failed_commits += 1

@@ -23,6 +23,7 @@ from tiered_core.errors import CorruptData, TieredStoreError
 from tiered_core.flat.file_store import FlatFileStore
 from tiered_core.flat.message_file import FlatMessageFile
 from tiered_core.common import BoundaryType
+from tiered_core.configdef import KEYS
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,8 @@ class MessageStoreFetcher:
 
     def __init__(self, flat_files: FlatFileStore, cache: ReadAheadCache | None = None, *,
                  read_ahead_count: int = READ_AHEAD_COUNT, read_ahead_bytes: int = READ_AHEAD_BYTES,
-                 max_transfer_bytes: int = MAX_TRANSFER_BYTES, verify_prop_crc: bool = False) -> None:
+                 max_transfer_bytes: int = MAX_TRANSFER_BYTES,
+                 verify_prop_crc: bool = KEYS.verify_prop_crc.default) -> None:
         self.flat_files = flat_files
         self.cache = cache
         self.read_ahead_count = read_ahead_count

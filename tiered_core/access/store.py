@@ -8,6 +8,7 @@ the tiered store falls back to the local one.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 from tiered_core.access.cache import ReadAheadCache
 from tiered_core.access.paths import make_store_dir
-from tiered_core.access.dispatcher import DispatchStats, MessageStoreDispatcher
+from tiered_core.access.dispatcher import DispatchConfig, DispatchStats, MessageStoreDispatcher
 from tiered_core.access.fetcher import MessageFilter, MessageStoreFetcher
 from tiered_core.access.policy import ReadPolicy
 from tiered_core.access.results import (
@@ -73,15 +74,11 @@ class TieredMessageStore:
         self.config = config
         self.policy = ReadPolicy.parse(config.storage_level)
         make_store_dir(config)
-        self.local = LocalMessageStore(config.store_path, LocalStoreConfig(
-            commit_log_file_size=config.local_commit_log_file_size,
-            # A message must fit one tiered segment, or it could never be tiered: refuse it at put.
-            max_message_size=min(16 << 20, config.local_commit_log_file_size - 8, config.commit_log_max_size),
-            flush_mode=config.local_flush,
-            file_reserved_time_ms=config.local_retention_hours * 3600_000,
-            background_services=True,
-            append_prop_crc=config.append_prop_crc,
-        ))
+        local_config = config.section(LocalStoreConfig)
+        # A message must fit one tiered segment, or it could never be tiered: refuse it at put.
+        local_config = dataclasses.replace(local_config, max_message_size=min(local_config.max_message_size,
+                                                                              config.commit_log_max_size))
+        self.local = LocalMessageStore(config.store_path, local_config)
         driver = metadata = None
         try:
             driver = config.open_driver()
@@ -108,12 +105,8 @@ class TieredMessageStore:
                                          disk_path=config.read_ahead_disk_cache_path)
                           if config.read_ahead_cache_bytes > 0 else None)
             self.fetcher = MessageStoreFetcher(self.flat_files, self.cache, verify_prop_crc=config.verify_prop_crc)
-            self.dispatcher = MessageStoreDispatcher(
-                self.local, self.flat_files, self.index,
-                group_commit_count=config.group_commit_count,
-                group_commit_size=config.group_commit_size,
-                group_commit_interval_ms=config.group_commit_interval_ms,
-                max_workers=min(config.max_pending_limit, 8))
+            self.dispatcher = MessageStoreDispatcher(self.local, self.flat_files, self.index,
+                                                     config.section(DispatchConfig))
         except BaseException:
             if metadata is not None:
                 metadata.close()

@@ -45,6 +45,7 @@ from tiered_core.index.store_file import (
 )
 from tiered_core.segment import FileSegment
 from tiered_core.common import AppendResult, FileSegmentType, SegmentStatus, now_ms
+from tiered_core.configdef import KEYS, section
 from tiered_core.spi.driver import SegmentDriver
 from tiered_core.spi.metadata import TieredMetadataStore
 
@@ -65,12 +66,13 @@ class IndexConfig:
     here by default). Existing files keep the layout they were written with, so changing
     them is safe. ``max_scan_items`` bounds the chain links followed (local) and the
     items read per slot (uploaded) in one file per query. ``reserved_hours``: uploaded
-    index files whose newest entry is older are deleted. IllegalParam names a bad value.
+    index files whose newest entry is older are deleted (the store's ``file_reserved_hours``
+    key; ``StoreConfig.section(IndexConfig)`` fills it). IllegalParam names a bad value.
     """
 
     max_hash_slots: int = 1_000_000
     max_items: int = 4_000_000
-    reserved_hours: int = 72
+    reserved_hours: int = KEYS.file_reserved_hours.field()
     max_scan_items: int = 1024
     put_attempts: int = 3
     commit_attempts: int = 5
@@ -111,7 +113,7 @@ class IndexStoreService:
     """
 
     def __init__(self, driver: SegmentDriver, metadata: TieredMetadataStore, store_path: str, *,
-                 cluster: str = "DefaultCluster", broker: str = "broker-a",
+                 cluster: str = KEYS.cluster.default, broker: str = KEYS.broker.default,
                  config: IndexConfig | None = None, clock: Callable[[], int] = now_ms) -> None:
         self.driver = driver
         self.metadata = metadata
@@ -144,9 +146,8 @@ class IndexStoreService:
                           **index_options: Any) -> "IndexStoreService":
         """A service laid out by a :class:`~tiered_core.config.StoreConfig` (store path, cluster,
         broker, reserved hours); ``index_options`` are :class:`IndexConfig` fields."""
-        index_options.setdefault("reserved_hours", store_config.file_reserved_hours)
         return cls(driver, metadata, store_config.store_path, cluster=store_config.cluster,
-                   broker=store_config.broker, config=IndexConfig(**index_options))
+                   broker=store_config.broker, config=section(IndexConfig, store_config, **index_options))
 
     # -- recovery ---------------------------------------------------------------------
 

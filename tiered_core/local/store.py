@@ -71,6 +71,7 @@ from tiered_core.local.commit_log import END_FILE_MIN_BLANK_LENGTH, CommitLog
 from tiered_core.local.consume_queue import ConsumeQueue
 from tiered_core.local.index_file import IndexService
 from tiered_core.common import INT_MAX, LONG_MAX, BoundaryType, fsync_dir, now_ms
+from tiered_core.configdef import HOUR_MS, KEYS
 
 log = logging.getLogger(__name__)
 
@@ -97,25 +98,27 @@ class LocalStoreConfig:
     """Settings of a :class:`LocalMessageStore`; every bad value raises ConfigError naming it.
 
     The slot and item counts of the index and the file sizes must stay the same for
-    the life of a store directory.
+    the life of a store directory. Fields bound to a config key (``KEYS.name.field()``)
+    take their default from the declaration and ``StoreConfig.section(LocalStoreConfig)``
+    fills them; the others are not config keys.
     """
 
-    commit_log_file_size: int = 1 << 30  # mappedFileSizeCommitLog
+    commit_log_file_size: int = KEYS.local_commit_log_file_size.field()
     consume_queue_units_per_file: int = 300_000  # mappedFileSizeConsumeQueue / 20
     index_hash_slots: int = 5_000_000  # maxHashSlotNum
     index_max_items: int = 20_000_000  # maxIndexNum
     message_index_enable: bool = True
-    flush_mode: FlushMode = FlushMode.ASYNC
+    flush_mode: FlushMode = KEYS.local_flush.field(lambda mode: FlushMode(mode.upper()))
     flush_interval_ms: int = 500  # flushIntervalCommitLog
     flush_consume_queue_interval_ms: int = 1000  # flushIntervalConsumeQueue (also index, checkpoint)
     reput_interval_ms: int = 10  # background reput poll (it also wakes on every put)
     background_services: bool = True  # run the reput and flush threads
-    file_reserved_time_ms: int = 72 * 3600 * 1000  # fileReservedTime (72 h)
+    file_reserved_time_ms: int = KEYS.local_retention_hours.field(lambda hours: hours * HOUR_MS)
     max_message_size: int | None = None  # largest encoded message; None: min(16 MiB, file size - 8)
     store_host: tuple[str, int] = ("127.0.0.1", 10911)
-    #: enabledAppendPropCRC: every put appends RocketMQ's whole-message CRC property (``__CRC32#``),
-    #: computed once queue offset, store timestamp and physical offset are final.
-    append_prop_crc: bool = False
+    #: Every put appends RocketMQ's whole-message CRC property (``__CRC32#``), computed once
+    #: queue offset, store timestamp and physical offset are final.
+    append_prop_crc: bool = KEYS.append_prop_crc.field()
 
     def __post_init__(self) -> None:
         def positive(key: str, minimum: int = 1) -> None:
@@ -123,7 +126,7 @@ class LocalStoreConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
                 raise ConfigError(f"{key} must be an int >= {minimum}, got {value!r}", key=key, value=value)
 
-        positive("commit_log_file_size", 4096)
+        positive("commit_log_file_size", KEYS.local_commit_log_file_size.minimum)
         positive("consume_queue_units_per_file")
         positive("index_hash_slots")
         positive("index_max_items", 2)

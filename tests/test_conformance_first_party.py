@@ -33,7 +33,7 @@ class TestMemoryConformance(DriverConformance):
         drv = open_driver("memory", namespace=namespace)
         yield drv
         drv.close()
-        type(drv).drop_namespace(namespace)
+        type(drv.innermost).drop_namespace(namespace)
 
 
 class TestPosixConformance(DriverConformance):

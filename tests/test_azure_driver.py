@@ -1,4 +1,9 @@
-"""The azure driver against a real Azurite: append blocks, partial landing, retries, secrets."""
+"""The azure driver against a real Azurite: append blocks, partial landing, failures, secrets.
+
+Fixtures construct the driver directly (no layers), so each request is sent once and a
+failure surfaces as it is; where retries matter the driver is put in the standard layers,
+as open_driver opens it.
+"""
 
 from __future__ import annotations
 
@@ -14,11 +19,14 @@ import pytest
 from tiered_core.errors import DriverError, IllegalParam, InvalidOption, NotFound, PositionMismatch, SegmentSealed
 from tiered_core.plugins import open_driver
 from tiered_core.segment import FileSegment
+from tiered_core.spi.layer import RetryPolicy, layered
+from tiered_core.spi.transport import LOST_ANSWER
 from tiered_core.testing.emulators import AZURITE_KEY
 from tiered_core.testing.pytest_emulators import AZURE_CONTAINER, azurite  # noqa: F401  (fixture)
-from tiered_driver_azure import LOST_ANSWER, MAX_APPEND_BLOCK, AzureDriver
+from tiered_driver_azure import MAX_APPEND_BLOCK, AzureDriver
 
 BLOCK = 1000  # small blocks make multi-block writes cheap to test
+QUICK = RetryPolicy(retries=3, base_delay=0.001, max_delay=0.01)
 
 
 @pytest.fixture
@@ -37,14 +45,14 @@ def appends_sent(drv: AzureDriver):
         seen.append((method, url))
         return None
 
-    drv.fault_hook = hook
+    drv.transport.hook = hook
     return seen
 
 
 def test_registered_and_opened_by_name(azurite):  # noqa: F811
     with open_driver("azure", container=AZURE_CONTAINER, connection_string=azurite.connection_string,
                      prefix="by-name") as drv:
-        assert isinstance(drv, AzureDriver)
+        assert isinstance(drv.innermost, AzureDriver)
         drv.write("x", 0, b"abc")
         assert drv.size("x") == 3
 
@@ -61,7 +69,7 @@ def test_large_write_is_split_into_blocks(driver):
     driver.write("seg", 0, data)
     puts = [s for s in seen if s[1].endswith("comp=appendblock")]
     assert len(puts) >= 3
-    driver.fault_hook = None
+    driver.transport.hook = None
     assert driver.size("seg") == len(data)
     assert driver.read("seg", 0, len(data)) == data
     assert driver.read("seg", 999, 3) == data[999:1002]
@@ -91,11 +99,11 @@ def test_partial_landing_is_told_by_size_and_resumed(driver):
         return None
 
     driver.create("seg")
-    driver.fault_hook = hook
+    driver.transport.hook = hook
     with pytest.raises(DriverError) as info:
         driver.write("seg", 0, data)
     assert info.value.retryable is True
-    driver.fault_hook = None
+    driver.transport.hook = None
     landed = driver.size("seg")
     assert landed == BLOCK
     assert driver.read("seg", 0, landed) == data[:landed]
@@ -136,7 +144,7 @@ def test_reads_and_list(driver):
     assert driver.size("a/1") == 0 and not driver.exists("a/1")
 
 
-def test_transient_failures_are_retried(driver):
+def test_transient_failures_are_retried_by_the_layer_not_the_driver(driver):
     left = {"n": 2}
 
     def hook(method, url):
@@ -145,10 +153,11 @@ def test_transient_failures_are_retried(driver):
             return 503
         return None
 
-    driver.fault_hook = hook
-    before = driver.requests
     driver.write("seg", 0, b"abc")
-    assert left["n"] == 0 and driver.requests - before >= 3
+    driver.transport.hook = hook
+    before = driver.transport.requests
+    assert layered(driver, QUICK).read("seg", 0, 3) == b"abc"
+    assert left["n"] == 0 and driver.transport.requests - before == 3
     calls = {"n": 0}
 
     def reset(method, url):
@@ -157,9 +166,14 @@ def test_transient_failures_are_retried(driver):
             raise ConnectionResetError("injected reset")
         return None
 
-    driver.fault_hook = reset
-    driver.write("seg", 3, b"def")
-    driver.fault_hook = None
+    driver.transport.hook = reset
+    with pytest.raises(DriverError) as info:
+        driver.write("seg", 3, b"def")  # a write is sent once, and not resent by the layer
+    assert info.value.retryable and driver.size("seg") == 3
+    seg = FileSegment(layered(driver, QUICK), "seg")
+    seg.append(b"def")
+    assert seg.commit()
+    driver.transport.hook = None
     assert driver.read("seg", 0, 6) == b"abcdef"
 
 
@@ -170,10 +184,10 @@ def test_persistent_transient_failure_is_retryable_and_bounded(driver):
         calls["n"] += 1
         return 429
 
-    driver.fault_hook = hook
+    driver.transport.hook = hook
     with pytest.raises(DriverError) as info:
-        driver.size("seg")
-    assert info.value.retryable is True and calls["n"] == driver.retries + 1
+        layered(driver, QUICK).size("seg")
+    assert info.value.retryable is True and calls["n"] == QUICK.retries + 1 == info.value.attempts
     assert AZURE_CONTAINER in str(info.value)
 
 
@@ -247,9 +261,13 @@ def test_lost_answer_of_an_append_is_not_written_twice(driver):
                 return LOST_ANSWER
         return None
 
-    driver.fault_hook = hook
-    driver.write("seg", 0, data)  # the retry gets 412, reads the block back: ours
-    driver.fault_hook = None
+    driver.transport.hook = hook
+    seg = FileSegment(layered(driver, QUICK), "seg")
+    seg.append(data)
+    assert seg.commit() is False  # the second block's answer was lost: the write failed
+    assert driver.size("seg") == 2 * BLOCK  # ... but size() tells that it landed
+    assert seg.commit()  # so the third block follows it, and nothing is written twice
+    driver.transport.hook = None
     assert driver.size("seg") == len(data)
     assert driver.read("seg", 0, len(data)) == data
 
@@ -261,7 +279,7 @@ def test_account_key_never_reaches_logs(azurite, caplog):  # noqa: F811
     drv = AzureDriver(container=AZURE_CONTAINER, endpoint=azurite.blob_endpoint, account_name="devstoreaccount1",
                       account_key=AZURITE_KEY, prefix="logs")
     drv.write("x", 0, b"abc")
-    drv.fault_hook = lambda method, url: 500
+    drv.transport.hook = lambda method, url: 500
     with pytest.raises(DriverError) as info:
         drv.write("x", 3, b"d")
     assert AZURITE_KEY not in str(info.value) + repr(info.value) + repr(drv) + json.dumps(drv.describe())

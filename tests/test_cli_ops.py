@@ -184,7 +184,7 @@ class CommitFailingDriver(FlakyDriver):
     goes through ``write_if_absent``, still lands, so the store opens."""
 
     def write_if_absent(self, path: str, data: bytes) -> bool:
-        return self.inner.write_if_absent(path, data)
+        return self.faults.inner.write_if_absent(path, data)  # under the fault layer
 
 
 def test_put_dispatch_fails_on_failed_commits(tmp_path, capsys, monkeypatch):

@@ -78,7 +78,7 @@ def test_broker_conf_opens_the_posix_driver_and_json_metadata(tmp_path):
                  "tieredMetadataServiceProvider=org.apache.rocketmq.tieredstore.metadata.DefaultMetadataStore\n")
     cfg = StoreConfig.load(conf, environ={})
     with cfg.open_driver() as driver:
-        assert type(driver).name == "posix"
+        assert driver.name == "posix"
         driver.write("a/b", 0, b"xyz")
     assert (tmp_path / "tiered" / "a" / "b").read_bytes() == b"xyz"
     meta = cfg.open_metadata()

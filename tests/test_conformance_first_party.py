@@ -1,9 +1,10 @@
 """The conformance suite, by subclassing DriverConformance, for the drivers in this repo.
 
 Drivers are opened through the registry (entry points), exactly as a user's config
-would; ``sqlite`` is the third-party example package (examples/tiered-driver-sqlite),
-which ``make test`` installs. If it is missing the class is skipped locally and fails
-under ``CI=true``.
+would; ``sqlite`` and ``minimal`` are the third-party example packages
+(examples/tiered-driver-sqlite, examples/tiered-driver-minimal -- the latter with no
+input checks or retries of its own), which ``make test`` installs. If one is missing its
+class is skipped locally and fails under ``CI=true``.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ class TestMemoryConformance(DriverConformance):
         drv = open_driver("memory", namespace=namespace)
         yield drv
         drv.close()
-        type(drv).drop_namespace(namespace)
+        type(drv.innermost).drop_namespace(namespace)
 
 
 class TestPosixConformance(DriverConformance):
@@ -51,3 +52,14 @@ class TestSqliteConformance(DriverConformance):
         drv = open_driver("sqlite", database=str(tmp_path / "segments.sqlite3"))
         yield drv
         drv.close()
+
+
+class TestMinimalConformance(DriverConformance):
+    @pytest.fixture
+    def driver(self):
+        _require_installed("minimal", "pip install -e examples/tiered-driver-minimal")
+        store = f"first-party-{uuid.uuid4().hex}"
+        drv = open_driver("minimal", store=store)
+        yield drv
+        drv.close()
+        type(drv.innermost).drop(store)

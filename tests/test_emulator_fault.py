@@ -2,9 +2,10 @@
 same data directory, and check that FileSegment converges: every committed byte
 readable exactly once, nothing duplicated, nothing torn.
 
-The kill is timed by the driver's fault hook: when the chosen request is about to be
-sent, a timer SIGKILLs the emulator a few milliseconds later, so the request dies while
-in flight (or just before it reaches the server, for a zero delay).
+The kill is timed by a hook on the driver's request probe (``driver.transport``, the one
+transport-level hook, :mod:`tiered_core.spi.transport`): when the chosen request is about
+to be sent, a timer SIGKILLs the emulator a few milliseconds later, so the request dies
+while in flight (or just before it reaches the server, for a zero delay).
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ def test_gcs_kill_during_part_upload_and_compose(tmp_path, delay):
         size = 64 * KIB
         # 1) killed while a compose (of the base and 31 parts) is in flight
         killer = Killer(server, lambda m, w: w.startswith("compose"), nth=1, delay=delay)
-        driver.fault_hook = killer
+        driver.transport.hook = killer
         commit_until_down(seg, killer, expected, size)
         killer.wait()
         server.restart()
@@ -128,7 +129,7 @@ def test_gcs_kill_during_part_upload_and_compose(tmp_path, delay):
         check(driver, path, expected)
         # 2) killed while a part upload is in flight
         killer = Killer(server, lambda m, w: w.startswith("write"), nth=3, delay=delay)
-        driver.fault_hook = killer
+        driver.transport.hook = killer
         commit_until_down(seg, killer, expected, size)
         killer.wait()
         server.restart()
@@ -138,7 +139,7 @@ def test_gcs_kill_during_part_upload_and_compose(tmp_path, delay):
         #    (With a delay the compose may finish first: then the seal succeeds, and the
         #    kill hits the clean-up or nothing -- the state must be the same.)
         killer = Killer(server, lambda m, w: w.startswith("seal") or w.startswith("compose"), nth=1, delay=delay)
-        driver.fault_hook = killer
+        driver.transport.hook = killer
         try:
             seg.seal()
         except DriverError:
@@ -147,7 +148,7 @@ def test_gcs_kill_during_part_upload_and_compose(tmp_path, delay):
             assert delay > 0  # without a delay the kill precedes the compose: the seal must fail
         killer.wait()
         server.restart()
-        driver.fault_hook = None
+        driver.transport.hook = None
         seg.seal()
         driver.seal(path)  # idempotent; removes parts whose deletion the kill interrupted
         check(driver, path, expected)
@@ -177,7 +178,7 @@ def test_azure_kill_during_multi_block_commit(tmp_path, delay):
         # blobs it had acknowledged (an emulator artefact; the real service is durable):
         # it is ended with SIGTERM, which still cuts the commit's remaining requests.
         killer = Killer(server, lambda m, w: w.endswith("comp=appendblock"), nth=8, delay=delay, how="stop")
-        driver.fault_hook = killer
+        driver.transport.hook = killer
         commit_until_down(seg, killer, expected, 5 * block)
         killer.wait()
         server.restart()

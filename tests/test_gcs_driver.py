@@ -1,4 +1,9 @@
-"""The gcs driver against a real fake-gcs-server: layout, crash leftovers, retries, secrets."""
+"""The gcs driver against a real fake-gcs-server: layout, crash leftovers, failures, secrets.
+
+Fixtures construct the driver directly (no layers), so each request is sent once and a
+failure surfaces as it is; where retries matter the driver is put in the standard layers,
+as open_driver opens it.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +19,10 @@ import pytest
 from tiered_core.errors import DriverError, IllegalParam, InvalidPath, NotFound, PositionMismatch, SegmentSealed
 from tiered_core.plugins import open_driver
 from tiered_core.segment import FileSegment
+from tiered_core.spi.layer import CountingLayer, RetryPolicy, layered
+from tiered_core.spi.transport import LOST_ANSWER
 from tiered_core.testing.pytest_emulators import GCS_BUCKET, fake_gcs  # noqa: F401  (fixture)
-from tiered_driver_gcs import EMULATOR_GAP, LOST_ANSWER, GcsDriver
+from tiered_driver_gcs import EMULATOR_GAP, GcsDriver
 from tiered_driver_gcs.driver import COMPACT_AT
 from tiered_driver_gcs.layout import META_SEALED, PART_MARK, part_key
 
@@ -36,7 +43,7 @@ def raw_objects(drv: GcsDriver, path: str) -> list[dict]:
 
 def test_registered_and_opened_by_name(fake_gcs):  # noqa: F811
     with open_driver("gcs", bucket=GCS_BUCKET, endpoint=fake_gcs.url, prefix="by-name") as drv:
-        assert isinstance(drv, GcsDriver)
+        assert isinstance(drv.innermost, GcsDriver)
         drv.write("x", 0, b"abc")
         assert drv.size("x") == 3
 
@@ -156,47 +163,70 @@ def test_list_sizes_and_prefixes(driver):
         driver.write("a#tiered-part/x", 0, b"x")
 
 
-def test_transient_failures_are_retried_then_succeed(driver):
-    failures = {"left": 2}
+QUICK = RetryPolicy(retries=3, base_delay=0.001, max_delay=0.01)
 
-    def hook(method, what):
-        if method == "POST" and failures["left"]:
-            failures["left"] -= 1
-            return 503
+
+def fail_first(n: int, status_or_exc, method: str | None = None):
+    """A request hook failing the first ``n`` requests (of ``method``, if given)."""
+    left = {"n": n}
+
+    def hook(m, what):
+        if left["n"] and (method is None or m == method):
+            left["n"] -= 1
+            if isinstance(status_or_exc, int):
+                return status_or_exc
+            raise status_or_exc
         return None
 
+    hook.left = left
+    return hook
+
+
+def test_transient_failures_are_retried_by_the_layer_not_the_driver(driver):
     driver.write("seg", 0, b"first")
-    driver.fault_hook = hook
-    before = driver.requests
-    driver.write("seg", 5, b"second")
-    assert failures["left"] == 0
-    assert driver.requests - before >= 4  # listing, 2 failed uploads, the upload, check
-    driver.fault_hook = None
+    stack = layered(driver, QUICK)
+    driver.transport.hook = hook = fail_first(2, 503)
+    before = driver.transport.requests
+    assert stack.read("seg", 0, 5) == b"first"  # the listing fails twice, then the read goes through
+    assert hook.left["n"] == 0 and driver.transport.requests - before == 4  # 2 failed, listing, download
+    driver.transport.hook = fail_first(1, 503)
+    with pytest.raises(DriverError) as info:
+        driver.size("seg")  # the driver alone sends once
+    assert info.value.retryable and "503" in str(info.value)
+
+
+def test_a_failed_write_is_not_resent_and_file_segment_converges(driver):
+    counting = CountingLayer(driver)
+    seg = FileSegment(layered(counting, QUICK), "seg")
+    seg.append(b"first")
+    assert seg.commit()
+    seg.append(b"second")
+    driver.transport.hook = hook = fail_first(2, 503, method="POST")
+    attempts = 1
+    while not seg.commit():  # each failed upload is handed back: one write per commit
+        attempts += 1
+    assert hook.left["n"] == 0 and attempts == 3 and counting.calls["write"] == 1 + 3
+    driver.transport.hook = None
     assert driver.read("seg", 0, 11) == b"firstsecond"
 
 
-def test_connection_resets_are_retried(driver):
-    calls = {"n": 0}
-
-    def hook(method, what):
-        calls["n"] += 1
-        if calls["n"] == 1:
-            raise ConnectionResetError("injected reset")
-        return None
-
-    driver.fault_hook = hook
-    driver.write("seg", 0, b"abc")
-    assert driver.size("seg") == 3
+def test_connection_resets_are_retryable(driver):
+    driver.transport.hook = fail_first(1, ConnectionResetError("injected reset"))
+    with pytest.raises(DriverError) as info:
+        driver.write("seg", 0, b"abc")
+    assert info.value.retryable and driver.size("seg") == 0
+    driver.transport.hook = fail_first(1, ConnectionResetError("injected reset"))
+    assert layered(driver, QUICK).size("seg") == 0
 
 
 def test_persistent_transient_failure_is_retryable_driver_error(driver):
     driver.write("seg", 0, b"abc")
-    driver.fault_hook = lambda method, what: 503 if method == "POST" else None
+    driver.transport.hook = lambda method, what: 503
     with pytest.raises(DriverError) as info:
-        driver.write("seg", 3, b"def")
-    assert info.value.retryable is True
+        layered(driver, QUICK).size("seg")
+    assert info.value.retryable is True and info.value.attempts == QUICK.retries + 1
     assert GCS_BUCKET in str(info.value)
-    driver.fault_hook = None
+    driver.transport.hook = None
     assert driver.size("seg") == 3  # nothing landed
 
 
@@ -208,9 +238,9 @@ def test_access_denied_is_permanent_and_names_the_bucket(driver, status):
         calls["n"] += 1
         return status
 
-    driver.fault_hook = hook
+    driver.transport.hook = hook
     with pytest.raises(DriverError) as info:
-        driver.size("seg")
+        layered(driver, QUICK).size("seg")
     assert info.value.retryable is False
     assert calls["n"] == 1  # never retried
     assert GCS_BUCKET in str(info.value) and "access denied" in str(info.value)
@@ -279,11 +309,15 @@ def lose_first_answer(match):
 
 
 def test_lost_answer_of_a_part_upload_is_not_written_twice(driver):
-    driver.write("seg", 0, b"base")
-    driver.fault_hook = lose_first_answer(lambda m, w: w.startswith("write"))
-    driver.write("seg", 4, b"-part")  # the retry finds its own part (412 + same md5)
-    driver.fault_hook = None
+    seg = FileSegment(layered(driver, QUICK), "seg")
+    seg.append(b"base")
+    assert seg.commit()
+    driver.transport.hook = lose_first_answer(lambda m, w: w.startswith("write"))
+    seg.append(b"-part")
+    assert seg.commit()  # the write failed, but size() shows the part landed: adopted, not resent
+    driver.transport.hook = None
     assert driver.read("seg", 0, driver.size("seg")) == b"base-part"
+    assert len([o for o in raw_objects(driver, "seg") if PART_MARK in o["name"]]) == 1
 
 
 def test_lost_answer_of_a_compose_is_not_composed_twice(driver):
@@ -294,10 +328,10 @@ def test_lost_answer_of_a_compose_is_not_composed_twice(driver):
         chunk = f"<{i:03d}>".encode()
         driver.write("seg", len(expected), chunk)
         expected += chunk
-    driver.fault_hook = lose_first_answer(lambda m, w: w.startswith("compose"))
+    driver.transport.hook = lose_first_answer(lambda m, w: w.startswith("compose"))
     driver.write("seg", len(expected), b"<last>")  # reaches COMPACT_AT: composes
     expected += b"<last>"
-    driver.fault_hook = None
+    driver.transport.hook = None
     assert len([o for o in raw_objects(driver, "seg") if PART_MARK in o["name"]]) < COMPACT_AT  # it composed
     assert driver.size("seg") == len(expected)
     assert driver.read("seg", 0, len(expected)) == bytes(expected)
@@ -323,7 +357,7 @@ def test_bearer_token_never_reaches_logs_or_errors(fake_gcs, caplog):  # noqa: F
     caplog.set_level(logging.DEBUG)
     texts = [repr(drv), json.dumps(drv.describe(), default=str)]
     drv.write("x", 0, b"abc")
-    drv.fault_hook = lambda method, what: 503
+    drv.transport.hook = lambda method, what: 503
     for call in (lambda: drv.write("x", 3, b"d"), lambda: drv.read("x", 0, 3),
                  lambda: GcsDriver(bucket="missing-bucket-q", endpoint=fake_gcs.url, token=creds).size("x")):
         with pytest.raises(DriverError) as info:

@@ -334,7 +334,7 @@ def test_module_class_spec_loads_a_class_without_entry_point(plugin_dir):
     cls = registry.driver_class(f"{module}:Unregistered")
     assert cls.name == "unregistered" and "unregistered" not in registry.drivers
     driver = registry.open_driver(f"{module}:Unregistered", namespace=f"t-{uuid.uuid4().hex}")
-    assert isinstance(driver, cls)
+    assert isinstance(driver.innermost, cls)  # in the standard layers
     # The module-level helpers take the same spec.
     assert driver_class("tiered_driver_posix:PosixDriver") is registry.drivers["posix"].cls
 
@@ -396,10 +396,10 @@ def typed_registry() -> Registry:
 def test_string_options_are_converted_by_annotation(typed_registry):
     driver = typed_registry.open_driver("typed", count="42", ratio="0.25", flag="yes", limit="none",
                                         label="007", pin="1234")
-    assert driver.values == dict(count=42, ratio=0.25, flag=True, limit=None, label="007", pin=1234)
-    assert typed_registry.open_driver("typed", limit="7", flag="off").values["limit"] == 7
+    assert driver.innermost.values == dict(count=42, ratio=0.25, flag=True, limit=None, label="007", pin=1234)
+    assert typed_registry.open_driver("typed", limit="7", flag="off").innermost.values["limit"] == 7
     # Values that already have a type are passed through.
-    assert typed_registry.open_driver("typed", count=3).values["count"] == 3
+    assert typed_registry.open_driver("typed", count=3).innermost.values["count"] == 3
 
 
 @pytest.mark.parametrize("option, value, expected", [
@@ -424,9 +424,9 @@ def test_option_type_error_does_not_show_a_secret_value(typed_registry):
 
 
 def test_real_drivers_convert_their_options(tmp_path):
-    assert open_driver("posix", root=str(tmp_path / "p"), fsync="false").fsync is False
+    assert open_driver("posix", root=str(tmp_path / "p"), fsync="false").innermost.fsync is False
     sqlite = open_driver("sqlite", database=str(tmp_path / "s.db"), chunk_size="4096")
-    assert sqlite.chunk_size == 4096
+    assert sqlite.innermost.chunk_size == 4096
     sqlite.close()
     with pytest.raises(InvalidOption) as err:
         open_driver("sqlite", database=str(tmp_path / "s.db"), chunk_size="4k")

@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from store_faults import FAULT_KINDS, SPEC
+from store_faults import FAULT_KINDS, SPEC, flaky_of
 from store_workload import (
     DRIVERS,
     Workload,
@@ -45,11 +45,12 @@ def test_ten_percent_failed_writes_lose_and_duplicate_nothing(driver_setup, tmp_
     with TieredMessageStore.open(config) as store:
         workload.put(store, MESSAGES)
         rounds = dispatch_until_tiered(store, workload, max_rounds=2000)
-        faulty = store.driver.inner
-        assert faulty.writes > 200, faulty.writes
-        assert set(faulty.faults) == set(FAULT_KINDS), faulty.faults  # every kind happened
+        flaky = flaky_of(store.driver)
+        writes, faults = flaky.calls["write"], flaky.faults.counts
+        assert writes > 200, writes
+        assert set(faults) == set(FAULT_KINDS), faults  # every kind happened
         # about the configured share failed (a loose bound: the point is that many did)
-        assert sum(faulty.faults.values()) > faulty.writes * FAILURE_RATE / 2, (faulty.faults, faulty.writes)
+        assert sum(faults.values()) > writes * FAILURE_RATE / 2, (faults, writes)
         assert rounds > 1
 
     plain = config.replace(driver=driver, driver_options=options, storage_level="FORCE")

@@ -1,8 +1,8 @@
 """Read policies of TieredMessageStore, fallback to the local store, statuses at the bounds.
 
-The tiered store is a real memory driver behind :class:`store_faults.FlakyDriver`, which
-counts driver reads (so "never reads the tiered store" is observed, not assumed) and
-can fail them (a tiered miss).
+The tiered store is a real memory driver behind :class:`store_faults.FlakyDriver`, whose
+counting layer counts driver reads (so "never reads the tiered store" is observed, not
+assumed) and whose fault layer can fail them (a tiered miss).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 import tiered_core.local.store as local_store_module
-from store_faults import SPEC
+from store_faults import SPEC, flaky_of
 from store_workload import Workload, assert_exactly_once, memory_options, read_queue, small_config, tiered_commit
 from tiered_core.access.results import GetMessageStatus as S
 from tiered_core.access.results import StoreTier
@@ -49,7 +49,7 @@ def reopen(config, level: str) -> TieredMessageStore:
     store = TieredMessageStore.open(config.replace(storage_level=level))
     for topic, qid in store.local.list_queues():
         store.get_min_offset_in_queue(topic, qid)
-    store.driver.inner.reads = 0
+    flaky_of(store.driver).reset()
     return store
 
 
@@ -68,7 +68,7 @@ def test_disable_never_reads_the_tiered_store(tiered_and_expired):
             assert store.get_offset_in_queue_by_time(topic, qid, sent[0].store_timestamp) == lo
             assert store.query_message(topic, sent[0].key).messages == []
             assert [m.queue_offset for m in store.query_message(topic, sent[lo].key).messages] == [lo]
-        assert store.driver.inner.reads == 0
+        assert flaky_of(store.driver).calls["read"] == 0
 
 
 def test_not_in_disk_reads_the_tiered_store_only_below_the_local_copy(tiered_and_expired):
@@ -79,10 +79,10 @@ def test_not_in_disk_reads_the_tiered_store_only_below_the_local_copy(tiered_and
             for offset in (lo, len(sent) - 1):
                 got = store.get_message("g", topic, qid, offset, 4)
                 assert got.found and got.tier is StoreTier.LOCAL
-        assert store.driver.inner.reads == 0
+        assert flaky_of(store.driver).calls["read"] == 0
         assert_exactly_once(store, workload, tier=lambda t, q, off: (
             StoreTier.TIERED if off < local_min[(t, q)] else StoreTier.LOCAL))
-        assert store.driver.inner.reads > 0
+        assert flaky_of(store.driver).calls["read"] > 0
         # newer messages, not tiered yet, are served locally
         topic, qid = TOPIC, 0
         end = len(workload.sent[(topic, qid)])
@@ -100,12 +100,12 @@ def test_not_in_disk_and_not_in_mem_read_locally_while_the_local_copy_is_complet
             workload.put(store, 300)
             store.dispatch(force=True)
             store.get_min_offset_in_queue(TOPIC, 0)  # may read the tiered commit log's head once
-            store.driver.inner.reads = 0
+            flaky_of(store.driver).reset()
             # everything is tiered, and everything is on the local disk (and in its recent window)
             got = read_queue(store, TOPIC, 0, 300)
             assert [m.body for m, _, _ in got] == [s.body for s in workload.sent[(TOPIC, 0)]]
             assert {tier for _, _, tier in got} == {StoreTier.LOCAL}
-            assert store.driver.inner.reads == 0
+            assert flaky_of(store.driver).calls["read"] == 0
 
 
 def test_force_reads_committed_offsets_from_the_tiered_store(tmp_path, request):
@@ -146,7 +146,7 @@ def test_a_tiered_miss_falls_back_to_the_local_store(tmp_path, request):
         lo = store.local.get_min_offset_in_queue(TOPIC, 0)
         sent = workload.sent[(TOPIC, 0)]
         # the backend fails reads: what the local disk still has is served from it
-        store.driver.inner.fail_reads = True
+        flaky_of(store.driver).faults.unavailable.add("read")
         store.cache.clear()
         got = store.get_message("g", TOPIC, 0, lo + 3, 4)
         assert got.found and got.tier is StoreTier.LOCAL
@@ -154,7 +154,7 @@ def test_a_tiered_miss_falls_back_to_the_local_store(tmp_path, request):
         # ... what only the tiered store had is reported, not invented
         got = store.get_message("g", TOPIC, 0, 0, 4)
         assert (got.status, got.tier, got.messages) == (S.OFFSET_FOUND_NULL, StoreTier.TIERED, [])
-        store.driver.inner.fail_reads = False
+        flaky_of(store.driver).faults.unavailable.clear()
         got = store.get_message("g", TOPIC, 0, 0, 4)
         assert got.found and [m.body for m in got.messages] == [s.body for s in sent[:4]]
         # the queue's tiered files are gone altogether: the local store serves it

@@ -25,6 +25,7 @@ import pluggy
 from tiered_core.errors import InvalidOption, PluginLoadError, UnknownDriver
 from tiered_core.spi import hookspecs
 from tiered_core.spi.driver import SegmentDriver
+from tiered_core.spi.layer import layered
 
 log = logging.getLogger(__name__)
 
@@ -218,9 +219,11 @@ class Registry:
         return info.cls
 
     def open_driver(self, name: str, **options: Any) -> SegmentDriver:
-        """Instantiate driver ``name`` with ``options`` (checked and type-converted)."""
+        """Instantiate driver ``name`` with ``options`` (checked and type-converted), wrapped in
+        the standard layers (:func:`tiered_core.spi.layer.layered`: validation, retry) --
+        whoever wrote the driver. ``.innermost`` is the driver instance itself."""
         cls = self.driver_class(name)
-        return cls(**cls.coerce_options(options))
+        return layered(cls(**cls.coerce_options(options)))
 
     def metadata_store_class(self, name: str) -> type:
         self.load()
@@ -257,7 +260,7 @@ def get_registry() -> Registry:
 
 
 def open_driver(name: str, **options: Any) -> SegmentDriver:
-    """Open the installed driver ``name`` with ``options``.
+    """Open the installed driver ``name`` with ``options``, in the standard layers.
 
     Raises :class:`~tiered_core.errors.UnknownDriver` (listing installed drivers) or
     :class:`~tiered_core.errors.InvalidOption` (naming the option).

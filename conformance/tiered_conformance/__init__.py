@@ -38,8 +38,13 @@ Run it in either of two ways.
            def capabilities(self, driver):
                return driver.capabilities.override("emulator gap", conditional_append=False)
 
-Fault injection around any driver, for your own tests: :class:`FaultyDriver` with
-:class:`Fault` (``before``, ``after`` = lost ack, ``partial``, ``size_error``, ``hold``).
+The suite runs every driver in the standard layers (``tiered_core.spi.layer.layered``:
+validation, then retry), as ``open_driver`` opens it for a store; a ``driver`` fixture of
+your own is wrapped the same way. So a driver needs no input checks or retries of its own.
+
+Fault injection around any driver, for your own tests: :class:`FaultLayer` with
+:class:`Fault` (``before``, ``after`` = lost ack, ``partial``, ``size_error``, ``hold``, for
+writes and, ``before``/``after``, for every other call; random faults at a rate).
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "DriverConformance": "tiered_conformance.suite",
     "AREAS": "tiered_conformance.areas",
+    "FaultLayer": "tiered_conformance.faults",
     "FaultyDriver": "tiered_conformance.faults",
     "Fault": "tiered_conformance.faults",
     "FaultKind": "tiered_conformance.faults",

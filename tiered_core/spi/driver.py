@@ -5,8 +5,10 @@ paths. It knows nothing about messages. The core's :class:`tiered_core.segment.F
 wraps ``(driver, path)`` and owns buffering, positions and retries, so a driver stays
 small: a handful of methods, all synchronous, all raising only :mod:`tiered_core.errors` types.
 
-Paths are relative, ``/``-separated, and never leave the driver's root: every method
-passes its ``path`` through :meth:`SegmentDriver.check_path` first.
+Paths are relative, ``/``-separated, and never leave the driver's root. A driver need
+not check them, nor positions, lengths or data types, nor retry transient failures:
+:func:`tiered_core.plugins.open_driver` wraps every driver in the standard layers
+(:mod:`tiered_core.spi.layer`: validation, then retry), which do.
 """
 
 from __future__ import annotations
@@ -62,6 +64,10 @@ class SegmentDriver(abc.ABC):
     secret_options: ClassVar[frozenset[str]] = frozenset()
     #: Other names this driver answers to (e.g. RocketMQ provider class names).
     aliases: ClassVar[tuple[str, ...]] = ()
+    #: How the retry layer retries this driver's retryable failures
+    #: (a :class:`tiered_core.spi.layer.RetryPolicy`; None: the layer's default). A driver
+    #: may set it per instance, e.g. from a ``retries`` option.
+    retry_policy: ClassVar[Any] = None
 
     #: The options this instance was created with (secrets included; see ``describe``).
     options: dict[str, Any]

@@ -5,7 +5,12 @@ Fixture contract for a class that runs the suite:
 ``driver``
     A driver instance. Each test writes only below its own random ``prefix``, so one
     shared location for the whole run is fine; ``driver.reopen()`` must give another
-    instance on the same location. Default: the ``--tiered-driver`` driver.
+    instance on the same location. Default: the ``--tiered-driver`` driver. Whatever it
+    yields, the suite runs it in the standard layers (validation, retry:
+    :func:`tiered_core.spi.layer.layered`), as ``open_driver`` opens it for a store -- a
+    subclass's own ``driver`` fixture is wrapped too (see
+    :meth:`ConformanceBase.__init_subclass__`), so a driver that constructs its instance
+    directly gets the same checks and retries.
 ``capabilities``
     What the suite may expect. Default: ``driver.capabilities`` with the run's
     ``--tiered-capability`` overrides applied. Override it to declare emulator gaps
@@ -14,6 +19,8 @@ Fixture contract for a class that runs the suite:
 
 from __future__ import annotations
 
+import functools
+import inspect
 import random
 import uuid
 from typing import Any, ClassVar, Iterator
@@ -22,6 +29,7 @@ import pytest
 
 from tiered_core.spi.capabilities import Capabilities
 from tiered_core.spi.driver import SegmentDriver
+from tiered_core.spi.layer import backend_of, layered
 from tiered_conformance.plugin import NO_DRIVER_MESSAGE, suite_settings
 from tiered_conformance.requirements import skip_reason
 
@@ -44,9 +52,17 @@ class ConformanceBase:
     @pytest.fixture
     def driver(self, request: pytest.FixtureRequest) -> SegmentDriver:
         try:
-            return request.getfixturevalue("tiered_driver")
+            return layered(request.getfixturevalue("tiered_driver"))
         except pytest.FixtureLookupError:  # the plugin is disabled (-p no:tiered_conformance)
             pytest.fail(NO_DRIVER_MESSAGE, pytrace=False)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass's own ``driver`` fixture is replaced by one that yields its driver in
+        the standard layers (and runs its teardown as before)."""
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("driver")
+        if own is not None:
+            cls.driver = _in_standard_layers(own)
 
     @pytest.fixture
     def capabilities(self, driver: SegmentDriver, request: pytest.FixtureRequest) -> Capabilities:
@@ -70,6 +86,35 @@ class ConformanceBase:
                     driver.delete(path)
             except Exception:  # cleanup must not hide the test's own outcome
                 pass
+
+
+def _in_standard_layers(fixture: Any) -> Any:
+    """The fixture ``fixture``, its value wrapped by :func:`layered` (idempotent)."""
+    func = getattr(fixture, "__wrapped__", None)  # pytest keeps the function there
+    if func is None or getattr(func, "_tiered_layered", False):
+        return fixture
+    marker = getattr(fixture, "_fixture_function_marker", None)  # scope and params, if any
+
+    @functools.wraps(func)
+    def driver(*args: Any, **kwargs: Any) -> Iterator[SegmentDriver]:
+        made = func(*args, **kwargs)
+        if not inspect.isgenerator(made):
+            yield layered(made)
+            return
+        try:
+            yield layered(next(made))
+        finally:
+            next(made, None)  # the fixture's own teardown
+
+    driver._tiered_layered = True  # type: ignore[attr-defined]
+    if marker is None:
+        return pytest.fixture(driver)
+    return pytest.fixture(driver, scope=marker.scope, params=marker.params, ids=marker.ids)
+
+
+def backend_class(driver: SegmentDriver) -> type[SegmentDriver]:
+    """The class of the driver under ``driver``'s layers (its options, secrets, coercion)."""
+    return type(backend_of(driver))
 
 
 def payload(size: int, seed: Any) -> bytes:

@@ -1,4 +1,8 @@
-"""(a) The raw driver contract: what every ``SegmentDriver`` guarantees on its own."""
+"""(a) The driver contract: what every ``SegmentDriver`` guarantees, in the standard layers.
+
+Input checks (invalid paths, positions, lengths) are the validating layer's part of the
+contract, everything else the driver's own.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from tiered_core.spi.capabilities import Capabilities
 from tiered_core.spi.driver import SegmentDriver
 from tiered_conformance import areas
 from tiered_conformance.requirements import requires
-from tiered_conformance.suite.base import ConformanceBase, payload, read_all, write_chunks
+from tiered_conformance.suite.base import ConformanceBase, backend_class, payload, read_all, write_chunks
 
 MIB = 1 << 20
 
@@ -357,12 +361,12 @@ class DriverContractTests(ConformanceBase):
 
     def test_unknown_option_rejected(self, driver):
         with pytest.raises(InvalidOption) as info:
-            type(driver).coerce_options({"no_such_option_xyz": "1"})
+            backend_class(driver).coerce_options({"no_such_option_xyz": "1"})
         assert info.value.option == "no_such_option_xyz"
         assert "no_such_option_xyz" in str(info.value)
 
     def test_secret_options_redacted(self, driver, prefix):
-        secrets = {k: str(driver.options[k]) for k in type(driver).secret_options
+        secrets = {k: str(driver.options[k]) for k in backend_class(driver).secret_options
                    if driver.options.get(k) not in (None, "") and len(str(driver.options[k])) >= 4}
         if not secrets:
             pytest.skip("driver declares no secret_options with a value in this run")
@@ -587,7 +591,7 @@ class DriverContractTests(ConformanceBase):
         path = prefix + "from-child"
         data = payload(3333, "child")
         ctx = multiprocessing.get_context("spawn")
-        child = ctx.Process(target=_child_write, args=(type(driver), dict(driver.options), path, data),
+        child = ctx.Process(target=_child_write, args=(backend_class(driver), dict(driver.options), path, data),
                             daemon=True)
         child.start()
         child.join(300)

@@ -1,8 +1,11 @@
-"""(b) FileSegment under injected write faults: every byte exactly once, nothing torn.
+"""(b) FileSegment under injected faults: every byte exactly once, nothing torn; and the
+standard layers over a failing backend: idempotent calls retried, writes never resent.
 
-Faults come from :class:`tiered_conformance.faults.FaultyDriver`, which wraps the
-driver under test and lands bytes (or prefixes) through its real ``write``; so what the
-backend reports afterwards is real, and recovery is tested against this backend.
+Faults come from :class:`tiered_conformance.faults.FaultLayer`, which wraps the driver
+under test and lands bytes (or prefixes) through its real ``write``; so what the backend
+reports afterwards is real, and recovery is tested against this backend. Above the
+standard layers the faults reach ``FileSegment`` as they are; below them (the
+``failing`` fixture) they play a backend failing under the retry layer.
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ import pytest
 from tiered_core.errors import DriverError
 from tiered_core.segment import FileSegment
 from tiered_core.common import AppendResult
-from tiered_conformance.faults import Fault, FaultKind, FaultyDriver
+from tiered_core.spi.driver import SegmentDriver
+from tiered_core.spi.layer import RetryPolicy, backend_of, layered
+from tiered_conformance.faults import Fault, FaultKind, FaultLayer
 from tiered_conformance import areas
 from tiered_conformance.requirements import requires
 from tiered_conformance.suite.base import ConformanceBase, payload, read_all
@@ -27,6 +32,9 @@ WRITE_FAULTS = {
 #: Commit attempts allowed to converge after a fault plan is used up.
 MAX_ATTEMPTS = 25
 
+#: The retry layer's policy over the failing backend: quick, so the tests stay fast.
+QUICK_RETRY = RetryPolicy(retries=3, base_delay=0.001, max_delay=0.004, budget=30.0)
+
 
 def commit_until_done(seg: FileSegment) -> int:
     """Call ``commit`` until it reports success; the number of attempts it took."""
@@ -36,7 +44,7 @@ def commit_until_done(seg: FileSegment) -> int:
     raise AssertionError(f"commit did not converge in {MAX_ATTEMPTS} attempts: {seg!r}")
 
 
-def stored(faulty: FaultyDriver, path: str) -> bytes:
+def stored(faulty: FaultLayer, path: str) -> bytes:
     size = faulty.inner.size(path)
     return read_all(faulty.inner, path, size) if size else b""
 
@@ -47,8 +55,16 @@ class FaultTests(ConformanceBase):
     tiered_area = areas.FAULTS
 
     @pytest.fixture
-    def faulty(self, driver) -> FaultyDriver:
-        return FaultyDriver(driver)
+    def faulty(self, driver) -> FaultLayer:
+        """Faults above the standard layers: they reach the caller as they are."""
+        return FaultLayer(driver)
+
+    @pytest.fixture
+    def failing(self, driver) -> tuple[FaultLayer, SegmentDriver]:
+        """``(faults, stack)``: the backend under test with a fault layer right above it
+        and fresh standard layers above that (quick retries): a failing backend."""
+        faults = FaultLayer(backend_of(driver))
+        return faults, layered(faults, QUICK_RETRY)
 
     @pytest.mark.parametrize("kind", list(WRITE_FAULTS))
     def test_commit_converges_after_fault(self, faulty, prefix, kind):
@@ -187,3 +203,85 @@ class FaultTests(ConformanceBase):
         assert faulty.read(path, 0, 3) == b"abc"
         assert faulty.injected == []
         assert faulty.capabilities.persistent == faulty.inner.capabilities.persistent
+
+    # -- the standard layers over a failing backend -----------------------------------
+
+    def test_layers_retry_failed_lookups_and_reads(self, failing, capabilities, prefix):
+        faults, stack = failing
+        path = prefix + "seg"
+        stack.write(path, 0, b"retried reads")
+        faults.inject(*(Fault.before(op=op, path=path) for op in ("size", "exists", "is_sealed", "read")))
+        assert stack.size(path) == 13
+        assert stack.exists(path)
+        assert stack.is_sealed(path) is False
+        assert stack.read(path, 0, 13) == b"retried reads"
+        if capabilities.list:
+            faults.inject(Fault.before(op="list"), Fault.before(op="list"))
+            assert list(stack.list(prefix)) == [(path, 13)]
+        assert faults.pending == 0 and len(faults.injected) == (6 if capabilities.list else 4)
+
+    def test_layers_repeat_idempotent_calls_whose_answer_was_lost(self, failing, capabilities, prefix):
+        faults, stack = failing
+        path = prefix + "seg"
+        faults.inject(Fault.after(op="create", path=path))
+        stack.create(path)
+        assert stack.exists(path) and stack.size(path) == 0
+        stack.write(path, 0, b"abc")
+        if capabilities.seal:
+            faults.inject(Fault.after(op="seal", path=path))
+            stack.seal(path)
+            assert stack.is_sealed(path) and stack.read(path, 0, 3) == b"abc"
+        faults.inject(Fault.after(op="delete", path=path))
+        stack.delete(path)
+        assert not stack.exists(path)
+        assert faults.pending == 0
+
+    def test_layers_never_resend_a_write(self, failing, prefix):
+        faults, stack = failing
+        path = prefix + "seg"
+        stack.write(path, 0, b"base-")
+        faults.inject(Fault.after(path=path))
+        with pytest.raises(DriverError) as info:
+            stack.write(path, 5, b"once")
+        assert info.value.retryable
+        assert stack.size(path) == 9, "a write whose answer was lost must not be sent again"
+        faults.inject(Fault.before(path=path))
+        with pytest.raises(DriverError):
+            stack.write(path, 9, b"never")
+        assert stack.read(path, 0, stack.size(path)) == b"base-once"
+        # FileSegment over the stack: the size says what landed, nothing is written twice.
+        seg = FileSegment(stack, path)
+        seg.append(b"-and-more")
+        faults.inject(Fault.partial(keep=4, path=path), Fault.after(path=path))
+        commit_until_done(seg)
+        assert stack.read(path, 0, stack.size(path)) == b"base-once-and-more"
+
+    def test_layers_write_if_absent_sees_its_own_lost_answer(self, failing, prefix):
+        faults, stack = failing
+        mine, theirs = prefix + "mine", prefix + "theirs"
+        faults.inject(Fault.after(op="write_if_absent", path=mine))
+        assert stack.write_if_absent(mine, b"claimed once") is True, "the lost answer was this call's object"
+        assert stack.write_if_absent(mine, b"claimed once") is False
+        assert stack.read(mine, 0, 12) == b"claimed once"
+        faults.inject(Fault.before(op="write_if_absent", path=theirs))
+        assert stack.write_if_absent(theirs, b"retried") is True  # nothing had landed: the retry creates it
+        stack.delete(theirs)
+        stack.write(theirs, 0, b"someone else's")
+        faults.inject(Fault.before(op="write_if_absent", path=theirs))
+        assert stack.write_if_absent(theirs, b"mine, not theirs") is False
+        assert faults.pending == 0
+
+    def test_layers_give_up_on_a_lasting_failure(self, failing, prefix):
+        faults, stack = failing
+        path = prefix + "seg"
+        stack.write(path, 0, b"x")
+        faults.inject(*[Fault.before(op="size", path=path)] * (QUICK_RETRY.retries + 1))
+        with pytest.raises(DriverError) as info:
+            stack.size(path)
+        assert info.value.retryable and info.value.attempts == QUICK_RETRY.retries + 1
+        assert faults.pending == 0
+        faults.inject(Fault.before(op="read", path=path, retryable=False), Fault.before(op="read", path=path))
+        with pytest.raises(DriverError) as info:
+            stack.read(path, 0, 1)
+        assert info.value.retryable is False and faults.pending == 1, "a permanent failure is not retried"
+        assert stack.read(path, 0, 1) == b"x"

@@ -9,7 +9,7 @@ import pytest
 from tiered_core.errors import IllegalParam, StateConflict
 from tiered_core.segment import FileSegment
 from tiered_core.common import AppendResult, FileSegmentType
-from tiered_conformance.faults import Fault, FaultyDriver
+from tiered_conformance.faults import Fault, FaultLayer
 from tiered_conformance import areas
 from tiered_conformance.requirements import requires
 from tiered_conformance.suite.base import ConformanceBase, payload, read_all
@@ -152,7 +152,7 @@ class FileSegmentTests(ConformanceBase):
     def test_one_commit_in_flight(self, driver, prefix):
         path = prefix + "seg"
         release = threading.Event()
-        faulty = FaultyDriver(driver, [Fault.hold(release, path=path)])
+        faulty = FaultLayer(driver, [Fault.hold(release, path=path)])
         seg = FileSegment(faulty, path)
         seg.append(b"first")
         results: list[bool] = []

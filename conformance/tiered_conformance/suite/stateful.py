@@ -26,7 +26,7 @@ from tiered_core.segment import FileSegment
 from tiered_core.common import AppendResult
 from tiered_core.spi.capabilities import Capabilities
 from tiered_core.spi.driver import SegmentDriver
-from tiered_conformance.faults import Fault, FaultyDriver
+from tiered_conformance.faults import Fault, FaultLayer
 from tiered_conformance import areas
 from tiered_conformance.plugin import suite_settings
 from tiered_conformance.suite.base import ConformanceBase, read_all
@@ -56,7 +56,7 @@ class SegmentMachine(RuleBasedStateMachine):
         type(self).counter += 1
         self.path = f"{self.prefix}machine-{type(self).counter}"
         self.opened: list[SegmentDriver] = []
-        self.driver = FaultyDriver(self.base_driver)
+        self.driver = FaultLayer(self.base_driver)
         self.segment = FileSegment(self.driver, self.path, max_size=MAX_SIZE)
         self.appended = bytearray()
         self.durable = 0
@@ -133,7 +133,7 @@ class SegmentMachine(RuleBasedStateMachine):
         if self.caps.persistent:
             inner = self.base_driver.reopen()
             self.opened.append(inner)
-        self.driver = FaultyDriver(inner)
+        self.driver = FaultLayer(inner)
         # The seal status comes from metadata in the store; the model plays that part.
         self.segment = FileSegment(self.driver, self.path, max_size=MAX_SIZE, sealed=self.sealed)
         size = self.segment.commit_position

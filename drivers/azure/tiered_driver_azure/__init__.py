@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from tiered_core import hookimpl
 
-from .driver import LOST_ANSWER, MAX_APPEND_BLOCK, AzureDriver
+from .driver import MAX_APPEND_BLOCK, AzureDriver
 
 __version__ = "0.1.0"
-__all__ = ["AzureDriver", "LOST_ANSWER", "MAX_APPEND_BLOCK", "__version__"]
+__all__ = ["AzureDriver", "MAX_APPEND_BLOCK", "__version__"]
 
 
 @hookimpl

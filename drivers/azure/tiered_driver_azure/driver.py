@@ -5,29 +5,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import random
-import threading
-import time
 import uuid
 from typing import Any, Callable, Iterator
 
-from tiered_core.errors import (
-    DriverError, IllegalParam, InvalidOption, NotFound, PositionMismatch, SegmentSealed,
-)
-from tiered_core.spi import Capabilities, SegmentDriver
+from tiered_core.errors import DriverError, IllegalParam, InvalidOption, NotFound, PositionMismatch, SegmentSealed
+from tiered_core.spi import Capabilities, RetryPolicy, SegmentDriver
+from tiered_core.spi.transport import LOST_ANSWER, RequestProbe, is_transient
 
 log = logging.getLogger("tiered_driver_azure")
 
 #: Largest block one append_block call may carry (the append-blob limit of older API
 #: versions and of Azurite; newer service versions accept more).
 MAX_APPEND_BLOCK = 4 * 1024 * 1024
-TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
-
-#: ``fault_hook(method, url_path_and_comp)`` may return an HTTP status (the request then fails
-#: with it without reaching the server), :data:`LOST_ANSWER` (it is carried out but its
-#: answer is lost), or raise (a connection failure); None = send.
-FaultHook = Callable[[str, str], "int | str | None"]
-LOST_ANSWER = "lost-answer"
 
 
 class AzureDriver(SegmentDriver):
@@ -40,10 +29,11 @@ class AzureDriver(SegmentDriver):
     ``seal`` seals the append blob: later writes raise
     :class:`~tiered_core.errors.SegmentSealed`.
 
-    Transient failures (HTTP 408/429/5xx, connection resets, timeouts) are retried
-    ``retries`` times with bounded backoff, then raised as ``DriverError(retryable=True)``;
-    401/403 and a missing container raise ``DriverError(retryable=False)`` naming the
-    container. ``connection_string``, ``credential`` and ``account_key`` are secrets: they
+    Each request is sent once (the SDK's retries are off): transient failures (HTTP
+    408/429/5xx, connection resets, timeouts) raise ``DriverError(retryable=True)``, and
+    the retry layer ``open_driver`` adds repeats the operation when that is safe
+    (``retries`` sets its count); 401/403 and a missing container raise
+    ``DriverError(retryable=False)`` naming the container. ``connection_string``, ``credential`` and ``account_key`` are secrets: they
     never appear in ``repr``, ``describe`` or errors.
 
     Credentials, first that is given: ``connection_string``; ``account_key`` (with
@@ -83,12 +73,11 @@ class AzureDriver(SegmentDriver):
                                 option="account_name")
         self.container = container
         self.root = prefix.strip("/")
-        self.retries = retries
+        self.retry_policy = RetryPolicy(retries=retries)
         self.timeout = timeout
         self.max_block_size = max_block_size
-        self.fault_hook: FaultHook | None = None
-        self._sent = 0
-        self._lock = threading.Lock()
+        #: Counts the HTTP requests sent, and lets a test hook intercept each one.
+        self.transport = RequestProbe()
         try:
             self._service = self._make_service(connection_string, account_name, account_key, credential, endpoint)
             self._container = self._service.get_container_client(container)
@@ -102,7 +91,7 @@ class AzureDriver(SegmentDriver):
         from azure.storage.blob import BlobServiceClient
 
         kwargs: dict[str, Any] = {
-            "retry_total": 0,  # retries are ours (see _retrying)
+            "retry_total": 0,  # one request per call: the retry layer repeats operations
             "connection_timeout": min(self.timeout, 20.0),
             "read_timeout": self.timeout,
             "max_single_get_size": 256 * 1024 * 1024,  # one GET per read: no etag-pinned chunking
@@ -127,14 +116,7 @@ class AzureDriver(SegmentDriver):
 
     # -- helpers ---------------------------------------------------------------------
 
-    @property
-    def requests(self) -> int:
-        """HTTP requests sent by this driver (for benchmarks)."""
-        with self._lock:
-            return self._sent
-
     def _key(self, path: str) -> str:
-        path = self.check_path(path)
         return f"{self.root}/{path}" if self.root else path
 
     def _blob(self, path: str):
@@ -155,40 +137,30 @@ class AzureDriver(SegmentDriver):
         return DriverError(f"azure: cannot {action} {target}: {detail}", retryable=retryable,
                            container=self.container, path=path, status=status, **ctx)
 
-    def _retrying(self, action: str, path: str | None, fn: Callable[[], Any],
-                  handle: Callable[[Exception, int, str, int], Any] | None = None) -> Any:
-        """Call ``fn``; retry transient failures; ``handle(exc, status, code, attempt)`` may
-        return a value or raise a typed error for statuses the caller understands."""
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                return fn()
-            except Exception as exc:
-                status, code = _status(exc)
-                if handle is not None:
-                    result = handle(exc, status, code, attempt)
-                    if result is not _UNHANDLED:
-                        return result
-                if not _transient(exc, status) or _is_auth_error(exc):
-                    raise self._error(exc, action, path) from None
-                if attempt > self.retries:
-                    err = self._error(exc, action, path, attempts=attempt)
-                    err.message = f"{err.message} (after {attempt} attempts)"
-                    raise err from None
-                delay = min(2.0, 0.05 * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
-                log.debug("azure: %s %r failed (%s %s); retry %d", action, path, status, code, attempt)
-                time.sleep(delay)
+    def _call(self, action: str, path: str | None, fn: Callable[[], Any],
+              handle: Callable[[Exception, int, str], Any] | None = None) -> Any:
+        """Call ``fn`` once; ``handle(exc, status, code)`` may return a value or raise a typed
+        error for statuses the caller understands; any other failure becomes a DriverError
+        (retryable when transient)."""
+        try:
+            return fn()
+        except Exception as exc:
+            status, code = _status(exc)
+            if handle is not None:
+                result = handle(exc, status, code)
+                if result is not _UNHANDLED:
+                    return result
+            raise self._error(exc, action, path) from None
 
     def _props(self, path: str):
         blob = self._blob(path)
 
-        def handle(exc, status, code, attempt):
+        def handle(exc, status, code):
             if status == 404 and code != "ContainerNotFound":
                 return None
             return _UNHANDLED
 
-        return self._retrying("look up", path, blob.get_blob_properties, handle)
+        return self._call("look up", path, blob.get_blob_properties, handle)
 
     # -- the operations ---------------------------------------------------------------
 
@@ -208,35 +180,30 @@ class AzureDriver(SegmentDriver):
 
         blob = self._blob(path)
 
-        def handle(exc, status, code, attempt):
+        def handle(exc, status, code):
             if status in (409, 412) and code in ("BlobAlreadyExists", "ConditionNotMet", ""):
                 return None  # already there: create is idempotent
             return _UNHANDLED
 
-        self._retrying("create", path, lambda: blob.create_append_blob(match_condition=MatchConditions.IfMissing),
-                       handle)
+        self._call("create", path, lambda: blob.create_append_blob(match_condition=MatchConditions.IfMissing),
+                   handle)
 
     def write_if_absent(self, path: str, data: bytes) -> bool:
         """One block-blob upload with ``If-None-Match: *``: the service refuses it (409) when
-        the blob exists. A retry whose first attempt landed finds its own bytes: True."""
-        if not data:
-            raise IllegalParam(f"write_if_absent of {path!r} needs data", path=path)
+        the blob exists. (After a lost answer, the retry layer recognises this call's own blob.)"""
         blob = self._blob(path)
         payload = bytes(data)
 
-        def handle(exc, status, code, attempt):
+        def handle(exc, status, code):
             if status in (409, 412) and code in ("BlobAlreadyExists", "ConditionNotMet", ""):
-                if attempt > 1 and self.size(path) == len(payload) and self.read(path, 0, len(payload)) == payload:
-                    return True  # an earlier attempt of this call created it; its answer was lost
                 return False
             return _UNHANDLED
 
-        result = self._retrying("create", path,
-                                lambda: blob.upload_blob(payload, blob_type="BlockBlob", overwrite=False), handle)
+        result = self._call("create", path,
+                            lambda: blob.upload_blob(payload, blob_type="BlockBlob", overwrite=False), handle)
         return result is not False
 
     def write(self, path: str, position: int, data: bytes | memoryview) -> None:
-        self.check_range(path, position)
         view = memoryview(data).cast("B")
         blob = self._blob(path)
         if not len(view):
@@ -269,7 +236,7 @@ class AzureDriver(SegmentDriver):
     def _append(self, blob, path: str, pos: int, chunk: bytes) -> None:
         state = {"created": False}
 
-        def handle(exc, status, code, attempt):
+        def handle(exc, status, code):
             if code == "BlobIsSealed":
                 raise SegmentSealed(path) from None
             if status == 404 and code == "BlobNotFound" and pos == 0 and not state["created"]:
@@ -279,15 +246,11 @@ class AzureDriver(SegmentDriver):
             if status == 404 and code == "BlobNotFound":
                 raise _Mismatch(0) from None
             if status == 412 and code in ("AppendPositionConditionNotMet", ""):
-                actual = self.size(path)
-                # After a retry our earlier attempt may have landed with its answer lost.
-                if attempt > 1 and actual >= pos + len(chunk) and self.read(path, pos, len(chunk)) == chunk:
-                    return None
-                raise _Mismatch(actual) from None
+                raise _Mismatch(self.size(path)) from None
             return _UNHANDLED
 
         while True:
-            result = self._retrying(
+            result = self._call(
                 f"append at {pos} to", path,
                 lambda: blob.append_block(chunk, length=len(chunk), appendpos_condition=pos), handle,
             )
@@ -295,18 +258,16 @@ class AzureDriver(SegmentDriver):
                 return
 
     def read(self, path: str, position: int, length: int) -> bytes:
-        self.check_range(path, position, length)
         blob = self._blob(path)
 
-        def handle(exc, status, code, attempt):
+        def handle(exc, status, code):
             if status == 404 and code != "ContainerNotFound":
                 raise NotFound(path) from None
             if status == 416:
                 return b""
             return _UNHANDLED
 
-        body = self._retrying("read", path,
-                              lambda: blob.download_blob(offset=position, length=length).readall(), handle)
+        body = self._call("read", path, lambda: blob.download_blob(offset=position, length=length).readall(), handle)
         if len(body) != length:
             raise IllegalParam(f"read of {path!r} [{position}, {position + length}) passes its size "
                                f"{self.size(path)}", path=path, position=position, length=length)
@@ -315,34 +276,33 @@ class AzureDriver(SegmentDriver):
     def seal(self, path: str) -> None:
         blob = self._blob(path)
 
-        def handle(exc, status, code, attempt):
+        def handle(exc, status, code):
             if status == 404 and code != "ContainerNotFound":
                 raise NotFound(path, "cannot be sealed: it does not exist") from None
             if code == "BlobIsSealed":
                 return None
             return _UNHANDLED
 
-        self._retrying("seal", path, blob.seal_append_blob, handle)
+        self._call("seal", path, blob.seal_append_blob, handle)
 
     def delete(self, path: str) -> None:
         blob = self._blob(path)
 
-        def handle(exc, status, code, attempt):
+        def handle(exc, status, code):
             if status == 404 and code != "ContainerNotFound":
                 return None
             return _UNHANDLED
 
-        self._retrying("delete", path, blob.delete_blob, handle)
+        self._call("delete", path, blob.delete_blob, handle)
 
     def list(self, prefix: str = "") -> Iterator[tuple[str, int]]:
-        prefix = self.check_prefix(prefix)
         full = f"{self.root}/{prefix}" if self.root else prefix
         cut = len(self.root) + 1 if self.root else 0
 
         def fetch():
             return sorted((b.name[cut:], int(b.size)) for b in self._container.list_blobs(name_starts_with=full))
 
-        return iter(self._retrying("list prefix", prefix, fetch))
+        return iter(self._call("list prefix", prefix, fetch))
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -374,31 +334,26 @@ class _InjectedFault(Exception):
 
 
 class _RequestHook:
-    """Called by the SDK for each HTTP request it sends: counts, and injects faults."""
+    """Called by the SDK for each HTTP request it sends: passes it through the probe."""
 
     def __init__(self, driver: AzureDriver) -> None:
         self._driver = driver
 
     def __call__(self, request) -> None:
-        drv = self._driver
-        with drv._lock:
-            drv._sent += 1
-        hook = drv.fault_hook
-        if hook is not None:
-            http = request.http_request
-            # The path plus the operation (?comp=...); never the rest of the query (a SAS).
-            base, _, query = http.url.partition("?")
-            comp = [q for q in query.split("&") if q.startswith("comp=")]
-            fault = hook(http.method, base + ("?" + comp[0] if comp else ""))
-            if fault == LOST_ANSWER:
-                request.context["tiered_lost_answer"] = True
-            elif fault is not None:
-                raise _InjectedFault(int(fault))
+        http = request.http_request
+        # The path plus the operation (?comp=...); never the rest of the query (a SAS).
+        base, _, query = http.url.partition("?")
+        comp = [q for q in query.split("&") if q.startswith("comp=")]
+        fault = self._driver.transport.before(http.method, base + ("?" + comp[0] if comp else ""))
+        if fault == LOST_ANSWER:
+            request.context["tiered_lost_answer"] = True
+        elif fault is not None:
+            raise _InjectedFault(int(fault))
 
 
 def _lose_answer_if_asked(response) -> None:
     if response.context.get("tiered_lost_answer"):
-        raise ConnectionResetError("injected: answer lost after the request was carried out")
+        raise RequestProbe.answer_lost()
 
 
 def _status(exc: Exception) -> tuple[int, str]:
@@ -426,7 +381,7 @@ def _transient(exc: Exception, status: int) -> bool:
     from azure.core.exceptions import ServiceRequestError, ServiceResponseError
 
     if status:
-        return status in TRANSIENT_STATUS
+        return is_transient(status)
     return isinstance(exc, (ServiceRequestError, ServiceResponseError, ConnectionError, TimeoutError))
 
 

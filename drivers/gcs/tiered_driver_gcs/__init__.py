@@ -1,4 +1,4 @@
-"""Google Cloud Storage backend for tiered-store (gcsfs credentials, JSON API calls).
+"""Google Cloud Storage backend for tiered-store (JSON API calls on aiohttp, google-auth credentials).
 
 Segments are a base object plus conditionally uploaded parts, composed into the base
 from time to time and at seal; see :mod:`tiered_driver_gcs.layout` for why the size is
@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from tiered_core import hookimpl
 
-from .client import LOST_ANSWER
 from .driver import EMULATOR_GAP, GcsDriver, emulator_capabilities
 
 __version__ = "0.1.0"
-__all__ = ["EMULATOR_GAP", "LOST_ANSWER", "GcsDriver", "emulator_capabilities", "__version__"]
+__all__ = ["EMULATOR_GAP", "GcsDriver", "emulator_capabilities", "__version__"]
 
 
 @hookimpl

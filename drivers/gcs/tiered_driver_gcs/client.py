@@ -1,54 +1,46 @@
-"""A small client for the GCS JSON API, on gcsfs's credentials and aiohttp session.
+"""A small client for the GCS JSON API: its own aiohttp session, google-auth credentials.
 
-gcsfs gives us the standard Google credential chain (or an explicit token), the
-endpoint (``STORAGE_EMULATOR_HOST`` or an explicit one) and a pooled aiohttp session.
-The requests themselves are made here, so that this module alone decides what is
-retried: transient failures (HTTP 408/429/5xx, connection resets, timeouts) are retried
-with bounded exponential backoff and then raised as ``DriverError(retryable=True)``;
-every other status is handed back to the caller, who knows what a 404 or 412 means.
+Only public APIs: google-auth for the credential chain (or an explicit token), aiohttp
+for HTTP -- one session per client, on a process-wide I/O loop thread, so calls from
+many threads share connections.
 
-``fault_hook`` (tests only) sees every request before it is sent and may make it fail
-with an HTTP status or an exception; ``requests`` counts the requests sent.
+One request per call, never retried here: the retry layer above the driver repeats a
+whole operation when that is safe. A transient status (:func:`is_transient`) or a
+connection failure raises ``DriverError(retryable=True)``; any other status is handed
+back to the caller, who knows what a 404 or 412 means. Every request passes the client's
+:class:`~tiered_core.spi.transport.RequestProbe` (``transport``): counted, and open to a
+test hook.
 """
 
 from __future__ import annotations
 
-import itertools
+import asyncio
 import json
 import logging
-import random
+import os
 import threading
-import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 from urllib.parse import quote
 
-from tiered_core.errors import DriverError
+from tiered_core.errors import DriverError, InvalidOption
+from tiered_core.spi.transport import LOST_ANSWER, RequestProbe, is_transient
 
 log = logging.getLogger("tiered_driver_gcs")
 
-TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
-
-#: ``fault_hook(method, what)`` may return an HTTP status (the request then fails with it
-#: without reaching the server), :data:`LOST_ANSWER` (the request is carried out but its
-#: answer is lost: a connection reset), or raise (a connection failure); None = send.
-FaultHook = Callable[[str, str], "int | str | None"]
-LOST_ANSWER = "lost-answer"
+DEFAULT_LOCATION = "https://storage.googleapis.com"
+SCOPE = "https://www.googleapis.com/auth/devstorage.full_control"
+_INJECTED = b'{"error": {"message": "injected fault"}}'
 
 
 @dataclass
 class Response:
     status: int
     body: bytes
-    attempts: int
 
     def json(self) -> Any:
         return json.loads(self.body) if self.body else {}
-
-    @property
-    def retried(self) -> bool:
-        return self.attempts > 1
 
     def error_message(self) -> str:
         try:
@@ -58,114 +50,155 @@ class Response:
             return self.body[:200].decode("utf-8", "replace")
 
 
+def location(endpoint: str | None) -> str:
+    """The service's base URL: ``endpoint``, else ``STORAGE_EMULATOR_HOST``, else GCS."""
+    if endpoint:
+        return endpoint.rstrip("/")
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST", "")
+    if emulator not in ("", "default"):
+        return (emulator if "://" in emulator else f"http://{emulator}").rstrip("/")
+    return DEFAULT_LOCATION
+
+
+def load_credentials(token: Any) -> Any:
+    """google-auth credentials for ``token``, or None for anonymous access.
+
+    ``token``: None (the standard chain -- ``GOOGLE_APPLICATION_CREDENTIALS``, gcloud's
+    application-default credentials, the metadata server -- else anonymous),
+    ``"google_default"`` (the standard chain, required), ``"cloud"`` (the metadata
+    server), ``"anon"``, a path to a service-account or authorized-user JSON file, the
+    parsed JSON as a dict, or a credentials object.
+    """
+    import google.auth
+    import google.auth.credentials
+    import google.auth.exceptions
+
+    if token is None:
+        try:
+            return google.auth.default(scopes=[SCOPE])[0]
+        except google.auth.exceptions.DefaultCredentialsError:
+            log.info("gcs: no Google credentials found; using anonymous access")
+            return None
+    if isinstance(token, google.auth.credentials.Credentials):
+        return token
+    if token == "anon":
+        return None
+    if token == "google_default":
+        return google.auth.default(scopes=[SCOPE])[0]
+    if token == "cloud":
+        import google.auth.compute_engine
+
+        return google.auth.compute_engine.Credentials()
+    if isinstance(token, dict):
+        return google.auth.load_credentials_from_dict(token, scopes=[SCOPE])[0]
+    if isinstance(token, str) and os.path.isfile(token):
+        return google.auth.load_credentials_from_file(token, scopes=[SCOPE])[0]
+    # Never echo the value: it may be a credential itself.
+    raise InvalidOption("option 'token' of driver 'gcs' is not a JSON key file, 'google_default', 'cloud', "
+                        "'anon', a dict or a credentials object", option="token")
+
+
+class _IoLoop:
+    """One asyncio loop in a daemon thread for every client of the process (a new one
+    after a fork: the thread does not survive it)."""
+
+    _lock = threading.Lock()
+    _loop: asyncio.AbstractEventLoop | None = None
+    _pid = 0
+
+    @classmethod
+    def get(cls) -> asyncio.AbstractEventLoop:
+        with cls._lock:
+            if cls._loop is None or cls._pid != os.getpid():
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="tiered-gcs-io", daemon=True).start()
+                cls._loop, cls._pid = loop, os.getpid()
+            return cls._loop
+
+
 class GcsClient:
-    """JSON API calls against one bucket. Thread-safe: calls run on gcsfs's event loop."""
+    """JSON API calls against one bucket. Thread-safe."""
 
-    def __init__(
-        self, *, bucket: str, project: str | None, token: Any, endpoint: str | None,
-        retries: int, timeout: float, backoff: float = 0.05, max_backoff: float = 2.0,
-    ) -> None:
-        from gcsfs.core import GCSFileSystem  # the core class: no experimental HNS probing
-
+    def __init__(self, *, bucket: str, token: Any, endpoint: str | None, timeout: float) -> None:
         self.bucket = bucket
-        self.retries = max(0, retries)
         self.timeout = timeout
-        self.backoff = backoff
-        self.max_backoff = max_backoff
-        kwargs: dict[str, Any] = {"token": token, "endpoint_url": endpoint, "skip_instance_cache": True}
-        if project:
-            kwargs["project"] = project
-        self.fs = GCSFileSystem(**kwargs)
-        self.fault_hook: FaultHook | None = None
-        self._count = itertools.count()
-        self._sent = 0
-        self._lock = threading.Lock()
+        self.location = location(endpoint)
+        self.credentials = load_credentials(token)
+        self.transport = RequestProbe()
+        self._loop = _IoLoop.get()
+        self._session: Any = None
+        self._auth_lock = threading.Lock()
 
-    # -- bookkeeping ----------------------------------------------------------------
-
-    @property
-    def requests(self) -> int:
-        """Requests sent (or failed by the fault hook) since creation."""
-        with self._lock:
-            return self._sent
-
-    def _counted(self) -> None:
-        with self._lock:
-            self._sent += 1
-
-    @property
-    def location(self) -> str:
-        return self.fs._location
+    # -- URLs -----------------------------------------------------------------------
 
     def object_url(self, key: str, *, upload: bool = False, suffix: str = "") -> str:
-        base = f"{self.location}/upload/storage/v1" if upload else f"{self.location}/storage/v1"
         if upload:
-            return f"{base}/b/{quote(self.bucket, safe='')}/o"
-        return f"{base}/b/{quote(self.bucket, safe='')}/o/{quote(key, safe='')}{suffix}"
+            return f"{self.location}/upload/storage/v1/b/{quote(self.bucket, safe='')}/o"
+        return f"{self.location}/storage/v1/b/{quote(self.bucket, safe='')}/o/{quote(key, safe='')}{suffix}"
 
     def objects_url(self) -> str:
         return f"{self.location}/storage/v1/b/{quote(self.bucket, safe='')}/o"
 
     # -- sending --------------------------------------------------------------------
 
+    def _auth_headers(self) -> dict[str, str]:
+        if self.credentials is None:
+            return {}
+        headers: dict[str, str] = {}
+        with self._auth_lock:  # refreshing is not thread-safe
+            if not self.credentials.valid:
+                import google.auth.transport.requests
+
+                self.credentials.refresh(google.auth.transport.requests.Request())
+            self.credentials.apply(headers)
+        return headers
+
     def request(
         self, method: str, url: str, *, what: str, params: Mapping[str, Any] | None = None,
         data: bytes | None = None, headers: Mapping[str, str] | None = None, json_body: Any = None,
-        retries: int | None = None,
     ) -> Response:
-        """Send with retries of transient failures; any other status is returned.
+        """Send once. A transient status or a connection failure raises a retryable
+        ``DriverError``; any other status is returned. ``what`` names the operation and
+        object for messages (never credentials)."""
+        try:
+            fault = self.transport.before(method, what)
+            if fault is not None and fault != LOST_ANSWER:
+                status, body = int(fault), _INJECTED
+            else:
+                hdrs = {**self._auth_headers(), **(headers or {})}
+                if json_body is not None:
+                    data = json.dumps(json_body).encode()
+                    hdrs["Content-Type"] = "application/json"
+                query = {k: str(v) for k, v in (params or {}).items()}
+                future = asyncio.run_coroutine_threadsafe(self._send(method, url, query, data, hdrs), self._loop)
+                try:
+                    status, body = future.result(self.timeout + 5)
+                except BaseException:
+                    future.cancel()
+                    raise
+                if fault == LOST_ANSWER:
+                    raise self.transport.answer_lost()
+        except (DriverError, InvalidOption):
+            raise
+        except Exception as exc:  # connection reset, timeout, DNS, refresh failure... transient here
+            failure = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            raise DriverError(f"gcs: {what} in bucket {self.bucket!r} failed: {failure}", retryable=True,
+                              bucket=self.bucket) from None
+        if is_transient(status):
+            raise DriverError(f"gcs: {what} in bucket {self.bucket!r} failed: HTTP {status} "
+                              f"{Response(status, body).error_message()}".rstrip(),
+                              retryable=True, bucket=self.bucket, status=status)
+        return Response(status, body)
 
-        ``what`` names the operation and object for messages (never credentials).
-        ``retries`` overrides the client's count (0 for calls that are not idempotent).
-        """
-        from fsspec.asyn import sync
-
-        retries = self.retries if retries is None else retries
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                status, body = sync(
-                    self.fs.loop, self._send, method, url, what, params, data, headers, json_body,
-                    timeout=self.timeout + 5,
-                )
-                if status not in TRANSIENT_STATUS:
-                    return Response(status, body, attempt)
-                failure = f"HTTP {status}"
-            except DriverError:
-                raise
-            except Exception as exc:  # connection reset, timeout, DNS... all transient here
-                failure = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            if attempt > retries:
-                raise DriverError(
-                    f"gcs: {what} in bucket {self.bucket!r} failed after {attempt} attempts: {failure}",
-                    retryable=True, bucket=self.bucket, attempts=attempt,
-                )
-            delay = min(self.max_backoff, self.backoff * (2 ** (attempt - 1))) * (0.5 + random.random() / 2)
-            log.debug("gcs: %s failed (%s); retry %d in %.2fs", what, failure, attempt, delay)
-            time.sleep(delay)
-
-    async def _send(self, method, url, what, params, data, headers, json_body) -> tuple[int, bytes]:
+    async def _send(self, method: str, url: str, params: dict[str, str], data: bytes | None,
+                    headers: dict[str, str]) -> tuple[int, bytes]:
         import aiohttp
 
-        self._counted()
-        fault = self.fault_hook(method, what) if self.fault_hook is not None else None
-        if fault is not None and fault != LOST_ANSWER:
-            return int(fault), b'{"error": {"message": "injected fault"}}'
-        await self.fs._set_session()
-        hdrs = self.fs._get_headers(dict(headers or {}))
-        body = data
-        if json_body is not None:
-            body = json.dumps(json_body).encode()
-            hdrs["Content-Type"] = "application/json"
-        async with self.fs.session.request(
-            method, url, params={k: str(v) for k, v in (params or {}).items()}, data=body,
-            headers=hdrs, timeout=aiohttp.ClientTimeout(total=self.timeout),
-        ) as resp:
-            body = await resp.read()
-        if fault == LOST_ANSWER:
-            raise ConnectionResetError("injected: answer lost after the request was carried out")
-        return resp.status, body
+        if self._session is None:  # made on the loop it belongs to
+            self._session = aiohttp.ClientSession()
+        async with self._session.request(method, url, params=params, data=data, headers=headers,
+                                         timeout=aiohttp.ClientTimeout(total=self.timeout)) as resp:
+            return resp.status, await resp.read()
 
     # -- JSON API operations ----------------------------------------------------------
 
@@ -192,10 +225,10 @@ class GcsClient:
         )
 
     def compose(self, key: str, sources: list[str], metadata: Mapping[str, str], *, what: str,
-                if_generation_match: int | None, retries: int | None = None) -> Response:
+                if_generation_match: int | None) -> Response:
         params = {} if if_generation_match is None else {"ifGenerationMatch": if_generation_match}
         return self.request(
-            "POST", self.object_url(key, suffix="/compose"), what=what, params=params, retries=retries,
+            "POST", self.object_url(key, suffix="/compose"), what=what, params=params,
             json_body={
                 "sourceObjects": [{"name": s} for s in sources],
                 "destination": {"contentType": "application/octet-stream", "metadata": dict(metadata)},
@@ -240,11 +273,9 @@ class GcsClient:
                 return 200, items, ""
 
     def close(self) -> None:
-        try:
-            from fsspec.asyn import sync
-
-            if self.fs._session is not None:
-                sync(self.fs.loop, self.fs._session.close, timeout=10)
-                self.fs._session = None
-        except Exception:  # closing is best effort
-            pass
+        session, self._session = self._session, None
+        if session is not None:
+            try:
+                asyncio.run_coroutine_threadsafe(session.close(), self._loop).result(10)
+            except Exception:  # closing is best effort
+                pass

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import hashlib
 import json
 import logging
 import os
-import time
 import uuid
 from typing import Any, Iterator
 
 from tiered_core.errors import (
     DriverError, IllegalParam, InvalidOption, InvalidPath, NotFound, PositionMismatch, SegmentSealed,
 )
-from tiered_core.spi import Capabilities, SegmentDriver
+from tiered_core.spi import Capabilities, RetryPolicy, SegmentDriver
 
 from .client import GcsClient, Response
 from .layout import (
@@ -44,19 +41,22 @@ class GcsDriver(SegmentDriver):
     ``seal`` composes everything into the one base object and records the seal in its
     metadata; later writes raise :class:`~tiered_core.errors.SegmentSealed`.
 
-    Transient failures are retried ``retries`` times with bounded backoff, then raised
-    as ``DriverError(retryable=True)``; 401/403 and a missing bucket raise
-    ``DriverError(retryable=False)`` naming the bucket. ``token`` is a secret: it never
-    appears in ``repr``, ``describe`` or error messages.
+    Each request is sent once: transient failures (HTTP 408/429/5xx, resets, timeouts)
+    raise ``DriverError(retryable=True)``, and the retry layer ``open_driver`` adds
+    repeats the operation when that is safe (``retries`` sets its count); 401/403 and a
+    missing bucket raise ``DriverError(retryable=False)`` naming the bucket. ``token`` is
+    a secret: it never appears in ``repr``, ``describe`` or error messages.
 
     Against an emulator (``emulated``; by default when ``STORAGE_EMULATOR_HOST`` is set or
     the endpoint is plain ``http://``) the instance declares fake-gcs-server's gap:
     ``conditional_append`` is False because the emulator does not enforce generation
     preconditions on compose.
 
-    Authentication: ``token`` as gcsfs accepts it (a service-account JSON path,
-    ``"google_default"``, ``"anon"``...); when absent, the standard Google credential chain,
-    or anonymous access when an emulator endpoint is configured.
+    Authentication: ``token`` is a service-account (or authorized-user) JSON path, its
+    parsed dict, ``"google_default"``, ``"cloud"``, ``"anon"`` or a google-auth
+    credentials object; when absent, the standard Google credential chain, or anonymous
+    access when an emulator endpoint is configured. ``project`` is accepted for
+    configurations written for gcsfs; bucket-scoped object calls need none.
     """
 
     name = "gcs"
@@ -83,6 +83,8 @@ class GcsDriver(SegmentDriver):
             raise InvalidOption("options 'retries' (>= 0) and 'timeout' (> 0) of driver 'gcs' are out of range",
                                 option="retries" if retries < 0 else "timeout")
         self.bucket = bucket
+        self.project = project
+        self.retry_policy = RetryPolicy(retries=retries)
         self.root = prefix.strip("/")
         if PART_MARK.rstrip("/") in self.root:
             raise InvalidOption(f"prefix {prefix!r} contains the reserved {PART_MARK!r}", option="prefix")
@@ -95,31 +97,21 @@ class GcsDriver(SegmentDriver):
             if token is None:
                 token = "anon"
         try:
-            self.client = GcsClient(bucket=bucket, project=project, token=token, endpoint=endpoint,
-                                    retries=retries, timeout=timeout)
+            self.client = GcsClient(bucket=bucket, token=token, endpoint=endpoint, timeout=timeout)
         except Exception as exc:  # credential chain failures; never echo the token
             # The library's message may quote the token, so only its type is kept.
             raise DriverError(f"gcs: cannot set up credentials for bucket {bucket!r} ({type(exc).__name__}); "
-                              f"'token' takes a service-account JSON path, 'google_default', 'anon', or a "
-                              f"credentials object", retryable=False, bucket=bucket) from None
+                              f"'token' takes a service-account JSON path or dict, 'google_default', 'cloud', "
+                              f"'anon', or a credentials object", retryable=False, bucket=bucket) from None
 
     # -- helpers ---------------------------------------------------------------------
 
     @property
-    def requests(self) -> int:
-        """Backend requests sent by this driver (for benchmarks)."""
-        return self.client.requests
-
-    @property
-    def fault_hook(self):
-        return self.client.fault_hook
-
-    @fault_hook.setter
-    def fault_hook(self, hook) -> None:
-        self.client.fault_hook = hook
+    def transport(self):
+        """The request probe: requests sent (benchmarks), and a test hook on each."""
+        return self.client.transport
 
     def _key(self, path: str) -> str:
-        path = self.check_path(path)
         if PART_MARK.rstrip("/") in path:
             raise InvalidPath(f"path {path!r} contains the reserved {PART_MARK.rstrip('/')!r}", path=path)
         return f"{self.root}/{path}" if self.root else path
@@ -128,7 +120,7 @@ class GcsDriver(SegmentDriver):
         return key[len(self.root) + 1:] if self.root else key
 
     def _fail(self, resp: Response, action: str, path: str | None = None, **ctx: Any) -> DriverError:
-        """A typed error for an unexpected status (transient ones were retried already)."""
+        """A typed error for an unexpected status (the client raised transient ones already)."""
         target = f"{path!r} in bucket {self.bucket!r}" if path else f"bucket {self.bucket!r}"
         msg = resp.error_message()
         if resp.status in (401, 403):
@@ -143,7 +135,7 @@ class GcsDriver(SegmentDriver):
     def _view(self, key: str, path: str) -> SegmentView:
         status, items, _msg = self.client.list(key, what=f"list {path!r}")
         if status != 200:
-            raise self._fail(Response(status, b"", 1), "look up", path)
+            raise self._fail(Response(status, b""), "look up", path)
         return interpret(key, items)
 
     # -- the operations ---------------------------------------------------------------
@@ -168,27 +160,20 @@ class GcsDriver(SegmentDriver):
 
     def write_if_absent(self, path: str, data: bytes) -> bool:
         """One upload with ``ifGenerationMatch=0``: GCS refuses it (412) when the object
-        exists. A retry whose first attempt landed finds its own bytes (same MD5): True."""
+        exists. (After a lost answer, the retry layer recognises this call's own object.)"""
         key = self._key(path)
-        if not data:
-            raise IllegalParam(f"write_if_absent of {path!r} needs data", path=path)
-        payload = bytes(data)
         if self._view(key, path).exists:
             return False  # the only guard where the backend ignores the precondition
-        resp = self.client.upload(key, payload, {META_ID: uuid.uuid4().hex}, what=f"create {path!r}",
+        resp = self.client.upload(key, bytes(data), {META_ID: uuid.uuid4().hex}, what=f"create {path!r}",
                                   if_generation_match=0)
         if resp.status == 200:
             return True
         if resp.status == 412:
-            if resp.retried:
-                now = self._view(key, path)
-                return now.base_size == len(payload) and now.base_md5 == _md5(payload) and not now.chain
             return False
         raise self._fail(resp, "create", path)
 
     def write(self, path: str, position: int, data: bytes | memoryview) -> None:
         key = self._key(path)
-        self.check_range(path, position)
         payload = bytes(data)
         view = self._view(key, path)
         if view.sealed:
@@ -222,8 +207,6 @@ class GcsDriver(SegmentDriver):
             return
         if resp.status == 412:
             now = self._view(key, path)
-            if resp.retried and now.base_size == len(payload) and now.base_md5 == _md5(payload):
-                return  # our earlier attempt landed; only its answer was lost
             if now.sealed:
                 raise SegmentSealed(path)
             raise PositionMismatch(path, position, now.size)
@@ -233,10 +216,6 @@ class GcsDriver(SegmentDriver):
         name = part_key(key, view.segment_id, position)
         resp = self.client.upload(name, payload, None, what=f"write {path!r} at {position}",
                                   if_generation_match=0)
-        if resp.status == 412 and resp.retried:
-            info = self.client.get_object(name, what=f"check part of {path!r}")
-            if info.status == 200 and info.json().get("md5Hash") == _md5(payload):
-                resp = Response(200, info.body, info.attempts)  # our lost-ack upload
         if resp.status == 412:
             now = self._view(key, path)
             if now.sealed:
@@ -301,38 +280,36 @@ class GcsDriver(SegmentDriver):
                 self.client.delete(name, what=f"remove composed part of {path!r}")
 
     def _compose(self, key: str, path: str, batch: list, meta: dict, generation: int) -> Response:
-        """One compose of the base and ``batch``, retried only when it surely did not land.
+        """One compose of the base and ``batch``; after a failure, whether it happened.
 
-        A compose whose answer was lost may have happened; blindly sending it again would
+        A compose whose answer was lost may have happened, and sending it again would
         append the parts twice wherever the generation precondition is not enforced (the
-        emulator). So after a transient failure the base is looked at first.
+        emulator). So it is never resent: after a transient failure or a 412 the base
+        tells whether it landed (new generation, expected size); if not, the error goes
+        up, and a retry of the whole operation starts from a fresh view.
         """
-        before = self._view(key, path)
-        expected = before.base_size + sum(p.size for p in batch)
-        for attempt in range(self.client.retries + 1):
-            try:
-                resp = self.client.compose(key, [key] + [p.name for p in batch], meta, what=f"compose {path!r}",
-                                           if_generation_match=generation, retries=0)
-            except DriverError as exc:
-                if not exc.retryable:
-                    raise
-                failure: Exception | None = exc
-            else:
-                if resp.status != 412:
-                    return resp
-                failure = None
-            now = self._view(key, path)
-            if now.generation != generation and now.base_size == expected:
-                return Response(200, json.dumps({"generation": str(now.generation)}).encode(), attempt + 1)
-            if now.generation != generation or failure is None:
-                raise DriverError(f"gcs: {path!r} in bucket {self.bucket!r} changed during a compose",
-                                  retryable=True, bucket=self.bucket, path=path)
-            time.sleep(min(2.0, 0.05 * 2 ** attempt))
-        raise failure  # type: ignore[misc]
+        expected = self._view(key, path).base_size + sum(p.size for p in batch)
+        try:
+            resp = self.client.compose(key, [key] + [p.name for p in batch], meta, what=f"compose {path!r}",
+                                       if_generation_match=generation)
+        except DriverError as exc:
+            if not exc.retryable:
+                raise
+            failure: DriverError | None = exc
+        else:
+            if resp.status != 412:
+                return resp
+            failure = None
+        now = self._view(key, path)
+        if now.generation != generation and now.base_size == expected:
+            return Response(200, json.dumps({"generation": str(now.generation)}).encode())  # only the answer was lost
+        if failure is not None and now.generation == generation:
+            raise failure
+        raise DriverError(f"gcs: {path!r} in bucket {self.bucket!r} changed during a compose",
+                          retryable=True, bucket=self.bucket, path=path)
 
     def read(self, path: str, position: int, length: int) -> bytes:
         key = self._key(path)
-        self.check_range(path, position, length)
         for _attempt in range(3):
             view = self._view(key, path)
             if not view.exists:
@@ -390,18 +367,17 @@ class GcsDriver(SegmentDriver):
             raise self._fail(resp, "delete", path)
         status, items, _ = self.client.list(key + PART_MARK, what=f"list parts of {path!r}")
         if status != 200:
-            raise self._fail(Response(status, b"", 1), "delete", path)
+            raise self._fail(Response(status, b""), "delete", path)
         for item in items:
             resp = self.client.delete(item["name"], what=f"delete part of {path!r}")
             if resp.status not in (200, 204, 404):
                 raise self._fail(resp, "delete", path)
 
     def list(self, prefix: str = "") -> Iterator[tuple[str, int]]:
-        prefix = self.check_prefix(prefix)
         full = f"{self.root}/{prefix}" if self.root else prefix
         status, items, _ = self.client.list(full, what=f"list prefix {prefix!r}")
         if status != 200:
-            raise self._fail(Response(status, b"", 1), "list", prefix)
+            raise self._fail(Response(status, b""), "list", prefix)
         out = []
         for key, group in group_listing(items).items():
             if self.root and not key.startswith(self.root + "/"):
@@ -423,10 +399,6 @@ class GcsDriver(SegmentDriver):
 
 class _PieceGone(Exception):
     pass
-
-
-def _md5(data: bytes) -> str:
-    return base64.b64encode(hashlib.md5(data).digest()).decode()
 
 
 #: Declared gap of the emulator: it accepts ``ifGenerationMatch`` on compose and metadata

@@ -4,6 +4,8 @@ A real backend, not a mock: objects live in a process-wide namespace, so a fresh
 driver instance with the same ``namespace`` sees the same bytes (until the process
 exits). Positions are checked under a lock, so racing writers cannot both append.
 Used by fast tests and, wrapped by ``tiered_conformance.faults``, for fault injection.
+Like every driver it leaves input checks and retries to the layers ``open_driver``
+wraps it in (:mod:`tiered_core.spi.layer`).
 """
 
 from __future__ import annotations
@@ -55,24 +57,19 @@ class MemoryDriver(SegmentDriver):
         self._ns_lock = _namespace_lock(namespace)
 
     def size(self, path: str) -> int:
-        path = self.check_path(path)
         with self._ns_lock:
             obj = self._objects.get(path)
             return len(obj.data) if obj else 0
 
     def exists(self, path: str) -> bool:
-        path = self.check_path(path)
         with self._ns_lock:
             return path in self._objects
 
     def create(self, path: str) -> None:
-        path = self.check_path(path)
         with self._ns_lock:
             self._objects.setdefault(path, _Object())
 
     def write(self, path: str, position: int, data: bytes | memoryview) -> None:
-        path = self.check_path(path)
-        self.check_range(path, position)
         with self._ns_lock:
             obj = self._objects.setdefault(path, _Object())
             if obj.sealed:
@@ -82,9 +79,6 @@ class MemoryDriver(SegmentDriver):
             obj.data += data
 
     def write_if_absent(self, path: str, data: bytes) -> bool:
-        path = self.check_path(path)
-        if not data:
-            raise IllegalParam(f"write_if_absent of {path!r} needs data", path=path)
         with self._ns_lock:
             if path in self._objects:
                 return False
@@ -92,8 +86,6 @@ class MemoryDriver(SegmentDriver):
             return True
 
     def read(self, path: str, position: int, length: int) -> bytes:
-        path = self.check_path(path)
-        self.check_range(path, position, length)
         with self._ns_lock:
             obj = self._objects.get(path)
             if obj is None:
@@ -106,7 +98,6 @@ class MemoryDriver(SegmentDriver):
             return bytes(obj.data[position:position + length])
 
     def seal(self, path: str) -> None:
-        path = self.check_path(path)
         with self._ns_lock:
             obj = self._objects.get(path)
             if obj is None:
@@ -114,18 +105,15 @@ class MemoryDriver(SegmentDriver):
             obj.sealed = True
 
     def is_sealed(self, path: str) -> bool:
-        path = self.check_path(path)
         with self._ns_lock:
             obj = self._objects.get(path)
             return bool(obj and obj.sealed)
 
     def delete(self, path: str) -> None:
-        path = self.check_path(path)
         with self._ns_lock:
             self._objects.pop(path, None)
 
     def list(self, prefix: str = "") -> Iterator[tuple[str, int]]:
-        prefix = self.check_prefix(prefix)
         with self._ns_lock:
             items = [(p, len(o.data)) for p, o in self._objects.items() if p.startswith(prefix)]
         return iter(sorted(items))

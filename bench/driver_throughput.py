@@ -10,7 +10,7 @@ Figures:
   in the same directory tree (target >= 0.85); gcs and azure -- fsspec ``pipe`` (gcsfs,
   adlfs) of the same 4 MiB batches as objects to the same bucket or container
   (target >= 0.8). gcs and azure start their emulator (fake-gcs-server, Azurite) when no
-  endpoint is configured (see each driver's ``conformance_environment``).
+  endpoint is configured (the drivers' ``tiered_conformance_environment`` hook).
 * ``requests_per_mib``: backend requests the driver sent per MiB committed with 4 MiB
   batches (drivers that count them: gcs, azure).
 * ``batching_speedup``: 1 KiB appends committed every 4 MiB, divided by the same 1 KiB
@@ -33,7 +33,7 @@ import tempfile
 import time
 import uuid
 
-from tiered_core.plugins import driver_class, open_driver
+from tiered_core.plugins import conformance_environment, driver_class, open_driver
 from tiered_core.segment import FileSegment
 
 MiB = 1 << 20
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     options = parse_options(args.option)
     remote = args.driver in ("gcs", "azure")
     try:
-        with cls.conformance_environment(workdir) as env_options:
+        with conformance_environment(args.driver, workdir) as env_options:
             all_options = cls.coerce_options({**env_options, **options})
             driver = open_driver(args.driver, **all_options)
             raw_rates, seg_rates, append_rates, small_rates, req_rates = [], [], [], [], []

@@ -14,7 +14,7 @@ import pytest
 
 from tiered_conformance import DriverConformance
 from tiered_core.plugins import get_registry, open_driver
-from tiered_core.testing.emulators import ci_mode
+from tiered_conformance.testing import ci_mode
 
 
 def _require_installed(name: str, hint: str) -> None:

@@ -506,6 +506,27 @@ def test_without_an_answer_the_driver_class_fallback_is_used(tmp_path):
         assert set(options) == {"namespace"}
 
 
+def test_opening_drivers_never_loads_the_test_kit(tmp_path):
+    """Emulator launchers and fixtures are test tooling: loading every plugin and opening the
+    drivers (as a broker does) imports neither them nor tiered_conformance nor pytest."""
+    code = textwrap.dedent(f"""
+        import sys
+        from tiered_core.plugins import get_registry, open_driver
+        registry = get_registry()
+        assert {{"gcs", "azure", "memory", "posix"}} <= set(registry.drivers), sorted(registry.drivers)
+        open_driver("posix", root={str(tmp_path / "p")!r}).close()
+        open_driver("memory").close()
+        open_driver("gcs", bucket="some-bucket", token="anon", endpoint="http://127.0.0.1:9").close()
+        open_driver("azure", container="c", connection_string="UseDevelopmentStorage=true").close()
+        loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("tiered_conformance", "pytest", "_pytest")
+                        or m.endswith((".emulator", ".testing")))
+        print(loaded)
+    """)
+    out = _run_with_plugins(tmp_path, code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
 # -- options --------------------------------------------------------------------------
 
 def test_unknown_option_is_named_and_nothing_is_created(tmp_path):

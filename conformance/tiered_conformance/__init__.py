@@ -15,7 +15,8 @@ Run it in either of two ways.
            --tiered-capability "conditional_append=false:emulator ignores preconditions"
 
    ``--tiered-driver`` takes a registered name, an alias or ``module:Class``. The
-   location comes from the driver's ``conformance_environment(workdir)``;
+   location comes from the driver plugin's ``tiered_conformance_environment`` hook
+   (which may start an emulator) or else the class's ``conformance_environment(workdir)``;
    ``--tiered-option key=value`` values override it (converted by the driver's option
    types). ``--tiered-hypothesis-examples N`` sizes the stateful test. The same run,
    summarised per area: ``tiered conformance sqlite``.

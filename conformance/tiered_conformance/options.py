@@ -120,7 +120,7 @@ def resolve_settings(driver: str | None, options: Iterable[str] = (), capabiliti
 
     The driver is looked up in the registry (name, alias or ``module:Class``); option
     names are checked against the driver class now, their values converted later,
-    merged with the driver's ``conformance_environment``.
+    merged with the driver's conformance environment (``tiered_conformance_environment``).
     """
     settings = SuiteSettings(options=parse_assignments(options, "--tiered-option"),
                              overrides=parse_capability_overrides(capabilities),

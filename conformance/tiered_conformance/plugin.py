@@ -1,8 +1,9 @@
 """The pytest plugin of ``tiered_conformance`` (auto-loaded through ``pytest11``).
 
 It adds the ``--tiered-*`` options and two fixtures, ``tiered_environment`` (session:
-the options of a throw-away location from the driver's ``conformance_environment``,
-merged with ``--tiered-option`` values, which win) and ``tiered_driver`` (a driver
+the options of a throw-away location from the driver plugin's
+``tiered_conformance_environment`` hook, which may start an emulator, merged with
+``--tiered-option`` values, which win) and ``tiered_driver`` (a driver
 instance opened on it). The suite's ``driver`` fixture uses ``tiered_driver`` unless a
 subclass of :class:`~tiered_conformance.DriverConformance` defines its own.
 
@@ -40,7 +41,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--tiered-driver", metavar="NAME", default=None,
                     help="driver to run the conformance suite against: registered name, alias or module:Class")
     group.addoption("--tiered-option", metavar="KEY=VALUE", action="append", default=[],
-                    help="driver option (repeatable); overrides the driver's conformance_environment")
+                    help="driver option (repeatable); overrides the driver's conformance environment")
     group.addoption("--tiered-capability", metavar="FIELD=VALUE[:REASON]", action="append", default=[],
                     help="override a declared capability for this run, e.g. an emulator gap (repeatable)")
     group.addoption("--tiered-hypothesis-examples", metavar="N", type=int, default=None,
@@ -90,9 +91,13 @@ def tiered_environment(request: pytest.FixtureRequest, tmp_path_factory: pytest.
     settings = suite_settings(request.config)
     if settings.driver_cls is None:
         pytest.fail(NO_DRIVER_MESSAGE, pytrace=False)
+    from tiered_core.plugins import get_registry
+
     cls = settings.driver_cls
     workdir = tmp_path_factory.mktemp("tiered-conformance")
-    with cls.conformance_environment(str(workdir)) as env:
+    # The driver's plugin answers tiered_conformance_environment (e.g. starting its
+    # emulator); otherwise the class's conformance_environment.
+    with get_registry().conformance_environment(settings.driver_name, str(workdir)) as env:
         yield cls.coerce_options({**dict(env), **settings.options})
 
 

@@ -1,14 +1,12 @@
-"""The conformance suite, by subclassing DriverConformance, for the drivers in this repo.
+"""The conformance suite, by subclassing DriverConformance, for the example third-party driver.
 
-Drivers are opened through the registry (entry points), exactly as a user's config
-would; ``sqlite`` is the third-party example package (examples/tiered-driver-sqlite),
-which ``make test`` installs. If it is missing the class is skipped locally and fails
-under ``CI=true``.
+``sqlite`` (examples/tiered-driver-sqlite, which ``make test`` installs) is opened through
+the registry (its entry point), exactly as a user's config would. If it is missing the
+class is skipped locally and fails under ``CI=true``. The first-party drivers run the
+suite in their own distributions: drivers/<name>/tests.
 """
 
 from __future__ import annotations
-
-import uuid
 
 import pytest
 
@@ -24,24 +22,6 @@ def _require_installed(name: str, hint: str) -> None:
     if ci_mode():
         pytest.fail(message + "; CI=true requires it", pytrace=False)
     pytest.skip(message)
-
-
-class TestMemoryConformance(DriverConformance):
-    @pytest.fixture
-    def driver(self):
-        namespace = f"first-party-{uuid.uuid4().hex}"
-        drv = open_driver("memory", namespace=namespace)
-        yield drv
-        drv.close()
-        type(drv).drop_namespace(namespace)
-
-
-class TestPosixConformance(DriverConformance):
-    @pytest.fixture
-    def driver(self, tmp_path):
-        drv = open_driver("posix", root=str(tmp_path / "root"))
-        yield drv
-        drv.close()
 
 
 class TestSqliteConformance(DriverConformance):

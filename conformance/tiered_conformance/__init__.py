@@ -1,4 +1,4 @@
-"""tiered-conformance: the conformance suite every tiered-store driver runs.
+"""tiered-conformance: the conformance suite every tiered-store driver (and metadata store) runs.
 
 It proves (a) the raw driver contract, (b) ``FileSegment`` semantics over the driver,
 including recovery from write faults injected around it, and (c) a hypothesis state
@@ -39,6 +39,15 @@ Run it in either of two ways.
            def capabilities(self, driver):
                return driver.capabilities.override("emulator gap", conditional_append=False)
 
+The metadata store contract ships too, for a third-party store registered through
+``tiered_register_metadata_stores``: ``pytest --pyargs tiered_conformance
+--tiered-metadata-store mystore``, or in a test file
+``class TestMyStore(MetadataStoreConformance): store_name = "mystore"``.
+
+Test kit for drivers that need a server: :mod:`tiered_conformance.emulator` (the process
+base of an emulator launcher) and :mod:`tiered_conformance.testing` (fixtures that skip
+locally and fail under ``CI=true``).
+
 Fault injection around any driver, for your own tests: :class:`FaultyDriver` with
 :class:`Fault` (``before``, ``after`` = lost ack, ``partial``, ``size_error``, ``hold``).
 """
@@ -53,6 +62,7 @@ __version__ = "0.1.0"
 # does in every run) does not import the suite before assertion rewriting is set up.
 _EXPORTS = {
     "DriverConformance": "tiered_conformance.suite",
+    "MetadataStoreConformance": "tiered_conformance.suite.metadata",
     "AREAS": "tiered_conformance.areas",
     "FaultyDriver": "tiered_conformance.faults",
     "Fault": "tiered_conformance.faults",

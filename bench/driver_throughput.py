@@ -10,7 +10,7 @@ Figures:
   in the same directory tree (target >= 0.85); gcs and azure -- fsspec ``pipe`` (gcsfs,
   adlfs) of the same 4 MiB batches as objects to the same bucket or container
   (target >= 0.8). gcs and azure start their emulator (fake-gcs-server, Azurite) when no
-  endpoint is configured (see each driver's ``conformance_environment``).
+  endpoint is configured (the drivers' ``tiered_conformance_environment`` hook).
 * ``driver_calls_per_mib``: SPI calls (write, size...) FileSegment made per MiB committed
   with 4 MiB batches, counted by a ``CountingLayer`` under the standard layers.
 * ``requests_per_mib``: HTTP requests the driver sent per MiB committed with 4 MiB
@@ -35,7 +35,7 @@ import tempfile
 import time
 import uuid
 
-from tiered_core.plugins import driver_class
+from tiered_core.plugins import conformance_environment, driver_class
 from tiered_core.segment import FileSegment
 from tiered_core.spi.layer import CountingLayer, layered
 
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     options = parse_options(args.option)
     remote = args.driver in ("gcs", "azure")
     try:
-        with cls.conformance_environment(workdir) as env_options:
+        with conformance_environment(args.driver, workdir) as env_options:
             all_options = cls.coerce_options({**env_options, **options})
             backend = cls(**all_options)
             counting = CountingLayer(backend)

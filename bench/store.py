@@ -21,8 +21,8 @@ location, and raw runs alternate with store runs so a noisy neighbour hurts both
   tiered commit-log bytes in 16 MiB reads (the fetcher's read-ahead size).
 * ``warm_read_msgs_per_s``: reading every message again, now all from the cache.
 
-gcs and azure start their emulator when no endpoint is configured (each driver's
-``conformance_environment``); ``--option`` adds or overrides driver options.
+gcs and azure start their emulator when no endpoint is configured (the drivers'
+``tiered_conformance_environment`` hook); ``--option`` adds or overrides driver options.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import uuid
 from tiered_core import Message, StoreConfig
 from tiered_core.access.results import GetMessageStatus, StoreTier
 from tiered_core.access.store import TieredMessageStore
-from tiered_core.plugins import driver_class
+from tiered_core.plugins import conformance_environment, driver_class
 
 MiB = 1 << 20
 RAW_WRITE = 4 * MiB
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     figures: dict[str, list[float]] = {k: [] for k in (
         "put", "dispatch", "raw_write", "dispatch_msgs", "single_msgs", "cold", "raw_read", "warm")}
     try:
-        with cls.conformance_environment(workdir) as env_options:
+        with conformance_environment(args.driver, workdir) as env_options:
             options = cls.coerce_options({**env_options, **parse_options(args.option)})
             base = StoreConfig(store_path=workdir, driver=args.driver, driver_options=options, metadata="sqlite",
                                local_commit_log_file_size=256 * MiB,

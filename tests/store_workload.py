@@ -1,8 +1,8 @@
 """Shared parts of the message-store tests: backends, a recorded workload, exactly-once checks.
 
 * :func:`backend_options` - driver options for a throw-away location of each driver
-  (gcs and azure against the session emulators of ``tiered_core.testing.pytest_emulators``,
-  which the calling test module must import so that ``request.getfixturevalue`` finds them);
+  (gcs and azure against the session emulators ``fake_gcs`` and ``azurite``, fixtures of the
+  drivers' test kits that ``tests/conftest.py`` imports);
 * :class:`Workload` - puts messages with keys and tags on several queues and records
   what each put returned (offsets, store time), so checks derive every expectation
   from what was written;
@@ -27,7 +27,8 @@ from tiered_core.access.results import GetMessageStatus, StoreTier
 from tiered_core.access.store import TieredMessageStore
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, ConsumeQueueUnit, decode_cq_unit
 from tiered_core.common import BoundaryType
-from tiered_core.testing.pytest_emulators import AZURE_CONTAINER, GCS_BUCKET
+from tiered_driver_azure.testing import AZURE_CONTAINER
+from tiered_driver_gcs.testing import GCS_BUCKET
 
 DRIVERS = ("memory", "posix", "sqlite", "gcs", "azure")
 #: drivers whose bytes outlive the process (a killed child's writes stay visible)
@@ -54,11 +55,10 @@ def backend_options(request: pytest.FixtureRequest, driver: str, tmp_path: Path)
         return {"database": str(tmp_path / "tiered-segments.db")}
     if driver == "gcs":
         server = request.getfixturevalue("fake_gcs")
-        return {"bucket": GCS_BUCKET, "prefix": f"store-{tag}", "endpoint": server.url, "retries": 3}
+        return {**server.driver_options(GCS_BUCKET, f"store-{tag}"), "retries": 3}
     if driver == "azure":
         server = request.getfixturevalue("azurite")
-        return {"container": AZURE_CONTAINER, "prefix": f"store-{tag}",
-                "connection_string": server.connection_string, "retries": 3}
+        return {**server.driver_options(AZURE_CONTAINER, f"store-{tag}"), "retries": 3}
     raise ValueError(f"no test backend for driver {driver!r}")
 
 

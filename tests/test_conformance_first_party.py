@@ -1,10 +1,11 @@
-"""The conformance suite, by subclassing DriverConformance, for the drivers in this repo.
+"""The conformance suite, by subclassing DriverConformance, for the example third-party drivers.
 
 Drivers are opened through the registry (entry points), exactly as a user's config
-would; ``sqlite`` and ``minimal`` are the third-party example packages
+would: ``sqlite`` and ``minimal`` are the third-party example packages
 (examples/tiered-driver-sqlite, examples/tiered-driver-minimal -- the latter with no
 input checks or retries of its own), which ``make test`` installs. If one is missing its
-class is skipped locally and fails under ``CI=true``.
+class is skipped locally and fails under ``CI=true``. The first-party drivers run the
+suite in their own distributions: drivers/<name>/tests.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 
 from tiered_conformance import DriverConformance
 from tiered_core.plugins import get_registry, open_driver
-from tiered_core.testing.emulators import ci_mode
+from tiered_conformance.testing import ci_mode
 
 
 def _require_installed(name: str, hint: str) -> None:
@@ -25,24 +26,6 @@ def _require_installed(name: str, hint: str) -> None:
     if ci_mode():
         pytest.fail(message + "; CI=true requires it", pytrace=False)
     pytest.skip(message)
-
-
-class TestMemoryConformance(DriverConformance):
-    @pytest.fixture
-    def driver(self):
-        namespace = f"first-party-{uuid.uuid4().hex}"
-        drv = open_driver("memory", namespace=namespace)
-        yield drv
-        drv.close()
-        type(drv.innermost).drop_namespace(namespace)
-
-
-class TestPosixConformance(DriverConformance):
-    @pytest.fixture
-    def driver(self, tmp_path):
-        drv = open_driver("posix", root=str(tmp_path / "root"))
-        yield drv
-        drv.close()
 
 
 class TestSqliteConformance(DriverConformance):

@@ -18,8 +18,9 @@ import pytest
 
 from tiered_core.errors import DriverError
 from tiered_core.segment import FileSegment
-from tiered_core.testing.emulators import Azurite, EmulatorError, FakeGcsServer
-from tiered_core.testing.pytest_emulators import unavailable
+from tiered_conformance.testing import start_or_skip
+from tiered_driver_azure.emulator import Azurite
+from tiered_driver_gcs.emulator import FakeGcsServer
 
 KIB = 1024
 
@@ -59,14 +60,6 @@ class Killer:
         """Until the kill has happened (a delayed kill must not hit the restarted server)."""
         if self.timer is not None:
             self.timer.join()
-
-
-def start(server):
-    try:
-        server.start()
-    except EmulatorError as exc:
-        unavailable(server.name, exc)
-    return server
 
 
 def commit_until_down(seg: FileSegment, killer: Killer, expected: bytearray, size: int, limit: int = 200) -> None:
@@ -111,10 +104,10 @@ def test_gcs_kill_during_part_upload_and_compose(tmp_path, delay):
     from tiered_driver_gcs import GcsDriver
     from tiered_driver_gcs.layout import PART_MARK
 
-    server = start(FakeGcsServer(tmp_path / "data"))
+    server = start_or_skip(FakeGcsServer(tmp_path / "data"))
     try:
         server.create_bucket("fault")
-        driver = GcsDriver(bucket="fault", endpoint=server.url, prefix=f"f{uuid.uuid4().hex[:6]}", retries=2)
+        driver = GcsDriver(**server.driver_options("fault", f"f{uuid.uuid4().hex[:6]}"), retries=2)
         path = "commitlog/00000000000000000000"
         seg = FileSegment(driver, path)
         expected = bytearray()
@@ -164,7 +157,7 @@ def test_gcs_kill_during_part_upload_and_compose(tmp_path, delay):
 def test_azure_kill_during_multi_block_commit(tmp_path, delay):
     from tiered_driver_azure import AzureDriver
 
-    server = start(Azurite(tmp_path / "data"))
+    server = start_or_skip(Azurite(tmp_path / "data"))
     try:
         server.create_container("fault")
         block = 64 * KIB
@@ -195,7 +188,8 @@ def test_azure_kill_during_multi_block_commit(tmp_path, delay):
 
 
 MISSING_EMULATOR_TEST = '''
-from tiered_core.testing.pytest_emulators import azurite, fake_gcs  # noqa: F401
+from tiered_driver_azure.testing import azurite  # noqa: F401
+from tiered_driver_gcs.testing import fake_gcs  # noqa: F401
 
 
 def test_needs_azurite(azurite):

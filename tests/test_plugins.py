@@ -103,6 +103,30 @@ BROKEN = {
         def tiered_register_drivers(registrar):  # the hook's argument is `register`
             pass
     """,
+    "store_registered_by_name": """
+        from tiered_core import hookimpl
+        from tiered_core.metadata import JsonMetadataStore
+
+        @hookimpl
+        def tiered_register_metadata_stores(register):
+            register("mine", JsonMetadataStore)  # the old shape: the class carries the name
+    """,
+    "store_without_name": """
+        from tiered_core import hookimpl
+        from tiered_core.spi.metadata import TieredMetadataStore
+
+        @hookimpl
+        def tiered_register_metadata_stores(register):
+            register(type("Nameless", (TieredMetadataStore,), {}))
+    """,
+    "driver_registered_as_store": """
+        from tiered_core import hookimpl
+        from tiered_driver_memory import MemoryDriver
+
+        @hookimpl
+        def tiered_register_metadata_stores(register):
+            register(MemoryDriver)
+    """,
 }
 
 
@@ -353,6 +377,166 @@ def test_bad_module_class_spec_is_named(spec, error):
 def test_default_registry_is_shared_and_loaded():
     assert get_registry() is get_registry()
     assert set(FIRST_PARTY) <= set(get_registry().drivers)
+
+
+# -- metadata stores: registered and looked up exactly like drivers -----------------------
+
+GOOD_STORE = """
+    from tiered_core import hookimpl
+    from tiered_core.metadata import JsonMetadataStore
+
+    class {cls}(JsonMetadataStore):
+        name = {name!r}
+        aliases = ({alias!r},)
+
+    @hookimpl
+    def tiered_register_metadata_stores(register):
+        register({cls})
+"""
+
+
+def test_builtin_metadata_stores_are_registered_directly_not_by_entry_point():
+    registry = Registry(entry_points=False).load()  # no entry point is read at all
+    for name in ("sqlite", "json"):
+        entry = registry.metadata_stores[name]
+        assert (entry.distribution, entry.plugin) == ("tiered-core", "tiered_core.metadata")
+        assert entry.version == md.version("tiered-core")
+        assert entry.cls.name == name
+    core_eps = [ep for ep in md.distribution("tiered-core").entry_points if ep.group == "tiered_core"]
+    assert core_eps == []
+
+
+def test_builtin_stores_cannot_be_disabled(monkeypatch):
+    monkeypatch.setenv("TIERED_DISABLE_PLUGINS", "tiered_core.metadata,metadata")
+    assert {"sqlite", "json"} <= set(Registry(strict=True).load().metadata_stores)
+
+
+def test_third_party_metadata_store_registers_with_its_name_aliases_and_version(plugin_dir):
+    make_dist(plugin_dir, "acme-metadata", GOOD_STORE.format(cls="AcmeStore", name="acme", alias="AcmeMetadataStore"),
+              version="1.4.0")
+    registry = Registry(strict=True).load()
+    entry = registry.metadata_stores["acme"]
+    assert (entry.distribution, entry.version, entry.aliases) == ("acme-metadata", "1.4.0", ("AcmeMetadataStore",))
+    assert registry.metadata_store_class("AcmeMetadataStore") is entry.cls
+    assert registry.canonical_metadata_store_name("AcmeMetadataStore") == "acme"
+    assert {"sqlite", "json"} <= set(registry.metadata_stores)
+
+
+def test_a_second_store_with_a_taken_name_is_reported_not_swapped_in(plugin_dir):
+    dist_ep, _ = make_dist(plugin_dir, "impostor-metadata",
+                           GOOD_STORE.format(cls="Impostor", name="sqlite", alias="ImpostorStore"))
+    with pytest.warns(PluginLoadWarning, match="impostor-metadata"):
+        registry = Registry().load()
+    assert registry.metadata_stores["sqlite"].distribution == "tiered-core"
+    assert "already registered by distribution 'tiered-core'" in registry.failures[-1].error
+
+
+@pytest.mark.parametrize("alias, name", [
+    ("org.apache.rocketmq.tieredstore.metadata.DefaultMetadataStore", "json"),
+    ("DefaultMetadataStore", "json"),
+])
+def test_rocketmq_metadata_class_names_are_aliases_declared_by_the_store(alias, name):
+    registry = Registry(strict=True).load()
+    assert alias in registry.metadata_stores[name].aliases  # declared by the class, not by the core
+    assert registry.canonical_metadata_store_name(alias) == name
+    assert registry.metadata_store_class(alias) is registry.metadata_stores[name].cls
+
+
+def test_rocketmq_aliases_are_declared_only_by_the_plugins():
+    """The core holds no table of RocketMQ class names: each driver or store declares its own."""
+    core = pathlib.Path(__import__("tiered_core").__file__).parent
+    offenders = [
+        str(path.relative_to(core)) for path in core.rglob("*.py")
+        if path.name != "json_store.py"
+        and any(f'"{n}' in path.read_text() or f'"org.apache.rocketmq.tieredstore.{k}.{n}"' in path.read_text()
+                for k, n in (("provider", "PosixFileSegment"), ("provider", "MemoryFileSegment"),
+                             ("metadata", "DefaultMetadataStore")))
+    ]
+    assert offenders == []
+
+
+def test_metadata_store_module_class_spec_and_unknown_name():
+    registry = Registry(strict=True).load()
+    assert registry.metadata_store_class("tiered_core.metadata.json_store:JsonMetadataStore") is \
+        registry.metadata_stores["json"].cls
+    with pytest.raises(InvalidOption):
+        registry.metadata_store_class("tiered_driver_memory:MemoryDriver")  # not a store
+    with pytest.raises(UnknownDriver) as err:
+        registry.metadata_store_class("redis")
+    assert "no metadata store named 'redis'" in str(err.value)
+    assert {"sqlite", "json"} <= set(err.value.installed)
+
+
+# -- the conformance environment hook --------------------------------------------------------
+
+class _EnvironmentPlugin:
+    """Answers tiered_conformance_environment for one driver name and records the calls."""
+
+    def __init__(self, answers_for: str) -> None:
+        self.answers_for = answers_for
+        self.calls: list[tuple[str, str]] = []
+
+    @hookimpl
+    def tiered_conformance_environment(self, driver_name, workdir):
+        self.calls.append((driver_name, workdir))
+        if driver_name != self.answers_for:
+            return None
+        import contextlib
+
+        return contextlib.nullcontext({"count": 7, "label": workdir})
+
+
+def test_hook_tiered_conformance_environment_answers_by_registered_name(tmp_path):
+    typed = type("AliasedTyped", (TypedDriver,), {"name": "aliased-typed", "aliases": ("TypedAlias",)})
+    registry = Registry(entry_points=False).load()
+    plugin = _EnvironmentPlugin("aliased-typed")
+    registry.register_plugin(_Plugin(typed), name="typed")
+    registry.register_plugin(plugin, name="typed-env")
+    with registry.conformance_environment("TypedAlias", str(tmp_path)) as options:
+        assert options == {"count": 7, "label": str(tmp_path)}
+    assert plugin.calls == [("aliased-typed", str(tmp_path))]  # the alias is resolved first
+
+
+def test_without_an_answer_the_driver_class_fallback_is_used(tmp_path):
+    registry = Registry(strict=True).load()
+    registry.register_plugin(_EnvironmentPlugin("somebody-else"), name="other-env")
+    with registry.conformance_environment("posix", str(tmp_path)) as options:
+        assert options == {"root": str(tmp_path / "posix-root")}
+    with registry.conformance_environment("tiered_driver_memory:MemoryDriver", str(tmp_path)) as options:
+        assert set(options) == {"namespace"}
+
+
+def test_opening_drivers_never_loads_the_test_kit(tmp_path):
+    """Emulator launchers and fixtures are test tooling: loading every plugin and opening the
+    drivers (as a broker does) imports neither them nor tiered_conformance nor pytest."""
+    code = textwrap.dedent(f"""
+        import sys
+        from tiered_core.plugins import get_registry, open_driver
+        registry = get_registry()
+        assert {{"gcs", "azure", "memory", "posix"}} <= set(registry.drivers), sorted(registry.drivers)
+        open_driver("posix", root={str(tmp_path / "p")!r}).close()
+        open_driver("memory").close()
+        open_driver("gcs", bucket="some-bucket", token="anon", endpoint="http://127.0.0.1:9").close()
+        open_driver("azure", container="c", connection_string="UseDevelopmentStorage=true").close()
+        loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("tiered_conformance", "pytest", "_pytest")
+                        or m.endswith((".emulator", ".testing")))
+        print(loaded)
+    """)
+    out = _run_with_plugins(tmp_path, code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_every_hook_is_documented_in_the_readme(repo_root):
+    """datasette's meta-test: each hookspec appears in README's "Writing a driver" with its arguments."""
+    from tiered_core.spi import hookspecs
+
+    readme = (repo_root / "README.md").read_text()
+    section = readme[readme.index("## Writing a driver"):]
+    registry = Registry(entry_points=False).load()
+    for name in (n for n in dir(hookspecs) if n.startswith("tiered_")):
+        args = ", ".join(getattr(registry.pm.hook, name).spec.argnames)
+        assert f"{name}({args})" in section, f"README's 'Writing a driver' does not document {name}({args})"
 
 
 # -- options --------------------------------------------------------------------------

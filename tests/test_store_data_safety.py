@@ -32,7 +32,6 @@ from tiered_core.access.store import TieredMessageStore
 from tiered_core.cli import main
 from tiered_core.errors import ErrorCode, Fenced, MetadataError, PrefixOwned, UnknownObjects
 from tiered_core.flat.ownership import STORE_ID_FILE, segment_objects
-from tiered_core.testing.pytest_emulators import azurite, fake_gcs  # noqa: F401  (fixtures)
 
 FAR_FUTURE_MS = 1 << 50
 BACKENDS = ("posix", "gcs", "azure")

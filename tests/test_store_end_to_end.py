@@ -22,7 +22,6 @@ from store_workload import (
 from tiered_core.access.results import GetMessageStatus, StoreTier
 from tiered_core.access.store import TieredMessageStore
 from tiered_core.common import BoundaryType
-from tiered_core.testing.pytest_emulators import azurite, fake_gcs  # noqa: F401  (fixtures)
 
 FAR_FUTURE_MS = 1 << 50  # local retention with local_retention_hours=0 expires every full file
 

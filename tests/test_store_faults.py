@@ -23,7 +23,6 @@ from store_workload import (
 )
 from tiered_core.access.results import StoreTier
 from tiered_core.access.store import TieredMessageStore
-from tiered_core.testing.pytest_emulators import azurite, fake_gcs  # noqa: F401  (fixtures)
 
 MESSAGES = 10_000
 FAILURE_RATE = 0.10

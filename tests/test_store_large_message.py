@@ -18,7 +18,6 @@ from tiered_core.access.results import GetMessageStatus, StoreTier
 from tiered_core.access.store import TieredMessageStore
 from tiered_core.config import StoreConfig
 from tiered_core.errors import IllegalParam
-from tiered_core.testing.pytest_emulators import azurite, fake_gcs  # noqa: F401  (fixtures)
 
 MiB = 1 << 20
 BIG = 5 * MiB

@@ -31,7 +31,6 @@ from store_workload import (
 )
 from tiered_core.access.results import StoreTier
 from tiered_core.access.store import TieredMessageStore
-from tiered_core.testing.pytest_emulators import azurite, fake_gcs  # noqa: F401  (fixtures)
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 

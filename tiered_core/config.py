@@ -60,12 +60,6 @@ if TYPE_CHECKING:  # imported lazily at run time: keep `import tiered_core` ligh
 
 S = TypeVar("S")
 
-#: RocketMQ's metadata provider class names -> our metadata store names.
-METADATA_ALIASES = {
-    "org.apache.rocketmq.tieredstore.metadata.DefaultMetadataStore": "json",
-    "DefaultMetadataStore": "json",
-}
-
 #: Driver options holding local paths: relative values resolve against the config file's directory.
 _PATH_OPTIONS = ("root", "database")
 #: Keys holding local paths: relative values resolve against the config file's directory.
@@ -455,12 +449,12 @@ def _check_driver_options(driver: str, options: dict[str, Any], base_dir: str, w
 def _check_metadata(name: str, label: str, where: str) -> str:
     from tiered_core.plugins import get_registry
 
-    name = METADATA_ALIASES.get(name, name)
     registry = get_registry()
+    name = registry.canonical_metadata_store_name(name)  # aliases are declared by each store
     if name not in registry.metadata_stores:
         installed = ", ".join(sorted(registry.metadata_stores)) or "(none)"
         raise ConfigError(f"{where}: {label} = {name!r} is not an installed metadata store; accepted: "
-                          f"{installed} (or {', '.join(METADATA_ALIASES)})", key="metadata",
+                          f"{installed} (or {', '.join(registry.metadata_store_aliases())})", key="metadata",
                           source=where, value=name, accepted=sorted(registry.metadata_stores))
     return name
 
@@ -645,7 +639,6 @@ __all__ = [
     "STORAGE_LEVELS",
     "LOCAL_FLUSH_MODES",
     "METADATA_RECOVERY_MODES",
-    "METADATA_ALIASES",
     "ROCKETMQ_KEYS",
     "ROCKETMQ_IGNORED_TIERED_KEYS",
     "NEVER_EXPIRE_HOURS",

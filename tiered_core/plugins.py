@@ -5,8 +5,11 @@ register is reported with its distribution name and skipped, unless
 ``TIERED_STRICT_PLUGINS=1`` (CI) makes that an error. ``TIERED_DISABLE_PLUGINS=a,b``
 blocks entry points by name.
 
-The core never imports a driver package: first-party drivers are found exactly as a
-third party's are.
+Drivers and metadata stores are registered the same way (``register(cls)``; the class
+declares its ``name`` and ``aliases``) and looked up the same way (name, alias or
+``module:Class``). The core's own metadata stores are a built-in plugin, registered
+directly rather than through an entry point; the core never imports a driver package:
+first-party drivers are found exactly as a third party's are.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import os
 import threading
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager
 
 import pluggy
 
@@ -26,16 +29,14 @@ from tiered_core.errors import InvalidOption, PluginLoadError, UnknownDriver
 from tiered_core.spi import hookspecs
 from tiered_core.spi.driver import SegmentDriver
 from tiered_core.spi.layer import layered
+from tiered_core.spi.metadata import TieredMetadataStore
 
 log = logging.getLogger(__name__)
 
-#: RocketMQ's provider class names (``tieredBackendServiceProvider``) -> driver names.
-ROCKETMQ_ALIASES = {
-    "org.apache.rocketmq.tieredstore.provider.PosixFileSegment": "posix",
-    "org.apache.rocketmq.tieredstore.provider.MemoryFileSegment": "memory",
-    "PosixFileSegment": "posix",
-    "MemoryFileSegment": "memory",
-}
+#: Plugins of the core itself (plugin name -> module), registered directly on load:
+#: they cannot be blocked and need no entry point pointing back into the core.
+BUILTIN_PLUGINS = {"tiered_core.metadata": "tiered_core.metadata.plugin"}
+_CORE_DISTRIBUTION = "tiered-core"
 
 
 class PluginLoadWarning(UserWarning):
@@ -43,11 +44,11 @@ class PluginLoadWarning(UserWarning):
 
 
 @dataclass(frozen=True)
-class DriverInfo:
-    """A registered driver: its class and where it came from."""
+class PluginEntry:
+    """A registered class (driver or metadata store) and where it came from."""
 
     name: str
-    cls: type[SegmentDriver]
+    cls: type
     plugin: str
     distribution: str
     version: str
@@ -61,33 +62,50 @@ class PluginFailure:
     error: str
 
 
+@dataclass(frozen=True)
+class _Kind:
+    """What one register hook registers: its base class and the words errors use."""
+
+    label: str
+    base: type
+
+
+_DRIVER = _Kind("driver", SegmentDriver)
+_METADATA_STORE = _Kind("metadata store", TieredMetadataStore)
+
+
 @dataclass
 class Registry:
     """Drivers and metadata stores provided by plugins.
 
     ``strict`` (default: ``TIERED_STRICT_PLUGINS``) turns a broken plugin from a
-    warning into :class:`~tiered_core.errors.PluginLoadError`.
+    warning into :class:`~tiered_core.errors.PluginLoadError`. ``entry_points=False``
+    loads only the built-in plugins (and what :meth:`register_plugin` adds).
     """
 
     strict: bool = field(default_factory=lambda: os.environ.get("TIERED_STRICT_PLUGINS", "") not in ("", "0"))
     entry_points: bool = True
-    drivers: dict[str, DriverInfo] = field(default_factory=dict)
-    metadata_stores: dict[str, DriverInfo] = field(default_factory=dict)
+    drivers: dict[str, PluginEntry] = field(default_factory=dict)
+    metadata_stores: dict[str, PluginEntry] = field(default_factory=dict)
     failures: list[PluginFailure] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.pm = pluggy.PluginManager(hookspecs.PROJECT)
         self.pm.add_hookspecs(hookspecs)
-        self._aliases: dict[str, str] = dict(ROCKETMQ_ALIASES)
+        # kind -> alias -> registered name; filled from each class's ``aliases``.
+        self._aliases: dict[_Kind, dict[str, str]] = {_DRIVER: {}, _METADATA_STORE: {}}
         self._origin: dict[str, tuple[str, str]] = {}  # plugin name -> (distribution, version)
         self._loaded = False
         self._load_error: PluginLoadError | None = None
         self._lock = threading.RLock()
 
+    def _table(self, kind: _Kind) -> dict[str, PluginEntry]:
+        return self.drivers if kind is _DRIVER else self.metadata_stores
+
     # -- loading ------------------------------------------------------------------
 
     def load(self) -> "Registry":
-        """Load entry points (once) and collect what every plugin registers."""
+        """Load the built-in plugins and entry points (once); collect what every plugin registers."""
         with self._lock:
             if self._loaded:
                 if self._load_error is not None:
@@ -96,6 +114,7 @@ class Registry:
                 return self
             self._loaded = True
             try:
+                self._load_builtins()
                 if self.entry_points:
                     self._load_entry_points()
                 self._collect()
@@ -113,12 +132,25 @@ class Registry:
             if self._loaded:
                 self._collect(only=name)
 
+    def _load_builtins(self) -> None:
+        try:
+            version = md.version(_CORE_DISTRIBUTION)
+        except md.PackageNotFoundError:  # running from a source tree that is not installed
+            version = ""
+        for name, module in BUILTIN_PLUGINS.items():
+            # A failure here is a bug of the core, not a broken third-party plugin: let it raise.
+            self._register(importlib.import_module(module), name)
+            self._origin[name] = (_CORE_DISTRIBUTION, version)
+
     def _load_entry_points(self) -> None:
         blocked = {n.strip() for n in os.environ.get("TIERED_DISABLE_PLUGINS", "").split(",") if n.strip()}
+        builtin_modules = set(BUILTIN_PLUGINS.values())
         seen: set[str] = set()
         for dist in md.distributions():
             for ep in dist.entry_points:
                 if ep.group != hookspecs.PROJECT or ep.name in seen or ep.name in blocked:
+                    continue
+                if ep.value in builtin_modules:  # a stale entry point of an older tiered-core
                     continue
                 seen.add(ep.name)
                 dist_name = dist.metadata["Name"] or "?"
@@ -158,65 +190,82 @@ class Registry:
         log.warning("%s; skipped", message)
 
     def _collect(self, only: str | None = None) -> None:
-        for hook, table in (
-            (self.pm.hook.tiered_register_drivers, self.drivers),
-            (self.pm.hook.tiered_register_metadata_stores, self.metadata_stores),
+        for hook, kind in (
+            (self.pm.hook.tiered_register_drivers, _DRIVER),
+            (self.pm.hook.tiered_register_metadata_stores, _METADATA_STORE),
         ):
             for impl in hook.get_hookimpls():
                 if only is not None and impl.plugin_name != only:
                     continue
                 dist, version = self._origin.get(impl.plugin_name, ("(in-process)", ""))
-                register = self._registrar(table, impl.plugin_name, dist, version,
-                                           drivers=table is self.drivers)
                 try:
-                    impl.function(register=register)
+                    impl.function(register=self._registrar(kind, impl.plugin_name, dist, version))
                 except Exception as exc:
                     self._fail(impl.plugin_name, dist, exc)
 
-    def _registrar(self, table: dict[str, DriverInfo], plugin: str, dist: str, version: str,
-                   *, drivers: bool) -> Callable[..., None]:
-        def register_driver(cls: type[SegmentDriver]) -> None:
-            if not (isinstance(cls, type) and issubclass(cls, SegmentDriver)):
-                raise TypeError(f"{cls!r} is not a SegmentDriver subclass")
-            info = DriverInfo(cls.name, cls, plugin, dist, version, tuple(cls.aliases))
-            taken = table.get(cls.name)
+    def _registrar(self, kind: _Kind, plugin: str, dist: str, version: str) -> Callable[[type], None]:
+        """The ``register(cls)`` callable handed to one plugin's register hook."""
+        table = self._table(kind)
+        aliases = self._aliases[kind]
+
+        def register(cls: type) -> None:
+            if not (isinstance(cls, type) and issubclass(cls, kind.base)):
+                raise TypeError(f"{cls!r} is not a {kind.base.__name__} subclass")
+            name = getattr(cls, "name", None)
+            if not isinstance(name, str) or not name:
+                raise TypeError(f"{kind.label} class {cls.__module__}.{cls.__qualname__} declares no `name`")
+            taken = table.get(name)
             if taken is not None and taken.cls is not cls:
-                # Never let one package silently replace another's driver.
-                raise ValueError(f"driver name {cls.name!r} is already registered by distribution "
+                # Never let one package silently replace another's driver or store.
+                raise ValueError(f"{kind.label} name {name!r} is already registered by distribution "
                                  f"{taken.distribution!r} ({taken.cls.__module__}.{taken.cls.__qualname__})")
-            table[cls.name] = info
+            table[name] = PluginEntry(name, cls, plugin, dist, version, tuple(cls.aliases))
             for alias in cls.aliases:
-                self._aliases[alias] = cls.name
+                aliases[alias] = name
 
-        def register_store(name: str, cls: type) -> None:
-            table[name] = DriverInfo(name, cls, plugin, dist, version)
-
-        return register_driver if drivers else register_store
+        return register
 
     # -- lookup -------------------------------------------------------------------
 
-    def canonical_name(self, name: str) -> str:
+    def _canonical(self, kind: _Kind, name: str) -> str:
         self.load()
-        if name in self.drivers:  # a real name wins over another driver's alias
+        if name in self._table(kind):  # a real name wins over another class's alias
             return name
-        return self._aliases.get(name, name)
+        return self._aliases[kind].get(name, name)
 
-    def driver_class(self, name: str) -> type[SegmentDriver]:
-        """The driver class registered as ``name`` (or an alias, or ``module:Class``)."""
+    def _class(self, kind: _Kind, name: str) -> type:
         self.load()
         if ":" in name:
-            return _import_class(name)
-        canonical = self.canonical_name(name)
-        info = self.drivers.get(canonical)
-        if info is None:
-            installed = ", ".join(sorted(self.drivers)) or "(none)"
+            return _import_class(name, kind)
+        table = self._table(kind)
+        entry = table.get(self._canonical(kind, name))
+        if entry is None:
+            installed = ", ".join(sorted(table)) or "(none)"
             hint = ""
             broken = [f.distribution for f in self.failures]
             if broken:
                 hint = f"; plugins that failed to load: {', '.join(broken)}"
-            raise UnknownDriver(f"no driver named {name!r}; installed drivers: {installed}{hint}",
-                                name=name, installed=sorted(self.drivers))
-        return info.cls
+            what = "drivers" if kind is _DRIVER else "metadata stores"
+            raise UnknownDriver(f"no {kind.label} named {name!r}; installed {what}: {installed}{hint}",
+                                name=name, installed=sorted(table))
+        return entry.cls
+
+    def canonical_name(self, name: str) -> str:
+        """The registered driver name for ``name`` (a name or an alias); unknown names unchanged."""
+        return self._canonical(_DRIVER, name)
+
+    def canonical_metadata_store_name(self, name: str) -> str:
+        """The registered metadata store name for ``name`` (a name or an alias); unknown names unchanged."""
+        return self._canonical(_METADATA_STORE, name)
+
+    def metadata_store_aliases(self) -> list[str]:
+        """Every alias a registered metadata store declares."""
+        self.load()
+        return sorted(self._aliases[_METADATA_STORE])
+
+    def driver_class(self, name: str) -> type[SegmentDriver]:
+        """The driver class registered as ``name`` (or an alias, or ``module:Class``)."""
+        return self._class(_DRIVER, name)
 
     def open_driver(self, name: str, **options: Any) -> SegmentDriver:
         """Instantiate driver ``name`` with ``options`` (checked and type-converted), wrapped in
@@ -225,24 +274,32 @@ class Registry:
         cls = self.driver_class(name)
         return layered(cls(**cls.coerce_options(options)))
 
-    def metadata_store_class(self, name: str) -> type:
-        self.load()
-        info = self.metadata_stores.get(name)
-        if info is None:
-            installed = ", ".join(sorted(self.metadata_stores)) or "(none)"
-            raise UnknownDriver(f"no metadata store named {name!r}; installed: {installed}",
-                                name=name, installed=sorted(self.metadata_stores))
-        return info.cls
+    def metadata_store_class(self, name: str) -> type[TieredMetadataStore]:
+        """The metadata store class registered as ``name`` (or an alias, or ``module:Class``)."""
+        return self._class(_METADATA_STORE, name)
+
+    def conformance_environment(self, name: str, workdir: str) -> ContextManager[dict[str, Any]]:
+        """Options of a throw-away location for driver ``name`` (a context manager).
+
+        Asks the plugins (``tiered_conformance_environment``, which may start an emulator)
+        and falls back to the driver class's ``conformance_environment(workdir)``.
+        """
+        cls = self.driver_class(name)
+        registered = self.canonical_name(name) if ":" not in name else cls.name
+        env = self.pm.hook.tiered_conformance_environment(driver_name=registered, workdir=str(workdir))
+        if env is not None:
+            return env
+        return cls.conformance_environment(str(workdir))
 
 
-def _import_class(spec: str) -> type[SegmentDriver]:
+def _import_class(spec: str, kind: _Kind = _DRIVER) -> type:
     module_name, _, attr = spec.partition(":")
     try:
         obj = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError, ValueError, TypeError) as exc:  # importlib raises the last two for bad names
-        raise UnknownDriver(f"cannot import driver class {spec!r}: {exc}", name=spec, installed=[]) from exc
-    if not (isinstance(obj, type) and issubclass(obj, SegmentDriver)):
-        raise InvalidOption(f"{spec!r} is not a SegmentDriver subclass", option=spec)
+        raise UnknownDriver(f"cannot import {kind.label} class {spec!r}: {exc}", name=spec, installed=[]) from exc
+    if not (isinstance(obj, type) and issubclass(obj, kind.base)):
+        raise InvalidOption(f"{spec!r} is not a {kind.base.__name__} subclass", option=spec)
     return obj
 
 
@@ -270,3 +327,8 @@ def open_driver(name: str, **options: Any) -> SegmentDriver:
 
 def driver_class(name: str) -> type[SegmentDriver]:
     return get_registry().driver_class(name)
+
+
+def conformance_environment(name: str, workdir: str) -> ContextManager[dict[str, Any]]:
+    """Options of a throw-away location for driver ``name``; see :meth:`Registry.conformance_environment`."""
+    return get_registry().conformance_environment(name, workdir)

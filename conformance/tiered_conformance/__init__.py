@@ -1,4 +1,4 @@
-"""tiered-conformance: the conformance suite every tiered-store driver runs.
+"""tiered-conformance: the conformance suite every tiered-store driver (and metadata store) runs.
 
 It proves (a) the raw driver contract, (b) ``FileSegment`` semantics over the driver,
 including recovery from write faults injected around it, and (c) a hypothesis state
@@ -15,7 +15,8 @@ Run it in either of two ways.
            --tiered-capability "conditional_append=false:emulator ignores preconditions"
 
    ``--tiered-driver`` takes a registered name, an alias or ``module:Class``. The
-   location comes from the driver's ``conformance_environment(workdir)``;
+   location comes from the driver plugin's ``tiered_conformance_environment`` hook
+   (which may start an emulator) or else the class's ``conformance_environment(workdir)``;
    ``--tiered-option key=value`` values override it (converted by the driver's option
    types). ``--tiered-hypothesis-examples N`` sizes the stateful test. The same run,
    summarised per area: ``tiered conformance sqlite``.
@@ -45,6 +46,15 @@ your own is wrapped the same way. So a driver needs no input checks or retries o
 Fault injection around any driver, for your own tests: :class:`FaultLayer` with
 :class:`Fault` (``before``, ``after`` = lost ack, ``partial``, ``size_error``, ``hold``, for
 writes and, ``before``/``after``, for every other call; random faults at a rate).
+
+The metadata store contract ships too, for a third-party store registered through
+``tiered_register_metadata_stores``: ``pytest --pyargs tiered_conformance
+--tiered-metadata-store mystore``, or in a test file
+``class TestMyStore(MetadataStoreConformance): store_name = "mystore"``.
+
+Test kit for drivers that need a server: :mod:`tiered_conformance.emulator` (the process
+base of an emulator launcher) and :mod:`tiered_conformance.testing` (fixtures that skip
+locally and fail under ``CI=true``).
 """
 
 from __future__ import annotations
@@ -57,6 +67,7 @@ __version__ = "0.1.0"
 # does in every run) does not import the suite before assertion rewriting is set up.
 _EXPORTS = {
     "DriverConformance": "tiered_conformance.suite",
+    "MetadataStoreConformance": "tiered_conformance.suite.metadata",
     "AREAS": "tiered_conformance.areas",
     "FaultLayer": "tiered_conformance.faults",
     "FaultyDriver": "tiered_conformance.faults",

@@ -11,3 +11,7 @@ COMPOSITE_ACCESS = "CompositeAccess"
 
 #: In report order.
 AREAS = (RAW_CONTRACT, FILE_SEGMENT, FAULTS, STATEFUL, COMPOSITE_ACCESS)
+
+#: The metadata store suite (``MetadataStoreConformance``): not a row of ``tiered
+#: conformance NAME``, which runs the driver suite.
+METADATA_STORE = "metadata store"

@@ -37,6 +37,9 @@ class SuiteSettings:
 
     driver_name: str | None = None
     driver_cls: type[SegmentDriver] | None = None
+    #: ``--tiered-metadata-store``: the store the metadata store suite runs against.
+    metadata_store_name: str | None = None
+    metadata_store_cls: type | None = None
     options: dict[str, str] = field(default_factory=dict)
     overrides: list[CapabilityOverride] = field(default_factory=list)
     hypothesis_examples: int | None = None
@@ -46,6 +49,8 @@ class SuiteSettings:
 
     def describe(self) -> str:
         if self.driver_cls is None:
+            if self.metadata_store_cls is not None:
+                return self._describe_store()
             return "no driver selected"
         cls = self.driver_cls
         opts = redact(self.options, cls.secret_options)
@@ -55,7 +60,13 @@ class SuiteSettings:
         if self.overrides:
             text += ", capability overrides " + ", ".join(
                 f"{o.field}={o.value!r} ({o.reason})" for o in self.overrides)
+        if self.metadata_store_cls is not None:
+            text += "; " + self._describe_store()
         return text
+
+    def _describe_store(self) -> str:
+        cls = self.metadata_store_cls
+        return f"metadata store {self.metadata_store_name!r} ({cls.__module__}.{cls.__qualname__})"
 
 
 def parse_assignments(items: Iterable[str], flag: str) -> dict[str, str]:
@@ -115,12 +126,13 @@ def apply_overrides(caps: Capabilities, overrides: Iterable[CapabilityOverride])
 
 
 def resolve_settings(driver: str | None, options: Iterable[str] = (), capabilities: Iterable[str] = (),
-                     hypothesis_examples: int | None = None) -> SuiteSettings:
+                     hypothesis_examples: int | None = None, metadata_store: str | None = None) -> SuiteSettings:
     """Check everything the command line selected; raise a typed error naming a bad input.
 
-    The driver is looked up in the registry (name, alias or ``module:Class``); option
+    The driver and the metadata store are looked up in the registry (name, alias or
+    ``module:Class``); option
     names are checked against the driver class now, their values converted later,
-    merged with the driver's ``conformance_environment``.
+    merged with the driver's conformance environment (``tiered_conformance_environment``).
     """
     settings = SuiteSettings(options=parse_assignments(options, "--tiered-option"),
                              overrides=parse_capability_overrides(capabilities),
@@ -142,4 +154,9 @@ def resolve_settings(driver: str | None, options: Iterable[str] = (), capabiliti
         settings.driver_cls = cls
     elif settings.options:
         raise InvalidOption("--tiered-option needs --tiered-driver NAME", option="--tiered-option")
+    if metadata_store:
+        from tiered_core.plugins import get_registry
+
+        settings.metadata_store_cls = get_registry().metadata_store_class(metadata_store)
+        settings.metadata_store_name = metadata_store
     return settings

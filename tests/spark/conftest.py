@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tiered_core.testing.emulators import ci_mode
+from tiered_conformance.testing import ci_mode
 
 
 def _unavailable(reason: str):

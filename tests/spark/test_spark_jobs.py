@@ -14,7 +14,9 @@ from tiered_core.errors import DriverError, IllegalOffset
 from tiered_core.spark.jobs import export, import_parquet, migrate
 from tiered_core.spark.migrate import plan_copies
 from tiered_core.spark.sample import SampleSpec, write_sample
-from tiered_core.testing.emulators import EmulatorError, FakeGcsServer, ci_mode
+from tiered_conformance.emulator import EmulatorError
+from tiered_conformance.testing import ci_mode
+from tiered_driver_gcs.emulator import FakeGcsServer
 
 SPEC = SampleSpec(topics=("orders", "audit"), queues=2, messages=180, body_size=64)
 
@@ -105,7 +107,7 @@ def test_migrate_posix_to_gcs_resumes_after_a_failed_task(spark, source, tmp_pat
 
     server = gcs_server
     target = write_config(tmp_path / "gcs.toml", tmp_path / "gcs-store", driver="gcs",
-                          options={"bucket": "tiered", "prefix": "migrated", "endpoint": server.url},
+                          options=server.driver_options("tiered", "migrated"),
                           metadata_path=tmp_path / "gcs-metadata.db")
     target_config = StoreConfig.load(target)
 

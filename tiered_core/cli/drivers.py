@@ -17,7 +17,7 @@ import sys
 import warnings
 from typing import Any
 
-from tiered_core.plugins import DriverInfo, PluginLoadWarning, Registry
+from tiered_core.plugins import PluginEntry, PluginLoadWarning, Registry
 from tiered_core.spi.capabilities import Capabilities
 
 
@@ -57,7 +57,7 @@ def _load_quietly(registry: Registry) -> Registry:
         logger.disabled = disabled
 
 
-def describe(info: DriverInfo) -> dict[str, Any]:
+def describe(info: PluginEntry) -> dict[str, Any]:
     """A JSON-ready description of one registered driver (names only, no values)."""
     caps = info.cls.capabilities.as_dict()
     caps.pop("overridden", None)

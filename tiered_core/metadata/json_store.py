@@ -81,6 +81,8 @@ class JsonMetadataStore(TieredMetadataStore):
     """
 
     name = "json"
+    #: RocketMQ's ``tieredMetadataServiceProvider`` class, whose file format this store writes.
+    aliases = ("org.apache.rocketmq.tieredstore.metadata.DefaultMetadataStore", "DefaultMetadataStore")
     default_filename = "tieredStoreMetadata.json"
 
     _OPTIONS: dict[str, Any] = {"pretty": True, "fsync": True}

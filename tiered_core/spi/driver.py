@@ -238,10 +238,12 @@ class SegmentDriver(abc.ABC):
 
     @classmethod
     def conformance_environment(cls, workdir: str) -> typing.ContextManager[dict[str, Any]]:
-        """Options for a throw-away test location under ``workdir``.
+        """Options for a throw-away test location under ``workdir`` (the fallback).
 
-        Used by ``tiered_conformance`` when run with ``--tiered-driver NAME``. Drivers
-        that need a server (an emulator) start it here and stop it on exit.
+        Used by ``tiered_conformance`` (``--tiered-driver NAME``) and the benchmarks when no
+        plugin answers the ``tiered_conformance_environment`` hook for this driver: enough
+        for a driver that needs only a path or a name. A driver that needs a server (an
+        emulator) starts it from that hook instead, so its launcher stays test tooling.
         """
         import contextlib
 

@@ -13,13 +13,21 @@ and marks its implementations with :data:`tiered_core.hookimpl`::
     def tiered_register_drivers(register):
         register(MyDriver)
 
-Hooks use the register-callback pattern: the host passes a callable and the plugin
-calls it once per thing it provides, so a plugin can provide several.
+Drivers and metadata stores register the same way: the host passes a ``register``
+callable and the plugin calls ``register(cls)`` once per class it provides. The class
+carries everything the registry needs: ``name`` (what config selects) and ``aliases``
+(other names it answers to, e.g. RocketMQ class names). So a plugin can provide several
+classes, and a name is declared in exactly one place, the class.
+
+A third hook, :func:`tiered_conformance_environment`, gives the conformance suite (and
+benchmarks) a throw-away location for a driver, starting whatever test server that
+needs. It is test tooling: implementations import their launchers lazily, inside the
+hook, so that production code never loads them.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 import pluggy
 
@@ -31,6 +39,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 if TYPE_CHECKING:
     from tiered_core.spi.driver import SegmentDriver
+    from tiered_core.spi.metadata import TieredMetadataStore
 
 
 @hookspec
@@ -39,13 +48,48 @@ def tiered_register_drivers(register: "Callable[[type[SegmentDriver]], None]") -
 
     :param register: call ``register(DriverClass)`` for each driver this plugin provides.
         The class's ``name`` and ``aliases`` are what config and ``open_driver`` select.
+        A name already registered by another class is refused (the plugin is reported
+        as broken), so one package can never silently replace another's driver.
     """
 
 
 @hookspec
-def tiered_register_metadata_stores(register: "Callable[[str, type], None]") -> None:
-    """Register metadata store classes.
+def tiered_register_metadata_stores(register: "Callable[[type[TieredMetadataStore]], None]") -> None:
+    """Register :class:`~tiered_core.spi.metadata.TieredMetadataStore` subclasses.
 
-    :param register: call ``register(name, StoreClass)`` for each
-        :class:`~tiered_core.spi.metadata.TieredMetadataStore` this plugin provides.
+    :param register: call ``register(StoreClass)`` for each metadata store this plugin
+        provides, exactly as for drivers: the class's ``name`` and ``aliases`` are what
+        config's ``[tiered] metadata`` selects (e.g. the JSON store declares RocketMQ's
+        ``DefaultMetadataStore``). Prove a store with
+        ``tiered_conformance.MetadataStoreConformance``.
+    """
+
+
+@hookspec(firstresult=True)
+def tiered_conformance_environment(driver_name: str, workdir: str) -> "ContextManager[dict[str, Any]] | None":
+    """A throw-away test location for driver ``driver_name``, or None if not yours.
+
+    Called by the conformance suite (``pytest --pyargs tiered_conformance --tiered-driver
+    NAME``, ``tiered conformance NAME``) and the benchmarks before they open the driver.
+    The first non-None answer wins.
+
+    :param driver_name: the registered name of the driver under test (never an alias).
+    :param workdir: a fresh scratch directory the environment may use (server data,
+        files); it outlives the context manager.
+    :return: a context manager whose ``__enter__`` starts what the location needs (an
+        emulator, a bucket) and returns the driver options for it (as ``open_driver``
+        takes them), and whose ``__exit__`` stops it; or None when this plugin does not
+        provide ``driver_name``. A driver for which no plugin answers falls back to its
+        class's ``conformance_environment(workdir)`` (empty options by default).
+
+    Implementations must import their launchers inside the hook, so that loading the
+    plugin to open a driver never loads test tooling. Example (the gcs driver's plugin
+    module; its launcher lives in the driver distribution's ``emulator`` module)::
+
+        @hookimpl
+        def tiered_conformance_environment(driver_name, workdir):
+            if driver_name != GcsDriver.name:
+                return None
+            from . import emulator  # test tooling: loaded only when asked
+            return emulator.conformance_environment(workdir)
     """

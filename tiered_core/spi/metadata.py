@@ -225,7 +225,7 @@ def parse_options(store: str, options: Mapping[str, Any], defaults: Mapping[str,
 class TieredMetadataStore(abc.ABC):
     """Topics, queues and file segments of one tiered store (RIP-65).
 
-    Contract (the shared suite in ``tests/test_metadata_stores.py`` checks it):
+    Contract (proved by ``tiered_conformance.MetadataStoreConformance``):
 
     - Constructor ``(path: str, **options)``: opens or creates the store at ``path``
       (a file). Unknown options raise :class:`~tiered_core.errors.InvalidOption`
@@ -250,8 +250,11 @@ class TieredMetadataStore(abc.ABC):
       store's path; using a closed store raises :class:`MetadataError`.
     """
 
-    #: Registry name (``register(name, cls)``) and the file name used in a store root.
+    #: Registry name (what config's ``[tiered] metadata`` selects; ``register(cls)`` reads it).
     name: str = ""
+    #: Other names this store answers to (e.g. RocketMQ metadata provider class names).
+    aliases: tuple[str, ...] = ()
+    #: The file name used in a store root.
     default_filename: str = ""
 
     path: str

@@ -7,6 +7,7 @@ from tiered_conformance.suite.base import ConformanceBase
 from tiered_conformance.suite.composite import CompositeAccessTests
 from tiered_conformance.suite.contract import DriverContractTests
 from tiered_conformance.suite.faults import FaultTests
+from tiered_conformance.suite.metadata import MetadataStoreConformance
 from tiered_conformance.suite.segment import FileSegmentTests
 from tiered_conformance.suite.stateful import FileSegmentStateMachineTests
 
@@ -34,4 +35,5 @@ __all__ = [
     "FaultTests",
     "FileSegmentStateMachineTests",
     "FileSegmentTests",
+    "MetadataStoreConformance",
 ]

@@ -18,3 +18,13 @@ __all__ = ["AzureDriver", "MAX_APPEND_BLOCK", "__version__"]
 @hookimpl
 def tiered_register_drivers(register) -> None:
     register(AzureDriver)
+
+
+@hookimpl
+def tiered_conformance_environment(driver_name: str, workdir: str):
+    """A throw-away container prefix on Azurite (started here) or a configured account."""
+    if driver_name != AzureDriver.name:
+        return None
+    from . import emulator  # test tooling (the `testing` extra): loaded only when asked
+
+    return emulator.conformance_environment(workdir)

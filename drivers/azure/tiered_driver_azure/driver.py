@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import uuid
 from typing import Any, Callable, Iterator
 
 from tiered_core.errors import DriverError, IllegalParam, InvalidOption, NotFound, PositionMismatch, SegmentSealed
@@ -308,12 +306,6 @@ class AzureDriver(SegmentDriver):
         with contextlib.suppress(Exception):
             self._service.close()
 
-    # -- conformance ------------------------------------------------------------------
-
-    @classmethod
-    def conformance_environment(cls, workdir: str):
-        return _conformance_environment(workdir)
-
 
 class _Mismatch(Exception):
     def __init__(self, actual: int) -> None:
@@ -384,27 +376,3 @@ def _transient(exc: Exception, status: int) -> bool:
         return is_transient(status)
     return isinstance(exc, (ServiceRequestError, ServiceResponseError, ConnectionError, TimeoutError))
 
-
-@contextlib.contextmanager
-def _conformance_environment(workdir: str):
-    """Options for a throw-away container prefix; starts Azurite when no endpoint is set.
-
-    An account is configured by ``TIERED_AZURE_CONNECTION_STRING`` (the container is
-    created when missing; ``TIERED_AZURE_CONTAINER`` names it, default
-    ``tiered-conformance``).
-    """
-    container = os.environ.get("TIERED_AZURE_CONTAINER", "tiered-conformance")
-    prefix = f"conformance-{uuid.uuid4().hex[:12]}"
-    conn = os.environ.get("TIERED_AZURE_CONNECTION_STRING")
-    if conn:
-        from azure.core.exceptions import ResourceExistsError
-        from azure.storage.blob import BlobServiceClient
-
-        with BlobServiceClient.from_connection_string(conn) as svc, contextlib.suppress(ResourceExistsError):
-            svc.create_container(container)
-        yield {"container": container, "prefix": prefix, "connection_string": conn}
-        return
-    from tiered_core.testing.emulators import running_azurite
-
-    with running_azurite(os.path.join(workdir, "azurite-data"), container=container) as server:
-        yield {"container": container, "prefix": prefix, "connection_string": server.connection_string}

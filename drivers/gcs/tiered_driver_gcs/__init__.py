@@ -18,3 +18,13 @@ __all__ = ["EMULATOR_GAP", "GcsDriver", "emulator_capabilities", "__version__"]
 @hookimpl
 def tiered_register_drivers(register) -> None:
     register(GcsDriver)
+
+
+@hookimpl
+def tiered_conformance_environment(driver_name: str, workdir: str):
+    """A throw-away bucket prefix on fake-gcs-server (started here) or a configured endpoint."""
+    if driver_name != GcsDriver.name:
+        return None
+    from . import emulator  # test tooling (the `testing` extra): loaded only when asked
+
+    return emulator.conformance_environment(workdir)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import uuid
 from typing import Any, Iterator
 
@@ -47,10 +46,11 @@ class GcsDriver(SegmentDriver):
     missing bucket raise ``DriverError(retryable=False)`` naming the bucket. ``token`` is
     a secret: it never appears in ``repr``, ``describe`` or error messages.
 
-    Against an emulator (``emulated``; by default when ``STORAGE_EMULATOR_HOST`` is set or
-    the endpoint is plain ``http://``) the instance declares fake-gcs-server's gap:
-    ``conditional_append`` is False because the emulator does not enforce generation
-    preconditions on compose.
+    Against an emulator say so with ``emulated=True`` (never inferred from the endpoint):
+    that instance then declares fake-gcs-server's gap, :data:`EMULATOR_GAP`
+    (``conditional_append`` and ``create_if_absent`` False, because the emulator does not
+    enforce generation preconditions), and defaults ``token`` to ``"anon"``. The class's
+    ``capabilities`` (the real service's) never change.
 
     Authentication: ``token`` is a service-account (or authorized-user) JSON path, its
     parsed dict, ``"google_default"``, ``"cloud"``, ``"anon"`` or a google-auth
@@ -74,7 +74,7 @@ class GcsDriver(SegmentDriver):
 
     def __init__(
         self, *, bucket: str, prefix: str = "", project: str | None = None, token: Any = None,
-        endpoint: str | None = None, emulated: bool | None = None, retries: int = 5, timeout: float = 60.0,
+        endpoint: str | None = None, emulated: bool = False, retries: int = 5, timeout: float = 60.0,
     ) -> None:
         if not bucket or "/" in bucket:
             raise InvalidOption(f"option 'bucket' of driver 'gcs' must be a bucket name, got {bucket!r}",
@@ -88,11 +88,8 @@ class GcsDriver(SegmentDriver):
         self.root = prefix.strip("/")
         if PART_MARK.rstrip("/") in self.root:
             raise InvalidOption(f"prefix {prefix!r} contains the reserved {PART_MARK!r}", option="prefix")
-        if emulated is None:  # STORAGE_EMULATOR_HOST or a plain-http endpoint is an emulator
-            emulated = bool(os.environ.get("STORAGE_EMULATOR_HOST", "") not in ("", "default")
-                            or (endpoint or "").startswith("http://"))
         self.emulated = emulated
-        if emulated:
+        if emulated:  # this instance's capabilities only: the class keeps the service's
             self.capabilities = emulator_capabilities()
             if token is None:
                 token = "anon"
@@ -390,12 +387,6 @@ class GcsDriver(SegmentDriver):
     def close(self) -> None:
         self.client.close()
 
-    # -- conformance ------------------------------------------------------------------
-
-    @classmethod
-    def conformance_environment(cls, workdir: str):
-        return _conformance_environment(workdir)
-
 
 class _PieceGone(Exception):
     pass
@@ -410,30 +401,3 @@ def emulator_capabilities() -> Capabilities:
     """The capabilities to claim when running against fake-gcs-server."""
     return GcsDriver.capabilities.override(EMULATOR_GAP, conditional_append=False, create_if_absent=False)
 
-
-@contextlib.contextmanager
-def _conformance_environment(workdir: str):
-    """Options for a throw-away bucket prefix; starts fake-gcs-server when no endpoint is set.
-
-    An endpoint is configured by ``TIERED_GCS_ENDPOINT`` (used as is: the bucket must
-    exist) or ``STORAGE_EMULATOR_HOST`` (an emulator: the bucket is created).
-    ``TIERED_GCS_BUCKET`` names the bucket, default ``tiered-conformance``.
-    """
-    bucket = os.environ.get("TIERED_GCS_BUCKET", "tiered-conformance")
-    prefix = f"conformance-{uuid.uuid4().hex[:12]}"
-    endpoint = os.environ.get("TIERED_GCS_ENDPOINT")
-    if endpoint:
-        yield {"bucket": bucket, "prefix": prefix, "endpoint": endpoint}
-        return
-    emulator = os.environ.get("STORAGE_EMULATOR_HOST", "")
-    if emulator not in ("", "default"):
-        from tiered_core.testing.emulators import create_emulator_bucket
-
-        url = emulator if "://" in emulator else f"http://{emulator}"
-        create_emulator_bucket(url, bucket)
-        yield {"bucket": bucket, "prefix": prefix, "endpoint": url, "emulated": True, "token": "anon"}
-        return
-    from tiered_core.testing.emulators import running_fake_gcs
-
-    with running_fake_gcs(os.path.join(workdir, "fake-gcs-data"), bucket=bucket) as server:
-        yield {"bucket": bucket, "prefix": prefix, "endpoint": server.url, "emulated": True, "token": "anon"}

@@ -38,7 +38,8 @@ class MemoryDriver(SegmentDriver):
     """
 
     name = "memory"
-    aliases = ("org.apache.rocketmq.tieredstore.provider.MemoryFileSegment",)
+    #: RocketMQ's ``tieredBackendServiceProvider`` class, full and short.
+    aliases = ("org.apache.rocketmq.tieredstore.provider.MemoryFileSegment", "MemoryFileSegment")
     capabilities = Capabilities(
         conditional_append=True,
         seal=True,

@@ -42,7 +42,8 @@ class PosixDriver(SegmentDriver):
     """
 
     name = "posix"
-    aliases = ("org.apache.rocketmq.tieredstore.provider.PosixFileSegment",)
+    #: RocketMQ's ``tieredBackendServiceProvider`` class, full and short.
+    aliases = ("org.apache.rocketmq.tieredstore.provider.PosixFileSegment", "PosixFileSegment")
     capabilities = Capabilities(
         conditional_append=True,
         seal=True,

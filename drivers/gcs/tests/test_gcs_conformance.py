@@ -13,15 +13,14 @@ import pytest
 
 from tiered_conformance import DriverConformance
 from tiered_core.spi import Capabilities
-from tiered_core.testing.pytest_emulators import GCS_BUCKET, fake_gcs  # noqa: F401  (fixture)
 from tiered_driver_gcs import EMULATOR_GAP, GcsDriver
+from tiered_driver_gcs.testing import GCS_BUCKET
 
 
 class TestGcsConformance(DriverConformance):
     @pytest.fixture
-    def driver(self, fake_gcs):  # noqa: F811
-        drv = GcsDriver(bucket=GCS_BUCKET, prefix=f"conformance-{uuid.uuid4().hex[:8]}",
-                        endpoint=fake_gcs.url, token="anon", emulated=True)
+    def driver(self, fake_gcs):
+        drv = GcsDriver(**fake_gcs.driver_options(GCS_BUCKET, f"conformance-{uuid.uuid4().hex[:8]}"))
         yield drv
         drv.close()
 

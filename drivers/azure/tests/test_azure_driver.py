@@ -17,20 +17,20 @@ from pathlib import Path
 import pytest
 
 from tiered_core.errors import DriverError, IllegalParam, InvalidOption, NotFound, PositionMismatch, SegmentSealed
-from tiered_core.plugins import open_driver
+from tiered_core.plugins import conformance_environment, open_driver
 from tiered_core.segment import FileSegment
 from tiered_core.spi.layer import RetryPolicy, layered
 from tiered_core.spi.transport import LOST_ANSWER
-from tiered_core.testing.emulators import AZURITE_KEY
-from tiered_core.testing.pytest_emulators import AZURE_CONTAINER, azurite  # noqa: F401  (fixture)
 from tiered_driver_azure import MAX_APPEND_BLOCK, AzureDriver
+from tiered_driver_azure.emulator import AZURITE_KEY
+from tiered_driver_azure.testing import AZURE_CONTAINER
 
 BLOCK = 1000  # small blocks make multi-block writes cheap to test
 QUICK = RetryPolicy(retries=3, base_delay=0.001, max_delay=0.01)
 
 
 @pytest.fixture
-def driver(azurite):  # noqa: F811
+def driver(azurite):
     drv = AzureDriver(container=AZURE_CONTAINER, prefix=f"t-{uuid.uuid4().hex[:10]}",
                       connection_string=azurite.connection_string, retries=3, max_block_size=BLOCK)
     yield drv
@@ -49,7 +49,7 @@ def appends_sent(drv: AzureDriver):
     return seen
 
 
-def test_registered_and_opened_by_name(azurite):  # noqa: F811
+def test_registered_and_opened_by_name(azurite):
     with open_driver("azure", container=AZURE_CONTAINER, connection_string=azurite.connection_string,
                      prefix="by-name") as drv:
         assert isinstance(drv.innermost, AzureDriver)
@@ -191,7 +191,7 @@ def test_persistent_transient_failure_is_retryable_and_bounded(driver):
     assert AZURE_CONTAINER in str(info.value)
 
 
-def test_access_denied_is_permanent(azurite):  # noqa: F811
+def test_access_denied_is_permanent(azurite):
     wrong_key = "A" * 4 + AZURITE_KEY[4:]
     drv = AzureDriver(container=AZURE_CONTAINER, endpoint=azurite.blob_endpoint,
                       account_name="devstoreaccount1", account_key=wrong_key)
@@ -202,7 +202,7 @@ def test_access_denied_is_permanent(azurite):  # noqa: F811
     assert wrong_key not in str(info.value) and wrong_key not in repr(drv)
 
 
-def test_missing_container_is_a_clear_permanent_error(azurite):  # noqa: F811
+def test_missing_container_is_a_clear_permanent_error(azurite):
     drv = AzureDriver(container="no-such-container", connection_string=azurite.connection_string)
     for call in (lambda: drv.size("x"), lambda: drv.write("x", 0, b"a"), lambda: list(drv.list(""))):
         with pytest.raises(DriverError) as info:
@@ -211,7 +211,7 @@ def test_missing_container_is_a_clear_permanent_error(azurite):  # noqa: F811
         assert "no-such-container" in str(info.value) and "does not exist" in str(info.value)
 
 
-def test_secrets_are_redacted(azurite):  # noqa: F811
+def test_secrets_are_redacted(azurite):
     drv = AzureDriver(container=AZURE_CONTAINER, connection_string=azurite.connection_string)
     text = repr(drv) + json.dumps(drv.describe())
     assert AZURITE_KEY not in text and "AccountKey" not in text
@@ -223,7 +223,7 @@ def test_secrets_are_redacted(azurite):  # noqa: F811
         assert "SECRET" not in str(exc) and "SECRET" not in repr(exc)
 
 
-def test_tiered_drivers_json_lists_azure_without_secrets(tmp_path, azurite):  # noqa: F811
+def test_tiered_drivers_json_lists_azure_without_secrets(tmp_path, azurite):
     tiered = Path(sys.executable).parent / "tiered"
     env = {**os.environ, "AZURE_STORAGE_CONNECTION_STRING": azurite.connection_string,
            "TIERED_AZURE_CONNECTION_STRING": azurite.connection_string}
@@ -272,7 +272,7 @@ def test_lost_answer_of_an_append_is_not_written_twice(driver):
     assert driver.read("seg", 0, len(data)) == data
 
 
-def test_account_key_never_reaches_logs(azurite, caplog):  # noqa: F811
+def test_account_key_never_reaches_logs(azurite, caplog):
     import logging
 
     caplog.set_level(logging.DEBUG)
@@ -286,16 +286,17 @@ def test_account_key_never_reaches_logs(azurite, caplog):  # noqa: F811
     assert AZURITE_KEY not in caplog.text
 
 
-def test_conformance_environment_starts_or_reuses_azurite(tmp_path, azurite, monkeypatch):  # noqa: F811
+def test_conformance_environment_starts_or_reuses_azurite(tmp_path, azurite, monkeypatch):
+    """The driver's plugin answers the tiered_conformance_environment hook."""
     monkeypatch.delenv("TIERED_AZURE_CONNECTION_STRING", raising=False)
-    with AzureDriver.conformance_environment(str(tmp_path / "own")) as options:  # starts its own
+    with conformance_environment("azure", str(tmp_path / "own")) as options:  # starts its own
         assert options["connection_string"] != azurite.connection_string
         with AzureDriver(**options) as drv:
             drv.write("x", 0, b"own emulator")
             assert drv.size("x") == 12
     monkeypatch.setenv("TIERED_AZURE_CONNECTION_STRING", azurite.connection_string)
     monkeypatch.setenv("TIERED_AZURE_CONTAINER", "env-made-container")
-    with AzureDriver.conformance_environment(str(tmp_path / "env")) as options:  # reuses, makes the container
+    with conformance_environment("azure", str(tmp_path / "env")) as options:  # reuses, makes the container
         assert options["container"] == "env-made-container"
         with AzureDriver(**options) as drv:
             drv.write("x", 0, b"shared emulator")

@@ -17,19 +17,19 @@ from pathlib import Path
 import pytest
 
 from tiered_core.errors import DriverError, IllegalParam, InvalidPath, NotFound, PositionMismatch, SegmentSealed
-from tiered_core.plugins import open_driver
+from tiered_core.plugins import conformance_environment, open_driver
 from tiered_core.segment import FileSegment
 from tiered_core.spi.layer import CountingLayer, RetryPolicy, layered
 from tiered_core.spi.transport import LOST_ANSWER
-from tiered_core.testing.pytest_emulators import GCS_BUCKET, fake_gcs  # noqa: F401  (fixture)
 from tiered_driver_gcs import EMULATOR_GAP, GcsDriver
+from tiered_driver_gcs.testing import GCS_BUCKET
 from tiered_driver_gcs.driver import COMPACT_AT
 from tiered_driver_gcs.layout import META_SEALED, PART_MARK, part_key
 
 
 @pytest.fixture
-def driver(fake_gcs):  # noqa: F811
-    drv = GcsDriver(bucket=GCS_BUCKET, prefix=f"t-{uuid.uuid4().hex[:10]}", endpoint=fake_gcs.url, retries=3)
+def driver(fake_gcs):
+    drv = GcsDriver(**fake_gcs.driver_options(GCS_BUCKET, f"t-{uuid.uuid4().hex[:10]}"), retries=3)
     yield drv
     drv.close()
 
@@ -41,8 +41,8 @@ def raw_objects(drv: GcsDriver, path: str) -> list[dict]:
     return items
 
 
-def test_registered_and_opened_by_name(fake_gcs):  # noqa: F811
-    with open_driver("gcs", bucket=GCS_BUCKET, endpoint=fake_gcs.url, prefix="by-name") as drv:
+def test_registered_and_opened_by_name(fake_gcs):
+    with open_driver("gcs", **fake_gcs.driver_options(GCS_BUCKET, "by-name")) as drv:
         assert isinstance(drv.innermost, GcsDriver)
         drv.write("x", 0, b"abc")
         assert drv.size("x") == 3
@@ -246,8 +246,8 @@ def test_access_denied_is_permanent_and_names_the_bucket(driver, status):
     assert GCS_BUCKET in str(info.value) and "access denied" in str(info.value)
 
 
-def test_missing_bucket_is_a_clear_permanent_error(fake_gcs):  # noqa: F811
-    drv = GcsDriver(bucket="no-such-bucket-xyz", endpoint=fake_gcs.url)
+def test_missing_bucket_is_a_clear_permanent_error(fake_gcs):
+    drv = GcsDriver(**fake_gcs.driver_options("no-such-bucket-xyz"))
     for call in (lambda: drv.size("x"), lambda: drv.write("x", 0, b"a")):
         with pytest.raises(DriverError) as info:
             call()
@@ -272,8 +272,8 @@ def test_file_segment_commits_over_gcs(driver):
 SECRET = "ya29.SECRET-token-value-never-shown"
 
 
-def test_token_is_redacted_everywhere(fake_gcs):  # noqa: F811
-    drv = GcsDriver(bucket=GCS_BUCKET, endpoint=fake_gcs.url, token="anon", prefix="secret-test")
+def test_token_is_redacted_everywhere(fake_gcs):
+    drv = GcsDriver(**fake_gcs.driver_options(GCS_BUCKET, "secret-test"))
     drv.options["token"] = SECRET  # as if configured: every rendering goes through redact()
     assert SECRET not in repr(drv) and SECRET not in json.dumps(drv.describe())
     assert drv.describe()["options"]["token"] == "***"
@@ -339,27 +339,46 @@ def test_lost_answer_of_a_compose_is_not_composed_twice(driver):
     assert driver.read("seg", 0, len(expected)) == bytes(expected)
 
 
-def test_storage_emulator_host_is_honoured(fake_gcs, monkeypatch):  # noqa: F811
+def test_storage_emulator_host_is_honoured(fake_gcs, monkeypatch):
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs.url)
-    drv = GcsDriver(bucket=GCS_BUCKET, prefix=f"env-{uuid.uuid4().hex[:8]}")  # no endpoint option
-    assert drv.emulated and drv.client.location == fake_gcs.url
+    drv = GcsDriver(bucket=GCS_BUCKET, prefix=f"env-{uuid.uuid4().hex[:8]}", emulated=True)  # no endpoint option
+    assert drv.client.location == fake_gcs.url
     drv.write("x", 0, b"via env")
     assert drv.read("x", 0, 7) == b"via env"
 
 
-def test_bearer_token_never_reaches_logs_or_errors(fake_gcs, caplog):  # noqa: F811
+@pytest.mark.parametrize("how", ["endpoint", "STORAGE_EMULATOR_HOST"])
+def test_emulation_is_never_inferred_from_the_endpoint(fake_gcs, monkeypatch, how):
+    """A plain-http endpoint or STORAGE_EMULATOR_HOST says where to connect, not what the
+    backend can do: only the explicit ``emulated`` option declares the emulator's gap."""
+    options = {"bucket": GCS_BUCKET, "prefix": f"infer-{uuid.uuid4().hex[:8]}", "token": "anon"}
+    if how == "endpoint":
+        options["endpoint"] = fake_gcs.url
+    else:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs.url)
+    with GcsDriver(**options) as drv:
+        assert drv.emulated is False
+        assert drv.capabilities is GcsDriver.capabilities and not drv.capabilities.overridden
+    with open_driver("gcs", **options, emulated="true") as drv:  # as a config file gives it
+        assert drv.emulated is True and drv.capabilities.overridden["conditional_append"] == EMULATOR_GAP
+    # An instance's override never reaches the class (the real service's capabilities).
+    assert GcsDriver.capabilities.conditional_append and not GcsDriver.capabilities.overridden
+
+
+def test_bearer_token_never_reaches_logs_or_errors(fake_gcs, caplog):
     import logging
 
     from google.oauth2.credentials import Credentials
 
     creds = Credentials(token=SECRET)  # sent as "Authorization: Bearer ..." (the emulator ignores it)
-    drv = GcsDriver(bucket=GCS_BUCKET, endpoint=fake_gcs.url, token=creds, prefix="bearer")
+    drv = GcsDriver(bucket=GCS_BUCKET, endpoint=fake_gcs.url, token=creds, prefix="bearer", emulated=True)
     caplog.set_level(logging.DEBUG)
     texts = [repr(drv), json.dumps(drv.describe(), default=str)]
     drv.write("x", 0, b"abc")
     drv.transport.hook = lambda method, what: 503
     for call in (lambda: drv.write("x", 3, b"d"), lambda: drv.read("x", 0, 3),
-                 lambda: GcsDriver(bucket="missing-bucket-q", endpoint=fake_gcs.url, token=creds).size("x")):
+                 lambda: GcsDriver(bucket="missing-bucket-q", endpoint=fake_gcs.url, token=creds,
+                                   emulated=True).size("x")):
         with pytest.raises(DriverError) as info:
             call()
         texts += [str(info.value), repr(info.value), repr(info.value.context)]
@@ -377,7 +396,7 @@ def test_an_object_uploaded_by_someone_else_is_adopted(driver):
 
 
 @pytest.mark.parametrize("same_bytes", [False, True])
-def test_stale_writer_racing_a_compaction_is_rejected(fake_gcs, same_bytes):  # noqa: F811
+def test_stale_writer_racing_a_compaction_is_rejected(fake_gcs, same_bytes):
     """Writer A checks the size (P), then B writes at P and compacts (deleting the part at
     P) before A's upload: A's part at P then lies inside the base. A must not report
     success for bytes that are not there. Run as on the real service (emulated=False):
@@ -415,17 +434,18 @@ def test_stale_writer_racing_a_compaction_is_rejected(fake_gcs, same_bytes):  # 
     assert len([o for o in raw_objects(b, "seg") if PART_MARK in o["name"]]) < COMPACT_AT  # B compacted
 
 
-def test_conformance_environment_starts_or_reuses_an_emulator(tmp_path, fake_gcs, monkeypatch):  # noqa: F811
+def test_conformance_environment_starts_or_reuses_an_emulator(tmp_path, fake_gcs, monkeypatch):
+    """The driver's plugin answers the tiered_conformance_environment hook."""
     monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
     monkeypatch.delenv("TIERED_GCS_ENDPOINT", raising=False)
-    with GcsDriver.conformance_environment(str(tmp_path / "own")) as options:  # starts its own
+    with conformance_environment("gcs", str(tmp_path / "own")) as options:  # starts its own
         assert options["endpoint"] != fake_gcs.url
         with GcsDriver(**options) as drv:
             drv.write("x", 0, b"own emulator")
             assert drv.capabilities.overridden["conditional_append"] == EMULATOR_GAP
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs.url)
     monkeypatch.setenv("TIERED_GCS_BUCKET", "env-made-bucket")
-    with GcsDriver.conformance_environment(str(tmp_path / "env")) as options:  # reuses, makes the bucket
+    with conformance_environment("gcs", str(tmp_path / "env")) as options:  # reuses, makes the bucket
         assert options["endpoint"] == fake_gcs.url and options["bucket"] == "env-made-bucket"
         with GcsDriver(**options) as drv:
             drv.write("x", 0, b"shared emulator")

@@ -11,14 +11,13 @@ import uuid
 import pytest
 
 from tiered_conformance import DriverConformance
-from tiered_core.testing.pytest_emulators import AZURE_CONTAINER, azurite  # noqa: F401  (fixture)
 from tiered_driver_azure import AzureDriver
+from tiered_driver_azure.testing import AZURE_CONTAINER
 
 
 class TestAzureConformance(DriverConformance):
     @pytest.fixture
-    def driver(self, azurite):  # noqa: F811
-        drv = AzureDriver(container=AZURE_CONTAINER, prefix=f"conformance-{uuid.uuid4().hex[:8]}",
-                          connection_string=azurite.connection_string)
+    def driver(self, azurite):
+        drv = AzureDriver(**azurite.driver_options(AZURE_CONTAINER, f"conformance-{uuid.uuid4().hex[:8]}"))
         yield drv
         drv.close()

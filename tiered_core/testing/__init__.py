@@ -1,1 +1,0 @@
-"""Test support shared by the test suite, driver conformance environments and benchmarks."""

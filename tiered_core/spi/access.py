@@ -10,7 +10,7 @@ import abc
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from tiered_core.common import AppendResult
+from tiered_core.common import AppendResult, BoundaryType
 
 
 @dataclass(frozen=True)

@@ -360,7 +360,7 @@ def test_emulation_is_never_inferred_from_the_endpoint(fake_gcs, monkeypatch, ho
         assert drv.emulated is False
         assert drv.capabilities is GcsDriver.capabilities and not drv.capabilities.overridden
     with open_driver("gcs", **options, emulated="true") as drv:  # as a config file gives it
-        assert drv.emulated is True and drv.capabilities.overridden["conditional_append"] == EMULATOR_GAP
+        assert drv.innermost.emulated is True and drv.capabilities.overridden["conditional_append"] == EMULATOR_GAP
     # An instance's override never reaches the class (the real service's capabilities).
     assert GcsDriver.capabilities.conditional_append and not GcsDriver.capabilities.overridden
 

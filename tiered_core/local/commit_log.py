@@ -265,6 +265,27 @@ class CommitLog:
                 return
             pos += i
 
+    def read_chunk(self, offset: int, end: int) -> bytes | None:
+        """The stored bytes from ``offset`` up to ``end``, inside the file holding
+        ``offset``, at most :data:`SCAN_CHUNK` of them (the batch form of
+        :meth:`iter_records`: the caller splits them into records).
+
+        None when that file holds nothing more below ``end`` (the caller goes on at the
+        next file's start after a BLANK record, and stops at a file that is not full);
+        IllegalOffset when ``offset`` is not stored.
+        """
+        mf = self._files.find(offset)
+        if mf is None:
+            raise IllegalOffset(f"commit-log offset {offset} is not stored", offset=offset)
+        pos = offset - mf.start
+        stop = min(mf.end, end) - mf.start
+        if pos >= stop:
+            return None
+        try:
+            return mf.read(pos, min(SCAN_CHUNK, stop - pos))
+        except SegmentClosed:
+            raise IllegalOffset(f"commit-log offset {offset} was deleted", offset=offset) from None
+
     def iter_records(self, start: int, end: int | None = None, *,
                      verify_crc: bool = False, validate: bool = True) -> Iterator[Record]:
         """Every message record from ``start`` (a record boundary) up to ``end``

@@ -206,6 +206,55 @@ class IndexFile:
             self._write_header()
             return True
 
+    def put_items(self, items: list[tuple[int, int, int]], start: int = 0) -> int:
+        """:meth:`put` of ``items[start:]`` (``(key_hash, phy_offset, store_timestamp)``
+        each) in turn, under one lock; stops when the file is full. Returns the index of
+        the first item not put (``len(items)`` when all were). Each item is written as
+        :meth:`put` writes it (item, slot, then header), so a kill at any point leaves
+        what a kill between two puts leaves."""
+        n = len(items)
+        with self._lock:
+            mm = self._mmap()
+            slots = self.hash_slots
+            items_base = self._items_base
+            max_items = self.max_items
+            item_pack = ITEM.pack_into
+            slot_pack = SLOT.pack_into
+            slot_unpack = SLOT.unpack_from
+            header_pack = HEADER.pack_into
+            i = start
+            while i < n:
+                if self.index_count >= max_items:
+                    break
+                key_hash, phy_offset, store_timestamp = items[i]
+                if not 0 <= key_hash <= INT_MAX:
+                    raise IllegalParam(f"key hash {key_hash} must be in 0..2^31-1", key_hash=key_hash)
+                slot_pos = HEADER_SIZE + (key_hash % slots) * SLOT_SIZE
+                prev = slot_unpack(mm, slot_pos)[0]
+                if not INVALID_INDEX < prev < self.index_count:
+                    prev = self._slot_head(mm, slot_pos)
+                begin = self.begin_timestamp
+                if begin <= 0:
+                    diff = 0
+                else:
+                    diff = min(max((store_timestamp - begin) // 1000, 0), INT_MAX)
+                number = self.index_count
+                item_pack(mm, items_base + number * ITEM_SIZE, key_hash, phy_offset, diff, prev)
+                slot_pack(mm, slot_pos, number)
+                if number <= 1:
+                    self.begin_phy_offset = phy_offset
+                    self.begin_timestamp = store_timestamp
+                self.hash_slot_count += 1
+                self.index_count = number + 1
+                if phy_offset > self.end_phy_offset:
+                    self.end_phy_offset = phy_offset
+                if store_timestamp > self.end_timestamp:
+                    self.end_timestamp = store_timestamp
+                header_pack(mm, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
+                            self.end_phy_offset, self.hash_slot_count, number + 1)
+                i += 1
+            return i
+
     def is_time_matched(self, begin: int, end: int) -> bool:
         """The file's items may lie in ``[begin, end]`` (ms)."""
         if self.item_count <= 0:
@@ -344,6 +393,40 @@ class IndexService:
                 n += 1
             self._indexed_upto = phy_offset
             return n
+
+    def put_batch(self, entries: Iterable[tuple[str, list[str], int, int]]) -> int:
+        """:meth:`put_keys` of each ``(topic, keys, phy_offset, store_timestamp)`` in turn,
+        with the hashes computed first and the items written file by file
+        (:meth:`IndexFile.put_items`). Returns items written."""
+        with self._lock:
+            items: list[tuple[int, int, int]] = []
+            upto = self._indexed_upto
+            for topic, keys, phy_offset, store_timestamp in entries:
+                if phy_offset <= upto:
+                    continue
+                added = False
+                for key in keys:
+                    if key:
+                        items.append((index_key_hash(topic, key), phy_offset, store_timestamp))
+                        added = True
+                if added:
+                    upto = phy_offset
+            if not items:
+                return 0
+            i = 0
+            fresh = not self._files
+            f = self._files[-1] if self._files else self._new_file()
+            while True:
+                j = f.put_items(items, i)
+                if j >= len(items):
+                    break
+                if j == i and fresh:  # pragma: no cover - a fresh file always takes one
+                    raise StateConflict(f"fresh index file {f.path!r} refused a key", path=f.path)
+                f = self._new_file()
+                fresh = True
+                i = j
+            self._indexed_upto = upto
+            return len(items)
 
     def truncate_from(self, commitlog_offset: int) -> int:
         """Undo every item of a message at or after ``commitlog_offset`` (the store

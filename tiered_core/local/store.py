@@ -47,6 +47,9 @@ from tiered_core.codec.consume_queue import ConsumeQueueUnit
 from tiered_core.codec.hashing import tags_hash_code
 from tiered_core.codec.keys import message_index_keys
 from tiered_core.codec.message import (
+    KEY_SEPARATOR,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     QUEUE_OFFSET_POS,
     Message,
@@ -58,6 +61,7 @@ from tiered_core.codec.message import (
     validate_message,
 )
 from tiered_core.codec.naming import validate_topic
+from tiered_core.codec.reput_scan import SCAN_OTHER, find_property, index_keys_of, scan_reput_records
 from tiered_core.errors import (
     ConfigError,
     CorruptData,
@@ -76,6 +80,7 @@ from tiered_core.configdef import HOUR_MS, KEYS
 log = logging.getLogger(__name__)
 
 _I64 = struct.Struct(">q")
+_CQ_UNIT = struct.Struct(">qiq")  # a consume-queue unit (codec.consume_queue)
 #: Default largest message (RocketMQ's maxMessageSize is 4 MiB; larger ones are common here).
 DEFAULT_MAX_MESSAGE_SIZE = 16 << 20
 #: Units one read_messages call looks at, at most (bounds a filtered read).
@@ -195,6 +200,8 @@ class DispatchRequest:
 
 
 DispatchListener = Callable[[DispatchRequest], None]
+#: Called with ``(topic, queue_id)`` (see :meth:`LocalMessageStore.add_queue_listener`).
+QueueListener = Callable[[str, int], None]
 
 
 class _Checkpoint(NamedTuple):
@@ -263,6 +270,8 @@ class LocalMessageStore:
         self._retention_lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self._listeners: list[DispatchListener] = []
+        self._queue_listeners: list[tuple[QueueListener, set[tuple[str, int]]]] = []
+        self._topic_names: dict[bytes, str] = {}
         self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
         self._queue_offsets: dict[tuple[str, int], int] = {}
         self._last_store_ts = 0
@@ -489,6 +498,27 @@ class LocalMessageStore:
         with self._reput_lock:
             self._listeners.remove(listener)
 
+    def add_queue_listener(self, listener: QueueListener) -> None:
+        """Call ``listener(topic, queue_id)`` once for each queue the reput dispatches a
+        message to from now on (the first time it does), on the reput thread, after that
+        message's unit and keys are stored.
+
+        The cheap way to learn of new queues: it is called once per queue, not per
+        message (a per-message :meth:`add_dispatch_listener` makes the reput build a
+        :class:`DispatchRequest` for every message). Queues that exist already are in
+        :meth:`list_queues`. A listener must be quick; exceptions are logged and ignored.
+        """
+        with self._reput_lock:
+            self._queue_listeners.append((listener, set()))
+
+    def remove_queue_listener(self, listener: QueueListener) -> None:
+        with self._reput_lock:
+            for i, (fn, _told) in enumerate(self._queue_listeners):
+                if fn == listener:
+                    del self._queue_listeners[i]
+                    return
+            raise ValueError(f"{listener!r} is not a queue listener")
+
     @property
     def reput_offset(self) -> int:
         """Commit-log offset up to which messages are in consume queues and the index."""
@@ -499,27 +529,165 @@ class LocalMessageStore:
 
         On a corrupt record the reput stops before it, logs, keeps the error in
         :attr:`reput_error` and tries again next time.
+
+        Records are taken a commit-log chunk at a time (:meth:`CommitLog.read_chunk`),
+        scanned for the few fields a dispatch needs (:func:`~tiered_core.codec.reput_scan.
+        scan_reput_records`), their consume-queue units written once per queue and their
+        keys indexed in one batch; anything the scan does not accept (a BLANK record, a
+        record larger than a chunk, a bad one) takes the per-record path, which raises the
+        error a bad record always raised.
         """
         with self._reput_lock:
             if self._closed:
                 raise SegmentClosed(f"local store {self.root!r} is closed", path=self.root)
             end = self._commit_log.max_offset
-            count = 0
+            count = [0]
             try:
-                for rec in self._commit_log.iter_records(self._reput_offset, end, validate=False):
-                    # decoding checks every length of the record (the CRC was checked
-                    # by recovery for old bytes and is computed by us for new ones)
-                    msg = decode_message(rec.data, verify_crc=False, base_offset=rec.offset)
-                    self._dispatch(msg, rec.offset, len(rec.data))
-                    self._reput_offset = rec.offset + len(rec.data)
-                    count += 1
+                self._reput_to(end, count)
                 self._reput_offset = max(self._reput_offset, end)
                 self._reput_error = None
             except CorruptData as exc:
                 if self._reput_error is None or str(self._reput_error) != str(exc):
                     log.error("local store %s: reput stopped at %d: %s", self.root, self._reput_offset, exc)
                 self._reput_error = exc
-            return count
+            return count[0]
+
+    def _reput_to(self, end: int, count: list[int]) -> None:
+        read_chunk = self._commit_log.read_chunk
+        while self._reput_offset < end:
+            base = self._reput_offset
+            data = read_chunk(base, end)
+            if data is None:
+                if not self._reput_one(end, count):  # past a BLANK record, or the end
+                    return
+                continue
+            records, stop, status, _value = scan_reput_records(data, 0, len(data))
+            done = self._dispatch_records(records, base, count) if records else 0
+            if done < len(records) or stop == 0 or status == SCAN_OTHER:
+                # the record at the reput offset needs the per-record path
+                if not self._reput_one(end, count):
+                    return
+
+    def _reput_one(self, end: int, count: list[int]) -> bool:
+        """Dispatch the next record the per-record way; False when there is none."""
+        records = self._commit_log.iter_records(self._reput_offset, end, validate=False)
+        try:
+            for rec in records:
+                # decoding checks every length of the record (the CRC was checked
+                # by recovery for old bytes and is computed by us for new ones)
+                msg = decode_message(rec.data, verify_crc=False, base_offset=rec.offset)
+                self._dispatch(msg, rec.offset, len(rec.data))
+                self._reput_offset = rec.offset + len(rec.data)
+                count[0] += 1
+                return True
+            return False
+        finally:
+            records.close()
+
+    def _topic_of(self, raw: bytes) -> str | None:
+        """The topic named by a record's topic bytes, if valid (cached); None otherwise."""
+        try:
+            topic = raw.decode("utf-8")
+            if topic not in self._valid_topics:
+                validate_topic(topic)
+                self._valid_topics.add(topic)
+        except (UnicodeDecodeError, IllegalParam):
+            return None
+        self._topic_names[raw] = topic
+        return topic
+
+    def _dispatch_records(self, records: list[tuple], base: int, count: list[int]) -> int:
+        """Dispatch scanned records (offsets relative to ``base``) in one batch: their
+        units (one write per queue run), their keys (one index batch), then the
+        listeners. Returns how many were dispatched; it stops before a record whose
+        topic or properties do not decode (the per-record path names the problem)."""
+        topic_names = self._topic_names
+        runs: list[list] = []  # [cq key, first queue offset, next queue offset, units]
+        open_runs: dict[tuple[str, int], list] = {}
+        index_entries: list[tuple[str, list[str], int, int]] | None = [] if self._index is not None else None
+        requests: list[DispatchRequest] | None = [] if self._listeners else None
+        opening = self._opening
+        pack_unit = _CQ_UNIT.pack
+        done = 0
+        reput_end = base
+        try:
+            for pos, size, queue_id, queue_offset, store_ts, topic_raw, props_raw, sys_flag, born_ts in records:
+                topic = topic_names.get(topic_raw)
+                if topic is None:
+                    topic = self._topic_of(topic_raw)
+                    if topic is None:
+                        break
+                try:
+                    text = props_raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    break
+                offset = base + pos
+                if text:
+                    tags = find_property(text, PROPERTY_TAGS)
+                    keys_text = find_property(text, PROPERTY_KEYS)
+                    uniq = find_property(text, PROPERTY_UNIQ_KEY)
+                else:
+                    tags = keys_text = uniq = None
+                tags_code = tags_hash_code(tags)
+                unit = pack_unit(offset, size, tags_code)
+                key = (topic, queue_id)
+                run = open_runs.get(key)
+                if run is not None and run[2] == queue_offset:
+                    run[2] = queue_offset + 1
+                    run[3] += unit
+                else:
+                    run = [key, queue_offset, queue_offset + 1, bytearray(unit)]
+                    runs.append(run)
+                    open_runs[key] = run
+                if index_entries is not None and (uniq or keys_text):
+                    keys = index_keys_of(uniq, keys_text)
+                    if keys:
+                        index_entries.append((topic, keys, offset, store_ts))
+                if opening and store_ts > self._last_store_ts:
+                    self._last_store_ts = store_ts  # (puts keep it up to date afterwards)
+                if requests is not None:
+                    requests.append(DispatchRequest(
+                        topic=topic, queue_id=queue_id, queue_offset=queue_offset, commitlog_offset=offset,
+                        size=size, store_timestamp=store_ts, tags_code=tags_code,
+                        keys=tuple(k for k in keys_text.split(KEY_SEPARATOR) if k) if keys_text else (),
+                        uniq_key=uniq, tags=tags, born_timestamp=born_ts, sys_flag=sys_flag))
+                done += 1
+                reput_end = offset + size
+        finally:
+            # units first, then keys (as one message at a time did); the reput offset moves
+            # only once both are written, so a crash replays the batch (both are idempotent)
+            for key, first, _next, units in runs:
+                self._consume_queue(key[0], key[1], create=True).put_units(first, units)
+            if index_entries:
+                self._index.put_batch(index_entries)
+            self._reput_offset = reput_end
+            count[0] += done
+        if self._queue_listeners:
+            self._announce_queues([run[0] for run in runs])
+        if requests:
+            self._notify(requests)
+        return done
+
+    def _notify(self, requests: list[DispatchRequest]) -> None:
+        for req in requests:
+            for listener in list(self._listeners):
+                try:
+                    listener(req)
+                except Exception:  # noqa: BLE001 - a listener must not stop the reput
+                    log.exception("dispatch listener %r failed on %s/%d@%d", listener, req.topic,
+                                  req.queue_id, req.queue_offset)
+
+    def _announce_queues(self, keys: list[tuple[str, int]]) -> None:
+        """Call each queue listener once for every queue it has not been told of yet."""
+        for listener, told in list(self._queue_listeners):
+            for key in keys:
+                if key in told:
+                    continue
+                told.add(key)
+                try:
+                    listener(key[0], key[1])
+                except Exception:  # noqa: BLE001 - a listener must not stop the reput
+                    log.exception("queue listener %r failed on %s/%d", listener, key[0], key[1])
 
     @property
     def reput_error(self) -> TieredStoreError | None:
@@ -566,12 +734,9 @@ class LocalMessageStore:
                 self._index.put_keys(msg.topic, keys, offset, msg.store_timestamp)
         if self._opening and msg.store_timestamp > self._last_store_ts:
             self._last_store_ts = msg.store_timestamp  # (puts keep it up to date afterwards)
-        for listener in list(self._listeners):
-            try:
-                listener(req)
-            except Exception:  # noqa: BLE001 - a listener must not stop the reput
-                log.exception("dispatch listener %r failed on %s/%d@%d", listener, req.topic,
-                              req.queue_id, req.queue_offset)
+        if self._queue_listeners:
+            self._announce_queues([(msg.topic, msg.queue_id)])
+        self._notify([req])
 
     # ----------------------------------------------------------------- flush ----
     def flush(self) -> int:
@@ -919,6 +1084,7 @@ __all__ = [
     "LocalReadResult",
     "DispatchRequest",
     "DispatchListener",
+    "QueueListener",
     "FlushMode",
     "BoundaryType",
 ]

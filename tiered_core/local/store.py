@@ -47,15 +47,17 @@ from tiered_core.codec.consume_queue import ConsumeQueueUnit
 from tiered_core.codec.hashing import tags_hash_code
 from tiered_core.codec.keys import message_index_keys
 from tiered_core.codec.message import (
+    BORNHOST_V6_FLAG,
     KEY_SEPARATOR,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     QUEUE_OFFSET_POS,
+    SYS_FLAG_POS,
     Message,
     MessageExt,
     decode_message,
-    encode_message,
+    encode_message_buffer,
     peek_store_timestamp,
     store_timestamp_position,
     validate_message,
@@ -81,6 +83,10 @@ log = logging.getLogger(__name__)
 
 _I64 = struct.Struct(">q")
 _CQ_UNIT = struct.Struct(">qiq")  # a consume-queue unit (codec.consume_queue)
+_STORE_TS_POS = store_timestamp_position(0)
+_STORE_TS_V6_POS = store_timestamp_position(BORNHOST_V6_FLAG)
+#: Pause of the background reput after a pass that found messages (lets a batch gather).
+_REPUT_GATHER_S = 0.001
 #: Default largest message (RocketMQ's maxMessageSize is 4 MiB; larger ones are common here).
 DEFAULT_MAX_MESSAGE_SIZE = 16 << 20
 #: Units one read_messages call looks at, at most (bounds a filtered read).
@@ -116,7 +122,7 @@ class LocalStoreConfig:
     flush_mode: FlushMode = KEYS.local_flush.field(lambda mode: FlushMode(mode.upper()))
     flush_interval_ms: int = 500  # flushIntervalCommitLog
     flush_consume_queue_interval_ms: int = 1000  # flushIntervalConsumeQueue (also index, checkpoint)
-    reput_interval_ms: int = 10  # background reput poll (it also wakes on every put)
+    reput_interval_ms: int = 10  # background reput poll (a put wakes an idle reput thread)
     background_services: bool = True  # run the reput and flush threads
     file_reserved_time_ms: int = KEYS.local_retention_hours.field(lambda hours: hours * HOUR_MS)
     max_message_size: int | None = None  # largest encoded message; None: min(16 MiB, file size - 8)
@@ -281,6 +287,7 @@ class LocalMessageStore:
         self._reput_error: TieredStoreError | None = None
         self._stop = threading.Event()
         self._reput_wakeup = threading.Event()
+        self._reput_idle = False  # the reput thread waits for a put to wake it
         self._threads: list[threading.Thread] = []
 
         try:
@@ -405,19 +412,29 @@ class LocalMessageStore:
         self._threads.append(t)
 
     def _reput_loop(self) -> None:
+        """Reput passes: after a pass that found messages, a short pause lets the next batch
+        gather (puts do not wake a busy thread); after an empty pass the thread is idle and
+        the next put wakes it (or the poll interval ends)."""
         interval = self.config.reput_interval_ms / 1000
+        gather = min(interval, _REPUT_GATHER_S)
         while not self._stop.is_set():
-            self._reput_wakeup.wait(interval)
-            self._reput_wakeup.clear()
-            if self._stop.is_set():
-                break
             try:
-                self.reput()
+                found = self.reput()
             except SegmentClosed:
                 break
             except Exception:  # noqa: BLE001 - the loop must survive; reput logs details
                 log.exception("local store %s: reput failed", self.root)
                 self._stop.wait(0.1)
+                continue
+            if found:
+                self._stop.wait(gather)
+                continue
+            self._reput_wakeup.clear()
+            self._reput_idle = True
+            # a put that came after the pass but before the flag was set did not wake us
+            if self._commit_log.max_offset <= self._reput_offset or self._reput_error is not None:
+                self._reput_wakeup.wait(interval)
+            self._reput_idle = False
 
     def _flush_loop(self) -> None:
         interval = self.config.flush_interval_ms / 1000
@@ -460,25 +477,32 @@ class LocalMessageStore:
                                topic=topic, message_topic=message.topic)
         # Encode outside the lock (CRC of the body); queue offset, store time and
         # physical offset are patched in under it (and then the property CRC, if enabled).
-        prop_crc = self.config.append_prop_crc
-        data = bytearray(encode_message(message, queue_id=queue_id, queue_offset=0, store_timestamp=0,
-                                        store_host=self.config.store_host, prop_crc=prop_crc))
-        if len(data) > self.config.max_message_size:
+        config = self.config
+        prop_crc = config.append_prop_crc
+        data = encode_message_buffer(message, queue_id=queue_id, queue_offset=0, store_timestamp=0,
+                                     store_host=config.store_host, prop_crc=prop_crc)
+        if len(data) > config.max_message_size:
             raise IllegalParam(f"message to {topic!r} is {len(data)} bytes encoded; at most "
-                               f"{self.config.max_message_size} are accepted", topic=topic, size=len(data))
-        ts_pos = store_timestamp_position(struct.unpack_from(">i", data, 36)[0])
+                               f"{config.max_message_size} are accepted", topic=topic, size=len(data))
+        # storeTimestamp follows the born host: 56, or 68 for IPv6 (sysFlag's low byte is at 39)
+        ts_pos = _STORE_TS_V6_POS if data[SYS_FLAG_POS + 3] & BORNHOST_V6_FLAG else _STORE_TS_POS
         key = (topic, queue_id)
         with self._put_lock:
             self._check_open()
             queue_offset = self._queue_offsets.get(key, 0)
-            ts = max(int(self._clock()), self._last_store_ts)
+            ts = int(self._clock())
+            if ts < self._last_store_ts:
+                ts = self._last_store_ts
             _I64.pack_into(data, QUEUE_OFFSET_POS, queue_offset)
             _I64.pack_into(data, ts_pos, ts)
             res = self._commit_log.append(data, ts, prop_crc=prop_crc)
             self._queue_offsets[key] = queue_offset + 1
             self._last_store_ts = ts
-        self._reput_wakeup.set()
-        if self.config.flush_mode is FlushMode.SYNC:
+        if self._reput_idle:
+            # the reput thread waits for work: wake it (a busy one finds this message itself)
+            self._reput_idle = False
+            self._reput_wakeup.set()
+        if config.flush_mode is FlushMode.SYNC:
             self._commit_log.flush_to(res.commitlog_offset + res.size)
         return LocalPutResult(queue_offset, res.commitlog_offset, ts)
 

@@ -153,7 +153,7 @@ class CommitLog:
         if total != size or magic not in _MESSAGE_MAGICS:
             raise IllegalParam("append needs one whole encoded message (its totalSize and magic "
                                f"do not match: totalSize {total}, {size} bytes given)", size=size)
-        if size > self.max_message_size:
+        if size > self.file_size - END_FILE_MIN_BLANK_LENGTH:
             raise IllegalParam(
                 f"message of {size} bytes does not fit a commit-log file of {self.file_size} bytes",
                 size=size, file_size=self.file_size,
@@ -168,7 +168,7 @@ class CommitLog:
             if size + END_FILE_MIN_BLANK_LENGTH > mf.remaining:
                 self._end_file(mf)
                 mf = self._files.last_for_append(0)
-            offset = mf.end
+            offset = mf.start + mf.write_position
             _I64.pack_into(message, PHYSICAL_OFFSET_POS, offset)
             if prop_crc:
                 write_prop_crc(message, 0, size)

@@ -231,8 +231,10 @@ class IndexFile:
                     raise IllegalParam(f"key hash {key_hash} must be in 0..2^31-1", key_hash=key_hash)
                 slot_pos = HEADER_SIZE + (key_hash % slots) * SLOT_SIZE
                 prev = slot_unpack(mm, slot_pos)[0]
-                if not INVALID_INDEX < prev < self.index_count:
-                    prev = self._slot_head(mm, slot_pos)
+                if prev >= self.index_count:
+                    prev = self._slot_head(mm, slot_pos)  # items written but never counted
+                elif prev < INVALID_INDEX:
+                    prev = INVALID_INDEX
                 begin = self.begin_timestamp
                 if begin <= 0:
                     diff = 0

@@ -49,6 +49,7 @@ from tiered_core.codec.keys import message_index_keys
 from tiered_core.codec.message import (
     BORNHOST_V6_FLAG,
     KEY_SEPARATOR,
+    NAME_VALUE_SEPARATOR,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
@@ -85,6 +86,9 @@ _I64 = struct.Struct(">q")
 _CQ_UNIT = struct.Struct(">qiq")  # a consume-queue unit (codec.consume_queue)
 _STORE_TS_POS = store_timestamp_position(0)
 _STORE_TS_V6_POS = store_timestamp_position(BORNHOST_V6_FLAG)
+_TAGS_AT = PROPERTY_TAGS + NAME_VALUE_SEPARATOR
+_KEYS_AT = PROPERTY_KEYS + NAME_VALUE_SEPARATOR
+_UNIQ_AT = PROPERTY_UNIQ_KEY + NAME_VALUE_SEPARATOR
 #: Pause of the background reput after a pass that found messages (lets a batch gather).
 _REPUT_GATHER_S = 0.001
 #: Default largest message (RocketMQ's maxMessageSize is 4 MiB; larger ones are common here).
@@ -646,12 +650,10 @@ class LocalMessageStore:
                 except UnicodeDecodeError:
                     break
                 offset = base + pos
-                if text:
-                    tags = find_property(text, PROPERTY_TAGS)
-                    keys_text = find_property(text, PROPERTY_KEYS)
-                    uniq = find_property(text, PROPERTY_UNIQ_KEY)
-                else:
-                    tags = keys_text = uniq = None
+                # (a property can only be found where its name and separator are)
+                tags = find_property(text, PROPERTY_TAGS) if _TAGS_AT in text else None
+                keys_text = find_property(text, PROPERTY_KEYS) if _KEYS_AT in text else None
+                uniq = find_property(text, PROPERTY_UNIQ_KEY) if _UNIQ_AT in text else None
                 tags_code = tags_hash_code(tags)
                 unit = pack_unit(offset, size, tags_code)
                 key = (topic, queue_id)

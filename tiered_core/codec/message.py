@@ -447,7 +447,6 @@ def _encode(
     topic: str,
     body: bytes,
     props_text: str,
-    *,
     queue_id: int,
     flag: int,
     queue_offset: int,
@@ -602,22 +601,11 @@ def encode_message_buffer(
 ) -> bytearray:
     """:func:`encode_message` into a new ``bytearray`` (for a writer that patches fields in
     place before it writes, like the local commit log): the same bytes, one copy less."""
-    data = _encode(
-        msg.topic,
-        msg.body,
-        _properties_text(msg, prop_crc),
-        queue_id=queue_id,
-        flag=msg.flag,
-        queue_offset=queue_offset,
-        physical_offset=physical_offset,
-        sys_flag=msg.sys_flag if sys_flag is None else sys_flag,
-        born_timestamp=msg.born_timestamp,
-        born_host=msg.born_host,
-        store_timestamp=store_timestamp,
-        store_host=store_host,
-        reconsume_times=msg.reconsume_times,
-        prepared_transaction_offset=msg.prepared_transaction_offset,
-        version=version,
+    data = _encode(  # (positional: this is the put path)
+        msg.topic, msg.body, _properties_text(msg, prop_crc), queue_id, msg.flag, queue_offset,
+        physical_offset, msg.sys_flag if sys_flag is None else sys_flag, msg.born_timestamp,
+        msg.born_host, store_timestamp, store_host, msg.reconsume_times,
+        msg.prepared_transaction_offset, version,
     )
     if prop_crc:
         crc = zlib.crc32(memoryview(data)[:-CRC32_RESERVED_LEN]) & 0x7FFFFFFF

@@ -9,12 +9,15 @@ Directory layout under ``root``::
     lock                                     held (flock) while a process has the store open
 
 Write path: :meth:`LocalMessageStore.put_message` assigns the queue offset and the
-store timestamp, encodes the message and appends it to the CommitLog. The *reput*
-step (:meth:`LocalMessageStore.reput`, also run by a background thread) reads what
-was appended since the last reput, in commit-log order, adds each message's unit to
-its ConsumeQueue, its keys to the index, and hands a :class:`DispatchRequest` to
-every registered listener (the tiered dispatcher). Reads go through the consume
-queues.
+store timestamp, encodes the message and appends it to the CommitLog (one ``pwrite``;
+it does not wake the reput thread unless that thread is idle). The *reput* step
+(:meth:`LocalMessageStore.reput`, also run by a background thread) reads what was
+appended since the last reput, in commit-log order, a chunk at a time: it scans the
+records for the few fields it needs (no full decode), adds the units to their
+ConsumeQueues (one write per queue run) and the keys to the index (one batch), then
+tells queue listeners of queues new to them (the tiered dispatcher) and hands a
+:class:`DispatchRequest` per message to dispatch listeners, if any. Reads go through
+the consume queues.
 
 Durability: with ``flush_mode=ASYNC`` (default) a background thread fsyncs the
 commit log every ``flush_interval_ms`` (consume queues, index and checkpoint every

@@ -384,3 +384,36 @@ def test_a_bad_record_inside_a_batch_stops_the_reput_right_before_it(tmp_path):
     assert store.reput_error is not None and store.reput_error.reason == "bad_encoding"
     assert store.get_max_offset_in_queue("a", 0) == 3
     store.close()
+
+
+@pytest.mark.parametrize("variant", range(4))
+def test_index_put_batch_steps_over_uncounted_items_like_put_keys(tmp_path, variant):
+    """A kill between an item (and its slot) and the header leaves items past indexCount:
+    both forms step over them alike."""
+    import shutil
+
+    from tiered_core.codec.local_index import HEADER
+
+    clock = iter(range(1_700_000_000_000, 1_700_000_100_000, 7))
+    first = IndexService(str(tmp_path / "one"), hash_slots=3, max_items=40, clock=lambda: next(clock))
+    for i in range(8):
+        first.put_keys("t", [f"k{i}", f"j{i % 3}"], 100 + i, 1_700_000_000_000 + i)
+    first.close()
+    path = os.path.join(tmp_path / "one", os.listdir(tmp_path / "one")[0])
+    with open(path, "r+b") as f:
+        header = list(HEADER.unpack(f.read(HEADER.size)))
+        header[5] -= 3  # the last items were written, their header updates were not
+        header[4] -= 3
+        f.seek(0)
+        f.write(HEADER.pack(*header))
+    shutil.copytree(tmp_path / "one", tmp_path / "many")
+    one = IndexService(str(tmp_path / "one"), hash_slots=3, max_items=40)
+    many = IndexService(str(tmp_path / "many"), hash_slots=3, max_items=40)
+    entries = [("t", [f"n{i}.{variant}", f"j{i % 3}"], 200 + i, 1_700_000_005_000 + i) for i in range(10)]
+    for e in entries:
+        one.put_keys(*e)
+    many.put_batch(entries)
+    assert [f.select(0, 0, 1 << 62, 100) for f in one.files] == [f.select(0, 0, 1 << 62, 100) for f in many.files]
+    one.close()
+    many.close()
+    assert _files_of(str(tmp_path / "one")) == _files_of(str(tmp_path / "many"))

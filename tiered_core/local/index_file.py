@@ -222,39 +222,48 @@ class IndexFile:
             slot_pack = SLOT.pack_into
             slot_unpack = SLOT.unpack_from
             header_pack = HEADER.pack_into
+            # the header fields live in locals during the loop (the file's header is written
+            # for every item) and go back to the attributes when it ends, however it ends
+            count = self.index_count
+            slot_count = self.hash_slot_count
+            begin_ts, end_ts = self.begin_timestamp, self.end_timestamp
+            begin_phy, end_phy = self.begin_phy_offset, self.end_phy_offset
             i = start
-            while i < n:
-                if self.index_count >= max_items:
-                    break
-                key_hash, phy_offset, store_timestamp = items[i]
-                if not 0 <= key_hash <= INT_MAX:
-                    raise IllegalParam(f"key hash {key_hash} must be in 0..2^31-1", key_hash=key_hash)
-                slot_pos = HEADER_SIZE + (key_hash % slots) * SLOT_SIZE
-                prev = slot_unpack(mm, slot_pos)[0]
-                if prev >= self.index_count:
-                    prev = self._slot_head(mm, slot_pos)  # items written but never counted
-                elif prev < INVALID_INDEX:
-                    prev = INVALID_INDEX
-                begin = self.begin_timestamp
-                if begin <= 0:
-                    diff = 0
-                else:
-                    diff = min(max((store_timestamp - begin) // 1000, 0), INT_MAX)
-                number = self.index_count
-                item_pack(mm, items_base + number * ITEM_SIZE, key_hash, phy_offset, diff, prev)
-                slot_pack(mm, slot_pos, number)
-                if number <= 1:
-                    self.begin_phy_offset = phy_offset
-                    self.begin_timestamp = store_timestamp
-                self.hash_slot_count += 1
-                self.index_count = number + 1
-                if phy_offset > self.end_phy_offset:
-                    self.end_phy_offset = phy_offset
-                if store_timestamp > self.end_timestamp:
-                    self.end_timestamp = store_timestamp
-                header_pack(mm, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
-                            self.end_phy_offset, self.hash_slot_count, number + 1)
-                i += 1
+            try:
+                while i < n and count < max_items:
+                    key_hash, phy_offset, store_timestamp = items[i]
+                    if not 0 <= key_hash <= INT_MAX:
+                        raise IllegalParam(f"key hash {key_hash} must be in 0..2^31-1", key_hash=key_hash)
+                    slot_pos = HEADER_SIZE + (key_hash % slots) * SLOT_SIZE
+                    prev = slot_unpack(mm, slot_pos)[0]
+                    if prev >= count:  # items written but never counted: step over them
+                        self.index_count = count
+                        prev = self._slot_head(mm, slot_pos)
+                    elif prev < INVALID_INDEX:
+                        prev = INVALID_INDEX
+                    if begin_ts <= 0:
+                        diff = 0
+                    else:
+                        diff = (store_timestamp - begin_ts) // 1000
+                        diff = 0 if diff < 0 else (diff if diff < INT_MAX else INT_MAX)
+                    item_pack(mm, items_base + count * ITEM_SIZE, key_hash, phy_offset, diff, prev)
+                    slot_pack(mm, slot_pos, count)
+                    if count <= 1:
+                        begin_phy = phy_offset
+                        begin_ts = store_timestamp
+                    slot_count += 1
+                    count += 1
+                    if phy_offset > end_phy:
+                        end_phy = phy_offset
+                    if store_timestamp > end_ts:
+                        end_ts = store_timestamp
+                    header_pack(mm, 0, begin_ts, end_ts, begin_phy, end_phy, slot_count, count)
+                    i += 1
+            finally:
+                self.index_count = count
+                self.hash_slot_count = slot_count
+                self.begin_timestamp, self.end_timestamp = begin_ts, end_ts
+                self.begin_phy_offset, self.end_phy_offset = begin_phy, end_phy
             return i
 
     def is_time_matched(self, begin: int, end: int) -> bool:

@@ -49,14 +49,18 @@ def _store_command(sub: argparse._SubParsersAction, name: str, func, json_what: 
     return p
 
 
+def _queue_arguments(p: argparse.ArgumentParser, topic_help: str) -> None:
+    p.add_argument("--topic", required=True, help=topic_help)
+    p.add_argument("--queue", type=_non_negative, default=0, metavar="ID", help="queue id (default 0)")
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``put``, ``get`` and ``stat``."""
     p = _store_command(sub, "put", put, "the put result (and the dispatch round's stats)",
                        help="put one message (body from --body or stdin); creates the store if needed",
                        description="Put one message into the local store; with --dispatch also copy it to "
                                    "the tiered store and fail unless that succeeded.")
-    p.add_argument("--topic", required=True, help="topic of the message")
-    p.add_argument("--queue", type=_non_negative, default=0, metavar="ID", help="queue id (default 0)")
+    _queue_arguments(p, "topic of the message")
     p.add_argument("--key", action="append", default=[], help="index key (repeatable)")
     p.add_argument("--tags", help="message tags")
     p.add_argument("--body", help="message body (default: read stdin)")
@@ -67,8 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="read messages of a queue (from whichever tier holds them)",
                        description="Read messages by queue offset, or by key with --key. "
                                    "Exit 3 when no message is found or the store does not exist.")
-    g.add_argument("--topic", required=True, help="topic to read")
-    g.add_argument("--queue", type=_non_negative, default=0, metavar="ID", help="queue id (default 0)")
+    _queue_arguments(g, "topic to read")
     g.add_argument("--offset", type=_non_negative, default=0, help="first queue offset to read (default 0)")
     g.add_argument("--count", type=_positive, default=10, help="most messages to return (default 10)")
     g.add_argument("--key", help="look up by key instead of offset (all queues of the topic)")

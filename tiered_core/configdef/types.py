@@ -216,22 +216,24 @@ def _recovery(value: Any, key: "Key") -> str:
     return text
 
 
-def _size(value: Any, key: "Key") -> int:
-    size = parse_size(value)
-    if size < (key.minimum or 0):
-        raise ValueError(value)
-    return size
+def _at_least_minimum(parse: Callable[[Any], int]) -> Callable[[Any, "Key"], int]:
+    """A checker: ``parse(value)``, then ValueError below the key's minimum."""
+    def check(value: Any, key: "Key") -> int:
+        number = parse(value)
+        if number < (key.minimum or 0):
+            raise ValueError(value)
+        return number
+    return check
+
+
+_size = _at_least_minimum(parse_size)
 
 
 def _count(value: Any, key: "Key") -> int:
     return parse_count(value, key.minimum or 0)
 
 
-def _duration(value: Any, key: "Key") -> int:
-    ms = parse_duration_ms(value)
-    if ms < (key.minimum or 0):
-        raise ValueError(value)
-    return ms
+_duration = _at_least_minimum(parse_duration_ms)
 
 
 def _hours(value: Any, key: "Key") -> int:

@@ -333,6 +333,11 @@ def time_dispatch_floor(groups: list[FloorGroup], workdir: str) -> float:
 # -- reads ---------------------------------------------------------------------------------
 
 
+def read_ahead(store: TieredMessageStore) -> tuple[int, int]:
+    """The fetcher's read-ahead batch: (messages, bytes)."""
+    return (getattr(store.fetcher, "read_ahead_count", 4096), getattr(store.fetcher, "read_ahead_bytes", 16 * MiB))
+
+
 @dataclass
 class ReadBatch:
     """One read-ahead batch as the floor reads it: a tiered commit-log span and its messages."""
@@ -346,7 +351,7 @@ class ReadBatch:
 def read_batches(store: TieredMessageStore, counts: list[int]) -> list[ReadBatch]:
     """Every tiered message in the fetcher's read-ahead batches (count and byte budget), cut
     where a commit-log segment ends (built, and the bytes read once, before the timed floor)."""
-    count_limit, bytes_limit = store.fetcher.read_ahead_count, store.fetcher.read_ahead_bytes
+    count_limit, bytes_limit = read_ahead(store)
     out: list[ReadBatch] = []
     for qid, count in enumerate(counts):
         flat = store.flat_files.get(TOPIC, qid)
@@ -388,15 +393,32 @@ def time_read_floor(store: TieredMessageStore, batches: list[ReadBatch]) -> floa
     return time.perf_counter() - start
 
 
+def _batch_len(batch: Any) -> int:
+    """Messages in what a batch read returned (a list, or an object with ``messages``)."""
+    try:
+        return len(batch)
+    except TypeError:
+        return len(batch.messages)
+
+
 def time_fetch(store: TieredMessageStore, counts: list[int]) -> float:
-    """Seconds for the fetcher's read-ahead reads (split + validate) of every message."""
+    """Seconds for the fetcher's read-ahead reads (consume-queue read, commit-log read, split +
+    validate) of every message: ``fetcher.read``, or the flat file's ``read_batch`` where the
+    fetcher has no such method."""
     fetcher = store.fetcher
+    count, max_bytes = read_ahead(store)
     start = time.perf_counter()
-    for qid, count in enumerate(counts):
+    for qid, total in enumerate(counts):
         flat = store.flat_files.get(TOPIC, qid)
+        if hasattr(fetcher, "read"):
+            def read(offset: int, flat=flat) -> Any:
+                return fetcher.read(flat, offset, count)
+        else:
+            def read(offset: int, flat=flat) -> Any:
+                return flat.read_batch(offset, count, max_bytes)
         offset = 0
-        while offset < count:
-            got = len(fetcher.read(flat, offset, fetcher.read_ahead_count))
+        while offset < total:
+            got = _batch_len(read(offset))
             if got <= 0:
                 raise RuntimeError(f"{TOPIC}/{qid}@{offset}: the fetcher read nothing")
             offset += got

@@ -272,8 +272,9 @@ def dispatch_groups(store: TieredMessageStore, queues: int) -> list[FloorGroup]:
     return groups
 
 
-def time_dispatch(store: TieredMessageStore, expected: int) -> tuple[float, int]:
-    """Seconds of one forced dispatch round (after reput and flush), and the bytes it copied."""
+def time_dispatch(store: TieredMessageStore, expected: int) -> tuple[float, int, int]:
+    """Seconds of one forced dispatch round (after reput and flush), the bytes it copied and
+    the groups it made."""
     store.local.reput()
     store.local.flush()
     start = time.perf_counter()
@@ -281,7 +282,7 @@ def time_dispatch(store: TieredMessageStore, expected: int) -> tuple[float, int]
     elapsed = time.perf_counter() - start
     if stats.errors or stats.messages != expected:
         raise RuntimeError(f"dispatch copied {stats.messages} of {expected} messages: {stats.errors}")
-    return elapsed, stats.bytes
+    return elapsed, stats.bytes, stats.groups
 
 
 def time_dispatch_floor(groups: list[FloorGroup], workdir: str) -> float:
@@ -485,13 +486,15 @@ def run_rounds(args: argparse.Namespace) -> dict[str, Any]:
                     store.local.flush()
                     groups = dispatch_groups(store, args.queues)
                     floor_s = time_dispatch_floor(groups, workdir)
-                    dispatch_s, dispatched = time_dispatch(store, n)
+                    dispatch_s, dispatched, dispatch_groups_made = time_dispatch(store, n)
                     store.index.compact_and_upload()
                     config = store.config
                 add("dispatch", dispatch_s / n)
                 add("dispatch_floor", floor_s / n)
                 add("dispatch_ratio", floor_s / dispatch_s)
                 add("dispatch_bytes_per_s", dispatched / dispatch_s)
+                add("dispatch_groups", dispatch_groups_made)
+                add("dispatch_floor_groups", len(groups))
                 # cold reads (fetch level, API level) next to their floor, then warm reads
                 with TieredMessageStore.open(config.replace(storage_level="FORCE")) as store:
                     batches = read_batches(store, counts)
@@ -513,7 +516,7 @@ def run_rounds(args: argparse.Namespace) -> dict[str, Any]:
                 # one commit per message
                 with open_store(base, workdir, group_commit_count=1) as store:
                     time_put(store, single)
-                    single_s, _ = time_dispatch(store, args.single_messages)
+                    single_s, _, _ = time_dispatch(store, args.single_messages)
                     single_path = store.config.store_path
                 shutil.rmtree(single_path, ignore_errors=True)
                 add("group_commit_speedup", (n / dispatch_s) / (args.single_messages / single_s))
@@ -540,6 +543,8 @@ def run_rounds(args: argparse.Namespace) -> dict[str, Any]:
         "dispatch_ratio": round(med["dispatch_ratio"], 3),
         "dispatch_msgs_per_s": round(1 / med["dispatch"]),
         "dispatch_mib_s": round(med["dispatch_bytes_per_s"] / MiB, 2),
+        "dispatch_groups": round(med["dispatch_groups"]),  # group commits made (the floor fsyncs as many)
+        "dispatch_floor_groups": round(med["dispatch_floor_groups"]),
         "cold_read_fetch_us_per_msg": round(med["cold_read_fetch"] * us, 2),
         "cold_read_api_us_per_msg": round(med["cold_read_api"] * us, 2),
         "cold_read_floor_us_per_msg": round(med["cold_read_floor"] * us, 2),

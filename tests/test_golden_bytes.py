@@ -1,12 +1,13 @@
 """Golden bytes: the same input gives the same tiered bytes, byte for byte, as the code of
 the day the manifest was made (issue 11: "tiered bytes identical to today's").
 
-A deterministic workload (fixed topics, queue ids, bodies, keys, ``UNIQ_KEY``s, other
-properties, born times and hosts; the store's clock pinned, so store times and the index
-file's name are fixed too; one queue dispatched at a time, so index items go in in a fixed
-order) is put into a store on the posix driver and dispatched until
-everything is tiered, with the key index compacted and uploaded. Then every object under
-the tiered root is hashed (sorted relative path -> sha256 and size) and compared with the
+A deterministic workload (3000 messages; 2 topics, 3 queues; fixed bodies of 0-1500
+bytes, keys (some non-ASCII), ``UNIQ_KEY``s, other properties, tags, flags, born times
+and hosts, IPv4 and IPv6) is put into a store on the posix driver, with the store's clock
+pinned (store times and the index file's name are then fixed too) and one queue
+dispatched at a time (index items then go in in a fixed order), and dispatched until
+everything is tiered, the key index compacted and uploaded. Then every object under the
+tiered root is hashed (sorted relative path -> sha256 and size) and compared with the
 checked-in manifest ``tests/data/golden/tiered_bytes.json``. The first differing file is
 named in the failure.
 
@@ -52,6 +53,7 @@ BROKER = "golden-broker"
 #: Store times: ``BASE_MS + 7 * seq`` (2024-01-01T00:00:00Z onward); born times 3 ms earlier.
 BASE_MS = 1_704_067_200_000
 BORN_HOST = ("10.1.2.3", 50123)
+BORN_HOST_V6 = ("2001:db8::7", 40000)  # sets the born-host-v6 sys flag: a longer header
 
 
 class PinnedClock:
@@ -78,13 +80,17 @@ def golden_messages() -> list[tuple[Message, int, int]]:
         size = rng.choice((0, 1, 17, 100, 300, 700, 1500)) if seq % 10 == 0 else rng.randint(20, 900)
         body = rng.randbytes(size) if seq % 3 == 0 else (f"{topic}/{qid}/{n}|".encode() * 200)[:size]
         keys = [] if seq % 7 == 0 else [f"order-{n}"] + ([f"cust-{n % 50}"] if seq % 2 else [])
+        if seq % 17 == 0:  # non-ASCII keys: the index hashes UTF-16 (a surrogate pair in one)
+            keys.append(f"ключ-{n}-\U0001F511")
         props = {PROPERTY_UNIQ_KEY: f"{0x0A010203:08X}{0x1F90:04X}{0xC0FFEE:08X}{seq:012X}"}
         if seq % 5 == 0:
             props["region"] = ("eu", "us", "ap")[seq % 3]
             props["trace-id"] = f"t{rng.getrandbits(40):x}"
+            props["note"] = "größe ✓"
         store_ms = BASE_MS + 7 * seq
         msg = Message(topic=topic, body=body, keys=keys, tags=None if seq % 11 == 0 else f"tag{seq % 4}",
-                      properties=props, flag=seq % 3, born_timestamp=store_ms - 3, born_host=BORN_HOST,
+                      properties=props, flag=seq % 3, born_timestamp=store_ms - 3,
+                      born_host=BORN_HOST_V6 if seq % 13 == 0 else BORN_HOST,
                       reconsume_times=seq % 2)
         out.append((msg, qid, store_ms))
     return out

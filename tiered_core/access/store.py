@@ -377,7 +377,7 @@ class TieredMessageStore:
                 topic, qid, self.local.get_min_offset_in_queue(topic, qid), self.local.get_max_offset_in_queue(topic, qid),
                 flat.consume_queue_min_offset() if flat and flat.initialized else -1,
                 flat.consume_queue_commit_offset() if flat and flat.initialized else -1,
-                len(flat.commit_log.segments) + len(flat.consume_queue.segments) if flat else 0))
+                flat.segment_count() if flat else 0))
         return out
 
     def close(self) -> None:

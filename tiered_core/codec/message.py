@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, Mapping, NamedTuple, Union
 
 from tiered_core.common import INT_MAX, INT_MIN, LONG_MAX, LONG_MIN, now_ms
+from tiered_core.codec.batch import message_layout
 from tiered_core.codec.prop_crc import CRC32_PLACEHOLDER, CRC32_RESERVED_LEN, PROPERTY_CRC32, prop_crc_digits
 from tiered_core.errors import CorruptData, IllegalParam
 
@@ -208,7 +209,13 @@ class Message:
         return props
 
 
-@dataclass(slots=True)
+_EXT_FIELDS = (
+    "topic", "queue_id", "queue_offset", "commitlog_offset", "store_timestamp", "born_timestamp", "keys",
+    "tags", "properties", "body", "sys_flag", "body_crc", "store_size", "born_host", "store_host",
+    "reconsume_times", "prepared_transaction_offset", "flag", "version",
+)
+
+
 class MessageExt:
     """A stored message as decoded from its bytes.
 
@@ -217,7 +224,17 @@ class MessageExt:
     ``KEYS``, ``TAGS`` and ``UNIQ_KEY``; ``keys`` and ``tags`` are parsed from it.
     ``body`` is the stored body (still compressed if ``sys_flag`` says so).
     ``store_size`` is the record's total size in bytes.
+
+    Built like a dataclass (the fields in this order, positionally or by keyword; ``==``
+    compares every field; mutable). The batch read path builds it lazily over the
+    message's validated bytes (:func:`lazy_message_ext`): each field is decoded on its
+    first access (one ``unpack_from`` of the header, the properties parsed once), then it
+    is a plain slot.
     """
+
+    __slots__ = _EXT_FIELDS + ("_raw", "_layout")
+    __match_args__ = _EXT_FIELDS
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value (like the dataclass)
 
     topic: str
     queue_id: int
@@ -229,15 +246,69 @@ class MessageExt:
     tags: str | None
     properties: dict[str, str]
     body: bytes
-    sys_flag: int = 0
-    body_crc: int = 0
-    store_size: int = 0
-    born_host: Host = DEFAULT_HOST
-    store_host: Host = DEFAULT_HOST
-    reconsume_times: int = 0
-    prepared_transaction_offset: int = 0
-    flag: int = 0
-    version: MessageVersion = MessageVersion.V1
+    sys_flag: int
+    body_crc: int
+    store_size: int
+    born_host: Host
+    store_host: Host
+    reconsume_times: int
+    prepared_transaction_offset: int
+    flag: int
+    version: MessageVersion
+
+    def __init__(self, topic: str, queue_id: int, queue_offset: int, commitlog_offset: int, store_timestamp: int,
+                 born_timestamp: int, keys: list[str], tags: str | None, properties: dict[str, str], body: bytes,
+                 sys_flag: int = 0, body_crc: int = 0, store_size: int = 0, born_host: Host = DEFAULT_HOST,
+                 store_host: Host = DEFAULT_HOST, reconsume_times: int = 0, prepared_transaction_offset: int = 0,
+                 flag: int = 0, version: MessageVersion = MessageVersion.V1) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self.commitlog_offset = commitlog_offset
+        self.store_timestamp = store_timestamp
+        self.born_timestamp = born_timestamp
+        self.keys = keys
+        self.tags = tags
+        self.properties = properties
+        self.body = body
+        self.sys_flag = sys_flag
+        self.body_crc = body_crc
+        self.store_size = store_size
+        self.born_host = born_host
+        self.store_host = store_host
+        self.reconsume_times = reconsume_times
+        self.prepared_transaction_offset = prepared_transaction_offset
+        self.flag = flag
+        self.version = version
+        self._raw = None
+        self._layout = None
+
+    def __getattr__(self, name: str):
+        # Only reached for a field not decoded yet (an unset slot) of a lazy message.
+        decode = _LAZY_FIELDS.get(name)
+        raw = self._raw if decode is not None else None
+        if raw is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        layout = self._layout
+        if layout is None:
+            layout = self._layout = message_layout(raw)
+        value = decode(self, raw, layout)
+        setattr(self, name, value)
+        return value
+
+    def _values(self) -> tuple:
+        return tuple(getattr(self, name) for name in _EXT_FIELDS)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values() == other._values()  # type: ignore[attr-defined]
+
+    def __repr__(self) -> str:
+        return "MessageExt(" + ", ".join(f"{n}={v!r}" for n, v in zip(_EXT_FIELDS, self._values())) + ")"
+
+    def __reduce__(self):
+        return (MessageExt, self._values())
 
     @property
     def uniq_key(self) -> str | None:
@@ -247,6 +318,48 @@ class MessageExt:
     def msg_id(self) -> str:
         """RocketMQ's offset message id: store host address+port and commit-log offset, hex."""
         return offset_msg_id(self.store_host, self.commitlog_offset)
+
+
+def _lazy_keys(m: MessageExt, raw: bytes, layout: tuple) -> list[str]:
+    text = m.properties.get(PROPERTY_KEYS)
+    return [k for k in text.split(KEY_SEPARATOR) if k] if text else []
+
+
+# name -> (message, raw, message_layout(raw)) -> value; layout indexes: see codec.batch.message_layout.
+_LAZY_FIELDS = {
+    "topic": lambda m, raw, lay: str(raw[lay[18]:lay[19]], "utf-8"),
+    "queue_id": lambda m, raw, lay: lay[3],
+    "queue_offset": lambda m, raw, lay: lay[5],
+    "commitlog_offset": lambda m, raw, lay: lay[6],
+    "store_timestamp": lambda m, raw, lay: lay[11],
+    "born_timestamp": lambda m, raw, lay: lay[8],
+    "keys": _lazy_keys,
+    "tags": lambda m, raw, lay: m.properties.get(PROPERTY_TAGS),
+    "properties": lambda m, raw, lay: parse_properties(str(raw[lay[20]:lay[0]], "utf-8")),
+    "body": lambda m, raw, lay: raw[lay[17]:lay[17] + lay[16]],
+    "sys_flag": lambda m, raw, lay: lay[7],
+    "body_crc": lambda m, raw, lay: lay[2],
+    "store_size": lambda m, raw, lay: lay[0],
+    "born_host": lambda m, raw, lay: _host(lay[9], lay[10]),
+    "store_host": lambda m, raw, lay: _host(lay[12], lay[13]),
+    "reconsume_times": lambda m, raw, lay: lay[14],
+    "prepared_transaction_offset": lambda m, raw, lay: lay[15],
+    "flag": lambda m, raw, lay: lay[4],
+    "version": lambda m, raw, lay: MessageVersion.V2 if lay[1] == MAGIC_V2 else MessageVersion.V1,
+}
+
+_new_ext = object.__new__
+
+
+def lazy_message_ext(raw: bytes) -> MessageExt:
+    """A :class:`MessageExt` over ``raw``, exactly one message's bytes (``bytes``, never
+    mutated), which must already be validated (e.g. by
+    :func:`~tiered_core.codec.batch.scan_units`): fields are decoded on first access, so
+    bad bytes here would give wrong fields, not an error. Equal to ``decode_message(raw)``."""
+    m = _new_ext(MessageExt)
+    m._raw = raw
+    m._layout = None
+    return m
 
 
 class MessageSpan(NamedTuple):
@@ -867,7 +980,7 @@ __all__ = [
     "PROPERTY_KEYS", "PROPERTY_TAGS", "PROPERTY_UNIQ_KEY", "NAME_VALUE_SEPARATOR",
     "PROPERTY_SEPARATOR", "KEY_SEPARATOR",
     "MAX_V1_TOPIC_BYTES", "MAX_V2_TOPIC_BYTES", "MAX_PROPERTIES_BYTES", "MAX_TOTAL_SIZE",
-    "MessageVersion", "Host", "DEFAULT_HOST", "Message", "MessageExt", "MessageSpan",
+    "MessageVersion", "Host", "DEFAULT_HOST", "Message", "MessageExt", "MessageSpan", "lazy_message_ext",
     "format_properties", "parse_properties", "offset_msg_id", "new_uniq_key",
     "encode_message", "encode_message_ext", "decode_message", "validate_message",
     "split_messages", "decode_messages",

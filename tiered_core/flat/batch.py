@@ -29,7 +29,6 @@ from tiered_core.codec.batch import scan_units
 from tiered_core.codec.checks import PropCrcPolicy, scan_flags, unit_error
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
 from tiered_core.codec.message_batch import MessageBatch
-from tiered_core.errors import CorruptData
 
 _UNIT = struct.Struct(">qiq")
 

@@ -114,14 +114,14 @@ class MessageStoreFetcher:
         lazy = lazy_message_ext
         nxt, total, budget = offset, 0, self.max_transfer_bytes
         while True:
-            data, base, units = batch.data, batch.base, batch.units
+            data, base, units, topic = batch.data, batch.base, batch.units, batch.topic
             start = nxt - batch.queue_offset
             for off, size, tags in units[start:]:
                 nxt += 1  # filtered-out messages are skipped past too
                 if message_filter is not None and not message_filter(tags):
                     continue
                 pos = off - base
-                append(lazy(data[pos:pos + size]))  # validated when read
+                append(lazy(data[pos:pos + size], topic))  # validated when read
                 total += size
                 if len(messages) >= max_count or total >= budget:
                     break

@@ -8,9 +8,9 @@ other than ``bytes``/``memoryview``, ``int``, ``str`` and tuples/lists of those.
   one pass (the checks and their order are those documented in
   :mod:`tiered_core.codec.checks`, whose :func:`~tiered_core.codec.checks.check_units`
   wraps it).
-* :func:`message_layout` -- the header fields and part boundaries of one already validated
-  record, from one ``unpack_from`` (the lazy :class:`~tiered_core.codec.message.MessageExt`
-  decodes from it).
+
+The lazy decode of one validated record is :func:`tiered_core.codec.message.lazy_message_ext`
+(``bytes`` and an optional topic in, a ``MessageExt`` out: one ``unpack_from`` of the header).
 """
 
 from __future__ import annotations
@@ -39,24 +39,12 @@ MIN_SIZE = 91
 #: Header size by ``(sysFlag & 0x30) >> 4``: born host v6 (0x10) and store host v6 (0x20) add 12 each.
 HEADER_SIZES = (88, 100, 100, 112)
 
-_HEAD8 = struct.Struct(">iI")
-_MID = struct.Struct(">iiiqq")  # bodyCRC@8 queueId@12 flag@16 queueOffset@20 physicalOffset@28
+#: totalSize@0 magic@4 bodyCRC@8 queueId@12 flag@16 queueOffset@20 physicalOffset@28 sysFlag@36
+_HEAD40 = struct.Struct(">iIiiiqqi")
 _I32 = struct.Struct(">i")
 _U16 = struct.Struct(">H")
 _CRC_NAME = b"__CRC32#\x01"
 _DIGITS = frozenset(b"0123456789")
-
-
-def _layout(born_v6: bool, store_v6: bool) -> struct.Struct:
-    born = "16si" if born_v6 else "4si"
-    store = "16si" if store_v6 else "4si"
-    return struct.Struct(">iIiiiqqiq" + born + "q" + store + "iqi")
-
-
-#: Whole header by ``(sysFlag & 0x30) >> 4``: totalSize magic bodyCRC queueId flag queueOffset
-#: physicalOffset sysFlag bornTimestamp bornIp bornPort storeTimestamp storeIp storePort
-#: reconsumeTimes preparedTransactionOffset bodyLength.
-LAYOUTS = (_layout(False, False), _layout(True, False), _layout(False, True), _layout(True, True))
 
 
 def _stored_prop_crc(data: Buffer, pos: int, total: int) -> int:
@@ -116,8 +104,8 @@ def scan_units(
     ``(valid, None, "")`` when every unit passed. Never raises for bad bytes.
     """
     limit = len(data)
-    head = _HEAD8.unpack_from
-    mid = _MID.unpack_from
+    is_bytes = isinstance(data, bytes)
+    head = _HEAD40.unpack_from
     i32 = _I32.unpack_from
     u16 = _U16.unpack_from
     crc32 = zlib.crc32
@@ -138,7 +126,7 @@ def scan_units(
             if size > 0 and pos >= 0 and pos + size <= limit:
                 return i, "size_mismatch", f"cannot be a message: the smallest is {MIN_SIZE} bytes"
             return i, "unit_out_of_range", f"lies outside the {limit} bytes read from offset {base}"
-        total, magic = head(data, pos)
+        total, magic, body_crc, qid, _flag, qoff, phys, sys_flag = head(data, pos)  # size >= 91: in range
         if magic == MAGIC_V1:
             tl = 1
         elif magic == MAGIC_V2:
@@ -152,10 +140,9 @@ def scan_units(
         stored = _stored_prop_crc(data, pos, total) if prop_crc else 0
         end = pos + total
         # -- the record's lengths (codec.message._parse, same order and texts)
-        hs = sizes[(i32(data, pos + 36)[0] & 0x30) >> 4]
+        hs = sizes[(sys_flag & 0x30) >> 4]
         if hs + tl + 2 > total:
             return i, "length_mismatch", f"total size {total} is too small for its {hs}-byte header"
-        body_crc, qid, _flag, qoff, phys = mid(data, pos + 8)
         body_len = i32(data, pos + hs - 4)[0]
         body_start = pos + hs
         body_end = body_start + body_len
@@ -176,7 +163,7 @@ def scan_units(
             if crc != body_crc:
                 return i, "crc_mismatch", f"body CRC {crc} does not match the stored {body_crc}"
         # -- what the request and the unit say
-        props = bytes(view[p_start:end])
+        props = data[p_start:end] if is_bytes else bytes(view[p_start:end])
         if not props.isascii():
             try:
                 props.decode("utf-8")
@@ -197,7 +184,16 @@ def scan_units(
         if phys != cl_off:
             return i, "physical_offset_mismatch", f"holds physical offset {phys}, not its commit-log offset {cl_off}"
         if check_tags and tags_code and -0x80000000 <= tags_code <= 0x7FFFFFFF:
-            tags = _tags_value(props) if b"TAGS\x01" in props else None
+            j = props.find(b"TAGS\x01")
+            if j < 0:
+                tags = None
+            elif props.find(b"TAGS\x01", j + 5) >= 0:
+                tags = _tags_value(props)  # several: the last non-empty one at a pair's start
+            elif j and props[j - 1] != 2:
+                tags = None  # the only one ends another name
+            else:
+                k = props.find(b"\x02", j + 5)
+                tags = props[j + 5:k if k >= 0 else len(props)] or None
             if tags:
                 expected = tags_cache.get(tags)
                 if expected is None:
@@ -218,27 +214,7 @@ def scan_units(
     return i, None, ""
 
 
-def message_layout(raw: Buffer, pos: int = 0) -> tuple:
-    """The fields of the record at ``raw[pos]``, which must already be validated (its lengths
-    add up; nothing is checked here): the 17 header values of :data:`LAYOUTS` (totalSize,
-    magic, bodyCRC, queueId, flag, queueOffset, physicalOffset, sysFlag, bornTimestamp,
-    bornIp, bornPort, storeTimestamp, storeIp, storePort, reconsumeTimes,
-    preparedTransactionOffset, bodyLength) followed by body start, topic start, topic end
-    and properties start (positions in ``raw``; the record ends at ``pos + totalSize``)."""
-    layout = LAYOUTS[(_I32.unpack_from(raw, pos + 36)[0] & 0x30) >> 4]
-    fields = layout.unpack_from(raw, pos)
-    body_start = pos + layout.size
-    body_end = body_start + fields[16]
-    if fields[1] == MAGIC_V2:
-        t_start = body_end + 2
-        t_end = t_start + _U16.unpack_from(raw, body_end)[0]
-    else:
-        t_start = body_end + 1
-        t_end = t_start + raw[body_end]
-    return fields + (body_start, t_start, t_end, t_end + 2)
-
-
 __all__ = [
     "VERIFY_CRC", "CHECK_TAGS", "CHECK_QUEUE_OFFSET", "PROP_CRC_IF_PRESENT", "PROP_CRC_REQUIRE",
-    "MIN_SIZE", "HEADER_SIZES", "LAYOUTS", "scan_units", "message_layout",
+    "MIN_SIZE", "HEADER_SIZES", "scan_units",
 ]

@@ -39,7 +39,6 @@ from dataclasses import dataclass, field
 from typing import Iterator, Mapping, NamedTuple, Union
 
 from tiered_core.common import INT_MAX, INT_MIN, LONG_MAX, LONG_MIN, now_ms
-from tiered_core.codec.batch import message_layout
 from tiered_core.codec.prop_crc import CRC32_PLACEHOLDER, CRC32_RESERVED_LEN, PROPERTY_CRC32, prop_crc_digits
 from tiered_core.errors import CorruptData, IllegalParam
 
@@ -216,6 +215,9 @@ _EXT_FIELDS = (
 )
 
 
+_UNSET: object = object()  # a lazy field not decoded yet
+
+
 class MessageExt:
     """A stored message as decoded from its bytes.
 
@@ -226,13 +228,16 @@ class MessageExt:
     ``store_size`` is the record's total size in bytes.
 
     Built like a dataclass (the fields in this order, positionally or by keyword; ``==``
-    compares every field; mutable). The batch read path builds it lazily over the
-    message's validated bytes (:func:`lazy_message_ext`): each field is decoded on its
-    first access (one ``unpack_from`` of the header, the properties parsed once), then it
-    is a plain slot.
+    compares every field; every field can be assigned). The batch read path builds it
+    from the message's validated bytes with one ``unpack_from``
+    (:func:`lazy_message_ext`); ``properties``, ``keys``, ``tags`` and the two hosts are
+    then decoded on first access.
     """
 
-    __slots__ = _EXT_FIELDS + ("_raw", "_layout")
+    __slots__ = ("topic", "queue_id", "queue_offset", "commitlog_offset", "store_timestamp", "born_timestamp",
+                 "_keys", "_tags", "_properties", "body", "sys_flag", "body_crc", "store_size", "_born_host",
+                 "_store_host", "reconsume_times", "prepared_transaction_offset", "flag", "version",
+                 "_raw", "_layout")
     __match_args__ = _EXT_FIELDS
     __hash__ = None  # type: ignore[assignment]  # mutable, compared by value (like the dataclass)
 
@@ -242,15 +247,10 @@ class MessageExt:
     commitlog_offset: int
     store_timestamp: int
     born_timestamp: int
-    keys: list[str]
-    tags: str | None
-    properties: dict[str, str]
     body: bytes
     sys_flag: int
     body_crc: int
     store_size: int
-    born_host: Host
-    store_host: Host
     reconsume_times: int
     prepared_transaction_offset: int
     flag: int
@@ -267,15 +267,15 @@ class MessageExt:
         self.commitlog_offset = commitlog_offset
         self.store_timestamp = store_timestamp
         self.born_timestamp = born_timestamp
-        self.keys = keys
-        self.tags = tags
-        self.properties = properties
+        self._keys = keys
+        self._tags = tags
+        self._properties = properties
         self.body = body
         self.sys_flag = sys_flag
         self.body_crc = body_crc
         self.store_size = store_size
-        self.born_host = born_host
-        self.store_host = store_host
+        self._born_host = born_host
+        self._store_host = store_host
         self.reconsume_times = reconsume_times
         self.prepared_transaction_offset = prepared_transaction_offset
         self.flag = flag
@@ -283,18 +283,67 @@ class MessageExt:
         self._raw = None
         self._layout = None
 
-    def __getattr__(self, name: str):
-        # Only reached for a field not decoded yet (an unset slot) of a lazy message.
-        decode = _LAZY_FIELDS.get(name)
-        raw = self._raw if decode is not None else None
-        if raw is None:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        layout = self._layout
-        if layout is None:
-            layout = self._layout = message_layout(raw)
-        value = decode(self, raw, layout)
-        setattr(self, name, value)
-        return value
+    # -- the lazy fields -------------------------------------------------------------------
+
+    @property
+    def properties(self) -> dict[str, str]:
+        value = self._properties
+        if value is _UNSET:
+            value = self._properties = _lazy_properties(self._raw, self._layout)
+        return value  # type: ignore[return-value]
+
+    @properties.setter
+    def properties(self, value: dict[str, str]) -> None:
+        self._properties = value
+
+    @property
+    def keys(self) -> list[str]:
+        value = self._keys
+        if value is _UNSET:
+            text = self.properties.get(PROPERTY_KEYS)
+            value = self._keys = [k for k in text.split(KEY_SEPARATOR) if k] if text else []
+        return value  # type: ignore[return-value]
+
+    @keys.setter
+    def keys(self, value: list[str]) -> None:
+        self._keys = value
+
+    @property
+    def tags(self) -> str | None:
+        value = self._tags
+        if value is _UNSET:
+            value = self._tags = self.properties.get(PROPERTY_TAGS)
+        return value  # type: ignore[return-value]
+
+    @tags.setter
+    def tags(self, value: str | None) -> None:
+        self._tags = value
+
+    @property
+    def born_host(self) -> Host:
+        value = self._born_host
+        if value is _UNSET:
+            layout = self._layout
+            value = self._born_host = _host(layout[9], layout[10])
+        return value  # type: ignore[return-value]
+
+    @born_host.setter
+    def born_host(self, value: Host) -> None:
+        self._born_host = value
+
+    @property
+    def store_host(self) -> Host:
+        value = self._store_host
+        if value is _UNSET:
+            layout = self._layout
+            value = self._store_host = _host(layout[12], layout[13])
+        return value  # type: ignore[return-value]
+
+    @store_host.setter
+    def store_host(self, value: Host) -> None:
+        self._store_host = value
+
+    # -- value semantics ---------------------------------------------------------------------
 
     def _values(self) -> tuple:
         return tuple(getattr(self, name) for name in _EXT_FIELDS)
@@ -320,46 +369,59 @@ class MessageExt:
         return offset_msg_id(self.store_host, self.commitlog_offset)
 
 
-def _lazy_keys(m: MessageExt, raw: bytes, layout: tuple) -> list[str]:
-    text = m.properties.get(PROPERTY_KEYS)
-    return [k for k in text.split(KEY_SEPARATOR) if k] if text else []
-
-
-# name -> (message, raw, message_layout(raw)) -> value; layout indexes: see codec.batch.message_layout.
-_LAZY_FIELDS = {
-    "topic": lambda m, raw, lay: str(raw[lay[18]:lay[19]], "utf-8"),
-    "queue_id": lambda m, raw, lay: lay[3],
-    "queue_offset": lambda m, raw, lay: lay[5],
-    "commitlog_offset": lambda m, raw, lay: lay[6],
-    "store_timestamp": lambda m, raw, lay: lay[11],
-    "born_timestamp": lambda m, raw, lay: lay[8],
-    "keys": _lazy_keys,
-    "tags": lambda m, raw, lay: m.properties.get(PROPERTY_TAGS),
-    "properties": lambda m, raw, lay: parse_properties(str(raw[lay[20]:lay[0]], "utf-8")),
-    "body": lambda m, raw, lay: raw[lay[17]:lay[17] + lay[16]],
-    "sys_flag": lambda m, raw, lay: lay[7],
-    "body_crc": lambda m, raw, lay: lay[2],
-    "store_size": lambda m, raw, lay: lay[0],
-    "born_host": lambda m, raw, lay: _host(lay[9], lay[10]),
-    "store_host": lambda m, raw, lay: _host(lay[12], lay[13]),
-    "reconsume_times": lambda m, raw, lay: lay[14],
-    "prepared_transaction_offset": lambda m, raw, lay: lay[15],
-    "flag": lambda m, raw, lay: lay[4],
-    "version": lambda m, raw, lay: MessageVersion.V2 if lay[1] == MAGIC_V2 else MessageVersion.V1,
-}
-
 _new_ext = object.__new__
+_V1, _MAGIC2 = MessageVersion.V1, MAGIC_V2
+#: (header struct, its size) by ``(sysFlag & 0x30) >> 4``.
+_LAYOUT_BY_HOSTS = tuple((_LAYOUTS[k], _LAYOUTS[k].size) for k in (0, BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG,
+                                                                  _HOST_FLAGS))
 
 
-def lazy_message_ext(raw: bytes) -> MessageExt:
+def lazy_message_ext(raw: bytes, topic: str | None = None) -> MessageExt:
     """A :class:`MessageExt` over ``raw``, exactly one message's bytes (``bytes``, never
     mutated), which must already be validated (e.g. by
-    :func:`~tiered_core.codec.batch.scan_units`): fields are decoded on first access, so
-    bad bytes here would give wrong fields, not an error. Equal to ``decode_message(raw)``."""
+    :func:`~tiered_core.codec.batch.scan_units`): the header fields come from one
+    ``unpack_from``, the body is sliced, the rest is decoded on first access -- bad bytes
+    here would give wrong fields, not an error. ``topic``: the message's topic when the
+    caller knows it (validation compared it), else decoded. Equal to ``decode_message(raw)``."""
+    layout, hs = _LAYOUT_BY_HOSTS[(raw[39] & 0x30) >> 4]  # the low byte of sysFlag@36
+    f = layout.unpack_from(raw)
     m = _new_ext(MessageExt)
+    m.topic = topic if topic is not None else message_layout_topic(raw, f, hs)
+    m.queue_id = f[3]
+    m.queue_offset = f[5]
+    m.commitlog_offset = f[6]
+    m.store_timestamp = f[11]
+    m.born_timestamp = f[8]
+    m.body = raw[hs:hs + f[16]]
+    m.sys_flag = f[7]
+    m.body_crc = f[2]
+    m.store_size = f[0]
+    m.reconsume_times = f[14]
+    m.prepared_transaction_offset = f[15]
+    m.flag = f[4]
+    m.version = _V2 if f[1] == _MAGIC2 else _V1
+    m._keys = m._tags = m._properties = m._born_host = m._store_host = _UNSET
     m._raw = raw
-    m._layout = None
+    m._layout = f
     return m
+
+
+def _topic_span(raw: bytes, f: tuple, hs: int) -> tuple[int, int]:
+    body_end = hs + f[16]
+    if f[1] == _MAGIC2:
+        start = body_end + 2
+        return start, start + _U16.unpack_from(raw, body_end)[0]
+    return body_end + 1, body_end + 1 + raw[body_end]
+
+
+def message_layout_topic(raw: bytes, f: tuple, hs: int) -> str:
+    start, end = _topic_span(raw, f, hs)
+    return str(raw[start:end], "utf-8")
+
+
+def _lazy_properties(raw: bytes, f: tuple) -> dict[str, str]:
+    _t_start, t_end = _topic_span(raw, f, _LAYOUT_BY_HOSTS[(f[7] & 0x30) >> 4][1])
+    return parse_properties(str(raw[t_end + 2:f[0]], "utf-8"))
 
 
 class MessageSpan(NamedTuple):

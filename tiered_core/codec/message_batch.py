@@ -67,11 +67,11 @@ class MessageBatch:
 
     def message(self, i: int) -> MessageExt:
         """Message ``i``, decoded lazily (its fields on first access)."""
-        return lazy_message_ext(self.raw(i))
+        return lazy_message_ext(self.raw(i), self.topic)
 
     def messages(self, start: int = 0, stop: int | None = None) -> list[MessageExt]:
-        data, base = self.data, self.base
-        return [lazy_message_ext(data[off - base:off - base + size]) for off, size, _ in self.units[start:stop]]
+        data, base, topic = self.data, self.base, self.topic
+        return [lazy_message_ext(data[off - base:off - base + size], topic) for off, size, _ in self.units[start:stop]]
 
     def __iter__(self) -> Iterator[tuple[int, bytes, int]]:
         """``(queue_offset, bytes, tags_code)`` of each message."""

@@ -308,3 +308,53 @@ def test_random_units_never_raise():
         units = [(rng.randrange(-5, 250), rng.randrange(-5, 200), rng.randrange(-3, 3)) for _ in range(rng.randrange(4))]
         batch = check_batch(units, buf, 0, topic="t", queue_id=0, queue_offset=0)
         assert len(batch) == 0 or batch.error is None or batch.error.offset == units[len(batch)][0]
+
+
+# -- the fetcher over cached batches ----------------------------------------------------
+
+
+class _Files:
+    def __init__(self, flat):
+        self.flat = flat
+
+    def get(self, topic, queue_id):
+        return self.flat if (topic, queue_id) == (self.flat.topic, self.flat.queue_id) else None
+
+
+def _fill(flat, count: int) -> None:
+    flat.init_offset(0)
+    for i in range(count):
+        raw = encode_message(Message(topic="TopicTest", body=bytes([i]) * 100, keys=[f"k{i}"], tags=f"t{i % 3}"),
+                             queue_id=3, queue_offset=i, store_timestamp=1000 + i)
+        offset = flat.commit_log_max_offset()
+        assert flat.append_commit_log(raw) is AppendResult.SUCCESS
+        assert flat.append_consume_queue(ConsumeQueueRequest(i, offset, len(raw), tags_hash_code(f"t{i % 3}"),
+                                                             1000 + i)) is AppendResult.SUCCESS
+    assert flat.commit()
+
+
+@pytest.mark.parametrize("cached", [True, False])
+def test_fetcher_serves_from_whole_batches(flat, cached):
+    from tiered_core.access.fetcher import MessageStoreFetcher
+    from tiered_core.access.results import GetMessageStatus
+
+    _fill(flat, 40)
+    expected = [decode_message(flat.get_message(q)) for q in range(40)]
+    cache = ReadAheadCache(1 << 20) if cached else None
+    fetcher = MessageStoreFetcher(_Files(flat), cache, read_ahead_count=16, read_ahead_bytes=1 << 20)
+    got = fetcher.get_message("TopicTest", 3, 5, 4)
+    assert got.status is GetMessageStatus.FOUND and got.messages == expected[5:9] and got.next_begin_offset == 9
+    if cached:
+        assert cache.get_batch("TopicTest", 3, 20).queue_offset == 5  # one entry: the read-ahead batch 5..20
+        assert cache.stats.misses == 1 and len(cache._items) == 1
+    again = fetcher.get_message("TopicTest", 3, 9, 100)  # from the cached batch, up to its end
+    assert again.messages == expected[9:9 + len(again.messages)] and again.next_begin_offset == 9 + len(again.messages)
+    assert len(again.messages) == (12 if cached else 16)
+    only_t1 = fetcher.get_message("TopicTest", 3, 0, 5, message_filter=lambda tags: tags == tags_hash_code("t1"))
+    # Cached: scanned through the read-ahead batch; uncached: only the max_count read (as before).
+    assert [m.queue_offset for m in only_t1.messages] == ([1, 4, 7, 10, 13] if cached else [1, 4])
+    assert only_t1.next_begin_offset == (14 if cached else 5)
+    assert all(m.tags == "t1" for m in only_t1.messages)
+    small = MessageStoreFetcher(_Files(flat), cache, read_ahead_count=16, max_transfer_bytes=250)
+    assert len(small.get_message("TopicTest", 3, 30, 10).messages) == 2  # stops once 250 bytes are reached
+    assert fetcher.get_message("TopicTest", 3, 40, 1).status is GetMessageStatus.OFFSET_OVERFLOW_ONE

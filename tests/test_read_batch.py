@@ -358,3 +358,11 @@ def test_fetcher_serves_from_whole_batches(flat, cached):
     small = MessageStoreFetcher(_Files(flat), cache, read_ahead_count=16, max_transfer_bytes=250)
     assert len(small.get_message("TopicTest", 3, 30, 10).messages) == 2  # stops once 250 bytes are reached
     assert fetcher.get_message("TopicTest", 3, 40, 1).status is GetMessageStatus.OFFSET_OVERFLOW_ONE
+
+
+def test_cache_finds_an_offset_in_an_overlapping_batch():
+    cache = ReadAheadCache(10_000, 60_000)
+    cache.put_batch(_batch("t", 0, 0, 20))  # 0..19
+    cache.put_batch(_batch("t", 0, 5, 2))  # 5..6, read later at 5 (e.g. a short prefetch)
+    assert cache.get_batch("t", 0, 10).queue_offset == 0 and cache.get_batch("t", 0, 6).queue_offset == 5
+    assert cache.get_batch("t", 0, 20) is None

@@ -152,8 +152,9 @@ class ReadAheadCache:
             starts = self._starts.get(queue)
             if starts:
                 i = bisect.bisect_right(starts, queue_offset) - 1
-                if i >= 0:
-                    key = (topic, queue_id, starts[i])
+                # The batch starting last at or before the offset, or (batches may overlap: one
+                # read at an offset a shorter batch before it did not reach) the one before it.
+                for key in [(topic, queue_id, starts[j]) for j in (i, i - 1) if j >= 0]:
                     batch, _, accessed = self._items[key]
                     if queue_offset < batch.end_offset:
                         if now - accessed <= self.expire_s:
@@ -163,6 +164,7 @@ class ReadAheadCache:
                             return batch
                         self._drop(key)
                         self.stats.expirations += 1
+                        break
             disk = self._disk_starts.get(queue) if self._disk is not None else None
             start = None
             if disk:

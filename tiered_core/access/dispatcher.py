@@ -28,11 +28,10 @@ from tiered_core.codec.message import decode_message, peek_store_timestamp
 from tiered_core.configdef import KEYS, bound_fields
 from tiered_core.errors import Fenced, TieredStoreError
 from tiered_core.flat.file_store import FlatFileStore
-from tiered_core.flat.message_file import FlatMessageFile
+from tiered_core.spi.access import CompositeAccess, ConsumeQueueRequest
 from tiered_core.codec.keys import message_index_keys
 from tiered_core.local.store import DispatchRequest, LocalMessageStore
 from tiered_core.common import AppendResult
-from tiered_core.spi.access import ConsumeQueueRequest
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +193,7 @@ class MessageStoreDispatcher:
             lock.release()
         return stats
 
-    def _dispatch_group(self, flat: FlatMessageFile, force: bool, stats: DispatchStats) -> bool:
+    def _dispatch_group(self, flat: CompositeAccess, force: bool, stats: DispatchStats) -> bool:
         """Copy and commit one group. True when another group should follow at once."""
         key = (flat.topic, flat.queue_id)
         local_min = self.local.get_min_offset_in_queue(*key)
@@ -214,7 +213,7 @@ class MessageStoreDispatcher:
             return False
         if current >= local_max:
             return False
-        flat.commit_log.try_rolling(flat.config.rolling_interval_ms, flat.config.rolling_min_size)
+        flat.rolling_file()
         # A group ends where the consume-queue segment does: sealing a full segment commits its
         # units, and they must not become durable before the group's keys are indexed (_commit).
         target = min(current + self.group_commit_count, local_max, current + flat.consume_queue_room())
@@ -241,7 +240,7 @@ class MessageStoreDispatcher:
             raw = self.local.get_message_bytes(unit.commitlog_offset, unit.size)  # CRC-checked
             msg = decode_message(raw, verify_crc=False)
             store_ts = msg.store_timestamp
-            tiered_offset = flat.commit_log.append_offset
+            tiered_offset = flat.commit_log_max_offset()
             result = flat.append_commit_log(raw)
             if result is not AppendResult.SUCCESS:
                 log.warning("%s: commit-log append returned %s", flat, result.name)
@@ -268,7 +267,7 @@ class MessageStoreDispatcher:
         more = self.local.get_max_offset_in_queue(*key) - flat.consume_queue_max_offset()
         return more > 0 and (force or more >= self.group_commit_count)
 
-    def _commit(self, flat: FlatMessageFile, stats: DispatchStats) -> bool:
+    def _commit(self, flat: CompositeAccess, stats: DispatchStats) -> bool:
         """Make the queue's appended group durable: commit log, then its keys in the index,
         then the consume queue. So every message with a durable consume-queue unit has its
         keys indexed, whenever the process dies; a group retried after a failure may index
@@ -276,14 +275,14 @@ class MessageStoreDispatcher:
         with self._uploads:  # at most max_pending_limit uploads in flight
             return self._commit_group(flat, stats)
 
-    def _commit_group(self, flat: FlatMessageFile, stats: DispatchStats) -> bool:
+    def _commit_group(self, flat: CompositeAccess, stats: DispatchStats) -> bool:
         key = (flat.topic, flat.queue_id)
         if not flat.commit_commit_log():
             stats.failed_commits += 1
             return False
         entries = self._pending_index.pop(key, [])
         if self.index is not None and entries:
-            topic_id = flat.topic_metadata.topic_id
+            topic_id = flat.topic_id
             for e in entries:
                 result = self.index.put_key(flat.topic, topic_id, flat.queue_id, e.keys, e.offset,
                                             e.size, e.store_timestamp)

@@ -28,12 +28,12 @@ from tiered_core.access.results import (
     QueryMessageResult,
     StoreTier,
 )
-from tiered_core.codec.checks import check_message
 from tiered_core.codec.consume_queue import decode_cq_unit
-from tiered_core.codec.message import Message, MessageExt, decode_message
+from tiered_core.codec.message import Message, MessageExt
 from tiered_core.codec.naming import validate_topic
 from tiered_core.config import StoreConfig
 from tiered_core.errors import IllegalParam, StateConflict, TieredStoreError
+from tiered_core.flat.batch import check_batch
 from tiered_core.flat.file_store import FlatFileStore
 from tiered_core.flat.ownership import PrefixOwnership, load_store_id
 from tiered_core.ops.reconcile import open_checked_metadata
@@ -340,9 +340,14 @@ class TieredMessageStore:
                 continue
             try:
                 raw = flat.get_commit_log(entry.offset, entry.size)
-                check_message(raw, commitlog_offset=entry.offset, size=entry.size, topic=topic,
-                              queue_id=entry.queue_id, prop_crc=self.fetcher.prop_crc)
-                msg = decode_message(raw, verify_crc=False)
+                # The read path's checks, for a message no unit was read for (yet): the queue
+                # offset and tags code are compared with its unit below.
+                checked = check_batch([(entry.offset, entry.size, 0)], raw, entry.offset, topic=topic,
+                                      queue_id=entry.queue_id, queue_offset=None,
+                                      prop_crc=self.fetcher.prop_crc, check_tags=False)
+                if checked.error is not None:
+                    raise checked.error
+                msg = checked.message(0)
                 if not ((key in msg.keys or msg.uniq_key == key) and begin <= msg.store_timestamp <= end
                         and (msg.queue_id, msg.queue_offset) not in seen
                         and flat.consume_queue_min_offset() <= msg.queue_offset < flat.consume_queue_commit_offset()):
@@ -384,7 +389,7 @@ class TieredMessageStore:
                 topic, qid, self.local.get_min_offset_in_queue(topic, qid), self.local.get_max_offset_in_queue(topic, qid),
                 flat.consume_queue_min_offset() if flat and flat.initialized else -1,
                 flat.consume_queue_commit_offset() if flat and flat.initialized else -1,
-                len(flat.commit_log.segments) + len(flat.consume_queue.segments) if flat else 0))
+                flat.segment_count() if flat else 0))
         return out
 
     def close(self) -> None:

@@ -13,7 +13,10 @@ from tiered_core.flat.commit_log_file import FlatCommitLogFile
 from tiered_core.flat.config import FlatFileConfig
 from tiered_core.flat.consume_queue_file import FlatConsumeQueueFile
 from tiered_core.segment import default_executor
-from tiered_core.common import AppendResult, BoundaryType, FileSegmentType, now_ms
+from tiered_core.codec.checks import PropCrcPolicy
+from tiered_core.codec.message_batch import MessageBatch
+from tiered_core.common import AppendResult, BoundaryType, FileSegmentType, now_ms, offset_by_time
+from tiered_core.flat.batch import read_batch
 from tiered_core.spi.access import CompositeAccess, ConsumeQueueRequest
 from tiered_core.spi.driver import SegmentDriver
 from tiered_core.spi.metadata import TieredMetadataStore
@@ -86,6 +89,27 @@ class FlatMessageFile(CompositeAccess):
             raise IllegalParam(f"{self}: queue offset must be >= 0, got {queue_offset}", offset=queue_offset)
         with self._lock:
             self.consume_queue.init_offset(queue_offset * CQ_UNIT_SIZE)
+
+    @property
+    def topic_id(self) -> int:
+        return self.topic_metadata.topic_id
+
+    def commit_log_min_offset(self) -> int:
+        return self.commit_log.min_offset
+
+    def commit_log_max_offset(self) -> int:
+        return self.commit_log.append_offset
+
+    def commit_log_commit_offset(self) -> int:
+        return self.commit_log.commit_offset
+
+    def segment_count(self) -> int:
+        return len(self.commit_log.segments) + len(self.consume_queue.segments)
+
+    def rolling_file(self, interval_ms: int | None = None) -> bool:
+        cfg = self.config
+        return self.commit_log.try_rolling(cfg.rolling_interval_ms if interval_ms is None else interval_ms,
+                                           cfg.rolling_min_size)
 
     def consume_queue_min_offset(self) -> int:
         """First queue offset still readable (RocketMQ #8076: never below the first stored message)."""
@@ -218,29 +242,21 @@ class FlatMessageFile(CompositeAccess):
 
     def get_offset_in_consume_queue_by_time(self, timestamp: int, boundary: BoundaryType = BoundaryType.LOWER) -> int:
         """The queue offset of the first message stored at or after ``timestamp`` (LOWER), or
-        of the last one stored exactly at it (UPPER); the commit offset if all are older."""
-        lo = self.consume_queue_min_offset()
-        hi = self.consume_queue_commit_offset() - 1
-        if hi < 0 or hi < lo:
-            return lo
-        if self._store_time(hi) < timestamp:
-            return hi + 1
-        if self._store_time(lo) > timestamp:
-            return lo
-        first = self._bisect(lo, hi, lambda t: t >= timestamp)
-        if boundary is BoundaryType.UPPER and self._store_time(first) == timestamp:
-            return self._bisect(first, hi + 1, lambda t: t > timestamp) - 1
-        return first
+        of the last one stored exactly at it (UPPER); the commit offset if all are older
+        (:func:`tiered_core.common.offset_by_time`)."""
+        return offset_by_time(self.consume_queue_min_offset(), self.consume_queue_commit_offset() - 1,
+                              timestamp, boundary, self._store_time)
 
-    def _bisect(self, lo: int, hi: int, pred) -> int:
-        """Smallest offset in [lo, hi] whose store time satisfies ``pred`` (hi if none before it)."""
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if pred(self._store_time(mid)):
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
+    def read_batch(self, queue_offset: int, count: int, max_bytes: int, *,
+                   prop_crc: PropCrcPolicy = PropCrcPolicy.IGNORE) -> MessageBatch:
+        """Up to ``count`` validated messages from ``queue_offset`` (at most up to the commit
+        offset; at most ``max_bytes`` of commit log, but at least one message): one
+        consume-queue read, one commit-log read, one split + validate pass
+        (:func:`tiered_core.flat.batch.read_batch`). The batch ends before the first bad
+        message, whose CorruptData is ``batch.error``; I/O errors raise."""
+        count = min(count, self.consume_queue_commit_offset() - queue_offset)
+        return read_batch(self.get_consume_queue, self.get_commit_log, queue_offset, count, max_bytes,
+                          topic=self.topic, queue_id=self.queue_id, prop_crc=prop_crc)
 
     # -- expiry and lifecycle ----------------------------------------------------------------
 

@@ -70,7 +70,7 @@ from tiered_core.errors import (
 from tiered_core.local.commit_log import END_FILE_MIN_BLANK_LENGTH, CommitLog
 from tiered_core.local.consume_queue import ConsumeQueue
 from tiered_core.local.index_file import IndexService
-from tiered_core.common import INT_MAX, LONG_MAX, BoundaryType, fsync_dir, now_ms
+from tiered_core.common import INT_MAX, LONG_MAX, BoundaryType, fsync_dir, now_ms, offset_by_time
 from tiered_core.configdef import HOUR_MS, KEYS
 
 log = logging.getLogger(__name__)
@@ -789,38 +789,12 @@ class LocalMessageStore:
         cq = self._cqs.get((topic, queue_id))
         if cq is None:
             return 0
-        lo, last = cq.min_offset, cq.max_offset - 1
-        if last < lo:
-            return lo
 
         def time_at(off: int) -> int:
             ts = self._store_time_of_unit(cq.get_unit(off))
             return -1 if ts is None else ts  # unreadable (gap) units sort first
 
-        if time_at(last) < timestamp:
-            return last + 1
-        if time_at(lo) > timestamp:
-            return lo
-        # first offset with time >= timestamp
-        a, b = lo, last
-        while a < b:
-            mid = (a + b) // 2
-            if time_at(mid) >= timestamp:
-                b = mid
-            else:
-                a = mid + 1
-        first = a
-        if boundary is BoundaryType.UPPER and time_at(first) == timestamp:
-            # last offset with time == timestamp (times never decrease)
-            a, b = first, last
-            while a < b:
-                mid = (a + b + 1) // 2
-                if time_at(mid) <= timestamp:
-                    a = mid
-                else:
-                    b = mid - 1
-            return a
-        return first
+        return offset_by_time(cq.min_offset, cq.max_offset - 1, timestamp, boundary, time_at)
 
     def query_message(self, topic: str, key: str, max_count: int = 32, begin: int = 0,
                       end: int = LONG_MAX) -> list[MessageExt]:

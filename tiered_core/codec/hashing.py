@@ -8,9 +8,22 @@ surrogates, and a lone surrogate (legal in Java strings and Python ``str``) as i
 from __future__ import annotations
 
 import functools
+import operator
 import struct
 
 INT_MIN_VALUE = -(1 << 31)
+
+
+@functools.lru_cache(maxsize=256)
+def _powers(n: int) -> tuple[int, ...]:
+    """``31**(n-1-i) mod 2**32`` for i in 0..n-1: the weight of code unit i in a hash of n units."""
+    out = [1] * n
+    for i in range(n - 2, -1, -1):
+        out[i] = (out[i + 1] * 31) & 0xFFFFFFFF
+    return tuple(out)
+
+
+_mul = operator.mul
 
 
 def java_string_hash(s: str) -> int:
@@ -20,9 +33,8 @@ def java_string_hash(s: str) -> int:
     else:
         data = s.encode("utf-16-be", "surrogatepass")
         units = struct.unpack(f">{len(data) // 2}H", data)
-    h = 0
-    for u in units:
-        h = (31 * h + u) & 0xFFFFFFFF
+    # sum(units[i] * 31**(n-1-i)) mod 2**32, the products summed in C (no per-unit bytecode)
+    h = sum(map(_mul, units, _powers(len(units)))) & 0xFFFFFFFF
     return h - (1 << 32) if h & 0x80000000 else h
 
 

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from tiered_core.codec.message import KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_UNIQ_KEY
+from tiered_core.codec.message import (
+    KEY_SEPARATOR,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_KEYS,
+    PROPERTY_SEPARATOR,
+    PROPERTY_UNIQ_KEY,
+)
+
+_KEYS_PREFIX = PROPERTY_KEYS + NAME_VALUE_SEPARATOR
+_UNIQ_PREFIX = PROPERTY_UNIQ_KEY + NAME_VALUE_SEPARATOR
 
 
 def message_index_keys(message_or_properties: Any) -> list[str]:
@@ -28,4 +37,27 @@ def message_index_keys(message_or_properties: Any) -> list[str]:
     return list(keys)
 
 
-__all__ = ["message_index_keys"]
+def message_index_keys_from_properties(text: str) -> tuple[str, ...]:
+    """:func:`message_index_keys` of a message whose stored properties text (``key\\x01value\\x02``
+    pairs) is ``text``, without parsing every property: the two values are picked exactly as
+    :func:`~tiered_core.codec.message.parse_properties` keeps them (the last pair with a
+    non-empty value wins), then the rule above applies."""
+    uniq = listed = None
+    for pair in text.split(PROPERTY_SEPARATOR):
+        if pair.startswith(_KEYS_PREFIX):
+            if len(pair) > len(_KEYS_PREFIX):
+                listed = pair[len(_KEYS_PREFIX):]
+        elif pair.startswith(_UNIQ_PREFIX):
+            if len(pair) > len(_UNIQ_PREFIX):
+                uniq = pair[len(_UNIQ_PREFIX):]
+    if uniq is None and listed is None:
+        return ()
+    props = {}
+    if uniq is not None:
+        props[PROPERTY_UNIQ_KEY] = uniq
+    if listed is not None:
+        props[PROPERTY_KEYS] = listed
+    return tuple(message_index_keys(props))
+
+
+__all__ = ["message_index_keys", "message_index_keys_from_properties"]

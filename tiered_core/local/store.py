@@ -197,6 +197,22 @@ class DispatchRequest:
 DispatchListener = Callable[[DispatchRequest], None]
 
 
+class LocalGroup(NamedTuple):
+    """What :meth:`LocalMessageStore.read_group` read: every unit asked for (``units``), of
+    which the first ``taken`` were taken; message ``i < taken`` is
+    ``buf[positions[i]:positions[i] + units[i].size]`` (not yet validated)."""
+
+    units: list[ConsumeQueueUnit]
+    taken: int
+    buf: bytes
+    positions: list[int]
+
+
+#: Bytes of other messages a group read takes in between two of its own rather than
+#: issuing another read (a read costs about what copying this much does).
+_GROUP_READ_GAP = 32 << 10
+
+
 class _Checkpoint(NamedTuple):
     commitlog_flushed: int
     reput_offset: int
@@ -634,6 +650,54 @@ class LocalMessageStore:
         if cq is None:
             return []
         return cq.get_units(offset, max_count)
+
+    def read_group(self, topic: str, queue_id: int, offset: int, count: int,
+                   max_bytes: int | None = None) -> "LocalGroup":
+        """A group of a queue's messages for the dispatcher: their consume-queue units, read
+        once, and their commit-log bytes, read with one pread (one hold/release) per run of
+        the commit log they lie in -- not one per message.
+
+        Reads the units of ``offset .. offset+count-1`` and takes them from the first while
+        each is valid (not a gap), durable (below :meth:`commit_point`) and, after the first,
+        keeps the total size within ``max_bytes``. The bytes are NOT validated: the caller
+        validates each message (:func:`~tiered_core.codec.dispatch_batch.build_group`).
+        IllegalOffset when a taken message is no longer stored.
+        """
+        self._check_open()
+        cq = self._cqs.get((topic, queue_id))
+        units = cq.get_units(offset, count) if cq is not None and count > 0 else []
+        commit_point = self.commit_point()
+        taken = total = 0
+        for unit in units:
+            if not unit.is_valid or unit.commitlog_offset + unit.size > commit_point:
+                break
+            if taken and max_bytes is not None and total + unit.size > max_bytes:
+                break
+            total += unit.size
+            taken += 1
+        pieces: list[bytes] = []
+        positions: list[int] = []
+        base = 0  # where the current run's bytes start in the joined buffer
+        i = 0
+        file_size = self._commit_log.file_size
+        while i < taken:
+            start = units[i].commitlog_offset
+            end = start + units[i].size
+            j = i + 1
+            file_end = start - start % file_size + file_size
+            while j < taken:  # extend the run while the next message is near, in the same file
+                nxt = units[j]
+                if nxt.commitlog_offset < end or nxt.commitlog_offset - end > _GROUP_READ_GAP \
+                        or nxt.commitlog_offset + nxt.size > file_end:
+                    break
+                end = nxt.commitlog_offset + nxt.size
+                j += 1
+            pieces.append(self._commit_log.read(start, end - start))
+            positions.extend(base + u.commitlog_offset - start for u in units[i:j])
+            base += end - start
+            i = j
+        buf = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        return LocalGroup(units, taken, buf, positions)
 
     def get_message_bytes(self, commitlog_offset: int, size: int | None = None, *,
                           verify: bool = True) -> bytes:

@@ -12,9 +12,6 @@ from tiered_core.codec.message import (
     PROPERTY_UNIQ_KEY,
 )
 
-_KEYS_PREFIX = PROPERTY_KEYS + NAME_VALUE_SEPARATOR
-_UNIQ_PREFIX = PROPERTY_UNIQ_KEY + NAME_VALUE_SEPARATOR
-
 
 def message_index_keys(message_or_properties: Any) -> list[str]:
     """``UNIQ_KEY`` (when set) and every entry of ``KEYS`` (space separated), without blanks
@@ -37,21 +34,41 @@ def message_index_keys(message_or_properties: Any) -> list[str]:
     return list(keys)
 
 
+def _last_value(hay: str, marker: str) -> str | None:
+    """The value :func:`~tiered_core.codec.message.parse_properties` keeps for the property
+    ``marker`` names (``"\\x02NAME\\x01"``) in ``hay`` (``"\\x02"`` + properties text): that
+    of the last pair with a non-empty value."""
+    end = len(hay)
+    while True:
+        j = hay.rfind(marker, 0, end)
+        if j < 0:
+            return None
+        start = j + len(marker)
+        stop = hay.find(PROPERTY_SEPARATOR, start)
+        if stop < 0:
+            stop = len(hay)
+        if stop > start:
+            return hay[start:stop]
+        end = j
+
+
+_KEYS_MARKER = PROPERTY_SEPARATOR + PROPERTY_KEYS + NAME_VALUE_SEPARATOR
+_UNIQ_MARKER = PROPERTY_SEPARATOR + PROPERTY_UNIQ_KEY + NAME_VALUE_SEPARATOR
+
+
 def message_index_keys_from_properties(text: str) -> tuple[str, ...]:
     """:func:`message_index_keys` of a message whose stored properties text (``key\\x01value\\x02``
     pairs) is ``text``, without parsing every property: the two values are picked exactly as
     :func:`~tiered_core.codec.message.parse_properties` keeps them (the last pair with a
     non-empty value wins), then the rule above applies."""
-    uniq = listed = None
-    for pair in text.split(PROPERTY_SEPARATOR):
-        if pair.startswith(_KEYS_PREFIX):
-            if len(pair) > len(_KEYS_PREFIX):
-                listed = pair[len(_KEYS_PREFIX):]
-        elif pair.startswith(_UNIQ_PREFIX):
-            if len(pair) > len(_UNIQ_PREFIX):
-                uniq = pair[len(_UNIQ_PREFIX):]
-    if uniq is None and listed is None:
-        return ()
+    hay = PROPERTY_SEPARATOR + text
+    listed = _last_value(hay, _KEYS_MARKER) if _KEYS_MARKER in hay else None
+    uniq = _last_value(hay, _UNIQ_MARKER) if _UNIQ_MARKER in hay else None
+    if uniq is None:
+        if listed is None:
+            return ()
+        if KEY_SEPARATOR not in listed:  # one key: the rule reduces to "not blank"
+            return (listed,) if listed.strip() else ()
     props = {}
     if uniq is not None:
         props[PROPERTY_UNIQ_KEY] = uniq

@@ -35,6 +35,7 @@ import enum
 import fcntl
 import json
 import logging
+import mmap
 import os
 import struct
 import threading
@@ -204,7 +205,7 @@ class LocalGroup(NamedTuple):
 
     units: list[ConsumeQueueUnit]
     taken: int
-    buf: bytes
+    buf: "bytes | mmap.mmap"  # a map is unmapped when the group is dropped
     positions: list[int]
 
 
@@ -654,8 +655,9 @@ class LocalMessageStore:
     def read_group(self, topic: str, queue_id: int, offset: int, count: int,
                    max_bytes: int | None = None) -> "LocalGroup":
         """A group of a queue's messages for the dispatcher: their consume-queue units, read
-        once, and their commit-log bytes, read with one pread (one hold/release) per run of
-        the commit log they lie in -- not one per message.
+        once, and their commit-log bytes: one read-only map of the span they lie in (one
+        hold/release), or, for a group across commit-log files, one pread per run of nearby
+        messages -- never one read per message.
 
         Reads the units of ``offset .. offset+count-1`` and takes them from the first while
         each is valid (not a gap), durable (below :meth:`commit_point`) and, after the first,
@@ -675,11 +677,18 @@ class LocalMessageStore:
                 break
             total += unit.size
             taken += 1
+        if not taken:
+            return LocalGroup(units, 0, b"", [])
+        file_size = self._commit_log.file_size
+        first, last = units[0].commitlog_offset, units[taken - 1].commitlog_offset + units[taken - 1].size
+        if first // file_size == (last - 1) // file_size:
+            # One file (the usual case): one map of the span, nothing copied until read.
+            view, at = self._commit_log.map_range(first, last - first)
+            return LocalGroup(units, taken, view, [at + u.commitlog_offset - first for u in units[:taken]])
         pieces: list[bytes] = []
         positions: list[int] = []
         base = 0  # where the current run's bytes start in the joined buffer
         i = 0
-        file_size = self._commit_log.file_size
         while i < taken:
             start = units[i].commitlog_offset
             end = start + units[i].size

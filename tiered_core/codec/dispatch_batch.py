@@ -29,11 +29,11 @@ from tiered_core.codec.message import (
     MAGIC_V2,
     STOREHOSTADDRESS_V6_FLAG,
     Buffer,
-    CorruptData,
     decode_message,
     validate_message,
 )
 from tiered_core.codec.prop_crc import CRC32_RESERVED_LEN, compute_prop_crc, prop_crc_digits, stored_prop_crc
+from tiered_core.errors import CorruptData
 
 # totalSize, magic, bodyCRC, (queueId, flag, queueOffset skipped), physicalOffset, sysFlag
 _HEAD = struct.Struct(">iIi16xqi")

@@ -25,6 +25,7 @@ so that none is negative (the absolute times are unchanged). The total slot coun
 from __future__ import annotations
 
 import enum
+import errno
 import io
 import logging
 import mmap
@@ -438,7 +439,13 @@ class IndexStoreFile:
         OSError here rather than a SIGBUS on a write into a hole)."""
         if self._map is None:
             length = self.item_position(0)
-            os.posix_fallocate(self._fd, 0, length)
+            if hasattr(os, "posix_fallocate"):
+                try:
+                    os.posix_fallocate(self._fd, 0, length)
+                except OSError as exc:
+                    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                        raise
+                    # a file system that cannot preallocate: the map is written all the same
             self._map = mmap.mmap(self._fd, length)
         return self._map
 

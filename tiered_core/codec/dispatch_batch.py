@@ -32,7 +32,13 @@ from tiered_core.codec.message import (
     decode_message,
     validate_message,
 )
-from tiered_core.codec.prop_crc import CRC32_RESERVED_LEN, compute_prop_crc, prop_crc_digits, stored_prop_crc
+from tiered_core.codec.prop_crc import (
+    CRC32_RESERVED_LEN,
+    compute_prop_crc,
+    has_prop_crc_slot,
+    prop_crc_digits,
+    stored_prop_crc,
+)
 from tiered_core.errors import CorruptData
 
 # totalSize, magic, bodyCRC, (queueId, flag, queueOffset skipped), physicalOffset, sysFlag
@@ -151,12 +157,13 @@ def build_group(
     with memoryview(buf) as mv:
         if mv.format != "B" or mv.ndim != 1:
             mv = mv.cast("B")
+        limit = len(mv)
         for i in range(n):
             pos = positions[i]
             size = sizes[i]
             end = pos + size
             ok = False
-            if size >= 40 and pos >= 0 and end <= len(mv):
+            if size >= 40 and pos >= 0 and end <= limit:
                 total, magic, body_crc, _phys, sys_flag = head(mv, pos)
                 tail, header_size = tails[sys_flag & _HOST_FLAGS]
                 if total == size and (magic == MAGIC_V1 or magic == MAGIC_V2) and header_size + 3 <= size:
@@ -185,8 +192,10 @@ def build_group(
                 break
             # RocketMQ's whole-message CRC property, recognised by position (the last 20 bytes).
             crc_start = end - CRC32_RESERVED_LEN
-            has_crc = size >= CRC32_RESERVED_LEN and mv[end - 1] == 2 \
-                and mv[crc_start:crc_start + 9] == _CRC_NAME
+            if len(props) >= CRC32_RESERVED_LEN:
+                has_crc = props[-CRC32_RESERVED_LEN:-11] == _CRC_NAME and props[-1] == 2
+            else:
+                has_crc = has_prop_crc_slot(mv, pos, size)
             stored = stored_prop_crc(mv, pos, size) if has_crc else None
             if stored is not None and crc32(mv[pos:crc_start]) & 0x7FFFFFFF != stored:
                 error = _reference_error(mv, pos, size, offsets[i])

@@ -385,6 +385,19 @@ class IndexStoreFile:
         with self._lock:
             if self._closed:
                 return AppendResult.FILE_CLOSED, 0
+            if not self._sealed and _plain_keys(keys) \
+                    and self._count + sum(map(len, keys)) + 1 < self.max_items:
+                # The usual batch: every message has plain keys (what the dispatcher hands
+                # over), all fit, and no time diff overflows. One write, no per-message plan.
+                diffs = [(t - begin) // 1000 for t in timestamps]
+                if INT_MIN <= min(diffs) and max(diffs) <= INT_MAX:
+                    try:
+                        self._write_batch(topic, topic_id, queue_id, keys, diffs, offsets, sizes, max(timestamps))
+                    except OSError as exc:
+                        log.error("index file %s: writing the keys of %d message(s) of %s failed: %s",
+                                  self.path, n, topic, exc)
+                        return AppendResult.UNKNOWN_ERROR, 0
+                    return AppendResult.SUCCESS, n
             # Plan: the messages that fit, as put_key would take them one by one.
             lists: list[Sequence[str]] = []
             diffs: list[int] = []
@@ -650,6 +663,21 @@ def check_put(topic: str, topic_id: int, queue_id: int, keys: Iterable[str], off
         if key.strip():
             out[key] = None
     return list(out)
+
+
+def _plain_keys(keys: Sequence[Sequence[str]]) -> bool:
+    """True when each entry of ``keys`` is a non-empty tuple of distinct non-blank strings,
+    i.e. what :func:`check_put` would return for it unchanged."""
+    for ks in keys:
+        if type(ks) is not tuple or not ks:
+            return False
+        if len(ks) == 1:
+            k = ks[0]
+            if type(k) is not str or not k.strip():
+                return False
+        elif check_put("t", 0, 0, ks, 0, 1, 0) != list(ks):
+            return False
+    return True
 
 
 class UploadedIndexFile:

@@ -13,6 +13,13 @@ flight. ``max_pending_limit`` bounds the uploads in flight across queues (and ac
 callers: rounds of the background thread, ``dispatch(force=True)``, ``dispatch_queue``);
 a queue beyond it waits for a permit. The thread pool grows only as queues with work
 are submitted, up to that limit, so a store with four busy queues runs four threads.
+
+A group is copied as a group (DESIGN section 9): its local consume-queue units and the
+commit-log span they lie in are read once (``LocalMessageStore.read_group``); one pass
+(:func:`~tiered_core.codec.dispatch_batch.build_group`) validates the messages, rewrites
+their physical offsets, builds their tiered consume-queue units and picks up their store
+times and index keys; the tiered commit log and consume queue each take one append, and
+the index one ``put_keys``. The bytes are those of the per-message path.
 """
 
 from __future__ import annotations
@@ -38,11 +45,13 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class _IndexEntry:
-    keys: tuple[str, ...]
-    offset: int
-    size: int
-    store_timestamp: int
+class _PendingKeys:
+    """Keys of a queue's appended, not yet durable messages (what ``put_keys`` takes)."""
+
+    keys: list[tuple[str, ...]] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+    timestamps: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -105,7 +114,7 @@ class MessageStoreDispatcher:
         self._queue_locks: dict[tuple[str, int], threading.Lock] = {}
         self._locks_lock = threading.Lock()
         # Keys of groups appended but not yet durable, per queue: indexed once committed.
-        self._pending_index: dict[tuple[str, int], list[_IndexEntry]] = {}
+        self._pending_index: dict[tuple[str, int], _PendingKeys] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -256,11 +265,16 @@ class MessageStoreDispatcher:
                     # The messages' commit-log bytes stay unreferenced; they are copied again next round.
                     log.warning("%s: consume-queue append returned %s", flat, result.name)
             if count and built.keys is not None:
-                pending = self._pending_index.setdefault(key, [])
+                pending = self._pending_index.get(key)
+                if pending is None:
+                    pending = self._pending_index[key] = _PendingKeys()
                 offset = tiered_offset
                 for i in range(count):
                     if built.keys[i]:
-                        pending.append(_IndexEntry(built.keys[i], offset, sizes[i], built.timestamps[i]))
+                        pending.keys.append(built.keys[i])
+                        pending.offsets.append(offset)
+                        pending.sizes.append(sizes[i])
+                        pending.timestamps.append(built.timestamps[i])
                     offset += sizes[i]
         if built.error is not None and count == built.count:
             raise built.error  # what came before it is appended, and committed next round
@@ -288,12 +302,11 @@ class MessageStoreDispatcher:
         if not flat.commit_commit_log():
             stats.failed_commits += 1
             return False
-        entries = self._pending_index.pop(key, [])
-        if self.index is not None and entries:
+        pending = self._pending_index.pop(key, None)
+        if self.index is not None and pending is not None and pending.keys:
             # One batched insert for the group's keys.
             result = self.index.put_keys(flat.topic, flat.topic_metadata.topic_id, flat.queue_id,
-                                         [e.keys for e in entries], [e.offset for e in entries],
-                                         [e.size for e in entries], [e.store_timestamp for e in entries])
+                                         pending.keys, pending.offsets, pending.sizes, pending.timestamps)
             if result is not AppendResult.SUCCESS:
                 stats.errors.append(f"{flat}: index put returned {result.name}")
         if not flat.commit():

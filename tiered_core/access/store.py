@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 from tiered_core.access.cache import ReadAheadCache
 from tiered_core.access.paths import make_store_dir
@@ -70,7 +71,8 @@ class TieredMessageStore:
     status, never by exception.
     """
 
-    def __init__(self, config: StoreConfig, *, background: bool = False, take_over: bool = False) -> None:
+    def __init__(self, config: StoreConfig, *, background: bool = False, take_over: bool = False,
+                 clock: Callable[[], int] | None = None) -> None:
         self.config = config
         self.policy = ReadPolicy.parse(config.storage_level)
         make_store_dir(config)
@@ -78,7 +80,8 @@ class TieredMessageStore:
         # A message must fit one tiered segment, or it could never be tiered: refuse it at put.
         local_config = dataclasses.replace(local_config, max_message_size=min(local_config.max_message_size,
                                                                               config.commit_log_max_size))
-        self.local = LocalMessageStore(config.store_path, local_config)
+        # ``clock`` (ms since the epoch) stamps store times and names index files; tests pin it.
+        self.local = LocalMessageStore(config.store_path, local_config, clock=clock)
         driver = metadata = None
         try:
             driver = config.open_driver()
@@ -99,14 +102,15 @@ class TieredMessageStore:
                 raise StateConflict(f"{len(self.flat_files.failures)} tiered queue(s) cannot be recovered, "
                                     f"so their tiered data cannot be served: {failed}",
                                     failures=self.flat_files.failures)
-            self.index = IndexStoreService.from_store_config(config, self.driver, self.metadata)
+            self.index = IndexStoreService.from_store_config(config, self.driver, self.metadata,
+                                                             clock=clock or now_ms)
             # read_ahead_cache_bytes = 0 (RocketMQ readAheadCacheEnable=false): read without a cache.
             self.cache = (ReadAheadCache(config.read_ahead_cache_bytes, config.read_ahead_cache_expire_ms,
                                          disk_path=config.read_ahead_disk_cache_path)
                           if config.read_ahead_cache_bytes > 0 else None)
             self.fetcher = MessageStoreFetcher(self.flat_files, self.cache, verify_prop_crc=config.verify_prop_crc)
             self.dispatcher = MessageStoreDispatcher(self.local, self.flat_files, self.index,
-                                                     config.section(DispatchConfig))
+                                                     config.section(DispatchConfig), clock=clock)
         except BaseException:
             if metadata is not None:
                 metadata.close()
@@ -122,7 +126,8 @@ class TieredMessageStore:
             self.index.start()
 
     @classmethod
-    def open(cls, config: StoreConfig, *, background: bool = False, take_over: bool = False) -> "TieredMessageStore":
+    def open(cls, config: StoreConfig, *, background: bool = False, take_over: bool = False,
+             clock: Callable[[], int] | None = None) -> "TieredMessageStore":
         """Open (or create) the store ``config`` describes; ``background`` runs the dispatcher
         and index upload threads (otherwise call :meth:`dispatch` yourself).
 
@@ -132,9 +137,11 @@ class TieredMessageStore:
         segments (its next write fails with :class:`~tiered_core.errors.Fenced`) and rebuilds
         its metadata from the backend where it does not list everything. Objects the
         metadata does not list stop the open with :class:`~tiered_core.errors.UnknownObjects`
-        unless ``metadata_recovery = "rebuild"``.
+        unless ``metadata_recovery = "rebuild"``. ``clock`` (milliseconds since the epoch; the
+        wall clock by default) stamps store times and names index files: tests pin it to get
+        the same bytes for the same input.
         """
-        return cls(config, background=background, take_over=take_over)
+        return cls(config, background=background, take_over=take_over, clock=clock)
 
     # -- writes ---------------------------------------------------------------------------
 

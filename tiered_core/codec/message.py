@@ -36,7 +36,7 @@ import struct
 import time
 import zlib
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping, NamedTuple, Union
+from typing import Callable, Iterator, Mapping, NamedTuple, Union
 
 from tiered_core.common import INT_MAX, INT_MIN, LONG_MAX, LONG_MIN, now_ms
 from tiered_core.codec.prop_crc import CRC32_PLACEHOLDER, CRC32_RESERVED_LEN, PROPERTY_CRC32, prop_crc_digits
@@ -791,32 +791,22 @@ def peek_magic(buf: Buffer, offset: int = 0) -> int:
     return _HEAD8.unpack_from(buf, offset)[1]
 
 
-def peek_body_crc(buf: Buffer, offset: int = 0) -> int:
-    return _peek(buf, offset, BODY_CRC_POS, _I32, "body CRC")
+def _peeker(rel: int, st: struct.Struct, what: str) -> Callable[[Buffer, int], int]:
+    """``peek_<field>(buf, offset=0)``: the fixed-position header field ``what`` of the
+    message at ``offset`` (magic checked; CorruptData when the buffer is too short)."""
+    def peek(buf: Buffer, offset: int = 0) -> int:
+        return _peek(buf, offset, rel, st, what)
+    peek.__doc__ = f"The {what} of the message at ``offset`` (magic checked, nothing else)."
+    return peek
 
 
-def peek_queue_id(buf: Buffer, offset: int = 0) -> int:
-    return _peek(buf, offset, QUEUE_ID_POS, _I32, "queue id")
-
-
-def peek_flag(buf: Buffer, offset: int = 0) -> int:
-    return _peek(buf, offset, FLAG_POS, _I32, "flag")
-
-
-def peek_queue_offset(buf: Buffer, offset: int = 0) -> int:
-    return _peek(buf, offset, QUEUE_OFFSET_POS, _I64, "queue offset")
-
-
-def peek_physical_offset(buf: Buffer, offset: int = 0) -> int:
-    return _peek(buf, offset, PHYSICAL_OFFSET_POS, _I64, "physical offset")
-
-
-def peek_sys_flag(buf: Buffer, offset: int = 0) -> int:
-    return _peek(buf, offset, SYS_FLAG_POS, _I32, "sys flag")
-
-
-def peek_born_timestamp(buf: Buffer, offset: int = 0) -> int:
-    return _peek(buf, offset, BORN_TIMESTAMP_POS, _I64, "born timestamp")
+peek_body_crc = _peeker(BODY_CRC_POS, _I32, "body CRC")
+peek_queue_id = _peeker(QUEUE_ID_POS, _I32, "queue id")
+peek_flag = _peeker(FLAG_POS, _I32, "flag")
+peek_queue_offset = _peeker(QUEUE_OFFSET_POS, _I64, "queue offset")
+peek_physical_offset = _peeker(PHYSICAL_OFFSET_POS, _I64, "physical offset")
+peek_sys_flag = _peeker(SYS_FLAG_POS, _I32, "sys flag")
+peek_born_timestamp = _peeker(BORN_TIMESTAMP_POS, _I64, "born timestamp")
 
 
 def store_timestamp_position(sys_flag: int) -> int:

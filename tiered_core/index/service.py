@@ -143,11 +143,13 @@ class IndexStoreService:
 
     @classmethod
     def from_store_config(cls, store_config: Any, driver: SegmentDriver, metadata: TieredMetadataStore,
-                          **index_options: Any) -> "IndexStoreService":
+                          clock: Callable[[], int] = now_ms, **index_options: Any) -> "IndexStoreService":
         """A service laid out by a :class:`~tiered_core.config.StoreConfig` (store path, cluster,
-        broker, reserved hours); ``index_options`` are :class:`IndexConfig` fields."""
+        broker, reserved hours); ``index_options`` are :class:`IndexConfig` fields; ``clock``
+        (ms since the epoch) names new index files."""
         return cls(driver, metadata, store_config.store_path, cluster=store_config.cluster,
-                   broker=store_config.broker, config=section(IndexConfig, store_config, **index_options))
+                   broker=store_config.broker, config=section(IndexConfig, store_config, **index_options),
+                   clock=clock)
 
     # -- recovery ---------------------------------------------------------------------
 

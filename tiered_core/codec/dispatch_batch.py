@@ -10,8 +10,9 @@ tiered consume-queue unit, and pick up its store timestamp and index keys -- wit
 precompiled structs, without :func:`~tiered_core.codec.message.decode_message`.
 
 :func:`build_group` takes and returns plain bytes, ints, lists and tuples, so a compiled
-twin (``tiered_core._speedups``) can provide the same function; this module is the
-reference and the test oracle. The per-message reference it must agree with, byte for
+twin (``tiered_core._speedups``) can provide the same function (it needs only the fast
+path: for a message its checks refuse, :func:`message_error` gives the error); this module
+is the reference and the test oracle. The per-message reference it must agree with, byte for
 byte, is ``get_message_bytes`` + ``decode_message`` + ``append_message`` + ``encode_cq_unit``
 + :func:`~tiered_core.codec.keys.message_index_keys` (see ``tests/test_dispatch_batch.py``).
 """
@@ -79,9 +80,12 @@ class GroupBuild(NamedTuple):
     error: CorruptData | None
 
 
-def _reference_error(buf: Buffer, pos: int, size: int, offset: int) -> CorruptData:
+def message_error(buf: Buffer, pos: int, size: int, offset: int) -> CorruptData:
     """The error the per-message path raises for the message at ``buf[pos:pos+size]``
-    (local commit-log ``offset``): validate, check the size, decode, check the CRC property."""
+    (local commit-log ``offset``): validate, check the size, decode, check the CRC property.
+
+    :func:`build_group` (and a compiled twin) call it for a message its fast checks refuse,
+    so the error is always the reference's, whatever the fast path looked at first."""
     raw = bytes(buf[pos:pos + size])
     try:
         total = validate_message(raw, base_offset=offset)
@@ -178,7 +182,7 @@ def build_group(
                                 and crc32(mv[body_start:body_end]) & 0x7FFFFFFF == body_crc:
                             ok = True
             if not ok:
-                error = _reference_error(mv, pos, size, offsets[i])
+                error = message_error(mv, pos, size, offsets[i])
                 break
             topic = mv[body_end + tl:topic_end].tobytes()
             props = mv[topic_end + 2:end].tobytes()
@@ -188,7 +192,7 @@ def build_group(
                     last_topic = topic
                 text = props.decode("utf-8")
             except UnicodeDecodeError:
-                error = _reference_error(mv, pos, size, offsets[i])
+                error = message_error(mv, pos, size, offsets[i])
                 break
             # RocketMQ's whole-message CRC property, recognised by position (the last 20 bytes).
             crc_start = end - CRC32_RESERVED_LEN
@@ -198,7 +202,7 @@ def build_group(
                 has_crc = has_prop_crc_slot(mv, pos, size)
             stored = stored_prop_crc(mv, pos, size) if has_crc else None
             if stored is not None and crc32(mv[pos:crc_start]) & 0x7FFFFFFF != stored:
-                error = _reference_error(mv, pos, size, offsets[i])
+                error = message_error(mv, pos, size, offsets[i])
                 break
             data[out_pos:out_pos + size] = mv[pos:end]
             pack_phys(data, out_pos + _PHYSICAL_OFFSET_POS, tiered)
@@ -218,4 +222,4 @@ def build_group(
     return GroupBuild(count, data, units, timestamps, keys, error)
 
 
-__all__ = ["GroupBuild", "build_group"]
+__all__ = ["GroupBuild", "build_group", "message_error"]

@@ -671,11 +671,10 @@ def _plain_keys(keys: Sequence[Sequence[str]]) -> bool:
     for ks in keys:
         if type(ks) is not tuple or not ks:
             return False
-        if len(ks) == 1:
-            k = ks[0]
+        for k in ks:
             if type(k) is not str or not k.strip():
                 return False
-        elif check_put("t", 0, 0, ks, 0, 1, 0) != list(ks):
+        if len(ks) > 1 and len(set(ks)) != len(ks):
             return False
     return True
 

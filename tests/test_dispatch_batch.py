@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, encode_cq_unit
 from tiered_core.codec.dispatch_batch import build_group
-from tiered_core.codec.hashing import java_string_hash
+from tiered_core.codec.hashing import index_key_hash, java_string_hash
 from tiered_core.codec.keys import message_index_keys, message_index_keys_from_properties
 from tiered_core.codec.message import (
     Message,
@@ -354,3 +354,10 @@ def test_read_group_returns_the_bytes_get_message_bytes_returns(tmp_path, file_s
         assert store.read_group("nope", 0, 0, 5).units == []
     finally:
         store.close()
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(min_size=1, max_size=20), st.text(max_size=40))
+def test_index_key_hash_equals_the_loop_over_topic_and_key(topic, key):
+    h = _java_hash_loop(f"{topic}#{key}")
+    assert index_key_hash(topic, key) == (0 if h == -(1 << 31) else abs(h))

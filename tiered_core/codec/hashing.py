@@ -26,16 +26,29 @@ def _powers(n: int) -> tuple[int, ...]:
 _mul = operator.mul
 
 
+def _units(s: str) -> "bytes | tuple[int, ...]":
+    """The UTF-16 code units of ``s`` (its bytes when ASCII)."""
+    if s.isascii():
+        return s.encode("ascii")
+    data = s.encode("utf-16-be", "surrogatepass")
+    return struct.unpack(f">{len(data) // 2}H", data)
+
+
+def _unsigned_hash(units: "bytes | tuple[int, ...]") -> int:
+    # sum(units[i] * 31**(n-1-i)) mod 2**32, the products summed in C (no per-unit bytecode)
+    return sum(map(_mul, units, _powers(len(units)))) & 0xFFFFFFFF
+
+
 def java_string_hash(s: str) -> int:
     """Java's ``s.hashCode()``: a signed 32-bit int."""
-    if s.isascii():
-        units = s.encode("ascii")
-    else:
-        data = s.encode("utf-16-be", "surrogatepass")
-        units = struct.unpack(f">{len(data) // 2}H", data)
-    # sum(units[i] * 31**(n-1-i)) mod 2**32, the products summed in C (no per-unit bytecode)
-    h = sum(map(_mul, units, _powers(len(units)))) & 0xFFFFFFFF
+    h = _unsigned_hash(_units(s))
     return h - (1 << 32) if h & 0x80000000 else h
+
+
+@functools.lru_cache(maxsize=1024)
+def _index_prefix_hash(topic: str) -> int:
+    """The unsigned hash of ``topic + "#"``: every key of the topic continues from it."""
+    return _unsigned_hash(_units(build_index_key(topic, "")))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -61,7 +74,11 @@ def index_key_hash(topic: str, key: str) -> int:
     is what RocketMQ's local ``IndexFile`` does and what the later tiered fix
     (``& 0x7FFFFFFF``) yields, so every other key hashes exactly as in RocketMQ.
     """
-    h = java_string_hash(build_index_key(topic, key))
+    units = _units(key)
+    # hashCode(a + b) = hashCode(a) * 31**len(b) + hashCode(b), modulo 2**32
+    h = (_index_prefix_hash(topic) * pow(31, len(units), 1 << 32) + _unsigned_hash(units)) & 0xFFFFFFFF
+    if h & 0x80000000:
+        h -= 1 << 32
     return 0 if h == INT_MIN_VALUE else abs(h)
 
 

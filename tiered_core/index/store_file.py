@@ -487,6 +487,9 @@ class IndexStoreFile:
             os.pwrite(self._fd, _INT.pack(END_MAGIC - (1 << 32)), MAGIC_POSITION)
         except OSError as exc:  # the in-memory state is what counts until restart
             log.warning("index file %s: cannot write the END magic: %s", self.path, exc)
+        if self._map is not None:  # no more keys: the slot table need not stay mapped
+            self._map.close()  # (its written pages stay dirty in the page cache; fsync sees them)
+            self._map = None
 
     def seal(self) -> None:
         """Stop taking keys (END magic). Idempotent."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Sequence
 
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, decode_cq_unit, encode_cq_unit
 from tiered_core.codec.message import STORE_TIMESTAMP_END, peek_store_timestamp
@@ -176,6 +177,37 @@ class FlatMessageFile(CompositeAccess):
         if commit and result is AppendResult.SUCCESS:
             self.commit()
         return result
+
+    def append_commit_log_batch(self, data: bytes | bytearray, sizes: Sequence[int],
+                                timestamps: Sequence[int], base_offset: int) -> tuple[AppendResult, int]:
+        """Append a group's messages, made ready by
+        :func:`~tiered_core.codec.dispatch_batch.build_group` for commit-log offset
+        ``base_offset`` (see :meth:`FlatCommitLogFile.append_batch`): one buffer per segment,
+        the same bytes as one :meth:`append_commit_log` per message. Returns ``(result, appended)``."""
+        if self.closed:
+            return AppendResult.FILE_CLOSED, 0
+        with self._lock:
+            return self.commit_log.append_batch(data, sizes, timestamps, base_offset)
+
+    def append_consume_queue_batch(self, queue_offset: int, units: bytes | bytearray,
+                                   timestamps: Sequence[int]) -> tuple[AppendResult, int]:
+        """Append consume-queue units (20 bytes each, unit ``i`` for queue offset ``queue_offset
+        + i``, its message stored at ``timestamps[i]``): one buffer per segment, the same bytes
+        and rules as one :meth:`append_consume_queue` per unit (a unit that rolls the consume
+        queue first commits the commit log). Returns ``(result, appended)``."""
+        if self.closed:
+            return AppendResult.FILE_CLOSED, 0
+        n = len(timestamps)
+        if len(units) != n * CQ_UNIT_SIZE:
+            raise IllegalParam(f"{self}: {len(units)} bytes are not {n} consume-queue units", count=n)
+        with self._lock:
+            expected = self.consume_queue.append_queue_offset
+            if queue_offset != expected:
+                raise IllegalOffset(
+                    f"{self}: consume-queue append at queue offset {queue_offset}, expected {expected}",
+                    offset=queue_offset, expected=expected)
+            return self.consume_queue.append_records(units, [CQ_UNIT_SIZE] * n, timestamps,
+                                                     before_roll=self.commit_log.commit)
 
     # -- commits ----------------------------------------------------------------------------
 

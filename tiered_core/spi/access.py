@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Sequence
 
 from tiered_core.codec.checks import PropCrcPolicy
 from tiered_core.codec.message_batch import MessageBatch
@@ -102,6 +103,19 @@ class CompositeAccess(abc.ABC):
     @abc.abstractmethod
     def append_consume_queue(self, request: ConsumeQueueRequest, commit: bool = False) -> AppendResult:
         """Buffer one consume-queue unit."""
+
+    @abc.abstractmethod
+    def append_commit_log_batch(self, data: bytes | bytearray, sizes: Sequence[int],
+                                timestamps: Sequence[int], base_offset: int) -> tuple[AppendResult, int]:
+        """Buffer a group of whole messages (``data``, already rewritten for commit-log offset
+        ``base_offset``), the same bytes as one :meth:`append_commit_log` each; returns the
+        result and how many were appended."""
+
+    @abc.abstractmethod
+    def append_consume_queue_batch(self, queue_offset: int, units: bytes | bytearray,
+                                   timestamps: Sequence[int]) -> tuple[AppendResult, int]:
+        """Buffer consume-queue units (20 bytes each) from ``queue_offset`` on, the same bytes
+        as one :meth:`append_consume_queue` each; returns the result and how many were appended."""
 
     @abc.abstractmethod
     def commit_commit_log(self) -> bool: ...

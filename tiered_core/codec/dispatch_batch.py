@@ -35,10 +35,10 @@ from tiered_core.codec.message import (
 )
 from tiered_core.codec.prop_crc import (
     CRC32_RESERVED_LEN,
-    compute_prop_crc,
     has_prop_crc_slot,
     prop_crc_digits,
     stored_prop_crc,
+    upload_crc_error,
 )
 from tiered_core.errors import CorruptData
 
@@ -95,15 +95,9 @@ def message_error(buf: Buffer, pos: int, size: int, offset: int) -> CorruptData:
         decode_message(raw, verify_crc=False, base_offset=offset)
     except CorruptData as exc:
         return exc
-    stored = stored_prop_crc(raw, 0, size)
-    if stored is not None:
-        actual = compute_prop_crc(raw, 0, size)
-        if actual != stored:
-            at = int.from_bytes(raw[28:36], "big", signed=True)
-            return CorruptData(
-                f"message at local commit-log offset {at} ({size} bytes): its __CRC32# property "
-                f"holds {stored} but its bytes give {actual}; refusing to upload it under a new CRC",
-                offset=at, reason="prop_crc_mismatch", size=size)
+    error = upload_crc_error(raw, size, stored_prop_crc(raw, 0, size))
+    if error is not None:
+        return error
     return CorruptData(f"message at commit-log offset {offset} ({size} bytes) failed validation",
                        offset=offset, reason="length_mismatch")
 

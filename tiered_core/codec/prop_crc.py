@@ -21,7 +21,7 @@ from __future__ import annotations
 import zlib
 from typing import Union
 
-from tiered_core.errors import IllegalParam
+from tiered_core.errors import CorruptData, IllegalParam
 
 Buffer = Union[bytes, bytearray, memoryview]
 
@@ -95,6 +95,22 @@ def write_prop_crc(buf: bytearray | memoryview, offset: int = 0, total: int | No
     return crc
 
 
+def upload_crc_error(buf: Buffer, size: int, stored: int | None) -> CorruptData | None:
+    """Why the local message ``buf[:size]`` must not be tiered: its ``__CRC32#`` property
+    (``stored``, from :func:`stored_prop_crc`; None = no property) does not match its bytes,
+    and tiering would recompute it over them. None when there is nothing wrong. The error's
+    ``offset`` is the message's physical-offset field: where it lies in the local commit log."""
+    if stored is None:
+        return None
+    actual = compute_prop_crc(buf, 0, size)
+    if actual == stored:
+        return None
+    at = int.from_bytes(buf[28:36], "big", signed=True)
+    return CorruptData(f"message at local commit-log offset {at} ({size} bytes): its __CRC32# property "
+                       f"holds {stored} but its bytes give {actual}; refusing to upload it under a new CRC",
+                       offset=at, reason="prop_crc_mismatch", size=size)
+
+
 __all__ = [
     "PROPERTY_CRC32",
     "CRC32_RESERVED_LEN",
@@ -104,4 +120,5 @@ __all__ = [
     "stored_prop_crc",
     "compute_prop_crc",
     "write_prop_crc",
+    "upload_crc_error",
 ]

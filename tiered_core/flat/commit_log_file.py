@@ -18,8 +18,8 @@ import time
 from typing import Sequence
 
 from tiered_core.codec.message import peek_queue_offset, rewrite_physical_offset
-from tiered_core.codec.prop_crc import compute_prop_crc, stored_prop_crc, write_prop_crc
-from tiered_core.errors import CorruptData, IllegalOffset, IllegalParam, TieredStoreError
+from tiered_core.codec.prop_crc import stored_prop_crc, upload_crc_error, write_prop_crc
+from tiered_core.errors import IllegalOffset, IllegalParam, TieredStoreError
 from tiered_core.flat.append_file import FlatAppendFile
 from tiered_core.common import AppendResult, FileSegmentType
 
@@ -53,14 +53,9 @@ class FlatCommitLogFile(FlatAppendFile):
         buf = bytearray(message)
         size = len(buf)
         stored = stored_prop_crc(buf, 0, size)
-        if stored is not None:
-            actual = compute_prop_crc(buf, 0, size)
-            if actual != stored:
-                at = int.from_bytes(buf[28:36], "big", signed=True)
-                raise CorruptData(
-                    f"message at local commit-log offset {at} ({size} bytes): its __CRC32# property "
-                    f"holds {stored} but its bytes give {actual}; refusing to upload it under a new CRC",
-                    offset=at, reason="prop_crc_mismatch", size=size)
+        error = upload_crc_error(buf, size, stored)
+        if error is not None:
+            raise error
         with self._lock:
             # A roll on FILE_FULL starts the new segment at this same offset.
             rewrite_physical_offset(buf, 0, self.writable().append_offset)

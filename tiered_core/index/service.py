@@ -247,31 +247,7 @@ class IndexStoreService:
         key_list = check_put(topic, topic_id, queue_id, keys, offset, size, store_timestamp)
         if not key_list:
             return AppendResult.SUCCESS
-        if len(key_list) >= self.config.max_items:
-            raise IllegalParam(f"{len(key_list)} keys can never fit an index file of "
-                               f"{self.config.max_items - 1} items", keys=len(key_list))
-        result = AppendResult.UNKNOWN_ERROR
-        with self._lock:
-            if self._closed:
-                return AppendResult.FILE_CLOSED
-            for _ in range(self.config.put_attempts):
-                f = self._current
-                if f is None or f.sealed:
-                    try:
-                        f = self._roll_locked()
-                    except TieredStoreError as exc:
-                        log.error("cannot create a new index file in %s: %s", self.directory, exc)
-                        return AppendResult.UNKNOWN_ERROR
-                result = f.put_key(topic, topic_id, queue_id, key_list, offset, size, store_timestamp)
-                if result is AppendResult.SUCCESS:
-                    return result
-                if result is not AppendResult.FILE_FULL:
-                    break
-                f.seal()
-                self._current = None
-        log.error("index: %d key(s) of %s queue %d offset %d were not written: %s", len(key_list),
-                  topic, queue_id, offset, result.name)
-        return result
+        return self.put_keys(topic, topic_id, queue_id, [key_list], [offset], [size], [store_timestamp])
 
     def put_keys(self, topic: str, topic_id: int, queue_id: int, keys: Sequence[Sequence[str]],
                  offsets: Sequence[int], sizes: Sequence[int], timestamps: Sequence[int]) -> AppendResult:

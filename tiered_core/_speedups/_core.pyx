@@ -14,7 +14,7 @@ The module imports nothing from tiered_core: :func:`bind` (called by
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
-from cpython.long cimport PyLong_FromLong, PyLong_FromLongLong
+from cpython.long cimport PyLong_Check, PyLong_FromLong, PyLong_FromLongLong
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
@@ -288,6 +288,14 @@ cdef inline int32_t java_hash_ascii(const uint8_t* p, Py_ssize_t n) noexcept nog
     return <int32_t>h
 
 
+cdef inline int64_t i64(object o) except? -1:
+    """A Python int as int64 (TypeError for anything else, even with __int__/__index__;
+    OverflowError out of range): the caller then lets the oracle judge."""
+    if not PyLong_Check(o):
+        raise TypeError
+    return o
+
+
 cdef inline object utf8(const uint8_t* p, Py_ssize_t n):
     return PyUnicode_DecodeUTF8(<const char*>p, n, NULL)
 
@@ -321,13 +329,13 @@ def check_units(units, buf, buf_offset=None, *, topic, queue_id, queue_offset, v
     cdef int32_t expected
     try:
         policy = PropCrcPolicy(prop_crc)
-        base = units[0][0] if buf_offset is None else buf_offset
-        qid = queue_id
+        base = i64(units[0][0] if buf_offset is None else buf_offset)
+        qid = i64(queue_id)
         if type(queue_id) is not int or qid < -0x80000000 or qid > 0x7FFFFFFF:
             raise OverflowError
         has_q = queue_offset is not None
         if has_q:
-            q = queue_offset
+            q = i64(queue_offset)
             if q < 0 or q > 0x7FFFFFFFFFFFFFFF - n:
                 raise OverflowError
         topic_b = topic.encode("utf-8", "surrogatepass")
@@ -348,7 +356,10 @@ def check_units(units, buf, buf_offset=None, *, topic, queue_id, queue_offset, v
         while i < n:
             unit = units[i]
             try:
-                cl_off, size, tags_code = unit
+                o_off, o_size, o_tags = unit
+                cl_off = i64(o_off)
+                size = i64(o_size)
+                tags_code = i64(o_tags)
             except Exception:
                 break
             if base < 0 or cl_off < 0:
@@ -413,7 +424,7 @@ def split_by_units(units, buf, buf_offset=None, *, verify_crc=True, skip_corrupt
     cdef list out = []
     cdef bint vcrc = bool(verify_crc)
     try:
-        base = units[0].commitlog_offset if buf_offset is None else buf_offset
+        base = i64(units[0].commitlog_offset if buf_offset is None else buf_offset)
         PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
     except Exception:
         return p_split_by_units(units, buf, buf_offset, verify_crc=verify_crc, skip_corrupt=skip_corrupt)
@@ -424,8 +435,8 @@ def split_by_units(units, buf, buf_offset=None, *, verify_crc=True, skip_corrupt
             unit = units[i]
             if type(unit) is not ConsumeQueueUnit:
                 break
-            cl_off = <object>unit[0]
-            size = <object>unit[1]
+            cl_off = i64(<object>unit[0])
+            size = i64(<object>unit[1])
             if base < 0 or cl_off < 0:
                 break
             pos = cl_off - base
@@ -641,8 +652,8 @@ cdef inline bint has_sep(const char* p, Py_ssize_t n) noexcept nogil:
     return False
 
 
-cdef object encode_fast(msg, int32_t queue_id, int64_t queue_offset, int64_t store_timestamp,
-                        int64_t physical_offset, store_host, sys_flag_arg, version, bint prop_crc):
+cdef object encode_fast(msg, o_queue_id, o_queue_offset, o_store_timestamp, o_physical_offset,
+                        store_host, sys_flag_arg, version, bint prop_crc):
     """encode_message for a plain Message with in-range fields; None to let the oracle decide."""
     cdef Py_ssize_t topic_len, props_len = 0, ln, lv, body_len, total, hdr, w
     cdef const char* tp
@@ -656,6 +667,11 @@ cdef object encode_fast(msg, int32_t queue_id, int64_t queue_offset, int64_t sto
     cdef int k
     if type(msg) is not Message:
         return None
+    cdef int64_t queue_offset = i64(o_queue_offset), store_timestamp = i64(o_store_timestamp)
+    cdef int64_t physical_offset = i64(o_physical_offset), qid = i64(o_queue_id)
+    if qid < -0x80000000 or qid > 0x7FFFFFFF:
+        return None
+    cdef int32_t queue_id = <int32_t>qid
     topic = msg.topic
     body = msg.body
     if type(topic) is not str or type(body) is not bytes:
@@ -709,10 +725,12 @@ cdef object encode_fast(msg, int32_t queue_id, int64_t queue_offset, int64_t sto
     if store_v6:
         sf |= 0x20
     sys32 = sf
+    if not PyLong_Check(msg.flag) or not PyLong_Check(msg.reconsume_times):
+        return None
     flag = msg.flag
-    born_ts = msg.born_timestamp
+    born_ts = i64(msg.born_timestamp)
     reconsume = msg.reconsume_times
-    prep = msg.prepared_transaction_offset
+    prep = i64(msg.prepared_transaction_offset)
     hdr = 72 + (20 if born_v6 else 8) + (20 if store_v6 else 8)
     body_len = len(body)
     total = hdr + body_len + (2 if v2 else 1) + topic_len + 2 + props_len
@@ -803,9 +821,9 @@ cdef inline int put_unit(uint8_t* o, object u) except -1:
     cdef int64_t size
     if not isinstance(u, tuple) or len(u) != 3:
         return 0
-    off = <object>u[0]
-    size = <object>u[1]
-    tags = <object>u[2]
+    off = i64(<object>u[0])
+    size = i64(<object>u[1])
+    tags = i64(<object>u[2])
     if off < 0 or size <= 0 or size > 0x7FFFFFFF:
         return 0
     w64(o, <uint64_t>off)

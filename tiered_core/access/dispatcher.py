@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
-from tiered_core.codec.message import decode_message, peek_store_timestamp
+from tiered_core.codec._impl import decode_message, peek_store_timestamp
 from tiered_core.configdef import KEYS, bound_fields
 from tiered_core.errors import Fenced, TieredStoreError
 from tiered_core.flat.file_store import FlatFileStore

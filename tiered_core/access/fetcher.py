@@ -16,9 +16,9 @@ from typing import Callable
 
 from tiered_core.access.cache import ReadAheadCache, cache_key
 from tiered_core.access.results import GetMessageResult, GetMessageStatus, StoreTier
-from tiered_core.codec.checks import PropCrcPolicy, check_units
-from tiered_core.codec.consume_queue import decode_cq_units
-from tiered_core.codec.message import MessageExt, decode_message
+from tiered_core.codec._impl import check_units, decode_cq_units, decode_message
+from tiered_core.codec.checks import PropCrcPolicy
+from tiered_core.codec.message import MessageExt
 from tiered_core.errors import CorruptData, TieredStoreError
 from tiered_core.flat.file_store import FlatFileStore
 from tiered_core.flat.message_file import FlatMessageFile

@@ -29,7 +29,8 @@ from tiered_core.access.results import (
 )
 from tiered_core.codec.checks import check_message
 from tiered_core.codec.consume_queue import decode_cq_unit
-from tiered_core.codec.message import Message, MessageExt, decode_message
+from tiered_core.codec._impl import decode_message
+from tiered_core.codec.message import Message, MessageExt
 from tiered_core.codec.naming import validate_topic
 from tiered_core.config import StoreConfig
 from tiered_core.errors import IllegalParam, StateConflict, TieredStoreError

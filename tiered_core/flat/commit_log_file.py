@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import time
 
-from tiered_core.codec.message import peek_queue_offset, rewrite_physical_offset
+from tiered_core.codec._impl import peek_queue_offset
+from tiered_core.codec.message import rewrite_physical_offset
 from tiered_core.codec.prop_crc import compute_prop_crc, stored_prop_crc, write_prop_crc
 from tiered_core.errors import CorruptData, IllegalParam, TieredStoreError
 from tiered_core.flat.append_file import FlatAppendFile

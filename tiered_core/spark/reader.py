@@ -17,9 +17,10 @@ import functools
 import threading
 from typing import Iterator
 
-from tiered_core.codec.checks import PropCrcPolicy, check_units
+from tiered_core.codec._impl import check_units, decode_message
+from tiered_core.codec.checks import PropCrcPolicy
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, ConsumeQueueUnit, iter_cq_units
-from tiered_core.codec.message import MessageExt, decode_message
+from tiered_core.codec.message import MessageExt
 from tiered_core.errors import CorruptData, IllegalOffset
 from tiered_core.spark.options import ConfigSource, ReadOptions
 from tiered_core.spark.plan import QueuePartition, SegmentRef

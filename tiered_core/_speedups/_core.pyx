@@ -13,7 +13,8 @@ The module imports nothing from tiered_core: :func:`bind` (called by
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.ref cimport PyObject
 from cpython.long cimport PyLong_Check, PyLong_FromLong, PyLong_FromLongLong
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
@@ -25,6 +26,25 @@ cdef extern from "zlib.h":
 
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
+    bint PyTuple_Check(object o)
+    Py_ssize_t PyTuple_GET_SIZE(object o)
+    PyObject* PyTuple_GET_ITEM(object o, Py_ssize_t i)
+
+cdef extern from *:
+    """
+    /* A tuple subclass without extra fields (a NamedTuple) built like tuple_subtype_new does,
+       without the intermediate plain tuple. */
+    static PyObject* ts_new3(PyObject* cls, PyObject* a, PyObject* b, PyObject* c) {
+        PyTypeObject* t = (PyTypeObject*)cls;
+        PyObject* o = t->tp_alloc(t, 3);
+        if (o == NULL) return NULL;
+        Py_INCREF(a); PyTuple_SET_ITEM(o, 0, a);
+        Py_INCREF(b); PyTuple_SET_ITEM(o, 1, b);
+        Py_INCREF(c); PyTuple_SET_ITEM(o, 2, c);
+        return o;
+    }
+    """
+    object ts_new3(object cls, object a, object b, object c)
 
 
 # -- what bind() hands over -------------------------------------------------------------
@@ -101,6 +121,9 @@ def bind(ns):
     p_decode_cq_units = ns["decode_cq_units"]
     p_pack_item = ns["pack_item"]
     p_java_crc32 = ns["java_crc32"]
+    for cls in (ConsumeQueueUnit, UnitSlice):  # ts_new3 builds them as bare tuples
+        if not issubclass(cls, tuple) or cls.__basicsize__ != tuple.__basicsize__ or hasattr(cls, "__dict__") and "__dict__" in cls.__dict__:
+            raise TypeError(f"{cls!r} is not a plain NamedTuple")
     p_peek = {name: ns[name] for name in (
         "peek_total_size", "peek_magic", "peek_queue_id", "peek_queue_offset",
         "peek_physical_offset", "peek_sys_flag", "peek_born_timestamp", "peek_store_timestamp")}
@@ -296,6 +319,16 @@ cdef inline int64_t i64(object o) except? -1:
     return o
 
 
+cdef inline int unpack3(object u, int64_t* a, int64_t* b, int64_t* c) except -1:
+    """A (sub)tuple of three Python ints as int64s: 1, or 0 when it is anything else."""
+    if not PyTuple_Check(u) or PyTuple_GET_SIZE(u) != 3:
+        return 0
+    a[0] = i64(<object>PyTuple_GET_ITEM(u, 0))
+    b[0] = i64(<object>PyTuple_GET_ITEM(u, 1))
+    c[0] = i64(<object>PyTuple_GET_ITEM(u, 2))
+    return 1
+
+
 cdef inline object utf8(const uint8_t* p, Py_ssize_t n):
     return PyUnicode_DecodeUTF8(<const char*>p, n, NULL)
 
@@ -356,10 +389,8 @@ def check_units(units, buf, buf_offset=None, *, topic, queue_id, queue_offset, v
         while i < n:
             unit = units[i]
             try:
-                o_off, o_size, o_tags = unit
-                cl_off = i64(o_off)
-                size = i64(o_size)
-                tags_code = i64(o_tags)
+                if not unpack3(unit, &cl_off, &size, &tags_code):
+                    break
             except Exception:
                 break
             if base < 0 or cl_off < 0:
@@ -417,7 +448,7 @@ def split_by_units(units, buf, buf_offset=None, *, verify_crc=True, skip_corrupt
     if not units:
         return []
     cdef Py_buffer view
-    cdef int64_t base, cl_off, size, pos
+    cdef int64_t base, cl_off, size, pos, tags
     cdef Py_ssize_t limit, i = 0, n = len(units)
     cdef const uint8_t* b
     cdef Parsed m
@@ -435,8 +466,7 @@ def split_by_units(units, buf, buf_offset=None, *, verify_crc=True, skip_corrupt
             unit = units[i]
             if type(unit) is not ConsumeQueueUnit:
                 break
-            cl_off = i64(<object>unit[0])
-            size = i64(<object>unit[1])
+            unpack3(unit, &cl_off, &size, &tags)
             if base < 0 or cl_off < 0:
                 break
             pos = cl_off - base
@@ -445,7 +475,7 @@ def split_by_units(units, buf, buf_offset=None, *, verify_crc=True, skip_corrupt
                 break
             if frame_parse(b, limit, pos, vcrc, &m) != 0 or m.total != size:
                 break
-            out.append(_tuple_new(UnitSlice, (i, unit, pos)))
+            out.append(ts_new3(UnitSlice, i, unit, pos))
             i += 1
     except Exception:
         pass
@@ -454,7 +484,7 @@ def split_by_units(units, buf, buf_offset=None, *, verify_crc=True, skip_corrupt
     if i >= n:
         return out
     for s in p_split_by_units(units[i:], buf, base, verify_crc=verify_crc, skip_corrupt=skip_corrupt):
-        out.append(_tuple_new(UnitSlice, (s[0] + i, s[1], s[2])))
+        out.append(ts_new3(UnitSlice, s[0] + i, s[1], s[2]))
     return out
 
 
@@ -479,6 +509,30 @@ cdef inline dict parse_props(const uint8_t* p, Py_ssize_t n):
     return out
 
 
+# The last born and store host seen (a fetch batch mostly repeats them): raw ip+port -> Host.
+cdef bytes born_key = b""
+cdef object born_val = None
+cdef bytes store_key = b""
+cdef object store_val = None
+
+
+cdef inline object host_at(bint store, const uint8_t* p, Py_ssize_t n):
+    """message._host of the ip (n - 4 bytes) and port at p."""
+    global born_key, born_val, store_key, store_val
+    cdef bytes key = store_key if store else born_key
+    if PyBytes_GET_SIZE(key) == n and memcmp(PyBytes_AS_STRING(key), p, n) == 0:
+        return store_val if store else born_val
+    val = host_of(PyBytes_FromStringAndSize(<const char*>p, n - 4), r32(p + n - 4))
+    key = PyBytes_FromStringAndSize(<const char*>p, n)
+    if store:
+        store_val = val
+        store_key = key
+    else:
+        born_val = val
+        born_key = key
+    return val
+
+
 cdef object build_ext(const uint8_t* b, Py_ssize_t pos, Parsed* m):
     cdef Py_ssize_t bh = m.bh, sp = 48 + bh  # store timestamp position
     cdef Py_ssize_t sh = m.hdr - 72 - bh
@@ -495,9 +549,8 @@ cdef object build_ext(const uint8_t* b, Py_ssize_t pos, Parsed* m):
         keys = [k for k in keys_text.split(" ") if k]
     else:
         keys = []
-    born = host_of(PyBytes_FromStringAndSize(<const char*>b + pos + 48, bh - 4), r32(b + pos + 48 + bh - 4))
-    store = host_of(PyBytes_FromStringAndSize(<const char*>b + pos + sp + 8, sh - 4),
-                    r32(b + pos + sp + 8 + sh - 4))
+    born = host_at(False, b + pos + 48, bh)
+    store = host_at(True, b + pos + sp + 8, sh)
     return MessageExt(
         topic, PyLong_FromLong(r32(b + pos + 12)), PyLong_FromLongLong(r64(b + pos + 20)),
         PyLong_FromLongLong(r64(b + pos + 28)), PyLong_FromLongLong(r64(b + pos + sp)),
@@ -644,6 +697,32 @@ def peek_store_timestamp(buf, offset=0):
 # -- encode --------------------------------------------------------------------------------
 
 
+# The last born and store host objects encoded (tuples: immutable) and their packed parts.
+cdef object enc_born_obj = None
+cdef object enc_born_parts = None
+cdef object enc_store_obj = None
+cdef object enc_store_parts = None
+
+
+cdef inline object parts_of(bint store, host):
+    """message._cached_host_parts(host, "born_host" / "store_host"), remembering the last tuple."""
+    global enc_born_obj, enc_born_parts, enc_store_obj, enc_store_parts
+    if store:
+        if host is enc_store_obj:
+            return enc_store_parts
+    elif host is enc_born_obj:
+        return enc_born_parts
+    parts = host_parts(host, "store_host" if store else "born_host")
+    if PyTuple_Check(host):
+        if store:
+            enc_store_parts = parts
+            enc_store_obj = host
+        else:
+            enc_born_parts = parts
+            enc_born_obj = host
+    return parts
+
+
 cdef inline bint has_sep(const char* p, Py_ssize_t n) noexcept nogil:
     cdef Py_ssize_t i
     for i in range(n):
@@ -714,8 +793,8 @@ cdef object encode_fast(msg, o_queue_id, o_queue_offset, o_store_timestamp, o_ph
         return None
     if topic_len > (32767 if v2 else 127) or props_len > 32767:
         return None
-    born_ip, born_port, born_v6 = host_parts(msg.born_host, "born_host")
-    store_ip, store_port, store_v6 = host_parts(store_host, "store_host")
+    born_ip, born_port, born_v6 = parts_of(False, msg.born_host)
+    store_ip, store_port, store_v6 = parts_of(True, store_host)
     sf = msg.sys_flag if sys_flag_arg is None else sys_flag_arg
     if type(sf) is not int:
         return None
@@ -819,11 +898,8 @@ cdef inline int put_unit(uint8_t* o, object u) except -1:
     """Write one unit: 1 when written, 0 when the oracle must judge it."""
     cdef int64_t off, tags
     cdef int64_t size
-    if not isinstance(u, tuple) or len(u) != 3:
+    if not unpack3(u, &off, &size, &tags):
         return 0
-    off = i64(<object>u[0])
-    size = i64(<object>u[1])
-    tags = i64(<object>u[2])
     if off < 0 or size <= 0 or size > 0x7FFFFFFF:
         return 0
     w64(o, <uint64_t>off)
@@ -879,8 +955,8 @@ def decode_cq_units(buf, *, base_offset=0):
         out = []
         cls = ConsumeQueueUnit
         for i in range(0, n, 20):
-            out.append(_tuple_new(cls, (PyLong_FromLongLong(r64(b + i)), PyLong_FromLong(r32(b + i + 8)),
-                                        PyLong_FromLongLong(r64(b + i + 12)))))
+            out.append(ts_new3(cls, PyLong_FromLongLong(r64(b + i)), PyLong_FromLong(r32(b + i + 8)),
+                               PyLong_FromLongLong(r64(b + i + 12))))
         return out
     finally:
         PyBuffer_Release(&view)

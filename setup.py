@@ -30,8 +30,11 @@ class OptionalBuildExt(build_ext):
     def _skip(self, exc: BaseException) -> None:
         if not OptionalBuildExt._said:
             OptionalBuildExt._said = True
-            why = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-            _say_pure(f"{type(exc).__name__}: {why}"[:200])
+            cc = getattr(getattr(self, "compiler", None), "compiler_so", None)
+            if cc and not isinstance(cc, str):
+                cc = cc[0]
+            what = f"the C compiler {cc!r} failed" if cc else "no C compiler"
+            _say_pure(f"{what}: {type(exc).__name__}")
         # A stale in-place build from an earlier compiler would silently win: drop it.
         for ext in self.extensions:
             path = self.get_ext_fullpath(ext.name)

@@ -448,7 +448,7 @@ def split_by_units(units, buf, buf_offset=None, *, verify_crc=True, skip_corrupt
     if not units:
         return []
     cdef Py_buffer view
-    cdef int64_t base, cl_off, size, pos, tags
+    cdef int64_t base, cl_off = 0, size = 0, pos, tags = 0
     cdef Py_ssize_t limit, i = 0, n = len(units)
     cdef const uint8_t* b
     cdef Parsed m
@@ -466,7 +466,8 @@ def split_by_units(units, buf, buf_offset=None, *, verify_crc=True, skip_corrupt
             unit = units[i]
             if type(unit) is not ConsumeQueueUnit:
                 break
-            unpack3(unit, &cl_off, &size, &tags)
+            if not unpack3(unit, &cl_off, &size, &tags):
+                break
             if base < 0 or cl_off < 0:
                 break
             pos = cl_off - base
@@ -1024,7 +1025,10 @@ def java_crc32(buf, start=0, end=None):
                         e += n
                 if e < s:
                     e = s
-                with nogil:
+                if e - s >= 65536:  # long enough to let other threads run meanwhile
+                    with nogil:
+                        crc = jcrc(<const uint8_t*>view.buf + s, e - s)
+                else:
                     crc = jcrc(<const uint8_t*>view.buf + s, e - s)
                 return crc
             finally:

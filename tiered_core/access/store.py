@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-import time
 from dataclasses import dataclass
 from typing import Callable
 

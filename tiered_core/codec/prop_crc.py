@@ -76,6 +76,12 @@ def compute_prop_crc(buf: Buffer, offset: int, total: int) -> int:
     return zlib.crc32(memoryview(buf)[offset:offset + total - CRC32_RESERVED_LEN]) & 0x7FFFFFFF
 
 
+def java_crc32(buf: Buffer, start: int = 0, end: int | None = None) -> int:
+    """RocketMQ ``UtilAll.crc32`` of ``buf[start:end]``: ``zlib.crc32(...) & 0x7FFFFFFF`` (the
+    body CRC of a message, and the property CRC's digest). Slice bounds as in Python."""
+    return zlib.crc32(memoryview(buf).cast("B")[start:end]) & 0x7FFFFFFF
+
+
 def write_prop_crc(buf: bytearray | memoryview, offset: int = 0, total: int | None = None) -> int:
     """Compute the CRC of the message at ``buf[offset]`` and write it into its property slot.
 
@@ -119,6 +125,7 @@ __all__ = [
     "has_prop_crc_slot",
     "stored_prop_crc",
     "compute_prop_crc",
+    "java_crc32",
     "write_prop_crc",
     "upload_crc_error",
 ]

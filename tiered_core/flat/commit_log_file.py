@@ -17,7 +17,8 @@ from __future__ import annotations
 import time
 from typing import Sequence
 
-from tiered_core.codec.message import peek_queue_offset, rewrite_physical_offset
+from tiered_core.codec._impl import peek_queue_offset
+from tiered_core.codec.message import rewrite_physical_offset
 from tiered_core.codec.prop_crc import stored_prop_crc, upload_crc_error, write_prop_crc
 from tiered_core.errors import IllegalOffset, IllegalParam, TieredStoreError
 from tiered_core.flat.append_file import FlatAppendFile

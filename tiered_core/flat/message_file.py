@@ -6,8 +6,9 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Sequence
 
-from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, decode_cq_unit, encode_cq_unit
-from tiered_core.codec.message import STORE_TIMESTAMP_END, peek_store_timestamp
+from tiered_core.codec._impl import encode_cq_unit, peek_store_timestamp
+from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, decode_cq_unit
+from tiered_core.codec.message import STORE_TIMESTAMP_END
 from tiered_core.codec.naming import queue_path, segment_path, validate_topic
 from tiered_core.errors import IllegalOffset, IllegalParam
 from tiered_core.flat.commit_log_file import FlatCommitLogFile

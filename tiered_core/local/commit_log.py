@@ -27,14 +27,12 @@ import threading
 from collections.abc import Iterator
 from typing import NamedTuple
 
+from tiered_core.codec._impl import peek_physical_offset, peek_store_timestamp, validate_message
 from tiered_core.codec.message import (
     BLANK_MAGIC,
     MAGIC_V1,
     MAGIC_V2,
     PHYSICAL_OFFSET_POS,
-    peek_physical_offset,
-    peek_store_timestamp,
-    validate_message,
 )
 from tiered_core.codec.prop_crc import has_prop_crc_slot, write_prop_crc
 from tiered_core.errors import CorruptData, IllegalOffset, IllegalParam, SegmentClosed

@@ -47,16 +47,13 @@ from typing import NamedTuple
 from tiered_core.codec.consume_queue import ConsumeQueueUnit
 from tiered_core.codec.hashing import tags_hash_code
 from tiered_core.codec.keys import message_index_keys
+from tiered_core.codec._impl import decode_message, encode_message, peek_store_timestamp, validate_message
 from tiered_core.codec.message import (
     PROPERTY_UNIQ_KEY,
     QUEUE_OFFSET_POS,
     Message,
     MessageExt,
-    decode_message,
-    encode_message,
-    peek_store_timestamp,
     store_timestamp_position,
-    validate_message,
 )
 from tiered_core.codec.naming import validate_topic
 from tiered_core.errors import (

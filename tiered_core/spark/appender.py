@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from tiered_core.codec.hashing import tags_hash_code
-from tiered_core.codec.message import PROPERTY_KEYS, PROPERTY_TAGS, Message, encode_message
+from tiered_core.codec._impl import encode_message
+from tiered_core.codec.message import PROPERTY_KEYS, PROPERTY_TAGS, Message
 from tiered_core.codec.prop_crc import PROPERTY_CRC32
 from tiered_core.errors import DriverError, IllegalOffset
 from tiered_core.spi.access import CompositeAccess, ConsumeQueueRequest

@@ -54,7 +54,8 @@ demo: $(STAMP)
 # The suite runs with the compiled core (when built), then the codec, fetcher and
 # dispatcher tests once more on the pure-Python path.
 PURE_TESTS := tests/test_codec_*.py tests/test_speedups.py tests/test_store_end_to_end.py \
-              tests/test_store_dispatch_rules.py tests/test_store_read_policies.py
+              tests/test_store_dispatch_rules.py tests/test_store_read_policies.py \
+              tests/test_read_batch.py tests/test_dispatch_batch.py tests/test_golden_bytes.py tests/test_cache.py
 
 test: $(STAMP) $(AZURITE) java
 	$(VENV)/bin/lint-imports

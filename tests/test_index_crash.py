@@ -33,7 +33,7 @@ CHILD = textwrap.dedent("""
             return ok
         FlatMessageFile.commit = commit
     elif where == "in-index-put":
-        IndexStoreService.put_key = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
+        IndexStoreService.put_key = IndexStoreService.put_keys = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
     elif where == "after-consume-queue-seal":
         from tiered_core.common import FileSegmentType
         from tiered_core.segment import FileSegment

@@ -114,7 +114,8 @@ def test_put_reports_failure_never_success(env, monkeypatch):
     with pytest.raises(IllegalParam):
         svc.put_key("", 1, 0, ["a"], 0, 1, T0)
     # Fault injection: every file claims to be full -> FILE_FULL after the retries (#10859).
-    monkeypatch.setattr(IndexStoreFile, "put_key", lambda self, *a, **k: AppendResult.FILE_FULL)
+    # (put_key writes through the batch path, IndexStoreFile.put_keys.)
+    monkeypatch.setattr(IndexStoreFile, "put_keys", lambda self, *a, **k: (AppendResult.FILE_FULL, 0))
     assert svc.put_key(T, 1, 0, ["a"], 0, 1, T0) is AppendResult.FILE_FULL
     monkeypatch.undo()
 

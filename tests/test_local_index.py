@@ -203,3 +203,21 @@ def test_service_truncation_drops_emptied_files(tmp_path):
     assert svc.put_keys("t", ["k2"], 300, 3000) == 1  # replayed
     assert svc.query("t", "k2", 10) == [300]
     assert svc.put_keys("t", ["k2"], 300, 3000) == 0  # but only once
+
+
+def test_a_file_killed_between_create_and_size_opens_empty(tmp_path):
+    # SIGKILL after O_CREAT|O_EXCL and before ftruncate leaves a 0-byte index file: it holds
+    # nothing, so the next open sizes it instead of refusing every restart (seen in the
+    # TORN SIGKILL test as "is 0 bytes but ... need ...").
+    path = str(tmp_path / "20261123123142445")
+    open(path, "wb").close()
+    f = IndexFile(path, 64, 128)
+    assert os.path.getsize(path) == f.file_size and f.item_count == 0
+    assert f.put(5, 100, 1000)
+    assert f.select(5, 0, 10**15, 10) == [100]
+    f.close()
+    # A file of the wrong non-zero size still stops the open: it may hold items.
+    with open(path, "r+b") as fh:
+        fh.truncate(100)
+    with pytest.raises(StateConflict):
+        IndexFile(path, 64, 128)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import os
 import time
+from typing import Callable
 
 #: Java ``int`` and ``long`` bounds: RocketMQ's formats store these types.
 INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1
@@ -70,8 +71,47 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+
+
+def offset_by_time(lo: int, hi: int, timestamp: int, boundary: BoundaryType,
+                   store_time: Callable[[int], int]) -> int:
+    """The one time -> offset search (local and tiered queues): a bisect over the store
+    times of offsets ``lo..hi`` (inclusive; times never decrease), given ``store_time(offset)``.
+
+    The first offset stored at or after ``timestamp`` (LOWER), or the last one stored
+    exactly at it when there is one (UPPER); ``hi + 1`` when every message is older, ``lo``
+    when every one is newer or there is none (``hi < lo``). RocketMQ's example, times
+    40,50,50,50,60,60,70 at offsets 10..16: 35->10, 45->11, 50 LOWER->11, 50 UPPER->13,
+    60 LOWER->14, 75->17. ``store_time`` is called O(log n) times.
+    """
+    if hi < lo:
+        return lo
+    if store_time(hi) < timestamp:
+        return hi + 1
+    if store_time(lo) > timestamp:
+        return lo
+    a, b = lo, hi  # the first offset with time >= timestamp (hi's is)
+    while a < b:
+        mid = (a + b) // 2
+        if store_time(mid) >= timestamp:
+            b = mid
+        else:
+            a = mid + 1
+    first = a
+    if boundary is BoundaryType.UPPER and store_time(first) == timestamp:
+        a, b = first, hi  # the last offset with time <= timestamp
+        while a < b:
+            mid = (a + b + 1) // 2
+            if store_time(mid) <= timestamp:
+                a = mid
+            else:
+                b = mid - 1
+        return a
+    return first
+
+
 __all__ = [
     "INT_MIN", "INT_MAX", "LONG_MIN", "LONG_MAX", "NO_TIMESTAMP",
     "FileSegmentType", "SegmentStatus", "AppendResult", "BoundaryType",
-    "now_ms", "fsync_dir",
+    "now_ms", "fsync_dir", "offset_by_time",
 ]

@@ -153,8 +153,12 @@ class FileSegment:
 
     # -- append -------------------------------------------------------------------
 
-    def append(self, data: bytes | bytearray | memoryview, timestamp: int | None = None) -> AppendResult:
-        """Buffer ``data`` (copied). Not durable until :meth:`commit`."""
+    def append(self, data: bytes | bytearray | memoryview, timestamp: int | None = None,
+               max_timestamp: int | None = None) -> AppendResult:
+        """Buffer ``data`` (copied). Not durable until :meth:`commit`.
+
+        ``timestamp`` is the store time of what ``data`` holds; for a batch of records,
+        ``timestamp`` is the oldest and ``max_timestamp`` the newest."""
         size = len(data)
         with self._lock:
             if self._closed:
@@ -168,10 +172,11 @@ class FileSegment:
             self._buffers.append(bytes(data))
             self._append_position += size
             if timestamp is not None:
+                newest = timestamp if max_timestamp is None else max_timestamp
                 if self.min_timestamp is None or timestamp < self.min_timestamp:
                     self.min_timestamp = timestamp
-                if self.max_timestamp is None or timestamp > self.max_timestamp:
-                    self.max_timestamp = timestamp
+                if self.max_timestamp is None or newest > self.max_timestamp:
+                    self.max_timestamp = newest
             return AppendResult.SUCCESS
 
     # -- commit -------------------------------------------------------------------

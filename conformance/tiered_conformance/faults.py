@@ -40,7 +40,7 @@ import random
 import threading
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable
 
 from tiered_core.errors import DriverError
 from tiered_core.spi.capabilities import Capabilities
@@ -194,7 +194,7 @@ class FaultLayer(DriverLayer):
         return DriverError(f"injected fault ({fault.kind.value}): {what} {path!r}",
                            retryable=fault.retryable, path=path, injected=fault.kind.value, **context)
 
-    def _other(self, op: str, path: str, call: Callable[[], Any]) -> Any:
+    def _call(self, op: str, path: str, call: Callable[[], Any]) -> Any:
         """Run a call that is not a write through the plan (before/after faults)."""
         if op in self.unavailable:
             raise DriverError(f"injected fault: the backend refuses {op} ({path!r})", retryable=True,
@@ -241,31 +241,7 @@ class FaultLayer(DriverLayer):
         raise self._error(fault, f"write landed {keep} of {len(data)} bytes:", path, position=position)
 
     def write_if_absent(self, path: str, data: bytes) -> bool:
-        return self._other("write_if_absent", path, lambda: self.inner.write_if_absent(path, data))
-
-    def size(self, path: str) -> int:
-        return self._other("size", path, lambda: self.inner.size(path))
-
-    def exists(self, path: str) -> bool:
-        return self._other("exists", path, lambda: self.inner.exists(path))
-
-    def is_sealed(self, path: str) -> bool:
-        return self._other("is_sealed", path, lambda: self.inner.is_sealed(path))
-
-    def read(self, path: str, position: int, length: int) -> bytes:
-        return self._other("read", path, lambda: self.inner.read(path, position, length))
-
-    def list(self, prefix: str = "") -> Iterator[tuple[str, int]]:
-        return self._other("list", prefix, lambda: self.inner.list(prefix))
-
-    def create(self, path: str) -> None:
-        self._other("create", path, lambda: self.inner.create(path))
-
-    def seal(self, path: str) -> None:
-        self._other("seal", path, lambda: self.inner.seal(path))
-
-    def delete(self, path: str) -> None:
-        self._other("delete", path, lambda: self.inner.delete(path))
+        return self._call("write_if_absent", path, lambda: self.inner.write_if_absent(path, data))
 
     def close(self) -> None:
         if self.close_inner:

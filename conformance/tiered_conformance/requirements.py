@@ -59,49 +59,27 @@ class Requirement:
         return reason
 
 
+def _capability(name: str, doc: str) -> Requirement:
+    """The requirement that the boolean capability ``name`` is set."""
+    return Requirement(name, name, doc, lambda caps: bool(getattr(caps, name)))
+
+
 class Requirements:
     """Every requirement the suite uses. Attribute access returns a decorator."""
 
-    conditional_append = Requirement(
-        "conditional_append", "conditional_append",
-        "the backend itself rejects a write at a stale position, even between racing writers",
-        lambda caps: bool(caps.conditional_append),
-    )
-    seal = Requirement(
-        "seal", "seal",
-        "after seal() the backend rejects writes with SegmentSealed",
-        lambda caps: bool(caps.seal),
-    )
-    list = Requirement(
-        "list", "list",
-        "list(prefix) enumerates stored objects with their sizes",
-        lambda caps: bool(caps.list),
-    )
-    persistent = Requirement(
-        "persistent", "persistent",
-        "a fresh driver instance with the same options sees the same bytes",
-        lambda caps: bool(caps.persistent),
-    )
-    survives_process_exit = Requirement(
-        "survives_process_exit", "survives_process_exit",
-        "bytes written by another process are readable after it exits",
-        lambda caps: bool(caps.survives_process_exit),
-    )
-    concurrent_paths = Requirement(
-        "concurrent_paths", "concurrent_paths",
-        "several threads may use one driver instance for different paths at once",
-        lambda caps: bool(caps.concurrent_paths),
-    )
-    atomic_write = Requirement(
-        "atomic_write", "atomic_write",
-        "a write stores all of its bytes or none",
-        lambda caps: bool(caps.atomic_write),
-    )
-    create_if_absent = Requirement(
-        "create_if_absent", "create_if_absent",
-        "write_if_absent is atomic: of racing creators exactly one succeeds, readers never see a part",
-        lambda caps: bool(caps.create_if_absent),
-    )
+    conditional_append = _capability(
+        "conditional_append", "the backend itself rejects a write at a stale position, even between racing writers")
+    seal = _capability("seal", "after seal() the backend rejects writes with SegmentSealed")
+    list = _capability("list", "list(prefix) enumerates stored objects with their sizes")
+    persistent = _capability(
+        "persistent", "a fresh driver instance with the same options sees the same bytes")
+    survives_process_exit = _capability(
+        "survives_process_exit", "bytes written by another process are readable after it exits")
+    concurrent_paths = _capability(
+        "concurrent_paths", "several threads may use one driver instance for different paths at once")
+    atomic_write = _capability("atomic_write", "a write stores all of its bytes or none")
+    create_if_absent = _capability(
+        "create_if_absent", "write_if_absent is atomic: of racing creators exactly one succeeds, readers never see a part")
 
     @classmethod
     def all(cls) -> dict[str, Requirement]:

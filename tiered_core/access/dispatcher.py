@@ -13,6 +13,13 @@ flight. ``max_pending_limit`` bounds the uploads in flight across queues (and ac
 callers: rounds of the background thread, ``dispatch(force=True)``, ``dispatch_queue``);
 a queue beyond it waits for a permit. The thread pool grows only as queues with work
 are submitted, up to that limit, so a store with four busy queues runs four threads.
+
+A group is copied as a group (DESIGN section 9): its local consume-queue units and the
+commit-log span they lie in are read once (``LocalMessageStore.read_group``); one pass
+(:func:`~tiered_core.codec.dispatch_batch.build_group`) validates the messages, rewrites
+their physical offsets, builds their tiered consume-queue units and picks up their store
+times and index keys; the tiered commit log and consume queue each take one append, and
+the index one ``put_keys``. The bytes are those of the per-message path.
 """
 
 from __future__ import annotations
@@ -24,25 +31,27 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
-from tiered_core.codec.message import decode_message, peek_store_timestamp
+from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
+from tiered_core.codec.dispatch_batch import build_group
+from tiered_core.codec._impl import peek_store_timestamp
 from tiered_core.configdef import KEYS, bound_fields
 from tiered_core.errors import Fenced, TieredStoreError
 from tiered_core.flat.file_store import FlatFileStore
-from tiered_core.flat.message_file import FlatMessageFile
-from tiered_core.codec.keys import message_index_keys
+from tiered_core.spi.access import CompositeAccess
 from tiered_core.local.store import DispatchRequest, LocalMessageStore
 from tiered_core.common import AppendResult
-from tiered_core.spi.access import ConsumeQueueRequest
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class _IndexEntry:
-    keys: tuple[str, ...]
-    offset: int
-    size: int
-    store_timestamp: int
+class _PendingKeys:
+    """Keys of a queue's appended, not yet durable messages (what ``put_keys`` takes)."""
+
+    keys: list[tuple[str, ...]] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+    timestamps: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -105,7 +114,7 @@ class MessageStoreDispatcher:
         self._queue_locks: dict[tuple[str, int], threading.Lock] = {}
         self._locks_lock = threading.Lock()
         # Keys of groups appended but not yet durable, per queue: indexed once committed.
-        self._pending_index: dict[tuple[str, int], list[_IndexEntry]] = {}
+        self._pending_index: dict[tuple[str, int], _PendingKeys] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -199,7 +208,7 @@ class MessageStoreDispatcher:
             lock.release()
         return stats
 
-    def _dispatch_group(self, flat: FlatMessageFile, force: bool, stats: DispatchStats) -> bool:
+    def _dispatch_group(self, flat: CompositeAccess, force: bool, stats: DispatchStats) -> bool:
         """Copy and commit one group. True when another group should follow at once."""
         key = (flat.topic, flat.queue_id)
         local_min = self.local.get_min_offset_in_queue(*key)
@@ -219,52 +228,64 @@ class MessageStoreDispatcher:
             return False
         if current >= local_max:
             return False
-        flat.commit_log.try_rolling(flat.config.rolling_interval_ms, flat.config.rolling_min_size)
+        flat.rolling_file()
         # A group ends where the consume-queue segment does: sealing a full segment commits its
         # units, and they must not become durable before the group's keys are indexed (_commit).
-        target = min(current + self.group_commit_count, local_max, current + flat.consume_queue_room())
-        units = self.local.get_consume_queue_units(*key, current, target - current)
-        commit_point = self.local.commit_point()
-        if not units or units[0].commitlog_offset + units[0].size > commit_point:
-            return False
+        # It takes at most one segment buffer's worth of appends (max_group_commit_count).
+        target = min(current + self.group_commit_count, local_max, current + flat.consume_queue_room(),
+                     current + flat.config.max_group_commit_count)
         if not force and local_max - current < self.group_commit_count:
-            oldest = peek_store_timestamp(self.local.get_message_bytes(units[0].commitlog_offset, units[0].size))
-            if oldest + self.group_commit_interval_ms > self._clock():
-                return False  # hold: neither enough messages nor old enough
-        pending = self._pending_index.setdefault(key, [])
-        size = count = 0
-        for i, unit in enumerate(units):
-            if not unit.is_valid:
-                # The local store lost this message (a gap unit): it cannot be tiered, and
-                # queue offsets must stay contiguous. Stop here and say so.
-                stats.errors.append(f"{flat.topic}/{flat.queue_id}: local message {current + i} is missing")
-                break
-            if unit.commitlog_offset + unit.size > commit_point:
-                break  # not durable locally yet
-            if count and size + unit.size >= self.group_commit_size:
-                break  # the group is full; a lone big message is still taken
-            raw = self.local.get_message_bytes(unit.commitlog_offset, unit.size)  # CRC-checked
-            msg = decode_message(raw, verify_crc=False)
-            store_ts = msg.store_timestamp
-            tiered_offset = flat.commit_log.append_offset
-            result = flat.append_commit_log(raw)
+            head = self.local.get_consume_queue_units(*key, current, 1)
+            if not head or head[0].commitlog_offset + head[0].size > self.local.commit_point():
+                return False
+            if head[0].is_valid:
+                oldest = peek_store_timestamp(self.local.get_message_bytes(head[0].commitlog_offset, head[0].size))
+                if oldest + self.group_commit_interval_ms > self._clock():
+                    return False  # hold: neither enough messages nor old enough
+        # The group: its units and its commit-log bytes in one read; the units taken are valid,
+        # durable locally, and stay under group_commit_size (a lone big message is still taken).
+        group = self.local.read_group(*key, current, target - current, self.group_commit_size - 1)
+        units, taken = group.units, group.taken
+        if taken < len(units) and not units[taken].is_valid:
+            # The local store lost this message (a gap unit): it cannot be tiered, and queue
+            # offsets must stay contiguous. Stop here and say so.
+            stats.errors.append(f"{flat.topic}/{flat.queue_id}: local message {current + taken} is missing")
+        if not taken:
+            return False
+        units = units[:taken]
+        sizes = [u.size for u in units]
+        tiered_offset = flat.commit_log_max_offset()
+        built = build_group(group.buf, group.positions, [u.commitlog_offset for u in units], sizes,
+                            [u.tags_code for u in units], tiered_offset, self.index is not None)
+        count = built.count
+        if count:
+            # One append per flat file for the whole group.
+            result, count = flat.append_commit_log_batch(built.data, sizes[:count], built.timestamps, tiered_offset)
             if result is not AppendResult.SUCCESS:
                 log.warning("%s: commit-log append returned %s", flat, result.name)
-                break
-            result = flat.append_consume_queue(ConsumeQueueRequest(current + i, tiered_offset, unit.size,
-                                                                   unit.tags_code, store_ts))
-            if result is not AppendResult.SUCCESS:
-                # The message's commit-log bytes stay unreferenced; it is copied again next round.
-                log.warning("%s: consume-queue append returned %s", flat, result.name)
-                break
-            if self.index is not None:
-                keys = message_index_keys(msg)
-                if keys:
-                    pending.append(_IndexEntry(tuple(keys), tiered_offset, unit.size, store_ts))
-            size += unit.size
-            count += 1
+            if count:
+                result, count = flat.append_consume_queue_batch(current, built.units[:count * CQ_UNIT_SIZE],
+                                                                built.timestamps[:count])
+                if result is not AppendResult.SUCCESS:
+                    # The messages' commit-log bytes stay unreferenced; they are copied again next round.
+                    log.warning("%s: consume-queue append returned %s", flat, result.name)
+            if count and built.keys is not None:
+                pending = self._pending_index.get(key)
+                if pending is None:
+                    pending = self._pending_index[key] = _PendingKeys()
+                offset = tiered_offset
+                for i in range(count):
+                    if built.keys[i]:
+                        pending.keys.append(built.keys[i])
+                        pending.offsets.append(offset)
+                        pending.sizes.append(sizes[i])
+                        pending.timestamps.append(built.timestamps[i])
+                    offset += sizes[i]
+        if built.error is not None and count == built.count:
+            raise built.error  # what came before it is appended, and committed next round
         if not count:
             return False
+        size = sum(sizes[:count])
         stats.messages += count
         stats.bytes += size
         stats.groups += 1
@@ -273,7 +294,7 @@ class MessageStoreDispatcher:
         more = self.local.get_max_offset_in_queue(*key) - flat.consume_queue_max_offset()
         return more > 0 and (force or more >= self.group_commit_count)
 
-    def _commit(self, flat: FlatMessageFile, stats: DispatchStats) -> bool:
+    def _commit(self, flat: CompositeAccess, stats: DispatchStats) -> bool:
         """Make the queue's appended group durable: commit log, then its keys in the index,
         then the consume queue. So every message with a durable consume-queue unit has its
         keys indexed, whenever the process dies; a group retried after a failure may index
@@ -281,19 +302,18 @@ class MessageStoreDispatcher:
         with self._uploads:  # at most max_pending_limit uploads in flight
             return self._commit_group(flat, stats)
 
-    def _commit_group(self, flat: FlatMessageFile, stats: DispatchStats) -> bool:
+    def _commit_group(self, flat: CompositeAccess, stats: DispatchStats) -> bool:
         key = (flat.topic, flat.queue_id)
         if not flat.commit_commit_log():
             stats.failed_commits += 1
             return False
-        entries = self._pending_index.pop(key, [])
-        if self.index is not None and entries:
-            topic_id = flat.topic_metadata.topic_id
-            for e in entries:
-                result = self.index.put_key(flat.topic, topic_id, flat.queue_id, e.keys, e.offset,
-                                            e.size, e.store_timestamp)
-                if result is not AppendResult.SUCCESS:
-                    stats.errors.append(f"{flat}: index put returned {result.name}")
+        pending = self._pending_index.pop(key, None)
+        if self.index is not None and pending is not None and pending.keys:
+            # One batched insert for the group's keys.
+            result = self.index.put_keys(flat.topic, flat.topic_id, flat.queue_id,
+                                         pending.keys, pending.offsets, pending.sizes, pending.timestamps)
+            if result is not AppendResult.SUCCESS:
+                stats.errors.append(f"{flat}: index put returned {result.name}")
         if not flat.commit():
             stats.failed_commits += 1
             return False

@@ -1,12 +1,14 @@
 """MessageStoreFetcher: reads messages from the tiered store, through a read-ahead cache.
 
-A cold read takes the consume-queue units of the batch, then ONE commit-log range that
-spans them (trimmed to ``read_ahead_bytes`` and ``read_ahead_count``, at least one
-message), and validates every message against its unit and the request with the shared
-:func:`~tiered_core.codec.checks.check_units` (magic, size, CRC, topic, queue id, queue
-offset, physical offset, tags code, and the ``__CRC32#`` property when
-``verify_prop_crc``) before caching it. A message that fails validation is reported,
-never served.
+A cold read is one :meth:`CompositeAccess.read_batch
+<tiered_core.spi.access.CompositeAccess.read_batch>`: the consume-queue units of the batch,
+then ONE commit-log range that spans them (trimmed to ``read_ahead_bytes`` and
+``read_ahead_count``, at least one message), split and validated in one pass against
+each unit and the request (magic, size, CRC, topic, queue id, queue offset, physical
+offset, tags code, and the ``__CRC32#`` property when ``verify_prop_crc``). The whole
+batch is one cache entry; messages are sliced out of it and decoded lazily
+(:func:`~tiered_core.codec.message.lazy_message_ext`) when served. A message that fails
+validation is reported, never served.
 """
 
 from __future__ import annotations
@@ -14,14 +16,14 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from tiered_core.access.cache import ReadAheadCache, cache_key
+from tiered_core.access.cache import ReadAheadCache
 from tiered_core.access.results import GetMessageResult, GetMessageStatus, StoreTier
-from tiered_core.codec.checks import PropCrcPolicy, check_units
-from tiered_core.codec.consume_queue import decode_cq_units
-from tiered_core.codec.message import MessageExt, decode_message
+from tiered_core.codec.checks import PropCrcPolicy
+from tiered_core.codec.message import MessageExt, lazy_message_ext
+from tiered_core.codec.message_batch import MessageBatch
 from tiered_core.errors import CorruptData, TieredStoreError
 from tiered_core.flat.file_store import FlatFileStore
-from tiered_core.flat.message_file import FlatMessageFile
+from tiered_core.spi.access import CompositeAccess
 from tiered_core.common import BoundaryType
 from tiered_core.configdef import KEYS
 
@@ -75,24 +77,21 @@ class MessageStoreFetcher:
             return GetMessageResult(status, next_begin_offset=nxt, min_offset=lo, max_offset=hi,
                                     tier=StoreTier.TIERED)
         max_count = max(1, max_count)
-        if self.cache is not None and not self.cache.busy():
-            result = self._from_cache(flat, offset, max_count, message_filter, lo, hi)
-            if result.found:
-                return result
-            # Miss: read ahead (a short prefetch for single-message reads), then retry.
-            fetch = 32 if max_count == 1 else self.read_ahead_count
-            try:
-                for q, raw, tags in self.read(flat, offset, fetch):
-                    self.cache.put(cache_key(flat.topic, flat.queue_id, q), raw, tags)
-            except TieredStoreError as exc:
-                log.warning("read-ahead of %s at %d failed: %s", flat, offset, exc)
-                return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, next_begin_offset=offset,
-                                        min_offset=lo, max_offset=hi, tier=StoreTier.TIERED)
-            result = self._from_cache(flat, offset, max_count, message_filter, lo, hi)
-            if result.found or result.next_begin_offset > offset:
-                return result
-            # Not cached after all (e.g. larger than the whole cache budget): read it directly.
-        return self._direct(flat, offset, max_count, message_filter, lo, hi)
+        cache = self.cache
+        batch = None
+        if cache is not None and not cache.busy():
+            batch = cache.get_batch(flat.topic, flat.queue_id, offset)
+            if batch is None:
+                # Miss: read ahead (a short prefetch for single-message reads) and cache the batch.
+                batch = self._read(flat, offset, 32 if max_count == 1 else self.read_ahead_count)
+                if batch is not None:
+                    cache.put_batch(batch)
+        else:
+            batch = self._read(flat, offset, max_count)
+        if batch is None or not len(batch):  # the message at `offset` cannot be served (see read)
+            return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, next_begin_offset=offset,
+                                    min_offset=lo, max_offset=hi, tier=StoreTier.TIERED)
+        return self._serve(batch, offset, max_count, message_filter, lo, hi)
 
     @staticmethod
     def _bounds(offset: int, lo: int, hi: int) -> GetMessageStatus | None:
@@ -106,79 +105,62 @@ class MessageStoreFetcher:
             return GetMessageStatus.OFFSET_OVERFLOW_BADLY
         return None
 
-    def _from_cache(self, flat: FlatMessageFile, offset: int, max_count: int,
-                    message_filter: MessageFilter | None, lo: int, hi: int) -> GetMessageResult:
-        assert self.cache is not None
+    def _serve(self, batch: MessageBatch, offset: int, max_count: int, message_filter: MessageFilter | None,
+               lo: int, hi: int) -> GetMessageResult:
+        """Messages from ``offset`` out of ``batch`` (which holds it), continuing into the next
+        cached batches of the queue while more are wanted (never reading)."""
         messages: list[MessageExt] = []
-        nxt, total = offset, 0
-        for cur in range(offset, min(offset + self.read_ahead_count, hi)):
-            hit = self.cache.get(cache_key(flat.topic, flat.queue_id, cur))
-            if hit is None:
-                break
-            nxt = cur + 1  # filtered-out messages are skipped past too
-            raw, tags = hit
-            if message_filter is not None and not message_filter(tags):
-                continue
-            messages.append(decode_message(raw, verify_crc=False))  # validated when cached
-            total += len(raw)
-            if len(messages) >= max_count or total >= self.max_transfer_bytes:
-                break
+        append = messages.append
+        lazy = lazy_message_ext
+        nxt, total, budget = offset, 0, self.max_transfer_bytes
+        while True:
+            data, base, units, topic = batch.data, batch.base, batch.units, batch.topic
+            start = nxt - batch.queue_offset
+            for off, size, tags in units[start:]:
+                nxt += 1  # filtered-out messages are skipped past too
+                if message_filter is not None and not message_filter(tags):
+                    continue
+                pos = off - base
+                append(lazy(data[pos:pos + size], topic))  # validated when read
+                total += size
+                if len(messages) >= max_count or total >= budget:
+                    break
+            else:
+                if nxt < hi and self.cache is not None and nxt - offset < self.read_ahead_count:
+                    following = self.cache.get_batch(batch.topic, batch.queue_id, nxt)
+                    if following is not None:
+                        batch = following
+                        continue
+            break
         status = GetMessageStatus.FOUND if messages else GetMessageStatus.NO_MATCHED_MESSAGE
         return GetMessageResult(status, messages, nxt, lo, hi, StoreTier.TIERED)
 
-    def _direct(self, flat: FlatMessageFile, offset: int, max_count: int,
-                message_filter: MessageFilter | None, lo: int, hi: int) -> GetMessageResult:
+    def _read(self, flat: CompositeAccess, offset: int, count: int) -> MessageBatch | None:
         try:
-            batch = self.read(flat, offset, max_count)
+            return self.read_batch(flat, offset, count)
         except TieredStoreError as exc:
             log.warning("read of %s at %d failed: %s", flat, offset, exc)
-            return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, next_begin_offset=offset,
-                                    min_offset=lo, max_offset=hi, tier=StoreTier.TIERED)
-        if not batch:  # the message at `offset` cannot be served (see read)
-            return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, next_begin_offset=offset,
-                                    min_offset=lo, max_offset=hi, tier=StoreTier.TIERED)
-        messages, nxt, total = [], offset, 0
-        for q, raw, tags in batch:
-            nxt = q + 1
-            if message_filter is not None and not message_filter(tags):
-                continue
-            messages.append(decode_message(raw, verify_crc=False))
-            total += len(raw)
-            if len(messages) >= max_count or total >= self.max_transfer_bytes:
-                break
-        status = GetMessageStatus.FOUND if messages else GetMessageStatus.NO_MATCHED_MESSAGE
-        return GetMessageResult(status, messages, nxt, lo, hi, StoreTier.TIERED)
+            return None
 
-    def read(self, flat: FlatMessageFile, offset: int, count: int) -> list[tuple[int, bytes, int]]:
-        """Up to ``count`` validated messages from ``offset``: ``(queue_offset, bytes, tags_code)``.
+    def read_batch(self, flat: CompositeAccess, offset: int, count: int) -> MessageBatch:
+        """Up to ``count`` (at most ``read_ahead_count``) validated messages from ``offset``
+        (:meth:`CompositeAccess.read_batch`: one consume-queue read, one commit-log read
+        trimmed to ``read_ahead_bytes``, one split + validate pass). The batch ends before
+        the first bad message: it is never served, and never skipped over (the caller
+        answers OFFSET_FOUND_NULL there, and the store falls back to local); it is logged
+        and counted here."""
+        batch = flat.read_batch(offset, min(count, self.read_ahead_count), self.read_ahead_bytes,
+                                prop_crc=self.prop_crc)
+        if batch.error is not None:
+            self._corrupt(flat, batch.error)
+        return batch
 
-        One consume-queue read, then one commit-log read spanning the batch (trimmed).
-        """
-        count = min(count, flat.consume_queue_commit_offset() - offset, self.read_ahead_count)
-        if count <= 0:
-            return []
-        units = decode_cq_units(flat.get_consume_queue(offset, count))
-        first = units[0].commitlog_offset
-        # Trim to the byte budget, keeping at least one message.
-        n = len(units)
-        while n > 1 and units[n - 1].commitlog_offset + units[n - 1].size - first > self.read_ahead_bytes:
-            n -= 1
-        units = units[:n]
-        last = units[-1]
-        if last.commitlog_offset < first:
-            return []
-        data = flat.get_commit_log(first, last.commitlog_offset + last.size - first)
-        # The batch ends before the first bad message: it is never served, and never skipped
-        # over (the caller answers OFFSET_FOUND_NULL there, and the store falls back to local).
-        checked = check_units(units, data, first, topic=flat.topic, queue_id=flat.queue_id,
-                              queue_offset=offset, prop_crc=self.prop_crc)
-        out = [(offset + i, data[pos:pos + unit.size], unit.tags_code)
-               for i, (pos, unit) in enumerate(zip(checked.positions, units))]
-        if checked.error is not None:
-            self._corrupt(flat, checked.error)
-        return out
+    def read(self, flat: CompositeAccess, offset: int, count: int) -> list[tuple[int, bytes, int]]:
+        """Up to ``count`` validated messages from ``offset``: ``(queue_offset, bytes, tags_code)``
+        (:meth:`read_batch`, unpacked)."""
+        return list(self.read_batch(flat, offset, count))
 
-    def _corrupt(self, flat: FlatMessageFile, error: CorruptData) -> None:
+    def _corrupt(self, flat: CompositeAccess, error: CorruptData) -> None:
         self.corrupt_messages += 1
         self.last_corruption = error
         log.error("not serving corrupt tiered message of %s (%s): %s", flat, error.reason, error.message)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-import time
 from dataclasses import dataclass
+from typing import Callable
 
 from tiered_core.access.cache import ReadAheadCache
 from tiered_core.access.paths import make_store_dir
@@ -27,12 +27,12 @@ from tiered_core.access.results import (
     QueryMessageResult,
     StoreTier,
 )
-from tiered_core.codec.checks import check_message
 from tiered_core.codec.consume_queue import decode_cq_unit
-from tiered_core.codec.message import Message, MessageExt, decode_message
+from tiered_core.codec.message import Message, MessageExt
 from tiered_core.codec.naming import validate_topic
 from tiered_core.config import StoreConfig
 from tiered_core.errors import IllegalParam, StateConflict, TieredStoreError
+from tiered_core.flat.batch import check_batch
 from tiered_core.flat.file_store import FlatFileStore
 from tiered_core.flat.ownership import PrefixOwnership, load_store_id
 from tiered_core.ops.reconcile import open_checked_metadata
@@ -70,7 +70,8 @@ class TieredMessageStore:
     status, never by exception.
     """
 
-    def __init__(self, config: StoreConfig, *, background: bool = False, take_over: bool = False) -> None:
+    def __init__(self, config: StoreConfig, *, background: bool = False, take_over: bool = False,
+                 clock: Callable[[], int] | None = None) -> None:
         self.config = config
         self.policy = ReadPolicy.parse(config.storage_level)
         make_store_dir(config)
@@ -78,7 +79,8 @@ class TieredMessageStore:
         # A message must fit one tiered segment, or it could never be tiered: refuse it at put.
         local_config = dataclasses.replace(local_config, max_message_size=min(local_config.max_message_size,
                                                                               config.commit_log_max_size))
-        self.local = LocalMessageStore(config.store_path, local_config)
+        # ``clock`` (ms since the epoch) stamps store times and names index files; tests pin it.
+        self.local = LocalMessageStore(config.store_path, local_config, clock=clock)
         driver = metadata = None
         try:
             driver = config.open_driver()
@@ -99,14 +101,15 @@ class TieredMessageStore:
                 raise StateConflict(f"{len(self.flat_files.failures)} tiered queue(s) cannot be recovered, "
                                     f"so their tiered data cannot be served: {failed}",
                                     failures=self.flat_files.failures)
-            self.index = IndexStoreService.from_store_config(config, self.driver, self.metadata)
+            self.index = IndexStoreService.from_store_config(config, self.driver, self.metadata,
+                                                             clock=clock or now_ms)
             # read_ahead_cache_bytes = 0 (RocketMQ readAheadCacheEnable=false): read without a cache.
             self.cache = (ReadAheadCache(config.read_ahead_cache_bytes, config.read_ahead_cache_expire_ms,
                                          disk_path=config.read_ahead_disk_cache_path)
                           if config.read_ahead_cache_bytes > 0 else None)
             self.fetcher = MessageStoreFetcher(self.flat_files, self.cache, verify_prop_crc=config.verify_prop_crc)
             self.dispatcher = MessageStoreDispatcher(self.local, self.flat_files, self.index,
-                                                     config.section(DispatchConfig))
+                                                     config.section(DispatchConfig), clock=clock)
         except BaseException:
             if metadata is not None:
                 metadata.close()
@@ -122,7 +125,8 @@ class TieredMessageStore:
             self.index.start()
 
     @classmethod
-    def open(cls, config: StoreConfig, *, background: bool = False, take_over: bool = False) -> "TieredMessageStore":
+    def open(cls, config: StoreConfig, *, background: bool = False, take_over: bool = False,
+             clock: Callable[[], int] | None = None) -> "TieredMessageStore":
         """Open (or create) the store ``config`` describes; ``background`` runs the dispatcher
         and index upload threads (otherwise call :meth:`dispatch` yourself).
 
@@ -132,9 +136,11 @@ class TieredMessageStore:
         segments (its next write fails with :class:`~tiered_core.errors.Fenced`) and rebuilds
         its metadata from the backend where it does not list everything. Objects the
         metadata does not list stop the open with :class:`~tiered_core.errors.UnknownObjects`
-        unless ``metadata_recovery = "rebuild"``.
+        unless ``metadata_recovery = "rebuild"``. ``clock`` (milliseconds since the epoch; the
+        wall clock by default) stamps store times and names index files: tests pin it to get
+        the same bytes for the same input.
         """
-        return cls(config, background=background, take_over=take_over)
+        return cls(config, background=background, take_over=take_over, clock=clock)
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -333,9 +339,14 @@ class TieredMessageStore:
                 continue
             try:
                 raw = flat.get_commit_log(entry.offset, entry.size)
-                check_message(raw, commitlog_offset=entry.offset, size=entry.size, topic=topic,
-                              queue_id=entry.queue_id, prop_crc=self.fetcher.prop_crc)
-                msg = decode_message(raw, verify_crc=False)
+                # The read path's checks, for a message no unit was read for (yet): the queue
+                # offset and tags code are compared with its unit below.
+                checked = check_batch([(entry.offset, entry.size, 0)], raw, entry.offset, topic=topic,
+                                      queue_id=entry.queue_id, queue_offset=None,
+                                      prop_crc=self.fetcher.prop_crc, check_tags=False)
+                if checked.error is not None:
+                    raise checked.error
+                msg = checked.message(0)
                 if not ((key in msg.keys or msg.uniq_key == key) and begin <= msg.store_timestamp <= end
                         and (msg.queue_id, msg.queue_offset) not in seen
                         and flat.consume_queue_min_offset() <= msg.queue_offset < flat.consume_queue_commit_offset()):
@@ -377,7 +388,7 @@ class TieredMessageStore:
                 topic, qid, self.local.get_min_offset_in_queue(topic, qid), self.local.get_max_offset_in_queue(topic, qid),
                 flat.consume_queue_min_offset() if flat and flat.initialized else -1,
                 flat.consume_queue_commit_offset() if flat and flat.initialized else -1,
-                len(flat.commit_log.segments) + len(flat.consume_queue.segments) if flat else 0))
+                flat.segment_count() if flat else 0))
         return out
 
     def close(self) -> None:

@@ -38,41 +38,48 @@ def _positive(text: str) -> int:
     return value
 
 
+def _store_command(sub: argparse._SubParsersAction, name: str, func, json_what: str, *,
+                   help: str, description: str) -> argparse.ArgumentParser:
+    """A subcommand on one store: its ``--config``, ``--json`` and handler."""
+    p = sub.add_parser(name, help=help, description=description)
+    p.add_argument("--config", required=True, metavar="FILE",
+                   help="the store's config file (tiered.toml or broker.conf)")
+    add_json_option(p, json_what)
+    p.set_defaults(func=func)
+    return p
+
+
+def _queue_arguments(p: argparse.ArgumentParser, topic_help: str) -> None:
+    p.add_argument("--topic", required=True, help=topic_help)
+    p.add_argument("--queue", type=_non_negative, default=0, metavar="ID", help="queue id (default 0)")
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``put``, ``get`` and ``stat``."""
-    config_help = "the store's config file (tiered.toml or broker.conf)"
-    p = sub.add_parser("put", help="put one message (body from --body or stdin); creates the store if needed",
+    p = _store_command(sub, "put", put, "the put result (and the dispatch round's stats)",
+                       help="put one message (body from --body or stdin); creates the store if needed",
                        description="Put one message into the local store; with --dispatch also copy it to "
                                    "the tiered store and fail unless that succeeded.")
-    p.add_argument("--config", required=True, metavar="FILE", help=config_help)
-    p.add_argument("--topic", required=True, help="topic of the message")
-    p.add_argument("--queue", type=_non_negative, default=0, metavar="ID", help="queue id (default 0)")
+    _queue_arguments(p, "topic of the message")
     p.add_argument("--key", action="append", default=[], help="index key (repeatable)")
     p.add_argument("--tags", help="message tags")
     p.add_argument("--body", help="message body (default: read stdin)")
     p.add_argument("--dispatch", action="store_true",
                    help="dispatch to the tiered store before exiting; exit 5 if the dispatch failed")
-    add_json_option(p, "the put result (and the dispatch round's stats)")
-    p.set_defaults(func=put)
 
-    g = sub.add_parser("get", help="read messages of a queue (from whichever tier holds them)",
+    g = _store_command(sub, "get", get, "the status and the messages",
+                       help="read messages of a queue (from whichever tier holds them)",
                        description="Read messages by queue offset, or by key with --key. "
                                    "Exit 3 when no message is found or the store does not exist.")
-    g.add_argument("--config", required=True, metavar="FILE", help=config_help)
-    g.add_argument("--topic", required=True, help="topic to read")
-    g.add_argument("--queue", type=_non_negative, default=0, metavar="ID", help="queue id (default 0)")
+    _queue_arguments(g, "topic to read")
     g.add_argument("--offset", type=_non_negative, default=0, help="first queue offset to read (default 0)")
     g.add_argument("--count", type=_positive, default=10, help="most messages to return (default 10)")
     g.add_argument("--key", help="look up by key instead of offset (all queues of the topic)")
-    add_json_option(g, "the status and the messages")
-    g.set_defaults(func=get)
 
-    s = sub.add_parser("stat", help="per-queue offsets in each tier",
-                       description="Per-queue offsets in the local and the tiered store. "
-                                   "Exit 3 when the store does not exist.")
-    s.add_argument("--config", required=True, metavar="FILE", help=config_help)
-    add_json_option(s, "a list of per-queue objects")
-    s.set_defaults(func=stat)
+    _store_command(sub, "stat", stat, "a list of per-queue objects",
+                   help="per-queue offsets in each tier",
+                   description="Per-queue offsets in the local and the tiered store. "
+                               "Exit 3 when the store does not exist.")
 
 
 def put(args: argparse.Namespace) -> int:

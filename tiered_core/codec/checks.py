@@ -50,30 +50,27 @@ tiered message carries the property (a new store, or after older segments expire
 and never for a tiered directory uploaded by RocketMQ's Java tiered store: it rewrites
 the physical offset without recomputing the CRC, so its CRCs are stale.
 
-The loop works on a whole batch in one pass (precompiled structs, no full decode); the
-pure-Python reference the tests compare it with is ``decode_message`` plus field
-comparisons.
+The loop works on a whole batch in one pass (precompiled structs, no full decode): it is
+:func:`tiered_core.codec.batch.scan_units` (plain bytes and ints, the reference of a
+compiled twin); the pure-Python reference the tests compare it with is ``decode_message``
+plus field comparisons.
 """
 
 from __future__ import annotations
 
 import enum
-import zlib
 from typing import Iterable, NamedTuple, Sequence
 
-from tiered_core.common import INT_MAX, INT_MIN
-from tiered_core.codec.consume_queue import ConsumeQueueUnit
-from tiered_core.codec.hashing import tags_hash_code
-from tiered_core.codec.message import (
-    _HEAD8,
-    _MAGIC_TO_VERSION,
-    _MIN_SIZE_V1,
-    BLANK_MAGIC,
-    Buffer,
-    _as_buffer,
-    _parse,
+from tiered_core.codec.batch import (
+    CHECK_QUEUE_OFFSET,
+    CHECK_TAGS,
+    PROP_CRC_IF_PRESENT,
+    PROP_CRC_REQUIRE,
+    VERIFY_CRC,
+    scan_units,
 )
-from tiered_core.codec.prop_crc import CRC32_RESERVED_LEN, stored_prop_crc
+from tiered_core.codec.consume_queue import ConsumeQueueUnit
+from tiered_core.codec.message import Buffer, _as_buffer
 from tiered_core.errors import CorruptData, IllegalParam
 
 #: RocketMQ's delay-message topic: its consume queue holds delivery times, not tag hashes.
@@ -134,23 +131,6 @@ class UnitCheck(NamedTuple):
         return len(self.positions)
 
 
-def _tags_value(props: bytes) -> bytes | None:
-    """The value ``parse_properties`` keeps for ``TAGS``: the last non-empty one."""
-    hay = b"\x02" + props
-    end = len(hay)
-    while True:
-        j = hay.rfind(b"\x02TAGS\x01", 0, end)
-        if j < 0:
-            return None
-        start = j + 6
-        stop = hay.find(b"\x02", start)
-        if stop < 0:
-            stop = len(hay)
-        if stop > start:
-            return hay[start:stop]
-        end = j
-
-
 def check_units(
     units: Sequence[ConsumeQueueUnit] | Iterable[tuple[int, int, int]],
     buf: Buffer,
@@ -179,94 +159,47 @@ def check_units(
     if not isinstance(topic, str):
         raise IllegalParam(f"topic {topic!r} must be a string", topic=topic)
     units = units if isinstance(units, list) else list(units)
-    positions: list[int] = []
     if not units:
-        return UnitCheck(positions, None)
+        return UnitCheck([], None)
     buf = _as_buffer(buf)
-    is_view = isinstance(buf, memoryview)
     base = units[0][0] if buf_offset is None else buf_offset
-    limit = len(buf)
-    topic_b = topic.encode("utf-8", "surrogatepass")
-    topic_len = len(topic_b)
-    tags_on = check_tags and topic != SCHEDULE_TOPIC
+    valid, reason, detail = scan_units(
+        units, buf, base, topic.encode("utf-8", "surrogatepass"), queue_id,
+        -1 if queue_offset is None else queue_offset,
+        scan_flags(topic, queue_offset is not None, verify_crc, prop_crc, check_tags))
+    positions = [unit[0] - base for unit in units[:valid]]
+    if reason is None:
+        return UnitCheck(positions, None)
+    return UnitCheck(positions, unit_error(units[valid], valid, reason, detail, topic=topic, queue_id=queue_id,
+                                           queue_offset=queue_offset))
+
+
+def scan_flags(topic: str, check_queue_offset: bool = True, verify_crc: bool = True,
+               prop_crc: PropCrcPolicy = PropCrcPolicy.IGNORE, check_tags: bool = True) -> int:
+    """The :func:`~tiered_core.codec.batch.scan_units` flags of a :func:`check_units` call."""
     policy = PropCrcPolicy(prop_crc)
-    head = _HEAD8.unpack_from
-    magics = _MAGIC_TO_VERSION
-    parse = _parse
-    append = positions.append
-    q = queue_offset
-    view = memoryview(buf) if policy is not PropCrcPolicy.IGNORE else None
-    crc32 = zlib.crc32
+    flags = VERIFY_CRC if verify_crc else 0
+    if check_tags and topic != SCHEDULE_TOPIC:
+        flags |= CHECK_TAGS
+    if check_queue_offset:
+        flags |= CHECK_QUEUE_OFFSET
+    if policy is PropCrcPolicy.IF_PRESENT:
+        flags |= PROP_CRC_IF_PRESENT
+    elif policy is PropCrcPolicy.REQUIRE:
+        flags |= PROP_CRC_REQUIRE
+    return flags
 
-    def fail(i: int, unit_offset: int, size: int, reason: str, detail: str) -> UnitCheck:
-        qo = None if queue_offset is None else queue_offset + i
-        where = f"{topic}/{queue_id}" + (f" queue offset {qo}" if qo is not None else "")
-        return UnitCheck(positions, CorruptData(
-            f"{where}: message at commit-log offset {unit_offset} ({size} bytes per its unit) {detail}",
-            offset=unit_offset, reason=reason, topic=topic, queue_id=queue_id, queue_offset=qo, size=size))
 
-    for i, (cl_off, size, tags_code) in enumerate(units):
-        pos = cl_off - base
-        if size < _MIN_SIZE_V1 or pos < 0 or pos + size > limit:
-            if size > 0 and pos >= 0 and pos + size <= limit:
-                return fail(i, cl_off, size, "size_mismatch",
-                            f"cannot be a message: the smallest is {_MIN_SIZE_V1} bytes")
-            return fail(i, cl_off, size, "unit_out_of_range",
-                        f"lies outside the {limit} bytes read from offset {base}")
-        total, magic = head(buf, pos)
-        ver = magics.get(magic)
-        if ver is None:
-            if magic == BLANK_MAGIC:
-                return fail(i, cl_off, size, "blank", "is a blank (end-of-file) record, not a message")
-            return fail(i, cl_off, size, "bad_magic", f"has a bad magic 0x{magic:08X}")
-        if total != size:
-            return fail(i, cl_off, size, "size_mismatch", f"says its total size is {total}")
-        stored = None if policy is PropCrcPolicy.IGNORE else stored_prop_crc(buf, pos, total)
-        try:
-            fields, _bs, _be, topic_start, topic_end, props_start, end = parse(
-                buf, pos, total, ver, base, verify_crc and stored is None)
-        except CorruptData as exc:
-            return fail(i, cl_off, size, exc.reason, exc.message.partition(": ")[2] or exc.message)
-        props = buf[props_start:end]
-        if is_view:
-            props = bytes(props)
-        if not props.isascii():
-            try:
-                props.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                return fail(i, cl_off, size, "bad_encoding", f"has properties that are not UTF-8 ({exc.reason})")
-        if topic_end - topic_start != topic_len or buf[topic_start:topic_end] != topic_b:
-            found = bytes(buf[topic_start:topic_end])
-            try:
-                name = found.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                return fail(i, cl_off, size, "bad_encoding", f"has a topic that is not UTF-8 ({exc.reason})")
-            return fail(i, cl_off, size, "topic_mismatch", f"belongs to topic {name!r}, not {topic!r}")
-        if fields[3] != queue_id:
-            return fail(i, cl_off, size, "queue_id_mismatch", f"belongs to queue {fields[3]}, not {queue_id}")
-        if q is not None and fields[5] != q + i:
-            return fail(i, cl_off, size, "queue_offset_mismatch",
-                        f"holds queue offset {fields[5]}, not {q + i}")
-        if fields[6] != cl_off:
-            return fail(i, cl_off, size, "physical_offset_mismatch",
-                        f"holds physical offset {fields[6]}, not its commit-log offset {cl_off}")
-        if tags_on and tags_code and INT_MIN <= tags_code <= INT_MAX:
-            tags = _tags_value(props) if b"TAGS\x01" in props else None
-            expected = tags_hash_code(tags.decode("utf-8")) if tags else 0
-            if expected != tags_code:
-                return fail(i, cl_off, size, "tags_mismatch",
-                            f"has tags {tags.decode('utf-8') if tags else None!r} (hash {expected}) but "
-                            f"its unit's tags code is {tags_code}")
-        if stored is not None:
-            actual = crc32(view[pos:pos + total - CRC32_RESERVED_LEN]) & 0x7FFFFFFF  # type: ignore[index]
-            if actual != stored:
-                return fail(i, cl_off, size, "prop_crc_mismatch",
-                            f"has a __CRC32# property of {stored} but its bytes give {actual}")
-        elif policy is PropCrcPolicy.REQUIRE:
-            return fail(i, cl_off, size, "prop_crc_missing",
-                        "has no __CRC32# property (verify_prop_crc / forceVerifyPropCRC requires one)")
-        append(pos)
-    return UnitCheck(positions, None)
+def unit_error(unit: tuple[int, int, int], index: int, reason: str, detail: str, *, topic: str, queue_id: int,
+               queue_offset: int | None) -> CorruptData:
+    """The CorruptData of unit number ``index`` of a batch (``queue_offset``: that of unit 0,
+    None if unknown) that :func:`~tiered_core.codec.batch.scan_units` found bad."""
+    unit_offset, size = unit[0], unit[1]
+    qo = None if queue_offset is None else queue_offset + index
+    where = f"{topic}/{queue_id}" + (f" queue offset {qo}" if qo is not None else "")
+    return CorruptData(
+        f"{where}: message at commit-log offset {unit_offset} ({size} bytes per its unit) {detail}",
+        offset=unit_offset, reason=reason, topic=topic, queue_id=queue_id, queue_offset=qo, size=size)
 
 
 def check_message(
@@ -301,4 +234,6 @@ __all__ = [
     "UnitCheck",
     "check_units",
     "check_message",
+    "scan_flags",
+    "unit_error",
 ]

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from tiered_core.codec.message import KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_UNIQ_KEY
+from tiered_core.codec.message import (
+    KEY_SEPARATOR,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_KEYS,
+    PROPERTY_SEPARATOR,
+    PROPERTY_UNIQ_KEY,
+)
 
 
 def message_index_keys(message_or_properties: Any) -> list[str]:
@@ -28,4 +34,47 @@ def message_index_keys(message_or_properties: Any) -> list[str]:
     return list(keys)
 
 
-__all__ = ["message_index_keys"]
+def _last_value(hay: str, marker: str) -> str | None:
+    """The value :func:`~tiered_core.codec.message.parse_properties` keeps for the property
+    ``marker`` names (``"\\x02NAME\\x01"``) in ``hay`` (``"\\x02"`` + properties text): that
+    of the last pair with a non-empty value."""
+    end = len(hay)
+    while True:
+        j = hay.rfind(marker, 0, end)
+        if j < 0:
+            return None
+        start = j + len(marker)
+        stop = hay.find(PROPERTY_SEPARATOR, start)
+        if stop < 0:
+            stop = len(hay)
+        if stop > start:
+            return hay[start:stop]
+        end = j
+
+
+_KEYS_MARKER = PROPERTY_SEPARATOR + PROPERTY_KEYS + NAME_VALUE_SEPARATOR
+_UNIQ_MARKER = PROPERTY_SEPARATOR + PROPERTY_UNIQ_KEY + NAME_VALUE_SEPARATOR
+
+
+def message_index_keys_from_properties(text: str) -> tuple[str, ...]:
+    """:func:`message_index_keys` of a message whose stored properties text (``key\\x01value\\x02``
+    pairs) is ``text``, without parsing every property: the two values are picked exactly as
+    :func:`~tiered_core.codec.message.parse_properties` keeps them (the last pair with a
+    non-empty value wins), then the rule above applies."""
+    hay = PROPERTY_SEPARATOR + text
+    listed = _last_value(hay, _KEYS_MARKER) if _KEYS_MARKER in hay else None
+    uniq = _last_value(hay, _UNIQ_MARKER) if _UNIQ_MARKER in hay else None
+    if uniq is None:
+        if listed is None:
+            return ()
+        if KEY_SEPARATOR not in listed:  # one key: the rule reduces to "not blank"
+            return (listed,) if listed.strip() else ()
+    props = {}
+    if uniq is not None:
+        props[PROPERTY_UNIQ_KEY] = uniq
+    if listed is not None:
+        props[PROPERTY_KEYS] = listed
+    return tuple(message_index_keys(props))
+
+
+__all__ = ["message_index_keys", "message_index_keys_from_properties"]

@@ -36,7 +36,7 @@ import struct
 import time
 import zlib
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping, NamedTuple, Union
+from typing import Callable, Iterator, Mapping, NamedTuple, Union
 
 from tiered_core.common import INT_MAX, INT_MIN, LONG_MAX, LONG_MIN, now_ms
 from tiered_core.codec.prop_crc import CRC32_PLACEHOLDER, CRC32_RESERVED_LEN, PROPERTY_CRC32, prop_crc_digits
@@ -208,7 +208,16 @@ class Message:
         return props
 
 
-@dataclass(slots=True)
+_EXT_FIELDS = (
+    "topic", "queue_id", "queue_offset", "commitlog_offset", "store_timestamp", "born_timestamp", "keys",
+    "tags", "properties", "body", "sys_flag", "body_crc", "store_size", "born_host", "store_host",
+    "reconsume_times", "prepared_transaction_offset", "flag", "version",
+)
+
+
+_UNSET: object = object()  # a lazy field not decoded yet
+
+
 class MessageExt:
     """A stored message as decoded from its bytes.
 
@@ -217,7 +226,20 @@ class MessageExt:
     ``KEYS``, ``TAGS`` and ``UNIQ_KEY``; ``keys`` and ``tags`` are parsed from it.
     ``body`` is the stored body (still compressed if ``sys_flag`` says so).
     ``store_size`` is the record's total size in bytes.
+
+    Built like a dataclass (the fields in this order, positionally or by keyword; ``==``
+    compares every field; every field can be assigned). The batch read path builds it
+    from the message's validated bytes with one ``unpack_from``
+    (:func:`lazy_message_ext`); ``properties``, ``keys``, ``tags`` and the two hosts are
+    then decoded on first access.
     """
+
+    __slots__ = ("topic", "queue_id", "queue_offset", "commitlog_offset", "store_timestamp", "born_timestamp",
+                 "_keys", "_tags", "_properties", "body", "sys_flag", "body_crc", "store_size", "_born_host",
+                 "_store_host", "reconsume_times", "prepared_transaction_offset", "flag", "version",
+                 "_raw", "_layout")
+    __match_args__ = _EXT_FIELDS
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value (like the dataclass)
 
     topic: str
     queue_id: int
@@ -225,19 +247,117 @@ class MessageExt:
     commitlog_offset: int
     store_timestamp: int
     born_timestamp: int
-    keys: list[str]
-    tags: str | None
-    properties: dict[str, str]
     body: bytes
-    sys_flag: int = 0
-    body_crc: int = 0
-    store_size: int = 0
-    born_host: Host = DEFAULT_HOST
-    store_host: Host = DEFAULT_HOST
-    reconsume_times: int = 0
-    prepared_transaction_offset: int = 0
-    flag: int = 0
-    version: MessageVersion = MessageVersion.V1
+    sys_flag: int
+    body_crc: int
+    store_size: int
+    reconsume_times: int
+    prepared_transaction_offset: int
+    flag: int
+    version: MessageVersion
+
+    def __init__(self, topic: str, queue_id: int, queue_offset: int, commitlog_offset: int, store_timestamp: int,
+                 born_timestamp: int, keys: list[str], tags: str | None, properties: dict[str, str], body: bytes,
+                 sys_flag: int = 0, body_crc: int = 0, store_size: int = 0, born_host: Host = DEFAULT_HOST,
+                 store_host: Host = DEFAULT_HOST, reconsume_times: int = 0, prepared_transaction_offset: int = 0,
+                 flag: int = 0, version: MessageVersion = MessageVersion.V1) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self.commitlog_offset = commitlog_offset
+        self.store_timestamp = store_timestamp
+        self.born_timestamp = born_timestamp
+        self._keys = keys
+        self._tags = tags
+        self._properties = properties
+        self.body = body
+        self.sys_flag = sys_flag
+        self.body_crc = body_crc
+        self.store_size = store_size
+        self._born_host = born_host
+        self._store_host = store_host
+        self.reconsume_times = reconsume_times
+        self.prepared_transaction_offset = prepared_transaction_offset
+        self.flag = flag
+        self.version = version
+        self._raw = None
+        self._layout = None
+
+    # -- the lazy fields -------------------------------------------------------------------
+
+    @property
+    def properties(self) -> dict[str, str]:
+        value = self._properties
+        if value is _UNSET:
+            value = self._properties = _lazy_properties(self._raw, self._layout)
+        return value  # type: ignore[return-value]
+
+    @properties.setter
+    def properties(self, value: dict[str, str]) -> None:
+        self._properties = value
+
+    @property
+    def keys(self) -> list[str]:
+        value = self._keys
+        if value is _UNSET:
+            text = self.properties.get(PROPERTY_KEYS)
+            value = self._keys = [k for k in text.split(KEY_SEPARATOR) if k] if text else []
+        return value  # type: ignore[return-value]
+
+    @keys.setter
+    def keys(self, value: list[str]) -> None:
+        self._keys = value
+
+    @property
+    def tags(self) -> str | None:
+        value = self._tags
+        if value is _UNSET:
+            value = self._tags = self.properties.get(PROPERTY_TAGS)
+        return value  # type: ignore[return-value]
+
+    @tags.setter
+    def tags(self, value: str | None) -> None:
+        self._tags = value
+
+    @property
+    def born_host(self) -> Host:
+        value = self._born_host
+        if value is _UNSET:
+            layout = self._layout
+            value = self._born_host = _host(layout[9], layout[10])
+        return value  # type: ignore[return-value]
+
+    @born_host.setter
+    def born_host(self, value: Host) -> None:
+        self._born_host = value
+
+    @property
+    def store_host(self) -> Host:
+        value = self._store_host
+        if value is _UNSET:
+            layout = self._layout
+            value = self._store_host = _host(layout[12], layout[13])
+        return value  # type: ignore[return-value]
+
+    @store_host.setter
+    def store_host(self, value: Host) -> None:
+        self._store_host = value
+
+    # -- value semantics ---------------------------------------------------------------------
+
+    def _values(self) -> tuple:
+        return tuple(getattr(self, name) for name in _EXT_FIELDS)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values() == other._values()  # type: ignore[attr-defined]
+
+    def __repr__(self) -> str:
+        return "MessageExt(" + ", ".join(f"{n}={v!r}" for n, v in zip(_EXT_FIELDS, self._values())) + ")"
+
+    def __reduce__(self):
+        return (MessageExt, self._values())
 
     @property
     def uniq_key(self) -> str | None:
@@ -247,6 +367,61 @@ class MessageExt:
     def msg_id(self) -> str:
         """RocketMQ's offset message id: store host address+port and commit-log offset, hex."""
         return offset_msg_id(self.store_host, self.commitlog_offset)
+
+
+_new_ext = object.__new__
+_V1, _MAGIC2 = MessageVersion.V1, MAGIC_V2
+#: (header struct, its size) by ``(sysFlag & 0x30) >> 4``.
+_LAYOUT_BY_HOSTS = tuple((_LAYOUTS[k], _LAYOUTS[k].size) for k in (0, BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG,
+                                                                  _HOST_FLAGS))
+
+
+def lazy_message_ext(raw: bytes, topic: str | None = None) -> MessageExt:
+    """A :class:`MessageExt` over ``raw``, exactly one message's bytes (``bytes``, never
+    mutated), which must already be validated (e.g. by
+    :func:`~tiered_core.codec.batch.scan_units`): the header fields come from one
+    ``unpack_from``, the body is sliced, the rest is decoded on first access -- bad bytes
+    here would give wrong fields, not an error. ``topic``: the message's topic when the
+    caller knows it (validation compared it), else decoded. Equal to ``decode_message(raw)``."""
+    layout, hs = _LAYOUT_BY_HOSTS[(raw[39] & 0x30) >> 4]  # the low byte of sysFlag@36
+    f = layout.unpack_from(raw)
+    m = _new_ext(MessageExt)
+    m.topic = topic if topic is not None else message_layout_topic(raw, f, hs)
+    m.queue_id = f[3]
+    m.queue_offset = f[5]
+    m.commitlog_offset = f[6]
+    m.store_timestamp = f[11]
+    m.born_timestamp = f[8]
+    m.body = raw[hs:hs + f[16]]
+    m.sys_flag = f[7]
+    m.body_crc = f[2]
+    m.store_size = f[0]
+    m.reconsume_times = f[14]
+    m.prepared_transaction_offset = f[15]
+    m.flag = f[4]
+    m.version = _V2 if f[1] == _MAGIC2 else _V1
+    m._keys = m._tags = m._properties = m._born_host = m._store_host = _UNSET
+    m._raw = raw
+    m._layout = f
+    return m
+
+
+def _topic_span(raw: bytes, f: tuple, hs: int) -> tuple[int, int]:
+    body_end = hs + f[16]
+    if f[1] == _MAGIC2:
+        start = body_end + 2
+        return start, start + _U16.unpack_from(raw, body_end)[0]
+    return body_end + 1, body_end + 1 + raw[body_end]
+
+
+def message_layout_topic(raw: bytes, f: tuple, hs: int) -> str:
+    start, end = _topic_span(raw, f, hs)
+    return str(raw[start:end], "utf-8")
+
+
+def _lazy_properties(raw: bytes, f: tuple) -> dict[str, str]:
+    _t_start, t_end = _topic_span(raw, f, _LAYOUT_BY_HOSTS[(f[7] & 0x30) >> 4][1])
+    return parse_properties(str(raw[t_end + 2:f[0]], "utf-8"))
 
 
 class MessageSpan(NamedTuple):
@@ -860,32 +1035,22 @@ def peek_magic(buf: Buffer, offset: int = 0) -> int:
     return _HEAD8.unpack_from(buf, offset)[1]
 
 
-def peek_body_crc(buf: Buffer, offset: int = 0) -> int:
-    return _peek(buf, offset, BODY_CRC_POS, _I32, "body CRC")
+def _peeker(rel: int, st: struct.Struct, what: str) -> Callable[[Buffer, int], int]:
+    """``peek_<field>(buf, offset=0)``: the fixed-position header field ``what`` of the
+    message at ``offset`` (magic checked; CorruptData when the buffer is too short)."""
+    def peek(buf: Buffer, offset: int = 0) -> int:
+        return _peek(buf, offset, rel, st, what)
+    peek.__doc__ = f"The {what} of the message at ``offset`` (magic checked, nothing else)."
+    return peek
 
 
-def peek_queue_id(buf: Buffer, offset: int = 0) -> int:
-    return _peek(buf, offset, QUEUE_ID_POS, _I32, "queue id")
-
-
-def peek_flag(buf: Buffer, offset: int = 0) -> int:
-    return _peek(buf, offset, FLAG_POS, _I32, "flag")
-
-
-def peek_queue_offset(buf: Buffer, offset: int = 0) -> int:
-    return _peek(buf, offset, QUEUE_OFFSET_POS, _I64, "queue offset")
-
-
-def peek_physical_offset(buf: Buffer, offset: int = 0) -> int:
-    return _peek(buf, offset, PHYSICAL_OFFSET_POS, _I64, "physical offset")
-
-
-def peek_sys_flag(buf: Buffer, offset: int = 0) -> int:
-    return _peek(buf, offset, SYS_FLAG_POS, _I32, "sys flag")
-
-
-def peek_born_timestamp(buf: Buffer, offset: int = 0) -> int:
-    return _peek(buf, offset, BORN_TIMESTAMP_POS, _I64, "born timestamp")
+peek_body_crc = _peeker(BODY_CRC_POS, _I32, "body CRC")
+peek_queue_id = _peeker(QUEUE_ID_POS, _I32, "queue id")
+peek_flag = _peeker(FLAG_POS, _I32, "flag")
+peek_queue_offset = _peeker(QUEUE_OFFSET_POS, _I64, "queue offset")
+peek_physical_offset = _peeker(PHYSICAL_OFFSET_POS, _I64, "physical offset")
+peek_sys_flag = _peeker(SYS_FLAG_POS, _I32, "sys flag")
+peek_born_timestamp = _peeker(BORN_TIMESTAMP_POS, _I64, "born timestamp")
 
 
 def store_timestamp_position(sys_flag: int) -> int:
@@ -936,7 +1101,7 @@ __all__ = [
     "PROPERTY_KEYS", "PROPERTY_TAGS", "PROPERTY_UNIQ_KEY", "NAME_VALUE_SEPARATOR",
     "PROPERTY_SEPARATOR", "KEY_SEPARATOR",
     "MAX_V1_TOPIC_BYTES", "MAX_V2_TOPIC_BYTES", "MAX_PROPERTIES_BYTES", "MAX_TOTAL_SIZE",
-    "MessageVersion", "Host", "DEFAULT_HOST", "Message", "MessageExt", "MessageSpan",
+    "MessageVersion", "Host", "DEFAULT_HOST", "Message", "MessageExt", "MessageSpan", "lazy_message_ext",
     "format_properties", "parse_properties", "offset_msg_id", "new_uniq_key",
     "encode_message", "encode_message_buffer", "encode_message_ext", "pack_message",
     "decode_message", "validate_message",

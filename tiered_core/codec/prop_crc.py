@@ -21,7 +21,7 @@ from __future__ import annotations
 import zlib
 from typing import Union
 
-from tiered_core.errors import IllegalParam
+from tiered_core.errors import CorruptData, IllegalParam
 
 Buffer = Union[bytes, bytearray, memoryview]
 
@@ -76,6 +76,12 @@ def compute_prop_crc(buf: Buffer, offset: int, total: int) -> int:
     return zlib.crc32(memoryview(buf)[offset:offset + total - CRC32_RESERVED_LEN]) & 0x7FFFFFFF
 
 
+def java_crc32(buf: Buffer, start: int = 0, end: int | None = None) -> int:
+    """RocketMQ ``UtilAll.crc32`` of ``buf[start:end]``: ``zlib.crc32(...) & 0x7FFFFFFF`` (the
+    body CRC of a message, and the property CRC's digest). Slice bounds as in Python."""
+    return zlib.crc32(memoryview(buf).cast("B")[start:end]) & 0x7FFFFFFF
+
+
 def write_prop_crc(buf: bytearray | memoryview, offset: int = 0, total: int | None = None) -> int:
     """Compute the CRC of the message at ``buf[offset]`` and write it into its property slot.
 
@@ -95,6 +101,22 @@ def write_prop_crc(buf: bytearray | memoryview, offset: int = 0, total: int | No
     return crc
 
 
+def upload_crc_error(buf: Buffer, size: int, stored: int | None) -> CorruptData | None:
+    """Why the local message ``buf[:size]`` must not be tiered: its ``__CRC32#`` property
+    (``stored``, from :func:`stored_prop_crc`; None = no property) does not match its bytes,
+    and tiering would recompute it over them. None when there is nothing wrong. The error's
+    ``offset`` is the message's physical-offset field: where it lies in the local commit log."""
+    if stored is None:
+        return None
+    actual = compute_prop_crc(buf, 0, size)
+    if actual == stored:
+        return None
+    at = int.from_bytes(buf[28:36], "big", signed=True)
+    return CorruptData(f"message at local commit-log offset {at} ({size} bytes): its __CRC32# property "
+                       f"holds {stored} but its bytes give {actual}; refusing to upload it under a new CRC",
+                       offset=at, reason="prop_crc_mismatch", size=size)
+
+
 __all__ = [
     "PROPERTY_CRC32",
     "CRC32_RESERVED_LEN",
@@ -103,5 +125,7 @@ __all__ = [
     "has_prop_crc_slot",
     "stored_prop_crc",
     "compute_prop_crc",
+    "java_crc32",
     "write_prop_crc",
+    "upload_crc_error",
 ]

@@ -173,7 +173,22 @@ class IndexEntry(NamedTuple):
     store_timestamp: int
 
 
+def pack_item(hash_code: int, topic_id: int, queue_id: int, offset: int, size: int,
+              time_diff: int, item_index: int = 0) -> bytes:
+    """The 32-byte form of an item, checked like :class:`IndexItem` (IllegalParam naming the
+    first field out of its Java type's range): ``IndexItem(...).encode()`` without the object."""
+    _check_int("hash_code", hash_code, INT_MIN, INT_MAX)
+    _check_int("topic_id", topic_id, INT_MIN, INT_MAX)
+    _check_int("queue_id", queue_id, INT_MIN, INT_MAX)
+    _check_int("offset", offset, -LONG_MAX - 1, LONG_MAX)
+    _check_int("size", size, INT_MIN, INT_MAX)
+    _check_int("time_diff", time_diff, INT_MIN, INT_MAX)
+    _check_int("item_index", item_index, INT_MIN, INT_MAX)
+    return ITEM.pack(hash_code, topic_id, queue_id, offset, size, time_diff, item_index)
+
+
 __all__ = [
+    "pack_item",
     "ITEM_SIZE",
     "COMPACT_ITEM_SIZE",
     "HASH_POSITION",

@@ -74,22 +74,9 @@ def parse_size(value: Any, *, key: str | None = None) -> int:
     setting when given) for anything else, including negative numbers and fractions of a byte.
     """
     try:
-        if isinstance(value, bool):
-            raise ValueError(value)
-        if isinstance(value, int):
-            if value < 0:
-                raise ValueError(value)
-            return value
-        if isinstance(value, float):
-            if value < 0 or not value.is_integer():
-                raise ValueError(value)
+        if isinstance(value, float) and value >= 0 and value.is_integer():
             return int(value)
-        if not isinstance(value, str):
-            raise ValueError(value)
-        m = _SIZE_RE.fullmatch(value)
-        if not m:
-            raise ValueError(value)
-        return _exact(m.group(1), _UNITS[(m.group(2) or "").lower()], value)
+        return _scaled(value, _SIZE_RE, _UNITS, "")
     except ValueError:
         raise _not_a("a size", value, key, SIZE_ACCEPTED) from None
 
@@ -101,20 +88,27 @@ def parse_duration_ms(value: Any, *, key: str | None = None) -> int:
     including negative values and fractions of a millisecond.
     """
     try:
-        if isinstance(value, bool):
-            raise ValueError(value)
-        if isinstance(value, int):
-            if value < 0:
-                raise ValueError(value)
-            return value
-        if not isinstance(value, str):
-            raise ValueError(value)
-        m = _DURATION_RE.fullmatch(value)
-        if not m:
-            raise ValueError(value)
-        return _exact(m.group(1), _DURATION_MS[(m.group(2) or "ms").lower()], value)
+        return _scaled(value, _DURATION_RE, _DURATION_MS, "ms")
     except ValueError:
         raise _not_a("a duration", value, key, DURATION_ACCEPTED) from None
+
+
+def _scaled(value: Any, pattern: re.Pattern[str], units: dict[str, int], default_unit: str) -> int:
+    """A whole non-negative number of base units from an int or ``"<number><unit>"``
+    (``pattern`` captures number and unit; ``units`` maps a lower-case unit to its size);
+    ValueError for anything else."""
+    if isinstance(value, bool):
+        raise ValueError(value)
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(value)
+        return value
+    if not isinstance(value, str):
+        raise ValueError(value)
+    m = pattern.fullmatch(value)
+    if not m:
+        raise ValueError(value)
+    return _exact(m.group(1), units[(m.group(2) or default_unit).lower()], value)
 
 
 def _exact(number: str, unit: int, value: Any) -> int:
@@ -222,22 +216,24 @@ def _recovery(value: Any, key: "Key") -> str:
     return text
 
 
-def _size(value: Any, key: "Key") -> int:
-    size = parse_size(value)
-    if size < (key.minimum or 0):
-        raise ValueError(value)
-    return size
+def _at_least_minimum(parse: Callable[[Any], int]) -> Callable[[Any, "Key"], int]:
+    """A checker: ``parse(value)``, then ValueError below the key's minimum."""
+    def check(value: Any, key: "Key") -> int:
+        number = parse(value)
+        if number < (key.minimum or 0):
+            raise ValueError(value)
+        return number
+    return check
+
+
+_size = _at_least_minimum(parse_size)
 
 
 def _count(value: Any, key: "Key") -> int:
     return parse_count(value, key.minimum or 0)
 
 
-def _duration(value: Any, key: "Key") -> int:
-    ms = parse_duration_ms(value)
-    if ms < (key.minimum or 0):
-        raise ValueError(value)
-    return ms
+_duration = _at_least_minimum(parse_duration_ms)
 
 
 def _hours(value: Any, key: "Key") -> int:

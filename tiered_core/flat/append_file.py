@@ -14,7 +14,8 @@ import bisect
 import logging
 import threading
 import time
-from typing import Callable, Iterator
+from itertools import accumulate
+from typing import Callable, Iterator, Sequence
 
 from tiered_core.errors import DriverError, IllegalOffset, IllegalParam, StateConflict, TieredStoreError
 from tiered_core.segment import FileSegment
@@ -220,6 +221,49 @@ class FlatAppendFile:
             if len(data) > (self.max_size or last.max_size):
                 return AppendResult.FILE_FULL  # can never fit; the caller must split
             return self.roll(last.append_offset).append(data, timestamp)
+
+    def append_records(self, data: bytes | bytearray | memoryview, sizes: Sequence[int],
+                       timestamps: Sequence[int],
+                       before_roll: Callable[[], bool] | None = None) -> tuple[AppendResult, int]:
+        """Append records back to back -- record ``i`` is the next ``sizes[i]`` bytes of
+        ``data``, stored at ``timestamps[i]`` -- as one buffer per segment they land in.
+
+        The bytes, the segment boundaries and the segments' timestamps are those of one
+        :meth:`append` per record: a record that does not fit the last segment rolls it
+        (``before_roll()`` is asked first; False stops with UNKNOWN_ERROR). Returns
+        ``(result, appended)``: SUCCESS and every record, or the first failure and how many
+        records were appended before it.
+        """
+        n = len(sizes)
+        if len(timestamps) != n:
+            raise IllegalParam(f"{n} record sizes but {len(timestamps)} timestamps", count=n)
+        ends = list(accumulate(sizes, initial=0))
+        if ends[-1] != len(data):
+            raise IllegalParam(f"record sizes add up to {ends[-1]} bytes, the data holds {len(data)}",
+                               size=len(data))
+        with memoryview(data) as mv, self._lock:
+            i = 0
+            while i < n:
+                last = self.writable()
+                room = last.max_size - last.append_position
+                j = bisect.bisect_right(ends, ends[i] + room, i + 1) - 1  # records i..j-1 fit
+                if j > i:
+                    stamps = timestamps[i:j]
+                    result = last.append(mv[ends[i]:ends[j]], min(stamps), max(stamps))
+                    if result is AppendResult.SUCCESS:
+                        i = j
+                        continue
+                    if result is not AppendResult.FILE_FULL and result is not AppendResult.SEGMENT_SEALED:
+                        return result, i
+                # One record, the way append() takes it (sealing and rolling the last segment).
+                if before_roll is not None and last.append_position + sizes[i] > last.max_size \
+                        and not before_roll():
+                    return AppendResult.UNKNOWN_ERROR, i
+                result = self.append(mv[ends[i]:ends[i + 1]], timestamps[i])
+                if result is not AppendResult.SUCCESS:
+                    return result, i
+                i += 1
+        return AppendResult.SUCCESS, n
 
     def commit(self) -> bool:
         """Commit the last segment and record its new size. True when nothing is left buffered."""

@@ -15,10 +15,12 @@ recomputing: its uploads carry stale CRCs.)
 from __future__ import annotations
 
 import time
+from typing import Sequence
 
-from tiered_core.codec.message import peek_queue_offset, rewrite_physical_offset
-from tiered_core.codec.prop_crc import compute_prop_crc, stored_prop_crc, write_prop_crc
-from tiered_core.errors import CorruptData, IllegalParam, TieredStoreError
+from tiered_core.codec._impl import peek_queue_offset
+from tiered_core.codec.message import rewrite_physical_offset
+from tiered_core.codec.prop_crc import stored_prop_crc, upload_crc_error, write_prop_crc
+from tiered_core.errors import IllegalOffset, IllegalParam, TieredStoreError
 from tiered_core.flat.append_file import FlatAppendFile
 from tiered_core.common import AppendResult, FileSegmentType
 
@@ -52,20 +54,35 @@ class FlatCommitLogFile(FlatAppendFile):
         buf = bytearray(message)
         size = len(buf)
         stored = stored_prop_crc(buf, 0, size)
-        if stored is not None:
-            actual = compute_prop_crc(buf, 0, size)
-            if actual != stored:
-                at = int.from_bytes(buf[28:36], "big", signed=True)
-                raise CorruptData(
-                    f"message at local commit-log offset {at} ({size} bytes): its __CRC32# property "
-                    f"holds {stored} but its bytes give {actual}; refusing to upload it under a new CRC",
-                    offset=at, reason="prop_crc_mismatch", size=size)
+        error = upload_crc_error(buf, size, stored)
+        if error is not None:
+            raise error
         with self._lock:
             # A roll on FILE_FULL starts the new segment at this same offset.
             rewrite_physical_offset(buf, 0, self.writable().append_offset)
             if stored is not None:
                 write_prop_crc(buf, 0, size)
             return self.append(buf, timestamp)
+
+    def append_batch(self, data: bytes | bytearray, sizes: Sequence[int], timestamps: Sequence[int],
+                     base_offset: int) -> tuple[AppendResult, int]:
+        """Append messages already made ready for this commit log from ``base_offset`` on:
+        message ``i`` (the next ``sizes[i]`` bytes of ``data``, stored at ``timestamps[i]``)
+        carries its tiered offset as physical offset and, with a ``__CRC32#`` property, the
+        CRC recomputed after that rewrite -- what
+        :func:`~tiered_core.codec.dispatch_batch.build_group` makes with ``tiered_offset =
+        base_offset``, which checked the property against the local bytes first.
+
+        The same bytes and segments as one :meth:`append_message` per message. IllegalOffset
+        when ``base_offset`` is not the append offset (nothing is appended). Returns
+        ``(result, appended)`` (see :meth:`FlatAppendFile.append_records`).
+        """
+        with self._lock:
+            expected = self.append_offset
+            if base_offset != expected:
+                raise IllegalOffset(f"{self.file_path!r}: batch made for commit-log offset {base_offset}, "
+                                    f"the append offset is {expected}", offset=base_offset, expected=expected)
+            return self.append_records(data, sizes, timestamps)
 
     def try_rolling(self, interval_ms: int, min_size: int, now_ms: int | None = None) -> bool:
         """Roll when the last segment's oldest message is older than ``interval_ms`` and it

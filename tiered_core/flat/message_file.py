@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Sequence
 
-from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, decode_cq_unit, encode_cq_unit
-from tiered_core.codec.message import STORE_TIMESTAMP_END, peek_store_timestamp
+from tiered_core.codec._impl import encode_cq_unit, peek_store_timestamp
+from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, decode_cq_unit
+from tiered_core.codec.message import STORE_TIMESTAMP_END
 from tiered_core.codec.naming import queue_path, segment_path, validate_topic
 from tiered_core.errors import IllegalOffset, IllegalParam
 from tiered_core.flat.commit_log_file import FlatCommitLogFile
 from tiered_core.flat.config import FlatFileConfig
 from tiered_core.flat.consume_queue_file import FlatConsumeQueueFile
 from tiered_core.segment import default_executor
-from tiered_core.common import AppendResult, BoundaryType, FileSegmentType, now_ms
+from tiered_core.codec.checks import PropCrcPolicy
+from tiered_core.codec.message_batch import MessageBatch
+from tiered_core.common import AppendResult, BoundaryType, FileSegmentType, now_ms, offset_by_time
+from tiered_core.flat.batch import read_batch
 from tiered_core.spi.access import CompositeAccess, ConsumeQueueRequest
 from tiered_core.spi.driver import SegmentDriver
 from tiered_core.spi.metadata import TieredMetadataStore
@@ -87,6 +92,27 @@ class FlatMessageFile(CompositeAccess):
         with self._lock:
             self.consume_queue.init_offset(queue_offset * CQ_UNIT_SIZE)
 
+    @property
+    def topic_id(self) -> int:
+        return self.topic_metadata.topic_id
+
+    def commit_log_min_offset(self) -> int:
+        return self.commit_log.min_offset
+
+    def commit_log_max_offset(self) -> int:
+        return self.commit_log.append_offset
+
+    def commit_log_commit_offset(self) -> int:
+        return self.commit_log.commit_offset
+
+    def segment_count(self) -> int:
+        return len(self.commit_log.segments) + len(self.consume_queue.segments)
+
+    def rolling_file(self, interval_ms: int | None = None) -> bool:
+        cfg = self.config
+        return self.commit_log.try_rolling(cfg.rolling_interval_ms if interval_ms is None else interval_ms,
+                                           cfg.rolling_min_size)
+
     def consume_queue_min_offset(self) -> int:
         """First queue offset still readable (RocketMQ #8076: never below the first stored message)."""
         return max(self.consume_queue.min_queue_offset, self.commit_log.first_message_queue_offset())
@@ -153,6 +179,37 @@ class FlatMessageFile(CompositeAccess):
             self.commit()
         return result
 
+    def append_commit_log_batch(self, data: bytes | bytearray, sizes: Sequence[int],
+                                timestamps: Sequence[int], base_offset: int) -> tuple[AppendResult, int]:
+        """Append a group's messages, made ready by
+        :func:`~tiered_core.codec.dispatch_batch.build_group` for commit-log offset
+        ``base_offset`` (see :meth:`FlatCommitLogFile.append_batch`): one buffer per segment,
+        the same bytes as one :meth:`append_commit_log` per message. Returns ``(result, appended)``."""
+        if self.closed:
+            return AppendResult.FILE_CLOSED, 0
+        with self._lock:
+            return self.commit_log.append_batch(data, sizes, timestamps, base_offset)
+
+    def append_consume_queue_batch(self, queue_offset: int, units: bytes | bytearray,
+                                   timestamps: Sequence[int]) -> tuple[AppendResult, int]:
+        """Append consume-queue units (20 bytes each, unit ``i`` for queue offset ``queue_offset
+        + i``, its message stored at ``timestamps[i]``): one buffer per segment, the same bytes
+        and rules as one :meth:`append_consume_queue` per unit (a unit that rolls the consume
+        queue first commits the commit log). Returns ``(result, appended)``."""
+        if self.closed:
+            return AppendResult.FILE_CLOSED, 0
+        n = len(timestamps)
+        if len(units) != n * CQ_UNIT_SIZE:
+            raise IllegalParam(f"{self}: {len(units)} bytes are not {n} consume-queue units", count=n)
+        with self._lock:
+            expected = self.consume_queue.append_queue_offset
+            if queue_offset != expected:
+                raise IllegalOffset(
+                    f"{self}: consume-queue append at queue offset {queue_offset}, expected {expected}",
+                    offset=queue_offset, expected=expected)
+            return self.consume_queue.append_records(units, [CQ_UNIT_SIZE] * n, timestamps,
+                                                     before_roll=self.commit_log.commit)
+
     # -- commits ----------------------------------------------------------------------------
 
     def commit_commit_log(self) -> bool:
@@ -218,29 +275,21 @@ class FlatMessageFile(CompositeAccess):
 
     def get_offset_in_consume_queue_by_time(self, timestamp: int, boundary: BoundaryType = BoundaryType.LOWER) -> int:
         """The queue offset of the first message stored at or after ``timestamp`` (LOWER), or
-        of the last one stored exactly at it (UPPER); the commit offset if all are older."""
-        lo = self.consume_queue_min_offset()
-        hi = self.consume_queue_commit_offset() - 1
-        if hi < 0 or hi < lo:
-            return lo
-        if self._store_time(hi) < timestamp:
-            return hi + 1
-        if self._store_time(lo) > timestamp:
-            return lo
-        first = self._bisect(lo, hi, lambda t: t >= timestamp)
-        if boundary is BoundaryType.UPPER and self._store_time(first) == timestamp:
-            return self._bisect(first, hi + 1, lambda t: t > timestamp) - 1
-        return first
+        of the last one stored exactly at it (UPPER); the commit offset if all are older
+        (:func:`tiered_core.common.offset_by_time`)."""
+        return offset_by_time(self.consume_queue_min_offset(), self.consume_queue_commit_offset() - 1,
+                              timestamp, boundary, self._store_time)
 
-    def _bisect(self, lo: int, hi: int, pred) -> int:
-        """Smallest offset in [lo, hi] whose store time satisfies ``pred`` (hi if none before it)."""
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if pred(self._store_time(mid)):
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
+    def read_batch(self, queue_offset: int, count: int, max_bytes: int, *,
+                   prop_crc: PropCrcPolicy = PropCrcPolicy.IGNORE) -> MessageBatch:
+        """Up to ``count`` validated messages from ``queue_offset`` (at most up to the commit
+        offset; at most ``max_bytes`` of commit log, but at least one message): one
+        consume-queue read, one commit-log read, one split + validate pass
+        (:func:`tiered_core.flat.batch.read_batch`). The batch ends before the first bad
+        message, whose CorruptData is ``batch.error``; I/O errors raise."""
+        count = min(count, self.consume_queue_commit_offset() - queue_offset)
+        return read_batch(self.get_consume_queue, self.get_commit_log, queue_offset, count, max_bytes,
+                          topic=self.topic, queue_id=self.queue_id, prop_crc=prop_crc)
 
     # -- expiry and lifecycle ----------------------------------------------------------------
 

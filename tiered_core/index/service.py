@@ -20,7 +20,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Iterable, Union
+from typing import Any, Callable, Iterable, Sequence, Union
 
 from tiered_core.codec.naming import index_path, index_queue_path
 from tiered_core.errors import (
@@ -143,11 +143,13 @@ class IndexStoreService:
 
     @classmethod
     def from_store_config(cls, store_config: Any, driver: SegmentDriver, metadata: TieredMetadataStore,
-                          **index_options: Any) -> "IndexStoreService":
+                          clock: Callable[[], int] = now_ms, **index_options: Any) -> "IndexStoreService":
         """A service laid out by a :class:`~tiered_core.config.StoreConfig` (store path, cluster,
-        broker, reserved hours); ``index_options`` are :class:`IndexConfig` fields."""
+        broker, reserved hours); ``index_options`` are :class:`IndexConfig` fields; ``clock``
+        (ms since the epoch) names new index files."""
         return cls(driver, metadata, store_config.store_path, cluster=store_config.cluster,
-                   broker=store_config.broker, config=section(IndexConfig, store_config, **index_options))
+                   broker=store_config.broker, config=section(IndexConfig, store_config, **index_options),
+                   clock=clock)
 
     # -- recovery ---------------------------------------------------------------------
 
@@ -245,14 +247,30 @@ class IndexStoreService:
         key_list = check_put(topic, topic_id, queue_id, keys, offset, size, store_timestamp)
         if not key_list:
             return AppendResult.SUCCESS
-        if len(key_list) >= self.config.max_items:
-            raise IllegalParam(f"{len(key_list)} keys can never fit an index file of "
-                               f"{self.config.max_items - 1} items", keys=len(key_list))
-        result = AppendResult.UNKNOWN_ERROR
+        return self.put_keys(topic, topic_id, queue_id, [key_list], [offset], [size], [store_timestamp])
+
+    def put_keys(self, topic: str, topic_id: int, queue_id: int, keys: Sequence[Sequence[str]],
+                 offsets: Sequence[int], sizes: Sequence[int], timestamps: Sequence[int]) -> AppendResult:
+        """:meth:`put_key` for a batch of messages of one queue (message ``m``: ``keys[m]`` at
+        ``offsets[m]``, ``sizes[m]`` bytes, stored at ``timestamps[m]``), validated once per
+        batch and written with one :meth:`IndexStoreFile.put_keys` per file: the bytes are
+        those of one :meth:`put_key` per message, in order (a full file is sealed and the rest
+        goes to a new one). SUCCESS when every key was written; else the failure status
+        (logged) -- the keys of the messages before the failure are written.
+        """
+        n = len(keys)
+        if not any(isinstance(k, str) and k.strip() for ks in keys for k in ks):
+            return AppendResult.SUCCESS  # nothing to index (and no file to roll for it)
+        for ks in keys:
+            if len(ks) >= self.config.max_items:
+                raise IllegalParam(f"{len(ks)} keys can never fit an index file of "
+                                   f"{self.config.max_items - 1} items", keys=len(ks))
+        start = 0
         with self._lock:
             if self._closed:
                 return AppendResult.FILE_CLOSED
-            for _ in range(self.config.put_attempts):
+            attempts = 0
+            while start < n:
                 f = self._current
                 if f is None or f.sealed:
                     try:
@@ -260,16 +278,19 @@ class IndexStoreService:
                     except TieredStoreError as exc:
                         log.error("cannot create a new index file in %s: %s", self.directory, exc)
                         return AppendResult.UNKNOWN_ERROR
-                result = f.put_key(topic, topic_id, queue_id, key_list, offset, size, store_timestamp)
+                result, done = f.put_keys(topic, topic_id, queue_id, keys[start:], offsets[start:],
+                                          sizes[start:], timestamps[start:])
+                start += done
                 if result is AppendResult.SUCCESS:
                     return result
-                if result is not AppendResult.FILE_FULL:
-                    break
+                attempts = 0 if done else attempts + 1
+                if result is not AppendResult.FILE_FULL or attempts >= self.config.put_attempts:
+                    log.error("index: keys of %d message(s) of %s queue %d from offset %d were not written: %s",
+                              n - start, topic, queue_id, offsets[start], result.name)
+                    return result
                 f.seal()
                 self._current = None
-        log.error("index: %d key(s) of %s queue %d offset %d were not written: %s", len(key_list),
-                  topic, queue_id, offset, result.name)
-        return result
+        return AppendResult.SUCCESS
 
     def _roll_locked(self) -> IndexStoreFile:
         begin = self._clock()

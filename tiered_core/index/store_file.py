@@ -25,6 +25,7 @@ so that none is negative (the absolute times are unchanged). The total slot coun
 from __future__ import annotations
 
 import enum
+import errno
 import io
 import logging
 import mmap
@@ -32,9 +33,10 @@ import os
 import struct
 import threading
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Iterable, NamedTuple
+from typing import BinaryIO, Callable, Iterable, NamedTuple, Sequence
 
 from tiered_core.codec.hashing import index_key_hash
+from tiered_core.codec.index_batch import link_items
 from tiered_core.errors import CorruptData, DriverError, IllegalParam, TieredStoreError
 from tiered_core.common import INT_MAX, INT_MIN, LONG_MAX, AppendResult
 from tiered_core.codec.tiered_index import (
@@ -130,7 +132,8 @@ def _os_error(exc: OSError, op: str, path: str) -> DriverError:
 
 
 class IndexStoreFile:
-    """A local index file at ``{directory}/{begin_timestamp}`` (positional I/O, no mmap).
+    """A local index file at ``{directory}/{begin_timestamp}`` (positional I/O; :meth:`put_keys`
+    writes the slot table through a shared map of it).
 
     Guarantees: :meth:`put_key` either writes every key of the call and returns
     SUCCESS, or writes none and returns FILE_FULL (the file is then sealed: END magic),
@@ -159,6 +162,7 @@ class IndexStoreFile:
         self._min_diff = min(min_time_diff, 0)
         self._closed = False
         self._lock = threading.Lock()
+        self._map: mmap.mmap | None = None  # header + slot table, mapped by the first put_keys
         #: The uploaded file that replaced this one; queries that raced with the swap go there.
         self.replacement: "UploadedIndexFile | None" = None
 
@@ -353,12 +357,139 @@ class IndexStoreFile:
             os.pwrite(fd, _INT.pack(head), self.slot_position(slot))
         self._count, self._used, self._end, self._min_diff = count, used, end, min_diff
 
+    def put_keys(self, topic: str, topic_id: int, queue_id: int, keys: Sequence[Sequence[str]],
+                 offsets: Sequence[int], sizes: Sequence[int], timestamps: Sequence[int]) -> tuple[AppendResult, int]:
+        """:meth:`put_key` for a batch of messages of one queue: message ``m`` has ``keys[m]``,
+        lies at ``offsets[m]`` (``sizes[m]`` bytes) and was stored at ``timestamps[m]``.
+
+        Writes exactly the bytes one :meth:`put_key` per message writes, validated once per
+        batch, through the mapped slot table: the items (one write), the header, then the
+        slots that make them reachable. Returns ``(status, done)``: SUCCESS with every
+        message done, or FILE_FULL (the file is sealed) / FILE_CLOSED / UNKNOWN_ERROR (I/O,
+        logged) after the first ``done`` messages. IllegalParam as :meth:`put_key` (the
+        messages before the bad one are written).
+        """
+        n = len(keys)
+        if not (len(offsets) == len(sizes) == len(timestamps) == n):
+            raise IllegalParam(f"put_keys: {n} key lists but {len(offsets)} offsets, {len(sizes)} sizes "
+                               f"and {len(timestamps)} timestamps", count=n)
+        if not n:
+            return AppendResult.SUCCESS, 0
+        check_put(topic, topic_id, queue_id, (), 0, 1, 0)
+        for name, values, hi in (("offset", offsets, LONG_MAX), ("size", sizes, INT_MAX),
+                                 ("timestamp", timestamps, LONG_MAX)):
+            if not all(type(v) is int for v in values) or min(values) < 0 or max(values) > hi:
+                bad = next(v for v in values if type(v) is not int or not 0 <= v <= hi)
+                raise IllegalParam(f"index {name} must be an int in 0..{hi}, got {bad!r}", **{name: bad})
+        begin = self.begin_timestamp
+        with self._lock:
+            if self._closed:
+                return AppendResult.FILE_CLOSED, 0
+            if not self._sealed and _plain_keys(keys) \
+                    and self._count + sum(map(len, keys)) + 1 < self.max_items:
+                # The usual batch: every message has plain keys (what the dispatcher hands
+                # over), all fit, and no time diff overflows. One write, no per-message plan.
+                diffs = [(t - begin) // 1000 for t in timestamps]
+                if INT_MIN <= min(diffs) and max(diffs) <= INT_MAX:
+                    try:
+                        self._write_batch(topic, topic_id, queue_id, keys, diffs, offsets, sizes, max(timestamps))
+                    except OSError as exc:
+                        log.error("index file %s: writing the keys of %d message(s) of %s failed: %s",
+                                  self.path, n, topic, exc)
+                        return AppendResult.UNKNOWN_ERROR, 0
+                    return AppendResult.SUCCESS, n
+            # Plan: the messages that fit, as put_key would take them one by one.
+            lists: list[Sequence[str]] = []
+            diffs: list[int] = []
+            picked: list[int] = []
+            count = self._count
+            result = AppendResult.SUCCESS
+            error: IllegalParam | None = None
+            seal = False
+            taken = 0
+            for m in range(n):
+                ks = keys[m]
+                if not (type(ks) is tuple and len(ks) == 1 and type(ks[0]) is str and ks[0].strip()):
+                    ks = check_put(topic, topic_id, queue_id, ks, 0, 1, 0)
+                if not ks:
+                    taken = m + 1  # nothing to index: done, even on a full file
+                    continue
+                if self._sealed or seal:
+                    result = AppendResult.FILE_FULL
+                    break
+                diff = (timestamps[m] - begin) // 1000
+                if not INT_MIN <= diff <= INT_MAX:
+                    error = IllegalParam(f"store timestamp {timestamps[m]} is too far from index file begin "
+                                         f"{begin} (time diff {diff} s is not an int)", timestamp=timestamps[m])
+                    break
+                if count + len(ks) >= self.max_items:
+                    seal = True
+                    result = AppendResult.FILE_FULL
+                    break
+                count += len(ks)
+                if count + 1 >= self.max_items:
+                    seal = True  # put_key seals after the message that leaves no room
+                lists.append(ks)
+                diffs.append(diff)
+                picked.append(m)
+                taken = m + 1
+            if picked:
+                try:
+                    self._write_batch(topic, topic_id, queue_id, lists, diffs, [offsets[m] for m in picked],
+                                      [sizes[m] for m in picked], max(timestamps[m] for m in picked))
+                except OSError as exc:
+                    log.error("index file %s: writing the keys of %d message(s) of %s failed: %s", self.path,
+                              len(picked), topic, exc)
+                    return AppendResult.UNKNOWN_ERROR, 0
+            if seal:
+                self._seal_locked()
+        if error is not None:
+            raise error
+        return result, taken
+
+    def _slot_map(self) -> mmap.mmap:
+        """The header and slot table, mapped shared (allocated first, so a full disk is an
+        OSError here rather than a SIGBUS on a write into a hole)."""
+        if self._map is None:
+            length = self.item_position(0)
+            if hasattr(os, "posix_fallocate"):
+                try:
+                    os.posix_fallocate(self._fd, 0, length)
+                except OSError as exc:
+                    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                        raise
+                    # a file system that cannot preallocate: the map is written all the same
+            self._map = mmap.mmap(self._fd, length)
+        return self._map
+
+    def _write_batch(self, topic: str, topic_id: int, queue_id: int, lists: list[Sequence[str]],
+                     diffs: list[int], offsets: list[int], sizes: list[int], newest: int) -> None:
+        mm = self._slot_map()
+        items, heads, new_slots = link_items(mm, self.slot_count, self._count, topic, topic_id, queue_id,
+                                             lists, offsets, sizes, diffs)
+        count = self._count + len(items) // ITEM_SIZE
+        used = self._used + new_slots
+        end = max(self._end, newest)
+        # As put_key: the items and the header before the slots that make the items reachable.
+        os.pwrite(self._fd, items, self.item_position(self._count + 1))
+        min_diff = min(self._min_diff, min(diffs))
+        if min_diff < self._min_diff:
+            os.pwrite(self._fd, _INT.pack(min_diff), self.item_position(0) + _TIME_DIFF_IN_ITEM)
+        mm[0:HEADER_SIZE] = IndexHeader(BEGIN_MAGIC, self.begin_timestamp, end, used, count).encode()
+        pack = _INT.pack_into
+        for slot, head in heads.items():
+            pack(mm, HEADER_SIZE + slot * SLOT_SIZE, head)
+        self._count, self._used, self._end, self._min_diff = count, used, end, min_diff
+
     def _seal_locked(self) -> None:
         self._sealed = True
         try:
             os.pwrite(self._fd, _INT.pack(END_MAGIC - (1 << 32)), MAGIC_POSITION)
         except OSError as exc:  # the in-memory state is what counts until restart
             log.warning("index file %s: cannot write the END magic: %s", self.path, exc)
+        if self._map is not None:  # no more keys: the slot table need not stay mapped
+            self._map.close()  # (its written pages stay dirty in the page cache; fsync sees them)
+            self._map = None
 
     def seal(self) -> None:
         """Stop taking keys (END magic). Idempotent."""
@@ -482,6 +613,8 @@ class IndexStoreFile:
         with self._lock:
             if not self._closed:
                 try:
+                    if self._map is not None:
+                        self._map.flush()  # the slots written through the map
                     os.fsync(self._fd)
                 except OSError as exc:
                     raise _os_error(exc, "fsync", self.path) from exc
@@ -492,6 +625,9 @@ class IndexStoreFile:
             if self._closed:
                 return
             self._closed = True
+            if self._map is not None:
+                self._map.close()
+                self._map = None
             try:
                 os.close(self._fd)
             except OSError as exc:
@@ -530,6 +666,20 @@ def check_put(topic: str, topic_id: int, queue_id: int, keys: Iterable[str], off
         if key.strip():
             out[key] = None
     return list(out)
+
+
+def _plain_keys(keys: Sequence[Sequence[str]]) -> bool:
+    """True when each entry of ``keys`` is a non-empty tuple of distinct non-blank strings,
+    i.e. what :func:`check_put` would return for it unchanged."""
+    for ks in keys:
+        if type(ks) is not tuple or not ks:
+            return False
+        for k in ks:
+            if type(k) is not str or not k.strip():
+                return False
+        if len(ks) > 1 and len(set(ks)) != len(ks):
+            return False
+    return True
 
 
 class UploadedIndexFile:

@@ -21,19 +21,18 @@ before it stays.
 from __future__ import annotations
 
 import logging
+import mmap
 import struct
 import threading
 from collections.abc import Iterator
 from typing import NamedTuple
 
+from tiered_core.codec._impl import peek_physical_offset, peek_store_timestamp, validate_message
 from tiered_core.codec.message import (
     BLANK_MAGIC,
     MAGIC_V1,
     MAGIC_V2,
     PHYSICAL_OFFSET_POS,
-    peek_physical_offset,
-    peek_store_timestamp,
-    validate_message,
 )
 from tiered_core.codec.prop_crc import has_prop_crc_slot, write_prop_crc
 from tiered_core.errors import CorruptData, IllegalOffset, IllegalParam, SegmentClosed
@@ -221,6 +220,28 @@ class CommitLog:
                 return mf.read(pos, length)
             except SegmentClosed:
                 raise IllegalOffset(f"commit-log offset {offset} was deleted", offset=offset) from None
+
+    def map_range(self, offset: int, length: int) -> tuple[mmap.mmap, int]:
+        """A read-only map of the stored bytes ``[offset, offset + length)`` (inside one file)
+        and where ``offset`` lies in it: ``(map, position)``. Nothing is copied until read;
+        the map stays valid after the file is deleted (it holds its own descriptor). The
+        caller closes it. IllegalOffset as :meth:`read`."""
+        if length <= 0:
+            raise IllegalParam(f"read length must be > 0, got {length}", offset=offset, length=length)
+        with self._files.reading(offset) as mf:
+            pos = offset - mf.start
+            if pos + length > mf.write_position:
+                raise IllegalOffset(
+                    f"commit-log range {offset}+{length} is not stored (the file ends at {mf.end})",
+                    offset=offset, length=length,
+                )
+            start = pos - pos % mmap.ALLOCATIONGRANULARITY
+            try:
+                view = mmap.mmap(mf._fd, pos + length - start, access=mmap.ACCESS_READ, offset=start)
+            except (OSError, ValueError) as exc:
+                raise IllegalOffset(f"commit-log range {offset}+{length} cannot be mapped: {exc}",
+                                    offset=offset, length=length) from None
+            return view, pos - start
 
     def read_message(self, offset: int) -> bytes:
         """The whole record of the message at ``offset`` (not validated beyond its head)."""

@@ -68,9 +68,12 @@ class IndexFile:
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         fd = os.open(path, flags, 0o644)
         try:
-            if create:
-                os.ftruncate(fd, self.file_size)
             size = os.fstat(fd).st_size
+            if create or size == 0:
+                # Creating and sizing are two steps: a kill between them leaves a 0-byte file,
+                # which holds nothing, so it is sized now rather than refused at every restart.
+                os.ftruncate(fd, self.file_size)
+                size = self.file_size
             if size != self.file_size:
                 raise StateConflict(
                     f"index file {path!r} is {size} bytes but {hash_slots} slots and {max_items} items "

@@ -38,6 +38,7 @@ import enum
 import fcntl
 import json
 import logging
+import mmap
 import os
 import struct
 import threading
@@ -49,6 +50,7 @@ from typing import NamedTuple
 from tiered_core.codec.consume_queue import ConsumeQueueUnit
 from tiered_core.codec.hashing import tags_hash_code
 from tiered_core.codec.keys import message_index_keys
+from tiered_core.codec._impl import decode_message, encode_message, peek_store_timestamp, validate_message
 from tiered_core.codec.message import (
     BORNHOST_V6_FLAG,
     KEY_SEPARATOR,
@@ -60,12 +62,10 @@ from tiered_core.codec.message import (
     SYS_FLAG_POS,
     Message,
     MessageExt,
-    decode_message,
     encode_message_buffer,
-    peek_store_timestamp,
     store_timestamp_position,
-    validate_message,
 )
+from tiered_core.codec.message import encode_message as _pure_encode_message
 from tiered_core.codec.naming import validate_topic
 from tiered_core.codec.reput_scan import SCAN_OTHER, find_property, index_keys_of, scan_reput_records
 from tiered_core.errors import (
@@ -80,13 +80,15 @@ from tiered_core.errors import (
 from tiered_core.local.commit_log import END_FILE_MIN_BLANK_LENGTH, CommitLog
 from tiered_core.local.consume_queue import ConsumeQueue
 from tiered_core.local.index_file import IndexService
-from tiered_core.common import INT_MAX, LONG_MAX, BoundaryType, fsync_dir, now_ms
+from tiered_core.common import INT_MAX, LONG_MAX, BoundaryType, fsync_dir, now_ms, offset_by_time
 from tiered_core.configdef import HOUR_MS, KEYS
 
 log = logging.getLogger(__name__)
 
 _I64 = struct.Struct(">q")
 _CQ_UNIT = struct.Struct(">qiq")  # a consume-queue unit (codec.consume_queue)
+#: The compiled core's encoder is in use (else the pure one, as a bytearray).
+_COMPILED_ENCODE = encode_message is not _pure_encode_message
 _STORE_TS_POS = store_timestamp_position(0)
 _STORE_TS_V6_POS = store_timestamp_position(BORNHOST_V6_FLAG)
 _TAGS_AT = PROPERTY_TAGS + NAME_VALUE_SEPARATOR
@@ -215,6 +217,22 @@ class DispatchRequest:
 DispatchListener = Callable[[DispatchRequest], None]
 #: Called with ``(topic, queue_id)`` (see :meth:`LocalMessageStore.add_queue_listener`).
 QueueListener = Callable[[str, int], None]
+
+
+class LocalGroup(NamedTuple):
+    """What :meth:`LocalMessageStore.read_group` read: every unit asked for (``units``), of
+    which the first ``taken`` were taken; message ``i < taken`` is
+    ``buf[positions[i]:positions[i] + units[i].size]`` (not yet validated)."""
+
+    units: list[ConsumeQueueUnit]
+    taken: int
+    buf: "bytes | mmap.mmap"  # a map is unmapped when the group is dropped
+    positions: list[int]
+
+
+#: Bytes of other messages a group read takes in between two of its own rather than
+#: issuing another read (a read costs about what copying this much does).
+_GROUP_READ_GAP = 32 << 10
 
 
 class _Checkpoint(NamedTuple):
@@ -486,8 +504,12 @@ class LocalMessageStore:
         # physical offset are patched in under it (and then the property CRC, if enabled).
         config = self.config
         prop_crc = config.append_prop_crc
-        data = encode_message_buffer(message, queue_id=queue_id, queue_offset=0, store_timestamp=0,
-                                     store_host=config.store_host, prop_crc=prop_crc)
+        if _COMPILED_ENCODE:
+            data = bytearray(encode_message(message, queue_id=queue_id, queue_offset=0, store_timestamp=0,
+                                            store_host=config.store_host, prop_crc=prop_crc))
+        else:  # the pure-Python encoder writes the bytearray itself (one copy less)
+            data = encode_message_buffer(message, queue_id=queue_id, queue_offset=0, store_timestamp=0,
+                                         store_host=config.store_host, prop_crc=prop_crc)
         if len(data) > config.max_message_size:
             raise IllegalParam(f"message to {topic!r} is {len(data)} bytes encoded; at most "
                                f"{config.max_message_size} are accepted", topic=topic, size=len(data))
@@ -829,6 +851,62 @@ class LocalMessageStore:
             return []
         return cq.get_units(offset, max_count)
 
+    def read_group(self, topic: str, queue_id: int, offset: int, count: int,
+                   max_bytes: int | None = None) -> "LocalGroup":
+        """A group of a queue's messages for the dispatcher: their consume-queue units, read
+        once, and their commit-log bytes: one read-only map of the span they lie in (one
+        hold/release), or, for a group across commit-log files, one pread per run of nearby
+        messages -- never one read per message.
+
+        Reads the units of ``offset .. offset+count-1`` and takes them from the first while
+        each is valid (not a gap), durable (below :meth:`commit_point`) and, after the first,
+        keeps the total size within ``max_bytes``. The bytes are NOT validated: the caller
+        validates each message (:func:`~tiered_core.codec.dispatch_batch.build_group`).
+        IllegalOffset when a taken message is no longer stored.
+        """
+        self._check_open()
+        cq = self._cqs.get((topic, queue_id))
+        units = cq.get_units(offset, count) if cq is not None and count > 0 else []
+        commit_point = self.commit_point()
+        taken = total = 0
+        for unit in units:
+            if not unit.is_valid or unit.commitlog_offset + unit.size > commit_point:
+                break
+            if taken and max_bytes is not None and total + unit.size > max_bytes:
+                break
+            total += unit.size
+            taken += 1
+        if not taken:
+            return LocalGroup(units, 0, b"", [])
+        file_size = self._commit_log.file_size
+        first, last = units[0].commitlog_offset, units[taken - 1].commitlog_offset + units[taken - 1].size
+        if first // file_size == (last - 1) // file_size:
+            # One file (the usual case): one map of the span, nothing copied until read.
+            view, at = self._commit_log.map_range(first, last - first)
+            return LocalGroup(units, taken, view, [at + u.commitlog_offset - first for u in units[:taken]])
+        pieces: list[bytes] = []
+        positions: list[int] = []
+        base = 0  # where the current run's bytes start in the joined buffer
+        i = 0
+        while i < taken:
+            start = units[i].commitlog_offset
+            end = start + units[i].size
+            j = i + 1
+            file_end = start - start % file_size + file_size
+            while j < taken:  # extend the run while the next message is near, in the same file
+                nxt = units[j]
+                if nxt.commitlog_offset < end or nxt.commitlog_offset - end > _GROUP_READ_GAP \
+                        or nxt.commitlog_offset + nxt.size > file_end:
+                    break
+                end = nxt.commitlog_offset + nxt.size
+                j += 1
+            pieces.append(self._commit_log.read(start, end - start))
+            positions.extend(base + u.commitlog_offset - start for u in units[i:j])
+            base += end - start
+            i = j
+        buf = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        return LocalGroup(units, taken, buf, positions)
+
     def get_message_bytes(self, commitlog_offset: int, size: int | None = None, *,
                           verify: bool = True) -> bytes:
         """The stored bytes of the message at ``commitlog_offset`` (``size`` bytes, as
@@ -983,38 +1061,12 @@ class LocalMessageStore:
         cq = self._cqs.get((topic, queue_id))
         if cq is None:
             return 0
-        lo, last = cq.min_offset, cq.max_offset - 1
-        if last < lo:
-            return lo
 
         def time_at(off: int) -> int:
             ts = self._store_time_of_unit(cq.get_unit(off))
             return -1 if ts is None else ts  # unreadable (gap) units sort first
 
-        if time_at(last) < timestamp:
-            return last + 1
-        if time_at(lo) > timestamp:
-            return lo
-        # first offset with time >= timestamp
-        a, b = lo, last
-        while a < b:
-            mid = (a + b) // 2
-            if time_at(mid) >= timestamp:
-                b = mid
-            else:
-                a = mid + 1
-        first = a
-        if boundary is BoundaryType.UPPER and time_at(first) == timestamp:
-            # last offset with time == timestamp (times never decrease)
-            a, b = first, last
-            while a < b:
-                mid = (a + b + 1) // 2
-                if time_at(mid) <= timestamp:
-                    a = mid
-                else:
-                    b = mid - 1
-            return a
-        return first
+        return offset_by_time(cq.min_offset, cq.max_offset - 1, timestamp, boundary, time_at)
 
     def query_message(self, topic: str, key: str, max_count: int = 32, begin: int = 0,
                       end: int = LONG_MAX) -> list[MessageExt]:

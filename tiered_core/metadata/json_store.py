@@ -598,18 +598,16 @@ def _render_queue(queue_id: int, m: QueueMetadata) -> str:
                               m.update_timestamp)
 
 
+#: RocketMQ's JSON field -> our record's attribute, in the file's (sorted) order.
+_SEGMENT_FIELDS = {"baseOffset": "base_offset", "beginTimestamp": "begin_timestamp",
+                   "createTimestamp": "create_timestamp", "endTimestamp": "end_timestamp", "path": "path",
+                   "sealTimestamp": "seal_timestamp", "size": "size", "status": "status", "type": "type"}
+_TOPIC_FIELDS = {"reserveTime": "reserve_time", "status": "status", "topic": "topic", "topicId": "topic_id",
+                 "updateTimestamp": "update_timestamp"}
+
+
 def _segment_json(m: FileSegmentMetadata) -> dict[str, Any]:
-    return {
-        "baseOffset": m.base_offset,
-        "beginTimestamp": m.begin_timestamp,
-        "createTimestamp": m.create_timestamp,
-        "endTimestamp": m.end_timestamp,
-        "path": m.path,
-        "sealTimestamp": m.seal_timestamp,
-        "size": m.size,
-        "status": m.status,
-        "type": m.type,
-    }
+    return {name: getattr(m, attr) for name, attr in _SEGMENT_FIELDS.items()}
 
 
 def _queue_json(m: QueueMetadata) -> dict[str, Any]:
@@ -622,13 +620,7 @@ def _queue_json(m: QueueMetadata) -> dict[str, Any]:
 
 
 def _topic_json(m: TopicMetadata) -> dict[str, Any]:
-    return {
-        "reserveTime": m.reserve_time,
-        "status": m.status,
-        "topic": m.topic,
-        "topicId": m.topic_id,
-        "updateTimestamp": m.update_timestamp,
-    }
+    return {name: getattr(m, attr) for name, attr in _TOPIC_FIELDS.items()}
 
 
 class _Decoder:

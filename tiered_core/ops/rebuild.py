@@ -10,7 +10,7 @@ alone. What the listing cannot tell is recovered by reading a few bytes:
 * **timestamps** (``timestamps=True``, the default): a commit-log segment's begin/end are the
   store times of its first/last message, found through the consume queue (binary search
   over its units, ~log2(units) reads of 20 bytes) and read from the message, which must
-  pass the store's shared validation (:func:`~tiered_core.codec.checks.check_units`:
+  pass the store's one read path (:func:`~tiered_core.flat.batch.check_batch`:
   size, CRC, topic, queue id, queue offset, physical offset, tags code, and its
   ``__CRC32#`` property when it has one) -- a message that fails it tells nothing; a
   consume-queue segment's are those of the messages its first/last whole unit points at; an
@@ -45,15 +45,14 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, NamedTuple
 
 from tiered_core.common import LONG_MAX, NO_TIMESTAMP, FileSegmentType, SegmentStatus, now_ms
-from tiered_core.codec.checks import PropCrcPolicy, check_message
+from tiered_core.codec.checks import PropCrcPolicy
+from tiered_core.codec.message_batch import MessageBatch
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, ConsumeQueueUnit, decode_cq_unit
 from tiered_core.codec.message import (
     MAGIC_V1,
     MAGIC_V2,
     MessageExt,
-    decode_message,
     peek_magic,
-    peek_store_timestamp,
     peek_total_size,
 )
 from tiered_core.codec.keys import message_index_keys
@@ -66,15 +65,14 @@ from tiered_core.codec.naming import (
     parse_segment_path,
     queue_path,
 )
-from tiered_core.errors import CorruptData, IllegalParam, MetadataError, TieredStoreError
+from tiered_core.errors import IllegalParam, MetadataError, TieredStoreError
+from tiered_core.flat.batch import check_batch
 from tiered_core.flat.ownership import is_owner_record
 from tiered_core.spi.driver import SegmentDriver
 from tiered_core.spi.metadata import FileSegmentMetadata, QueueMetadata, TieredMetadataStore, TopicMetadata
 
 log = logging.getLogger(__name__)
 
-#: Rebuild has no store config: a message's ``__CRC32#`` property is verified when present.
-_PROP_CRC = PropCrcPolicy.IF_PRESENT
 _MAX_STRAYS_KEPT = 20
 
 Progress = Callable[[int, int], None]
@@ -125,12 +123,17 @@ def rebuild_metadata(
     topic_ids: bool = True,
     progress: Progress | None = None,
     progress_every: int = 1000,
+    prop_crc: PropCrcPolicy = PropCrcPolicy.IF_PRESENT,
 ) -> RebuildStats:
     """Reconstruct ``metadata`` from the segments of ``cluster``/``broker`` that ``driver`` lists.
 
     Refuses a store that is not empty unless ``force``, in which case its queues and segments
     are replaced (topics present in the listing keep their entries; the others are removed).
     ``progress(done, total)`` is called every ``progress_every`` segments and at the end.
+    ``prop_crc``: how the messages read for their times are checked against their
+    ``__CRC32#`` property (default: verified when present, as there is no store config to
+    say more; ``REQUIRE`` for a store with ``verify_prop_crc``). A message that fails the
+    read path's validation tells nothing (its time is not used); the rebuild goes on.
 
     Raises :class:`MetadataError` (store not empty) or what the driver and store raise.
     """
@@ -162,7 +165,7 @@ def rebuild_metadata(
             segs.sort(key=lambda s: s.base)
             for i, seg in enumerate(segs):
                 seg.sealed = i + 1 < len(segs) or driver.is_sealed(seg.path)
-        view = _QueueTimes(driver, cl, cq, stats)
+        view = _QueueTimes(driver, cl, cq, stats, prop_crc)
         if timestamps:
             view.fill()
             for seg in idx:
@@ -341,8 +344,10 @@ def _known(ts: int | None) -> int:
 class _QueueTimes:
     """Store times of one queue's segments, read through its consume queue (see the module doc)."""
 
-    def __init__(self, driver: SegmentDriver, cl: list[_Seg], cq: list[_Seg], stats: RebuildStats) -> None:
+    def __init__(self, driver: SegmentDriver, cl: list[_Seg], cq: list[_Seg], stats: RebuildStats,
+                 prop_crc: PropCrcPolicy = PropCrcPolicy.IF_PRESENT) -> None:
         self.driver, self.cl, self.cq, self.stats = driver, cl, cq, stats
+        self.prop_crc = prop_crc
         self.cl_bases = [s.base for s in cl]
         # The queue whose messages these must be (every segment path names it).
         info = parse_segment_path((cl or cq)[0].path) if (cl or cq) else None
@@ -373,9 +378,10 @@ class _QueueTimes:
             return None
         return unit if unit.is_valid else None
 
-    def _checked(self, offset: int, size: int | None, q: int | None, tags_code: int | None) -> bytes | None:
-        """The bytes of the message at commit-log ``offset`` if they pass the shared validation
-        as this queue's message (``q``, ``tags_code``, ``size`` None: not known); else None."""
+    def _checked(self, offset: int, size: int | None, q: int | None, tags_code: int | None) -> MessageBatch | None:
+        """The message at commit-log ``offset`` (a batch of one) if it passes the read path's
+        validation (:func:`tiered_core.flat.batch.check_batch`) as this queue's message
+        (``q``, ``tags_code``, ``size`` None: not known); else None."""
         i = bisect.bisect_right(self.cl_bases, offset) - 1
         if i < 0:
             return None
@@ -392,23 +398,24 @@ class _QueueTimes:
             if size <= 0 or pos + size > seg.size:
                 return None
             raw = self.driver.read(seg.path, pos, size)
-            check_message(raw, 0, commitlog_offset=offset, size=size, topic=self.topic, queue_id=self.queue_id,
-                          queue_offset=q, tags_code=tags_code, prop_crc=_PROP_CRC)
-        except CorruptData as exc:
-            log.warning("rebuild: %s: %s; its store time is not used", seg.path, exc.message)
-            return None
         except TieredStoreError:
             return None
-        return raw
+        batch = check_batch([(offset, size, 0 if tags_code is None else tags_code)], raw, offset, topic=self.topic,
+                            queue_id=self.queue_id, queue_offset=q, prop_crc=self.prop_crc,
+                            check_tags=tags_code is not None)
+        if batch.error is not None:
+            log.warning("rebuild: %s: %s; its store time is not used", seg.path, batch.error.message)
+            return None
+        return batch
 
     def store_time(self, offset: int, unit: ConsumeQueueUnit | None = None, q: int | None = None) -> int | None:
         """Store time of the message at commit-log ``offset`` (that of ``unit`` number ``q``, when
         known), or None when unreadable or when it fails validation."""
-        raw = self._checked(offset, unit.size if unit is not None else None, q,
-                            unit.tags_code if unit is not None else None)
-        if raw is None:
+        batch = self._checked(offset, unit.size if unit is not None else None, q,
+                              unit.tags_code if unit is not None else None)
+        if batch is None:
             return None
-        ts = peek_store_timestamp(raw)
+        ts = batch.message(0).store_timestamp
         self.stats.timestamps_read += 1
         return ts if 0 <= ts < NO_TIMESTAMP else None
 
@@ -418,10 +425,10 @@ class _QueueTimes:
         unit = self.unit(q)
         if unit is None:
             return None
-        raw = self._checked(unit.commitlog_offset, unit.size, q, unit.tags_code)
-        if raw is None:
+        batch = self._checked(unit.commitlog_offset, unit.size, q, unit.tags_code)
+        if batch is None:
             return None
-        return unit.commitlog_offset, unit.size, decode_message(raw, verify_crc=False)
+        return unit.commitlog_offset, unit.size, batch.message(0)
 
     def probe_units(self) -> list[int]:
         """The last and the first unit (the newest message is the likeliest still indexed)."""

@@ -7,12 +7,12 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from tiered_core.codec.hashing import tags_hash_code
-from tiered_core.codec.message import PROPERTY_KEYS, PROPERTY_TAGS, Message, encode_message
+from tiered_core.codec._impl import encode_message
+from tiered_core.codec.message import PROPERTY_KEYS, PROPERTY_TAGS, Message
 from tiered_core.codec.prop_crc import PROPERTY_CRC32
 from tiered_core.errors import DriverError, IllegalOffset
-from tiered_core.flat.message_file import FlatMessageFile
+from tiered_core.spi.access import CompositeAccess, ConsumeQueueRequest
 from tiered_core.common import AppendResult
-from tiered_core.spi.access import ConsumeQueueRequest
 
 #: Messages buffered between commits.
 COMMIT_EVERY = 2000
@@ -36,7 +36,7 @@ class QueueAppender:
     queue starts at the first row's offset.
     """
 
-    def __init__(self, flat: FlatMessageFile) -> None:
+    def __init__(self, flat: CompositeAccess) -> None:
         self.flat = flat
         self.stats = AppendStats()
         self._buffered = 0
@@ -79,7 +79,7 @@ class QueueAppender:
     def _append_commit_log(self, raw: bytes) -> int:
         flat = self.flat
         for _ in range(2):
-            offset = flat.commit_log.append_offset
+            offset = flat.commit_log_max_offset()
             result = flat.append_commit_log(raw)
             if result is AppendResult.SUCCESS:
                 return offset

@@ -3,9 +3,10 @@ commit-log ranges they point at. Commit-log bytes no unit points at (left by a c
 between the two commits) are never returned.
 
 Every message is validated against its unit and the partition's topic and queue by the
-store's shared :func:`~tiered_core.codec.checks.check_units` (the fetcher's policy,
-including ``verify_prop_crc`` from the config): the rows before a bad message are
-returned, then the task fails with its CorruptData (naming topic, queue, queue offset and
+store's one read path, :func:`tiered_core.flat.batch.check_batch` (the fetcher's checks
+and policy, including ``verify_prop_crc`` from the config; this module only plans which
+units and which commit-log span to read, segment by segment): the rows before a bad
+message are returned, then the task fails with its CorruptData (naming topic, queue, queue offset and
 reason) -- a bulk job never exports, migrates or re-indexes a message it cannot trust,
 nor silently leaves one out."""
 
@@ -17,9 +18,10 @@ import functools
 import threading
 from typing import Iterator
 
-from tiered_core.codec.checks import PropCrcPolicy, check_units
+from tiered_core.codec.checks import PropCrcPolicy
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, ConsumeQueueUnit, iter_cq_units
-from tiered_core.codec.message import MessageExt, decode_message
+from tiered_core.codec.message import MessageExt
+from tiered_core.flat.batch import check_batch
 from tiered_core.errors import CorruptData, IllegalOffset
 from tiered_core.spark.options import ConfigSource, ReadOptions
 from tiered_core.spark.plan import QueuePartition, SegmentRef
@@ -115,16 +117,11 @@ def read_messages(source: ConfigSource, part: QueuePartition, read: ReadOptions)
         first = pending[0][1].commitlog_offset
         last_end = max(u.commitlog_offset + u.size for _, u in pending)
         buf = log.read(pending_index, first, last_end)
-        units = [u for _, u in pending]
-        checked = check_units(units, buf, first, topic=part.topic, queue_id=part.queue_id,
-                              queue_offset=pending[0][0], prop_crc=policy)
-        out = []
-        for pos in checked.positions:
-            msg = decode_message(buf, pos, verify_crc=False, base_offset=first)  # checked above
-            if read.wants_time(msg.store_timestamp):
-                out.append(msg)
+        batch = check_batch([u for _, u in pending], buf, first, topic=part.topic, queue_id=part.queue_id,
+                            queue_offset=pending[0][0], prop_crc=policy)
+        out = [msg for msg in batch.messages() if read.wants_time(msg.store_timestamp)]
         pending.clear()
-        return out, checked.error
+        return out, batch.error
 
     for queue_offset, unit in _units(driver, part):
         if not unit.is_valid or unit.commitlog_offset < log.min_offset:

@@ -1,7 +1,8 @@
 """CompositeAccess (RIP-65): one queue's tiered commit log and consume queue as a unit.
 
-The access layer (dispatcher, fetcher) talks to a queue's tiered data only through
-this ABC; :class:`tiered_core.flat.FlatMessageFile` is the implementation.
+The access layer (dispatcher, fetcher, store) and Spark talk to a queue's tiered data only
+through this ABC -- never to its commit-log or consume-queue files directly;
+:class:`tiered_core.flat.FlatMessageFile` is the implementation.
 """
 
 from __future__ import annotations
@@ -9,7 +10,10 @@ from __future__ import annotations
 import abc
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Sequence
 
+from tiered_core.codec.checks import PropCrcPolicy
+from tiered_core.codec.message_batch import MessageBatch
 from tiered_core.common import AppendResult, BoundaryType
 
 
@@ -33,6 +37,61 @@ class CompositeAccess(abc.ABC):
     :class:`~tiered_core.errors.IllegalOffset`). Reads see committed data only.
     """
 
+    #: The queue this is.
+    topic: str
+    queue_id: int
+
+    # -- identity and offsets ------------------------------------------------------------
+
+    @property
+    @abc.abstractmethod
+    def topic_id(self) -> int:
+        """The topic's id in the metadata store (what the tiered index stores)."""
+
+    @property
+    @abc.abstractmethod
+    def initialized(self) -> bool:
+        """True once the consume queue has a segment (``init_offset`` was called)."""
+
+    @abc.abstractmethod
+    def commit_log_min_offset(self) -> int:
+        """Tiered commit-log offset of the oldest stored byte."""
+
+    @abc.abstractmethod
+    def commit_log_max_offset(self) -> int:
+        """Tiered commit-log append offset: where the next appended message will lie."""
+
+    @abc.abstractmethod
+    def commit_log_commit_offset(self) -> int:
+        """Tiered commit-log offset after the last durable byte."""
+
+    @abc.abstractmethod
+    def consume_queue_min_offset(self) -> int:
+        """First queue offset still readable."""
+
+    @abc.abstractmethod
+    def consume_queue_max_offset(self) -> int:
+        """Queue offset after the last appended unit."""
+
+    @abc.abstractmethod
+    def consume_queue_commit_offset(self) -> int:
+        """Queue offset after the last durable unit."""
+
+    @abc.abstractmethod
+    def consume_queue_room(self) -> int:
+        """Units the writable consume-queue segment takes before it must roll (at least 1)."""
+
+    @abc.abstractmethod
+    def segment_count(self) -> int:
+        """Segments of the commit log and the consume queue together."""
+
+    @abc.abstractmethod
+    def rolling_file(self, interval_ms: int | None = None) -> bool:
+        """Seal the commit log's writable segment and start a new one when it is older than
+        ``interval_ms`` (default: the configured rolling interval) and big enough; True if it rolled."""
+
+    # -- writes ------------------------------------------------------------------------
+
     @abc.abstractmethod
     def init_offset(self, queue_offset: int) -> None:
         """Start an empty queue at ``queue_offset`` (no-op once initialised)."""
@@ -46,6 +105,19 @@ class CompositeAccess(abc.ABC):
         """Buffer one consume-queue unit."""
 
     @abc.abstractmethod
+    def append_commit_log_batch(self, data: bytes | bytearray, sizes: Sequence[int],
+                                timestamps: Sequence[int], base_offset: int) -> tuple[AppendResult, int]:
+        """Buffer a group of whole messages (``data``, already rewritten for commit-log offset
+        ``base_offset``), the same bytes as one :meth:`append_commit_log` each; returns the
+        result and how many were appended."""
+
+    @abc.abstractmethod
+    def append_consume_queue_batch(self, queue_offset: int, units: bytes | bytearray,
+                                   timestamps: Sequence[int]) -> tuple[AppendResult, int]:
+        """Buffer consume-queue units (20 bytes each) from ``queue_offset`` on, the same bytes
+        as one :meth:`append_consume_queue` each; returns the result and how many were appended."""
+
+    @abc.abstractmethod
     def commit_commit_log(self) -> bool: ...
 
     @abc.abstractmethod
@@ -54,6 +126,16 @@ class CompositeAccess(abc.ABC):
     @abc.abstractmethod
     def commit(self, sync: bool = True) -> "bool | Future[bool]":
         """Commit the commit log, then (only if that succeeded) the consume queue."""
+
+    # -- reads -------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def read_batch(self, queue_offset: int, count: int, max_bytes: int, *,
+                   prop_crc: PropCrcPolicy = PropCrcPolicy.IGNORE) -> MessageBatch:
+        """Up to ``count`` validated messages from ``queue_offset`` (committed ones only; at
+        most ``max_bytes`` of commit log but at least one message), read with one
+        consume-queue read and one commit-log read and checked in one pass. The batch
+        ends before the first bad message; ``batch.error`` says why that one is bad."""
 
     @abc.abstractmethod
     def get_message_async(self, queue_offset: int) -> "Future[bytes]":

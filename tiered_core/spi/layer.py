@@ -86,14 +86,20 @@ class DriverLayer(SegmentDriver):
         """The backend driver under every layer."""
         return backend_of(self)
 
+    def _call(self, op: str, target: str, call: Callable[[], Any]) -> Any:
+        """Every forwarded call but ``write`` and ``write_if_absent`` runs through here
+        (``op`` the SPI name, ``target`` the path or prefix): a layer that wraps calls
+        (retry, faults, counting) overrides this one method."""
+        return call()
+
     def size(self, path: str) -> int:
-        return self.inner.size(path)
+        return self._call("size", path, lambda: self.inner.size(path))
 
     def exists(self, path: str) -> bool:
-        return self.inner.exists(path)
+        return self._call("exists", path, lambda: self.inner.exists(path))
 
     def create(self, path: str) -> None:
-        self.inner.create(path)
+        self._call("create", path, lambda: self.inner.create(path))
 
     def write(self, path: str, position: int, data: bytes | memoryview) -> None:
         self.inner.write(path, position, data)
@@ -102,19 +108,19 @@ class DriverLayer(SegmentDriver):
         return self.inner.write_if_absent(path, data)
 
     def read(self, path: str, position: int, length: int) -> bytes:
-        return self.inner.read(path, position, length)
+        return self._call("read", path, lambda: self.inner.read(path, position, length))
 
     def seal(self, path: str) -> None:
-        self.inner.seal(path)
+        self._call("seal", path, lambda: self.inner.seal(path))
 
     def is_sealed(self, path: str) -> bool:
-        return self.inner.is_sealed(path)
+        return self._call("is_sealed", path, lambda: self.inner.is_sealed(path))
 
     def delete(self, path: str) -> None:
-        self.inner.delete(path)
+        self._call("delete", path, lambda: self.inner.delete(path))
 
     def list(self, prefix: str = "") -> Iterator[tuple[str, int]]:
-        return self.inner.list(prefix)
+        return self._call("list", prefix, lambda: self.inner.list(prefix))
 
     def close(self) -> None:
         self.inner.close()
@@ -323,33 +329,13 @@ class RetryLayer(DriverLayer):
                     on_retry()
                 self._sleep(delay)
 
-    def size(self, path: str) -> int:
-        return self._retry("size", path, lambda: self.inner.size(path))
-
-    def exists(self, path: str) -> bool:
-        return self._retry("exists", path, lambda: self.inner.exists(path))
-
-    def is_sealed(self, path: str) -> bool:
-        return self._retry("is_sealed", path, lambda: self.inner.is_sealed(path))
-
-    def read(self, path: str, position: int, length: int) -> bytes:
-        return self._retry("read", path, lambda: self.inner.read(path, position, length))
+    _call = _retry
 
     def list(self, prefix: str = "") -> Iterator[tuple[str, int]]:
         # Materialized inside the retry, so that a failure while iterating is retried too.
         return iter(self._retry("list", prefix, lambda: list(self.inner.list(prefix))))
 
-    def create(self, path: str) -> None:
-        self._retry("create", path, lambda: self.inner.create(path))
-
-    def seal(self, path: str) -> None:
-        self._retry("seal", path, lambda: self.inner.seal(path))
-
-    def delete(self, path: str) -> None:
-        self._retry("delete", path, lambda: self.inner.delete(path))
-
-    def write(self, path: str, position: int, data: bytes | memoryview) -> None:
-        self.inner.write(path, position, data)  # never repeated: see the module docstring
+    # write: never repeated (see the module docstring), so DriverLayer's plain forward.
 
     def write_if_absent(self, path: str, data: bytes) -> bool:
         uncertain = False
@@ -419,29 +405,8 @@ class CountingLayer(DriverLayer):
                 self.bytes[op] += len(result)
         return result
 
-    def size(self, path: str) -> int:
-        return self._count("size", lambda: self.inner.size(path))
-
-    def exists(self, path: str) -> bool:
-        return self._count("exists", lambda: self.inner.exists(path))
-
-    def is_sealed(self, path: str) -> bool:
-        return self._count("is_sealed", lambda: self.inner.is_sealed(path))
-
-    def read(self, path: str, position: int, length: int) -> bytes:
-        return self._count("read", lambda: self.inner.read(path, position, length))
-
-    def list(self, prefix: str = "") -> Iterator[tuple[str, int]]:
-        return self._count("list", lambda: self.inner.list(prefix))
-
-    def create(self, path: str) -> None:
-        self._count("create", lambda: self.inner.create(path))
-
-    def seal(self, path: str) -> None:
-        self._count("seal", lambda: self.inner.seal(path))
-
-    def delete(self, path: str) -> None:
-        self._count("delete", lambda: self.inner.delete(path))
+    def _call(self, op: str, target: str, call: Callable[[], Any]) -> Any:
+        return self._count(op, call)
 
     def write(self, path: str, position: int, data: bytes | memoryview) -> None:
         self._count("write", lambda: self.inner.write(path, position, data), _nbytes(data))

@@ -6,10 +6,11 @@ contract, everything else the driver's own.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import multiprocessing
 import threading
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -43,6 +44,39 @@ def _child_write(driver_cls: type[SegmentDriver], options: dict[str, Any], path:
         drv.write(path, 0, data)
     finally:
         drv.close()
+
+
+@contextlib.contextmanager
+def _racing_pair(driver: SegmentDriver, capabilities: Capabilities) -> Iterator[tuple[SegmentDriver, SegmentDriver]]:
+    """Two drivers on the same bytes: ``driver`` and a fresh instance when the backend
+    is shared (``persistent``), else ``driver`` twice."""
+    other = driver.reopen() if capabilities.persistent else driver
+    try:
+        yield driver, other
+    finally:
+        if other is not driver:
+            other.close()
+
+
+def _race(pair: tuple[SegmentDriver, SegmentDriver], attempt: Callable[[int, SegmentDriver], Any]) -> list[Any]:
+    """``attempt(i, pair[i])`` on two threads released at the same instant; each outcome
+    is what the attempt returned or the exception it raised."""
+    barrier = threading.Barrier(2)
+    outcome: list[Any] = [None, None]
+
+    def run(idx: int) -> None:
+        barrier.wait()
+        try:
+            outcome[idx] = attempt(idx, pair[idx])
+        except BaseException as exc:  # reported by the caller's assertions
+            outcome[idx] = exc
+
+    threads = [threading.Thread(target=run, args=(idx,)) for idx in (0, 1)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return outcome
 
 
 class DriverContractTests(ConformanceBase):
@@ -448,42 +482,25 @@ class DriverContractTests(ConformanceBase):
     def test_conditional_append_race(self, driver, capabilities, prefix):
         # Two writers (two driver instances when the backend is shared) race for the
         # same position: exactly one may win, the other learns the real size.
-        other = driver.reopen() if capabilities.persistent else driver
-        try:
+        with _racing_pair(driver, capabilities) as pair:
             for round_ in range(20):
                 path = f"{prefix}race-{round_}"
                 base = b"" if round_ % 2 == 0 else b"base"
                 if base:
                     driver.write(path, 0, base)
-                barrier = threading.Barrier(2)
-                outcome: dict[int, Any] = {}
 
-                def attempt(idx: int, drv: SegmentDriver) -> None:
+                def attempt(idx: int, drv: SegmentDriver) -> bytes:
                     data = bytes([65 + idx]) * (8 + idx)
-                    barrier.wait()
-                    try:
-                        drv.write(path, len(base), data)
-                        outcome[idx] = data
-                    except PositionMismatch as exc:
-                        outcome[idx] = exc
-                    except BaseException as exc:  # reported below
-                        outcome[idx] = exc
+                    drv.write(path, len(base), data)
+                    return data
 
-                pair = [threading.Thread(target=attempt, args=(0, driver)),
-                        threading.Thread(target=attempt, args=(1, other))]
-                for th in pair:
-                    th.start()
-                for th in pair:
-                    th.join()
-                winners = [v for v in outcome.values() if isinstance(v, bytes)]
-                losers = [v for v in outcome.values() if isinstance(v, PositionMismatch)]
+                outcome = _race(pair, attempt)
+                winners = [v for v in outcome if isinstance(v, bytes)]
+                losers = [v for v in outcome if isinstance(v, PositionMismatch)]
                 assert len(winners) == 1 and len(losers) == 1, f"round {round_}: {outcome}"
                 assert losers[0].actual_size == len(base) + len(winners[0])
                 assert driver.size(path) == len(base) + len(winners[0])
                 assert driver.read(path, 0, driver.size(path)) == base + winners[0]
-        finally:
-            if other is not driver:
-                other.close()
 
     # -- create if absent (tier-prefix ownership records) -------------------------
 
@@ -512,34 +529,19 @@ class DriverContractTests(ConformanceBase):
     def test_write_if_absent_race(self, driver, capabilities, prefix):
         # Racing creators (two driver instances when the backend is shared): exactly one
         # wins, and the object holds the winner's bytes whole.
-        other = driver.reopen() if capabilities.persistent else driver
-        try:
+        with _racing_pair(driver, capabilities) as pair:
             for round_ in range(20):
                 path = f"{prefix}claim-{round_}"
-                barrier = threading.Barrier(2)
-                outcome: dict[int, Any] = {}
 
-                def attempt(idx: int, drv: SegmentDriver) -> None:
+                def attempt(idx: int, drv: SegmentDriver) -> tuple[bool, bytes]:
                     data = bytes([65 + idx]) * (16 + idx)
-                    barrier.wait()
-                    try:
-                        outcome[idx] = (drv.write_if_absent(path, data), data)
-                    except BaseException as exc:  # reported below
-                        outcome[idx] = exc
+                    return drv.write_if_absent(path, data), data
 
-                pair = [threading.Thread(target=attempt, args=(0, driver)),
-                        threading.Thread(target=attempt, args=(1, other))]
-                for th in pair:
-                    th.start()
-                for th in pair:
-                    th.join()
-                assert all(isinstance(v, tuple) for v in outcome.values()), f"round {round_}: {outcome}"
-                winners = [data for won, data in outcome.values() if won]
+                outcome = _race(pair, attempt)
+                assert all(isinstance(v, tuple) for v in outcome), f"round {round_}: {outcome}"
+                winners = [data for won, data in outcome if won]
                 assert len(winners) == 1, f"round {round_}: {outcome}"
                 assert driver.read(path, 0, driver.size(path)) == winners[0]
-        finally:
-            if other is not driver:
-                other.close()
 
     # -- a fresh instance ---------------------------------------------------------
 

@@ -40,16 +40,8 @@ class AzureDriver(SegmentDriver):
     """
 
     name = "azure"
-    capabilities = Capabilities(
-        conditional_append=True,
-        seal=True,
-        list=True,
-        persistent=True,
-        survives_process_exit=True,
-        concurrent_paths=True,
-        atomic_write=False,
-        create_if_absent=True,
-    )
+    #: Only what differs from the defaults of :class:`Capabilities`.
+    capabilities = Capabilities(conditional_append=True, create_if_absent=True)
     secret_options = frozenset({"connection_string", "credential", "account_key"})
 
     def __init__(

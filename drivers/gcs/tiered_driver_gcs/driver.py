@@ -60,16 +60,8 @@ class GcsDriver(SegmentDriver):
     """
 
     name = "gcs"
-    capabilities = Capabilities(
-        conditional_append=True,
-        seal=True,
-        list=True,
-        persistent=True,
-        survives_process_exit=True,
-        concurrent_paths=True,
-        atomic_write=True,
-        create_if_absent=True,
-    )
+    #: Only what differs from the defaults of :class:`Capabilities`.
+    capabilities = Capabilities(conditional_append=True, atomic_write=True, create_if_absent=True)
     secret_options = frozenset({"token"})
 
     def __init__(

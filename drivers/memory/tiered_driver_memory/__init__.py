@@ -40,16 +40,9 @@ class MemoryDriver(SegmentDriver):
     name = "memory"
     #: RocketMQ's ``tieredBackendServiceProvider`` class, full and short.
     aliases = ("org.apache.rocketmq.tieredstore.provider.MemoryFileSegment", "MemoryFileSegment")
-    capabilities = Capabilities(
-        conditional_append=True,
-        seal=True,
-        list=True,
-        persistent=True,
-        survives_process_exit=False,
-        concurrent_paths=True,
-        atomic_write=True,
-        create_if_absent=True,
-    )
+    #: Only what differs from the defaults of :class:`Capabilities`.
+    capabilities = Capabilities(conditional_append=True, survives_process_exit=False, atomic_write=True,
+                                create_if_absent=True)
 
     def __init__(self, *, namespace: str = "default") -> None:
         self.namespace = namespace

@@ -44,16 +44,8 @@ class PosixDriver(SegmentDriver):
     name = "posix"
     #: RocketMQ's ``tieredBackendServiceProvider`` class, full and short.
     aliases = ("org.apache.rocketmq.tieredstore.provider.PosixFileSegment", "PosixFileSegment")
-    capabilities = Capabilities(
-        conditional_append=True,
-        seal=True,
-        list=True,
-        persistent=True,
-        survives_process_exit=True,
-        concurrent_paths=True,
-        atomic_write=False,
-        create_if_absent=True,
-    )
+    #: Only what differs from the defaults of :class:`Capabilities`.
+    capabilities = Capabilities(conditional_append=True, create_if_absent=True)
 
     def __init__(self, *, root: str, fsync: bool = True) -> None:
         if not root:

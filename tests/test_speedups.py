@@ -1,0 +1,436 @@
+"""The compiled core (tiered_core._speedups) against its oracles, the pure-Python codec.
+
+Random valid input must give equal results; random corruptions (bit flips, truncations,
+units that point elsewhere, wrong expectations) must give the same exception -- type,
+code, message and context -- or the same ``UnitCheck`` (positions of the good units and
+the first bad unit's error). Skipped, saying why, when the extension is not built; but
+under ``CI`` on a machine with a C compiler a missing extension fails.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from tiered_core.codec import _impl
+from tiered_core.codec.checks import PropCrcPolicy, UnitCheck
+from tiered_core.codec.consume_queue import ConsumeQueueUnit
+from tiered_core.codec.hashing import tags_hash_code
+from tiered_core.codec.message import MAGIC_V1, MAGIC_V2, Message, MessageVersion
+
+pure = _impl.pure
+compiled = _impl.load_compiled()
+
+
+def _compiler_present() -> bool:
+    """A C compiler that runs (``CC=false`` simulates a machine without one)."""
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        return False
+    try:
+        return subprocess.run([*shlex.split(cc), "--version"], capture_output=True,
+                              timeout=60).returncode == 0
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return False
+
+
+_NOT_BUILT = ("the compiled core (tiered_core._speedups._core) is not built: no C compiler or "
+              "Cython at install time (`make setup` builds it); the pure-Python path is in use")
+_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+# Not built: skip, saying why -- unless this is CI with a working C compiler, where every test
+# then fails saying the extension is missing.
+_MUST_HAVE_CORE = compiled is None and _CI and _compiler_present()
+pytestmark = pytest.mark.skipif(compiled is None and not _MUST_HAVE_CORE, reason=_NOT_BUILT)
+
+SETTINGS = settings(max_examples=int(os.environ.get("TIERED_SPEEDUPS_EXAMPLES", "120")), deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def test_compiled_core_is_built():
+    """Under CI with a working compiler the extension must be there (make builds it)."""
+    if compiled is None:
+        pytest.fail(f"CI with a C compiler, but {_NOT_BUILT}")
+
+
+# -- comparing outcomes ----------------------------------------------------------------------
+
+
+def _norm_exc(exc: BaseException | None):
+    if exc is None:
+        return None
+    return (type(exc), str(exc), getattr(exc, "context", None))
+
+
+def _norm(value):
+    if isinstance(value, UnitCheck):
+        return ("UnitCheck", list(value.positions), _norm_exc(value.error))
+    return value
+
+
+def outcome(fn, *args, **kw):
+    try:
+        return ("ok", _norm(fn(*args, **kw)))
+    except Exception as exc:  # noqa: BLE001 - the point is to compare whatever is raised
+        return ("raise", _norm_exc(exc))
+
+
+_STATS: dict | None = {} if os.environ.get("TIERED_SPEEDUPS_STATS") else None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _print_stats():
+    yield
+    if _STATS is not None:
+        for key in sorted(_STATS, key=str):
+            print(key, _STATS[key])
+
+
+class Fresh:
+    """An argument made anew for each implementation (an iterator is consumed by the first)."""
+
+    def __init__(self, make):
+        self.make = make
+
+
+def _fresh(args, kw):
+    return ([a.make() if isinstance(a, Fresh) else a for a in args],
+            {k: v.make() if isinstance(v, Fresh) else v for k, v in kw.items()})
+
+
+def same(name: str, *args, **kw):
+    """Both implementations of kernel ``name`` on the same input: equal outcomes."""
+    if compiled is None:
+        pytest.fail(f"CI with a C compiler, but {_NOT_BUILT}")
+    a, k = _fresh(args, kw)
+    expected = outcome(getattr(pure, name), *a, **k)
+    a, k = _fresh(args, kw)
+    actual = outcome(getattr(compiled, name), *a, **k)
+    if _STATS is not None:
+        if expected[0] == "raise":
+            key = (name, "raise", expected[1][2].get("reason") if expected[1][2] else expected[1][0].__name__)
+        elif isinstance(expected[1], tuple) and expected[1][0] == "UnitCheck" and expected[1][2]:
+            key = (name, "error", expected[1][2][2]["reason"])
+        else:
+            key = (name, "ok")
+        _STATS[key] = _STATS.get(key, 0) + 1
+    assert actual == expected, f"{name}: compiled {actual!r} != pure {expected!r}"
+    return expected
+
+
+# -- strategies ------------------------------------------------------------------------------
+
+words = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=8)
+uwords = st.text(st.characters(blacklist_categories=("Cs", "Zs", "Cc")), min_size=1, max_size=6)
+hosts = st.sampled_from([("127.0.0.1", 0), ("10.1.2.3", 10911), ("::1", 8080), ("fe80::1:2", 65535)])
+int32 = st.integers(-(1 << 31), (1 << 31) - 1)
+int64 = st.integers(-(1 << 63), (1 << 63) - 1)
+
+
+@st.composite
+def messages(draw, topic=None):
+    return Message(
+        topic=topic or draw(st.one_of(words, uwords)),
+        body=draw(st.binary(max_size=300)),
+        keys=draw(st.lists(st.one_of(words, uwords), max_size=3)),
+        tags=draw(st.none() | words | uwords),
+        properties=draw(st.dictionaries(st.one_of(words, uwords), st.one_of(words, uwords), max_size=3)),
+        flag=draw(int32),
+        born_timestamp=draw(st.integers(0, 1 << 45)),
+        born_host=draw(hosts),
+        sys_flag=draw(st.sampled_from([0, 1, 2, 4, 0x30, 0x100])),
+        reconsume_times=draw(st.integers(0, 20)),
+        prepared_transaction_offset=draw(st.integers(0, 1 << 40)),
+    )
+
+
+@st.composite
+def batches(draw):
+    """Back-to-back messages of one queue, their units, and where the buffer starts."""
+    topic = draw(st.one_of(words, uwords, st.just("SCHEDULE_TOPIC_XXXX")))
+    queue_id = draw(st.integers(0, 16))
+    q0 = draw(st.integers(0, 1 << 40))
+    base = draw(st.integers(0, 1 << 40))
+    prop_crc = draw(st.booleans())
+    n = draw(st.integers(1, 6))
+    buf = bytearray()
+    units = []
+    for i in range(n):
+        msg = draw(messages(topic=topic))
+        raw = pure.encode_message(msg, queue_id=queue_id, queue_offset=q0 + i,
+                                  store_timestamp=draw(st.integers(0, 1 << 45)),
+                                  physical_offset=base + len(buf), store_host=draw(hosts),
+                                  version=draw(st.sampled_from([None, 1, 2])), prop_crc=prop_crc)
+        tags_code = tags_hash_code(msg.tags) if draw(st.booleans()) else 0
+        units.append(ConsumeQueueUnit(base + len(buf), len(raw), tags_code))
+        buf += raw
+    return topic, queue_id, q0, base, units, bytes(buf)
+
+
+@st.composite
+def corrupted(draw, data: bytes) -> bytes:
+    kind = draw(st.sampled_from(["flip", "flip", "flip", "truncate", "byte", "none"]))
+    if kind == "none" or not data:
+        return data
+    out = bytearray(data)
+    if kind == "flip":
+        for _ in range(draw(st.integers(1, 3))):
+            i = draw(st.integers(0, len(out) - 1))
+            out[i] ^= 1 << draw(st.integers(0, 7))
+    elif kind == "byte":
+        i = draw(st.integers(0, len(out) - 1))
+        out[i] = draw(st.integers(0, 255))
+    else:
+        out = out[:draw(st.integers(0, len(out) - 1))]
+    return bytes(out)
+
+
+@st.composite
+def bent_units(draw, units):
+    """The units, maybe one pointing at other bytes or with another size/tags code."""
+    units = list(units)
+    if draw(st.booleans()):
+        i = draw(st.integers(0, len(units) - 1))
+        off, size, tags = units[i]
+        what = draw(st.sampled_from(["offset", "size", "tags", "huge"]))
+        if what == "offset":
+            off += draw(st.integers(-40, 40))
+        elif what == "size":
+            size += draw(st.integers(-40, 40))
+        elif what == "tags":
+            tags = draw(st.one_of(int32, int64))
+        else:
+            off = draw(st.sampled_from([-1, 1 << 63, -(1 << 70)]))
+        units[i] = ConsumeQueueUnit(off, size, tags)
+    return units
+
+
+policies = st.sampled_from(list(PropCrcPolicy) + ["ignore", "require"])
+
+
+# -- split + validate ------------------------------------------------------------------------
+
+
+@SETTINGS
+@given(batches())
+def test_check_units_valid_batches_agree(batch):
+    topic, queue_id, q0, base, units, buf = batch
+    for prop_crc in PropCrcPolicy:
+        result = same("check_units", units, buf, base, topic=topic, queue_id=queue_id, queue_offset=q0,
+                      prop_crc=prop_crc)
+        if prop_crc is not PropCrcPolicy.REQUIRE:
+            assert result[1][2] is None and len(result[1][1]) == len(units)
+
+
+@SETTINGS
+@given(st.data(), batches())
+def test_check_units_corruptions_agree(data, batch):
+    topic, queue_id, q0, base, units, buf = batch
+    buf = data.draw(corrupted(buf))
+    units = data.draw(bent_units(units))
+    kw = dict(topic=data.draw(st.sampled_from([topic, topic + "x", "SCHEDULE_TOPIC_XXXX"])),
+              queue_id=data.draw(st.sampled_from([queue_id, queue_id + 1, 1 << 40])),
+              queue_offset=data.draw(st.sampled_from([q0, q0 + 1, None, -1])),
+              verify_crc=data.draw(st.booleans()), prop_crc=data.draw(policies),
+              check_tags=data.draw(st.booleans()))
+    buf_offset = data.draw(st.sampled_from([base, None, base - 1]))
+    view = data.draw(st.sampled_from([bytes, bytearray, memoryview]))(buf)
+    same("check_units", units, view, buf_offset, **kw)
+    same("check_units", Fresh(lambda: iter(units)), view, buf_offset, **kw)
+
+
+def _three_messages(prop_crc: bool):
+    buf = bytearray()
+    units = []
+    for i, (msg, host) in enumerate([
+        (Message("TopicA", b"body-0", keys=["k0", "k1"], tags="tagA", properties={"UNIQ_KEY": "u0"}),
+         ("127.0.0.1", 1)),
+        (Message("TopicA", b"\xff" * 40, tags="t\u00e9", properties={"p\u00e9": "v"}, born_host=("::1", 2)),
+         ("fe80::1", 3)),
+        (Message("TopicA", b"", tags=None), ("10.0.0.1", 4)),
+    ]):
+        raw = pure.encode_message(msg, queue_id=5, queue_offset=100 + i, store_timestamp=7 + i,
+                                  physical_offset=1000 + len(buf), store_host=host, prop_crc=prop_crc)
+        units.append(ConsumeQueueUnit(1000 + len(buf), len(raw), tags_hash_code(msg.tags)))
+        buf += raw
+    return units, bytes(buf)
+
+
+@pytest.mark.parametrize("prop_crc", [False, True])
+def test_every_single_bit_flip_agrees(prop_crc):
+    """Each byte of three messages, flipped: every check's failure path, same first bad unit."""
+    units, buf = _three_messages(prop_crc)
+    reasons = set()
+    for i in range(len(buf)):
+        for bit in (0, 7):
+            bad = bytearray(buf)
+            bad[i] ^= 1 << bit
+            for policy in (PropCrcPolicy.IGNORE, PropCrcPolicy.IF_PRESENT, PropCrcPolicy.REQUIRE):
+                got = same("check_units", units, bad, 1000, topic="TopicA", queue_id=5, queue_offset=100,
+                           prop_crc=policy)
+                if got[1][2]:
+                    reasons.add(got[1][2][2]["reason"])
+            same("split_by_units", units, bad, 1000)
+            same("split_by_units", units, bad, 1000, skip_corrupt=True)
+            for unit in units:
+                same("decode_message", bad, unit.commitlog_offset - 1000, base_offset=1000)
+                same("validate_message", bad, unit.commitlog_offset - 1000, base_offset=1000)
+    expected = {"bad_magic", "blank", "size_mismatch", "length_mismatch", "crc_mismatch", "bad_encoding",
+                "topic_mismatch", "queue_id_mismatch", "queue_offset_mismatch", "physical_offset_mismatch",
+                "tags_mismatch"}
+    expected |= {"prop_crc_mismatch"} if prop_crc else {"prop_crc_missing"}
+    assert expected - reasons <= {"blank"}, expected - reasons
+    for cut in range(len(buf) + 1):  # every truncation
+        same("check_units", units, buf[:cut], 1000, topic="TopicA", queue_id=5, queue_offset=100)
+        same("split_by_units", units, buf[:cut], 1000)
+
+
+def test_check_units_odd_arguments_agree():
+    raw = pure.encode_message(Message("T", b"x"), queue_id=0, queue_offset=0, store_timestamp=1)
+    unit = ConsumeQueueUnit(0, len(raw), 0)
+    for topic in ("T", b"T", None):
+        same("check_units", [unit], raw, topic=topic, queue_id=0, queue_offset=0)
+    same("check_units", [], raw, topic="T", queue_id=0, queue_offset=0, prop_crc="nonsense")
+    same("check_units", [unit], raw, topic="T", queue_id=0, queue_offset=0, prop_crc="nonsense")
+    same("check_units", [(0, len(raw))], raw, topic="T", queue_id=0, queue_offset=0)
+    same("check_units", [unit], "not a buffer", topic="T", queue_id=0, queue_offset=0)
+    same("check_units", [unit], memoryview(raw[:len(raw) // 4 * 4]).cast("I"), topic="T", queue_id=0,
+         queue_offset=0)
+    same("check_units", [unit], raw, topic="T", queue_id=0.0, queue_offset=0.0)
+
+
+@SETTINGS
+@given(st.data(), batches())
+def test_split_by_units_agrees(data, batch):
+    _topic, _queue_id, _q0, base, units, buf = batch
+    buf = data.draw(corrupted(buf))
+    units = data.draw(bent_units(units))
+    for skip in (False, True):
+        same("split_by_units", units, buf, data.draw(st.sampled_from([base, None])),
+             verify_crc=data.draw(st.booleans()), skip_corrupt=skip)
+
+
+# -- decode, validate, peek --------------------------------------------------------------------
+
+
+@SETTINGS
+@given(st.data(), batches())
+def test_decode_and_validate_agree_on_every_message_and_corruption(data, batch):
+    _topic, _queue_id, _q0, base, units, buf = batch
+    buf = data.draw(corrupted(buf))
+    verify = data.draw(st.booleans())
+    for unit in units:
+        pos = unit.commitlog_offset - base
+        for name in ("decode_message", "validate_message"):
+            same(name, buf, pos, verify_crc=verify, base_offset=base)
+        for name in ("peek_total_size", "peek_magic", "peek_queue_id", "peek_queue_offset",
+                     "peek_physical_offset", "peek_sys_flag", "peek_born_timestamp",
+                     "peek_store_timestamp"):
+            same(name, buf, pos)
+    same("decode_message", memoryview(buf), data.draw(st.integers(-2, len(buf) + 2)))
+    same("decode_message", bytearray(buf), data.draw(st.sampled_from([0, True, 1.0, None])))
+
+
+@SETTINGS
+@given(st.binary(max_size=120), st.integers(-2, 130))
+def test_peeks_on_random_bytes_agree(raw, offset):
+    head = bytearray(raw)
+    if len(head) >= 8 and offset % 2 == 0:  # often a real magic, so the field reads happen
+        head[4:8] = (MAGIC_V1 if offset % 4 else MAGIC_V2).to_bytes(4, "big")
+    for name in ("peek_total_size", "peek_magic", "peek_queue_id", "peek_queue_offset",
+                 "peek_physical_offset", "peek_sys_flag", "peek_born_timestamp", "peek_store_timestamp",
+                 "decode_message", "validate_message"):
+        same(name, bytes(head), 0)
+        same(name, bytes(head), offset)
+
+
+# -- encode ----------------------------------------------------------------------------------
+
+
+bad_strings = st.sampled_from(["", "a b", "x\x01y", "x\x02", "\ud800", 7, None])
+
+
+@SETTINGS
+@given(st.data(), messages())
+def test_encode_message_agrees(data, msg):
+    if data.draw(st.booleans()):  # sometimes something the encoder must refuse
+        field = data.draw(st.sampled_from(["keys", "tags", "properties", "topic", "flag", "body", "host"]))
+        bad = data.draw(bad_strings)
+        if field == "keys":
+            msg.keys = data.draw(st.sampled_from([[bad], "a  b c", ("k",), {"k"}]))
+        elif field == "tags":
+            msg.tags = bad
+        elif field == "properties":
+            msg.properties = {"n": bad} if data.draw(st.booleans()) else {bad: "v"}
+        elif field == "topic":
+            msg.topic = data.draw(st.sampled_from([bad, "t" * 128, "t" * 40000]))
+        elif field == "flag":
+            msg.flag = data.draw(st.sampled_from([1 << 31, -(1 << 31) - 1, 1.5, True]))
+        elif field == "body":
+            msg.body = data.draw(st.sampled_from([bytearray(b"ab"), memoryview(b"cd"), "str", None]))
+        else:
+            msg.born_host = data.draw(st.sampled_from([("nohost", 1), ("1.2.3.4", 70000), ["1.2.3.4", 1], 5]))
+    kw = dict(queue_id=data.draw(st.one_of(int32, st.sampled_from([1 << 31, True]))),
+              queue_offset=data.draw(st.one_of(int64, st.just(1 << 63))),
+              store_timestamp=data.draw(st.integers(0, 1 << 45)),
+              physical_offset=data.draw(st.integers(0, 1 << 50)),
+              store_host=data.draw(hosts),
+              sys_flag=data.draw(st.sampled_from([None, 0, 0x30, 1 << 31, True])),
+              version=data.draw(st.sampled_from([None, 1, 2, MessageVersion.V2, 3, True])),
+              prop_crc=data.draw(st.booleans()))
+    same("encode_message", msg, **kw)
+
+
+# -- consume-queue units, index items, crc -------------------------------------------------------
+
+
+wide = st.one_of(int64, st.integers(-(1 << 70), 1 << 70), st.sampled_from([True, 0, 1.0, None]))
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.integers(0, 1 << 62), st.integers(1, (1 << 31) - 1), int64), max_size=8),
+       st.tuples(wide, wide, wide))
+def test_cq_units_agree(units, odd):
+    for unit in units + [odd]:
+        same("encode_cq_unit", *unit)
+    same("encode_cq_units", units)
+    same("encode_cq_units", [ConsumeQueueUnit(*u) for u in units])
+    same("encode_cq_units", Fresh(lambda: iter(units + [odd])))
+    same("encode_cq_units", units + [(1, 2)])
+    raw = pure.encode_cq_units(units)
+    same("decode_cq_units", raw)
+    same("decode_cq_units", bytearray(raw), base_offset=40)
+    same("decode_cq_units", memoryview(raw))
+    same("decode_cq_units", raw + b"\x00", base_offset=7)
+    if raw:
+        same("decode_cq_units", memoryview(raw).cast("I"))
+
+
+@SETTINGS
+@given(st.lists(st.one_of(int32, wide), min_size=7, max_size=7), st.booleans())
+def test_pack_item_agrees(fields, with_link):
+    same("pack_item", *(fields if with_link else fields[:6]))
+
+
+@SETTINGS
+@given(st.binary(max_size=600), st.one_of(st.integers(-700, 700), st.just(1 << 70)),
+       st.none() | st.integers(-700, 700) | st.just(-(1 << 70)))
+def test_java_crc32_agrees(raw, start, end):
+    same("java_crc32", raw)
+    same("java_crc32", raw, start, end)
+    same("java_crc32", memoryview(raw), start)
+    same("java_crc32", bytearray(raw), 0, end)
+
+
+def test_java_crc32_odd_buffers_agree():
+    same("java_crc32", "text")
+    same("java_crc32", memoryview(b"abcdefgh").cast("I"), 1)
+    same("java_crc32", memoryview(b"abcdefgh")[::2])
+    same("java_crc32", b"abc", 1.0)

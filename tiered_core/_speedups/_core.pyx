@@ -1,0 +1,1036 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""Compiled twins of tiered_core.codec functions. See tiered_core/_speedups/__init__.py.
+
+Every kernel is a fast path that only *accepts*: it handles the well-formed, in-range
+case in C and, at the first thing it does not like (a bad byte, an odd argument type,
+an int out of range, a buffer without the simple buffer protocol), hands the call -- or
+the rest of a batch from the first doubtful unit on -- to its pure-Python oracle, which
+then returns or raises exactly what it always does. A kernel must never accept what
+its oracle rejects; rejecting more only costs speed.
+
+The module imports nothing from tiered_core: :func:`bind` (called by
+``tiered_core.codec._impl``) hands it the pure functions and the value types.
+"""
+
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.ref cimport PyObject
+from cpython.long cimport PyLong_Check, PyLong_FromLong, PyLong_FromLongLong
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memcmp, memcpy
+
+
+cdef extern from "zlib.h":
+    unsigned long zcrc32 "crc32" (unsigned long crc, const unsigned char *buf, unsigned int len) nogil
+
+cdef extern from "Python.h":
+    const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
+    bint PyTuple_Check(object o)
+    Py_ssize_t PyTuple_GET_SIZE(object o)
+    PyObject* PyTuple_GET_ITEM(object o, Py_ssize_t i)
+
+cdef extern from *:
+    """
+    /* A tuple subclass without extra fields (a NamedTuple) built like tuple_subtype_new does,
+       without the intermediate plain tuple. */
+    static PyObject* ts_new3(PyObject* cls, PyObject* a, PyObject* b, PyObject* c) {
+        PyTypeObject* t = (PyTypeObject*)cls;
+        PyObject* o = t->tp_alloc(t, 3);
+        if (o == NULL) return NULL;
+        Py_INCREF(a); PyTuple_SET_ITEM(o, 0, a);
+        Py_INCREF(b); PyTuple_SET_ITEM(o, 1, b);
+        Py_INCREF(c); PyTuple_SET_ITEM(o, 2, c);
+        return o;
+    }
+    """
+    object ts_new3(object cls, object a, object b, object c)
+
+
+# -- what bind() hands over -------------------------------------------------------------
+
+cdef object CorruptData = None
+cdef object MessageExt = None
+cdef object ConsumeQueueUnit = None
+cdef object UnitCheck = None
+cdef object UnitSlice = None
+cdef object Message = None
+cdef object V1 = None
+cdef object V2 = None
+cdef object DEFAULT_HOST = None
+cdef object IGNORE = None
+cdef object REQUIRE = None
+cdef object PropCrcPolicy = None
+cdef object host_of = None  # message._host (lru-cached Host)
+cdef object host_parts = None  # message._cached_host_parts
+cdef object tags_hash_code = None
+cdef object p_check_units = None
+cdef object p_split_by_units = None
+cdef object p_decode_message = None
+cdef object p_validate_message = None
+cdef object p_encode_message = None
+cdef object p_encode_cq_unit = None
+cdef object p_encode_cq_units = None
+cdef object p_decode_cq_units = None
+cdef object p_pack_item = None
+cdef object p_java_crc32 = None
+cdef dict p_peek = {}
+cdef object SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+cdef object _tuple_new = tuple.__new__
+cdef bint bound = False
+
+
+class _Missing:
+    def __repr__(self):
+        return "<default>"
+
+
+cdef object MISSING = _Missing()
+
+
+def bind(ns):
+    """Take the pure oracles and value types from ``ns`` (a mapping). Idempotent."""
+    global CorruptData, MessageExt, ConsumeQueueUnit, UnitCheck, UnitSlice, Message, V1, V2
+    global DEFAULT_HOST, IGNORE, REQUIRE, PropCrcPolicy, host_of, host_parts, tags_hash_code
+    global p_check_units, p_split_by_units, p_decode_message, p_validate_message
+    global p_encode_message, p_encode_cq_unit, p_encode_cq_units, p_decode_cq_units
+    global p_pack_item, p_java_crc32, p_peek, SCHEDULE_TOPIC, bound
+    CorruptData = ns["CorruptData"]
+    MessageExt = ns["MessageExt"]
+    ConsumeQueueUnit = ns["ConsumeQueueUnit"]
+    UnitCheck = ns["UnitCheck"]
+    UnitSlice = ns["UnitSlice"]
+    Message = ns["Message"]
+    V1 = ns["V1"]
+    V2 = ns["V2"]
+    DEFAULT_HOST = ns["DEFAULT_HOST"]
+    PropCrcPolicy = ns["PropCrcPolicy"]
+    IGNORE = PropCrcPolicy.IGNORE
+    REQUIRE = PropCrcPolicy.REQUIRE
+    host_of = ns["host_of"]
+    host_parts = ns["host_parts"]
+    tags_hash_code = ns["tags_hash_code"]
+    SCHEDULE_TOPIC = ns["SCHEDULE_TOPIC"]
+    p_check_units = ns["check_units"]
+    p_split_by_units = ns["split_by_units"]
+    p_decode_message = ns["decode_message"]
+    p_validate_message = ns["validate_message"]
+    p_encode_message = ns["encode_message"]
+    p_encode_cq_unit = ns["encode_cq_unit"]
+    p_encode_cq_units = ns["encode_cq_units"]
+    p_decode_cq_units = ns["decode_cq_units"]
+    p_pack_item = ns["pack_item"]
+    p_java_crc32 = ns["java_crc32"]
+    for cls in (ConsumeQueueUnit, UnitSlice):  # ts_new3 builds them as bare tuples
+        if not issubclass(cls, tuple) or cls.__basicsize__ != tuple.__basicsize__ or hasattr(cls, "__dict__") and "__dict__" in cls.__dict__:
+            raise TypeError(f"{cls!r} is not a plain NamedTuple")
+    p_peek = {name: ns[name] for name in (
+        "peek_total_size", "peek_magic", "peek_queue_id", "peek_queue_offset",
+        "peek_physical_offset", "peek_sys_flag", "peek_born_timestamp", "peek_store_timestamp")}
+    bound = True
+
+
+# -- byte helpers -------------------------------------------------------------------------
+
+cdef extern from *:
+    """
+    #define TS_MAGIC_V1 0xDAA320A7u
+    #define TS_MAGIC_V2 0xDAA320ABu
+    #define TS_MIN_SIZE 91
+    #define TS_RESERVED 20
+    #define TS_NO_PROP_CRC (-2)
+    """
+    const uint32_t MAGIC_V1 "TS_MAGIC_V1"
+    const uint32_t MAGIC_V2 "TS_MAGIC_V2"
+    const Py_ssize_t MIN_SIZE "TS_MIN_SIZE"  # message._MIN_SIZE_V1
+    const Py_ssize_t RESERVED "TS_RESERVED"  # prop_crc.CRC32_RESERVED_LEN
+    const int64_t NO_PROP_CRC "TS_NO_PROP_CRC"
+
+
+cdef inline uint32_t ru32(const uint8_t* p) noexcept nogil:
+    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | <uint32_t>p[3]
+
+
+cdef inline int32_t r32(const uint8_t* p) noexcept nogil:
+    return <int32_t>ru32(p)
+
+
+cdef inline int64_t r64(const uint8_t* p) noexcept nogil:
+    return <int64_t>((<uint64_t>ru32(p) << 32) | <uint64_t>ru32(p + 4))
+
+
+cdef inline void w32(uint8_t* p, uint32_t v) noexcept nogil:
+    p[0] = <uint8_t>(v >> 24)
+    p[1] = <uint8_t>(v >> 16)
+    p[2] = <uint8_t>(v >> 8)
+    p[3] = <uint8_t>v
+
+
+cdef inline void w64(uint8_t* p, uint64_t v) noexcept nogil:
+    w32(p, <uint32_t>(v >> 32))
+    w32(p + 4, <uint32_t>v)
+
+
+cdef inline int32_t jcrc(const uint8_t* p, Py_ssize_t n) noexcept nogil:
+    """Java UtilAll.crc32: zlib crc32 & 0x7FFFFFFF."""
+    cdef unsigned long c = zcrc32(0, NULL, 0)
+    while n > 0x40000000:
+        c = zcrc32(c, p, 0x40000000)
+        p += 0x40000000
+        n -= 0x40000000
+    c = zcrc32(c, p, <unsigned int>n)
+    return <int32_t>(c & 0x7FFFFFFF)
+
+
+cdef inline bint is_ascii(const uint8_t* p, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i = 0
+    cdef uint64_t acc = 0, w
+    while i + 8 <= n:
+        memcpy(&w, p + i, 8)
+        acc |= w
+        i += 8
+    while i < n:
+        acc |= p[i]
+        i += 1
+    return (acc & 0x8080808080808080ULL) == 0
+
+
+cdef struct Parsed:
+    Py_ssize_t total
+    int v2
+    int32_t sys_flag
+    Py_ssize_t hdr          # fixed header bytes (72 + both host lengths)
+    Py_ssize_t bh           # born host length (8 or 20)
+    Py_ssize_t body_start
+    Py_ssize_t body_end
+    Py_ssize_t topic_start
+    Py_ssize_t topic_end
+    Py_ssize_t props_start
+    Py_ssize_t end
+
+
+cdef inline int frame_parse(const uint8_t* b, Py_ssize_t limit, Py_ssize_t pos, bint verify_crc,
+                            Parsed* m) noexcept nogil:
+    """message._frame + message._parse: 0 when valid, -1 when not (the oracle says why)."""
+    cdef uint32_t magic
+    cdef int64_t total
+    cdef Py_ssize_t sh, tl, end
+    cdef int32_t body_len
+    cdef Py_ssize_t topic_len, props_len
+    if pos < 0 or pos + 8 > limit:
+        return -1
+    total = r32(b + pos)
+    magic = ru32(b + pos + 4)
+    if magic == MAGIC_V1:
+        m.v2 = 0
+        tl = 1
+    elif magic == MAGIC_V2:
+        m.v2 = 1
+        tl = 2
+    else:
+        return -1
+    if total < MIN_SIZE or total > limit - pos:
+        return -1
+    m.total = <Py_ssize_t>total
+    end = pos + m.total
+    m.sys_flag = r32(b + pos + 36)
+    m.bh = 20 if m.sys_flag & 0x10 else 8
+    sh = 20 if m.sys_flag & 0x20 else 8
+    m.hdr = 72 + m.bh + sh
+    if m.hdr + tl + 2 > m.total:
+        return -1
+    body_len = r32(b + pos + m.hdr - 4)
+    if body_len < 0:
+        return -1
+    m.body_start = pos + m.hdr
+    m.body_end = m.body_start + body_len
+    if m.body_end + tl + 2 > end:
+        return -1
+    if tl == 1:
+        topic_len = b[m.body_end]
+    else:
+        topic_len = (<Py_ssize_t>b[m.body_end] << 8) | b[m.body_end + 1]
+    m.topic_start = m.body_end + tl
+    m.topic_end = m.topic_start + topic_len
+    if m.topic_end + 2 > end:
+        return -1
+    props_len = (<Py_ssize_t>b[m.topic_end] << 8) | b[m.topic_end + 1]
+    m.props_start = m.topic_end + 2
+    if m.props_start + props_len != end:
+        return -1
+    m.end = end
+    if verify_crc and jcrc(b + m.body_start, body_len) != r32(b + pos + 8):
+        return -1
+    return 0
+
+
+cdef inline int64_t stored_prop_crc(const uint8_t* b, Py_ssize_t pos, Py_ssize_t total) noexcept nogil:
+    """prop_crc.stored_prop_crc: NO_PROP_CRC for None, -1 for unreadable digits."""
+    cdef Py_ssize_t start, end, k
+    cdef int64_t value = 0
+    if total < RESERVED:
+        return NO_PROP_CRC
+    start = pos + total - RESERVED
+    if memcmp(b + start, b"__CRC32#\x01", 9) != 0 or b[pos + total - 1] != 2:
+        return NO_PROP_CRC
+    end = pos + total - 1
+    for k in range(end - 10, end):
+        if b[k] < 48 or b[k] > 57:
+            return -1
+    k = end - 1
+    while k >= end - 10:
+        value = value * 10 + (b[k] - 48)
+        k -= 1
+    if value == 0:
+        return NO_PROP_CRC
+    return value if value <= 0x7FFFFFFF else -1
+
+
+cdef inline Py_ssize_t find_tags(const uint8_t* p, Py_ssize_t n, Py_ssize_t* vstart) noexcept nogil:
+    """checks._tags_value over properties p[0:n]: the value's end (its start in *vstart), or -1."""
+    cdef Py_ssize_t k = n - 5, stop
+    while k >= 0:
+        if (k == 0 or p[k - 1] == 2) and memcmp(p + k, b"TAGS\x01", 5) == 0:
+            stop = k + 5
+            while stop < n and p[stop] != 2:
+                stop += 1
+            if stop > k + 5:
+                vstart[0] = k + 5
+                return stop
+            k -= 6  # the next match must end before this one starts (rfind(..., 0, j))
+        else:
+            k -= 1
+    return -1
+
+
+cdef inline int32_t java_hash_ascii(const uint8_t* p, Py_ssize_t n) noexcept nogil:
+    cdef uint32_t h = 0
+    cdef Py_ssize_t i
+    for i in range(n):
+        h = 31 * h + p[i]
+    return <int32_t>h
+
+
+cdef inline int64_t i64(object o) except? -1:
+    """A Python int as int64 (TypeError for anything else, even with __int__/__index__;
+    OverflowError out of range): the caller then lets the oracle judge."""
+    if not PyLong_Check(o):
+        raise TypeError
+    return o
+
+
+cdef inline int unpack3(object u, int64_t* a, int64_t* b, int64_t* c) except -1:
+    """A (sub)tuple of three Python ints as int64s: 1, or 0 when it is anything else."""
+    if not PyTuple_Check(u) or PyTuple_GET_SIZE(u) != 3:
+        return 0
+    a[0] = i64(<object>PyTuple_GET_ITEM(u, 0))
+    b[0] = i64(<object>PyTuple_GET_ITEM(u, 1))
+    c[0] = i64(<object>PyTuple_GET_ITEM(u, 2))
+    return 1
+
+
+cdef inline object utf8(const uint8_t* p, Py_ssize_t n):
+    return PyUnicode_DecodeUTF8(<const char*>p, n, NULL)
+
+
+# -- split + validate ---------------------------------------------------------------------
+
+
+def check_units(units, buf, buf_offset=None, *, topic, queue_id, queue_offset, verify_crc=True,
+                prop_crc=MISSING, check_tags=True):
+    """Twin of codec.checks.check_units."""
+    if type(topic) is not str:
+        return p_check_units(units, buf, buf_offset, topic=topic, queue_id=queue_id,
+                             queue_offset=queue_offset, verify_crc=verify_crc,
+                             prop_crc=IGNORE if prop_crc is MISSING else prop_crc,
+                             check_tags=check_tags)
+    if type(units) is not list:
+        units = list(units)
+    if prop_crc is MISSING:
+        prop_crc = IGNORE
+    cdef list positions = []
+    if not units:
+        return UnitCheck(positions, None)
+    cdef Py_buffer view
+    cdef int64_t base, qid, q = 0, cl_off, size, tags_code, stored, pos
+    cdef bint has_q, tags_on, vcrc, policy_ignore, policy_require
+    cdef const uint8_t* b
+    cdef Py_ssize_t limit, i = 0, n = len(units), topic_len, vstart, vend
+    cdef bytes topic_b
+    cdef const char* tb
+    cdef Parsed m
+    cdef int32_t expected
+    try:
+        policy = PropCrcPolicy(prop_crc)
+        base = i64(units[0][0] if buf_offset is None else buf_offset)
+        qid = i64(queue_id)
+        if type(queue_id) is not int or qid < -0x80000000 or qid > 0x7FFFFFFF:
+            raise OverflowError
+        has_q = queue_offset is not None
+        if has_q:
+            q = i64(queue_offset)
+            if q < 0 or q > 0x7FFFFFFFFFFFFFFF - n:
+                raise OverflowError
+        topic_b = topic.encode("utf-8", "surrogatepass")
+        PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    except Exception:
+        return p_check_units(units, buf, buf_offset, topic=topic, queue_id=queue_id,
+                             queue_offset=queue_offset, verify_crc=verify_crc, prop_crc=prop_crc,
+                             check_tags=check_tags)
+    tb = PyBytes_AS_STRING(topic_b)
+    topic_len = len(topic_b)
+    tags_on = bool(check_tags) and topic != SCHEDULE_TOPIC
+    vcrc = bool(verify_crc)
+    policy_ignore = policy is IGNORE
+    policy_require = policy is REQUIRE
+    b = <const uint8_t*>view.buf
+    limit = view.len
+    try:
+        while i < n:
+            unit = units[i]
+            try:
+                if not unpack3(unit, &cl_off, &size, &tags_code):
+                    break
+            except Exception:
+                break
+            if base < 0 or cl_off < 0:
+                break
+            pos = cl_off - base
+            if pos < 0 or size < MIN_SIZE or size > limit - pos:
+                break
+            stored = NO_PROP_CRC if policy_ignore else stored_prop_crc(b, pos, size)
+            if frame_parse(b, limit, pos, vcrc and stored == NO_PROP_CRC, &m) != 0 or m.total != size:
+                break
+            if not is_ascii(b + m.props_start, m.end - m.props_start):
+                try:
+                    utf8(b + m.props_start, m.end - m.props_start)
+                except UnicodeDecodeError:
+                    break
+            if m.topic_end - m.topic_start != topic_len or memcmp(b + m.topic_start, tb, topic_len) != 0:
+                break
+            if r32(b + pos + 12) != qid:
+                break
+            if has_q and r64(b + pos + 20) != q + i:
+                break
+            if r64(b + pos + 28) != cl_off:
+                break
+            if tags_on and tags_code != 0 and -0x80000000 <= tags_code <= 0x7FFFFFFF:
+                vend = find_tags(b + m.props_start, m.end - m.props_start, &vstart)
+                if vend < 0:
+                    expected = 0
+                elif is_ascii(b + m.props_start + vstart, vend - vstart):
+                    expected = java_hash_ascii(b + m.props_start + vstart, vend - vstart)
+                else:
+                    expected = tags_hash_code(utf8(b + m.props_start + vstart, vend - vstart))
+                if expected != tags_code:
+                    break
+            if stored != NO_PROP_CRC:
+                if jcrc(b + pos, size - RESERVED) != stored:
+                    break
+            elif policy_require:
+                break
+            positions.append(pos)
+            i += 1
+    finally:
+        PyBuffer_Release(&view)
+    if i == n:
+        return UnitCheck(positions, None)
+    rest = p_check_units(units[i:], buf, base, topic=topic, queue_id=queue_id,
+                         queue_offset=(q + i) if has_q else None, verify_crc=verify_crc,
+                         prop_crc=prop_crc, check_tags=check_tags)
+    positions.extend(rest[0])
+    return UnitCheck(positions, rest[1])
+
+
+def split_by_units(units, buf, buf_offset=None, *, verify_crc=True, skip_corrupt=False):
+    """Twin of codec.split.split_by_units."""
+    units = list(units)
+    if not units:
+        return []
+    cdef Py_buffer view
+    cdef int64_t base, cl_off = 0, size = 0, pos, tags = 0
+    cdef Py_ssize_t limit, i = 0, n = len(units)
+    cdef const uint8_t* b
+    cdef Parsed m
+    cdef list out = []
+    cdef bint vcrc = bool(verify_crc)
+    try:
+        base = i64(units[0].commitlog_offset if buf_offset is None else buf_offset)
+        PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    except Exception:
+        return p_split_by_units(units, buf, buf_offset, verify_crc=verify_crc, skip_corrupt=skip_corrupt)
+    b = <const uint8_t*>view.buf
+    limit = view.len
+    try:
+        while i < n:
+            unit = units[i]
+            if type(unit) is not ConsumeQueueUnit:
+                break
+            if not unpack3(unit, &cl_off, &size, &tags):
+                break
+            if base < 0 or cl_off < 0:
+                break
+            pos = cl_off - base
+            if pos < 0 or size <= 0 or size > limit - pos:
+                i = n  # a trimmed read: stop here (not a corruption)
+                break
+            if frame_parse(b, limit, pos, vcrc, &m) != 0 or m.total != size:
+                break
+            out.append(ts_new3(UnitSlice, i, unit, pos))
+            i += 1
+    except Exception:
+        pass
+    finally:
+        PyBuffer_Release(&view)
+    if i >= n:
+        return out
+    for s in p_split_by_units(units[i:], buf, base, verify_crc=verify_crc, skip_corrupt=skip_corrupt):
+        out.append(ts_new3(UnitSlice, s[0] + i, s[1], s[2]))
+    return out
+
+
+# -- decode --------------------------------------------------------------------------------
+
+
+cdef inline dict parse_props(const uint8_t* p, Py_ssize_t n):
+    """message.parse_properties over UTF-8 bytes already known valid."""
+    cdef dict out = {}
+    cdef Py_ssize_t start = 0, stop, sep
+    while start <= n:
+        stop = start
+        while stop < n and p[stop] != 2:
+            stop += 1
+        sep = start
+        while sep < stop and p[sep] != 1:
+            sep += 1
+        # pair = p[start:stop]; name = [start:sep]; value = [sep+1:stop]
+        if sep < stop and start < sep and sep + 1 < stop:
+            out[utf8(p + start, sep - start)] = utf8(p + sep + 1, stop - sep - 1)
+        start = stop + 1
+    return out
+
+
+# The last born and store host seen (a fetch batch mostly repeats them): raw ip+port -> Host.
+cdef bytes born_key = b""
+cdef object born_val = None
+cdef bytes store_key = b""
+cdef object store_val = None
+
+
+cdef inline object host_at(bint store, const uint8_t* p, Py_ssize_t n):
+    """message._host of the ip (n - 4 bytes) and port at p."""
+    global born_key, born_val, store_key, store_val
+    cdef bytes key = store_key if store else born_key
+    if PyBytes_GET_SIZE(key) == n and memcmp(PyBytes_AS_STRING(key), p, n) == 0:
+        return store_val if store else born_val
+    val = host_of(PyBytes_FromStringAndSize(<const char*>p, n - 4), r32(p + n - 4))
+    key = PyBytes_FromStringAndSize(<const char*>p, n)
+    if store:
+        store_val = val
+        store_key = key
+    else:
+        born_val = val
+        born_key = key
+    return val
+
+
+cdef object build_ext(const uint8_t* b, Py_ssize_t pos, Parsed* m):
+    cdef Py_ssize_t bh = m.bh, sp = 48 + bh  # store timestamp position
+    cdef Py_ssize_t sh = m.hdr - 72 - bh
+    cdef Py_ssize_t props_n = m.end - m.props_start
+    topic = utf8(b + m.topic_start, m.topic_end - m.topic_start)
+    if props_n == 0:
+        props = {}
+    else:
+        if not is_ascii(b + m.props_start, props_n):
+            utf8(b + m.props_start, props_n)  # raises UnicodeDecodeError like the oracle's str()
+        props = parse_props(b + m.props_start, props_n)
+    keys_text = props.get("KEYS")
+    if keys_text:
+        keys = [k for k in keys_text.split(" ") if k]
+    else:
+        keys = []
+    born = host_at(False, b + pos + 48, bh)
+    store = host_at(True, b + pos + sp + 8, sh)
+    return MessageExt(
+        topic, PyLong_FromLong(r32(b + pos + 12)), PyLong_FromLongLong(r64(b + pos + 20)),
+        PyLong_FromLongLong(r64(b + pos + 28)), PyLong_FromLongLong(r64(b + pos + sp)),
+        PyLong_FromLongLong(r64(b + pos + 40)), keys, props.get("TAGS"), props,
+        PyBytes_FromStringAndSize(<const char*>b + m.body_start, m.body_end - m.body_start),
+        m.sys_flag, PyLong_FromLong(r32(b + pos + 8)), m.total, born, store,
+        PyLong_FromLong(r32(b + pos + sp + 8 + sh)), PyLong_FromLongLong(r64(b + pos + sp + 8 + sh + 4)),
+        PyLong_FromLong(r32(b + pos + 16)), V2 if m.v2 else V1,
+    )
+
+
+def decode_message(buf, offset=0, *, verify_crc=True, base_offset=0):
+    """Twin of codec.message.decode_message."""
+    cdef Py_buffer view
+    cdef Parsed m
+    cdef Py_ssize_t pos
+    result = None
+    if type(offset) is int and offset >= 0:
+        try:
+            PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+        except Exception:
+            pass
+        else:
+            try:
+                pos = offset
+                if frame_parse(<const uint8_t*>view.buf, view.len, pos, bool(verify_crc), &m) == 0:
+                    result = build_ext(<const uint8_t*>view.buf, pos, &m)
+            except Exception:
+                result = None
+            finally:
+                PyBuffer_Release(&view)
+    if result is None:
+        return p_decode_message(buf, offset, verify_crc=verify_crc, base_offset=base_offset)
+    return result
+
+
+def validate_message(buf, offset=0, *, verify_crc=True, base_offset=0):
+    """Twin of codec.message.validate_message."""
+    cdef Py_buffer view
+    cdef Parsed m
+    cdef int rc = -1
+    if type(offset) is int and offset >= 0:
+        try:
+            PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+        except Exception:
+            pass
+        else:
+            try:
+                rc = frame_parse(<const uint8_t*>view.buf, view.len, offset, bool(verify_crc), &m)
+            except Exception:
+                rc = -1
+            finally:
+                PyBuffer_Release(&view)
+    if rc != 0:
+        return p_validate_message(buf, offset, verify_crc=verify_crc, base_offset=base_offset)
+    return m.total
+
+
+# -- peeks ---------------------------------------------------------------------------------
+
+cdef enum:
+    K_TOTAL = 0
+    K_MAGIC = 1
+    K_I32 = 2
+    K_I64 = 3
+    K_STORE_TS = 4
+
+
+cdef object peek(str name, int kind, Py_ssize_t rel, buf, offset):
+    cdef Py_buffer view
+    cdef const uint8_t* b
+    cdef Py_ssize_t pos, n
+    cdef uint32_t magic
+    result = None
+    if type(offset) is int and offset >= 0:
+        try:
+            PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+        except Exception:
+            pass
+        else:
+            try:
+                b = <const uint8_t*>view.buf
+                n = view.len
+                pos = offset
+                if kind == K_TOTAL:
+                    if pos + 4 <= n:
+                        result = PyLong_FromLong(r32(b + pos))
+                elif pos + 8 <= n:
+                    magic = ru32(b + pos + 4)
+                    if kind == K_MAGIC:
+                        result = magic
+                    elif magic == MAGIC_V1 or magic == MAGIC_V2:
+                        if kind == K_STORE_TS:
+                            if pos + 40 <= n:
+                                rel = 68 if r32(b + pos + 36) & 0x10 else 56
+                                if pos + rel + 8 <= n:
+                                    result = PyLong_FromLongLong(r64(b + pos + rel))
+                        elif kind == K_I32:
+                            if pos + rel + 4 <= n:
+                                result = PyLong_FromLong(r32(b + pos + rel))
+                        elif pos + rel + 8 <= n:
+                            result = PyLong_FromLongLong(r64(b + pos + rel))
+            except Exception:
+                result = None
+            finally:
+                PyBuffer_Release(&view)
+    if result is None:
+        return p_peek[name](buf, offset)
+    return result
+
+
+def peek_total_size(buf, offset=0):
+    return peek("peek_total_size", K_TOTAL, 0, buf, offset)
+
+
+def peek_magic(buf, offset=0):
+    return peek("peek_magic", K_MAGIC, 4, buf, offset)
+
+
+def peek_queue_id(buf, offset=0):
+    return peek("peek_queue_id", K_I32, 12, buf, offset)
+
+
+def peek_queue_offset(buf, offset=0):
+    return peek("peek_queue_offset", K_I64, 20, buf, offset)
+
+
+def peek_physical_offset(buf, offset=0):
+    return peek("peek_physical_offset", K_I64, 28, buf, offset)
+
+
+def peek_sys_flag(buf, offset=0):
+    return peek("peek_sys_flag", K_I32, 36, buf, offset)
+
+
+def peek_born_timestamp(buf, offset=0):
+    return peek("peek_born_timestamp", K_I64, 40, buf, offset)
+
+
+def peek_store_timestamp(buf, offset=0):
+    return peek("peek_store_timestamp", K_STORE_TS, 0, buf, offset)
+
+
+# -- encode --------------------------------------------------------------------------------
+
+
+# The last born and store host objects encoded (tuples: immutable) and their packed parts.
+cdef object enc_born_obj = None
+cdef object enc_born_parts = None
+cdef object enc_store_obj = None
+cdef object enc_store_parts = None
+
+
+cdef inline object parts_of(bint store, host):
+    """message._cached_host_parts(host, "born_host" / "store_host"), remembering the last tuple."""
+    global enc_born_obj, enc_born_parts, enc_store_obj, enc_store_parts
+    if store:
+        if host is enc_store_obj:
+            return enc_store_parts
+    elif host is enc_born_obj:
+        return enc_born_parts
+    parts = host_parts(host, "store_host" if store else "born_host")
+    if PyTuple_Check(host):
+        if store:
+            enc_store_parts = parts
+            enc_store_obj = host
+        else:
+            enc_born_parts = parts
+            enc_born_obj = host
+    return parts
+
+
+cdef inline bint has_sep(const char* p, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(n):
+        if p[i] == 1 or p[i] == 2:
+            return True
+    return False
+
+
+cdef object encode_fast(msg, o_queue_id, o_queue_offset, o_store_timestamp, o_physical_offset,
+                        store_host, sys_flag_arg, version, bint prop_crc):
+    """encode_message for a plain Message with in-range fields; None to let the oracle decide."""
+    cdef Py_ssize_t topic_len, props_len = 0, ln, lv, body_len, total, hdr, w
+    cdef const char* tp
+    cdef const char* kp
+    cdef const char* vp
+    cdef bint v2
+    cdef int32_t flag, reconsume, sys32
+    cdef int64_t born_ts, prep
+    cdef uint8_t* o
+    cdef int32_t crc
+    cdef int k
+    if type(msg) is not Message:
+        return None
+    cdef int64_t queue_offset = i64(o_queue_offset), store_timestamp = i64(o_store_timestamp)
+    cdef int64_t physical_offset = i64(o_physical_offset), qid = i64(o_queue_id)
+    if qid < -0x80000000 or qid > 0x7FFFFFFF:
+        return None
+    cdef int32_t queue_id = <int32_t>qid
+    topic = msg.topic
+    body = msg.body
+    if type(topic) is not str or type(body) is not bytes:
+        return None
+    props = dict(msg.properties)
+    keys = msg.keys
+    if keys:
+        if type(keys) is str:
+            keys = [key for key in keys.split(" ") if key]
+        elif type(keys) is list or type(keys) is tuple:
+            for key in keys:
+                if type(key) is not str or not key or " " in key:
+                    return None
+        else:
+            return None
+        if keys:
+            props["KEYS"] = " ".join(keys)
+    tags = msg.tags
+    if tags:
+        props["TAGS"] = tags
+    if prop_crc:
+        props.pop("__CRC32#", None)
+    items = list(props.items())
+    for name, value in items:
+        if type(name) is not str or type(value) is not str or not name or not value:
+            return None
+        kp = PyUnicode_AsUTF8AndSize(name, &ln)
+        vp = PyUnicode_AsUTF8AndSize(value, &lv)
+        if has_sep(kp, ln) or has_sep(vp, lv):
+            return None
+        props_len += ln + lv + 2
+    if prop_crc:
+        props_len += RESERVED
+    tp = PyUnicode_AsUTF8AndSize(topic, &topic_len)
+    if version is None:
+        v2 = topic_len > 127
+    elif isinstance(version, int) and not isinstance(version, bool) and (version == 1 or version == 2):
+        v2 = version == 2
+    else:
+        return None
+    if topic_len > (32767 if v2 else 127) or props_len > 32767:
+        return None
+    born_ip, born_port, born_v6 = parts_of(False, msg.born_host)
+    store_ip, store_port, store_v6 = parts_of(True, store_host)
+    sf = msg.sys_flag if sys_flag_arg is None else sys_flag_arg
+    if type(sf) is not int:
+        return None
+    sf &= ~0x30
+    if born_v6:
+        sf |= 0x10
+    if store_v6:
+        sf |= 0x20
+    sys32 = sf
+    if not PyLong_Check(msg.flag) or not PyLong_Check(msg.reconsume_times):
+        return None
+    flag = msg.flag
+    born_ts = i64(msg.born_timestamp)
+    reconsume = msg.reconsume_times
+    prep = i64(msg.prepared_transaction_offset)
+    hdr = 72 + (20 if born_v6 else 8) + (20 if store_v6 else 8)
+    body_len = len(body)
+    total = hdr + body_len + (2 if v2 else 1) + topic_len + 2 + props_len
+    if total > 0x7FFFFFFF:
+        return None
+    out = PyBytes_FromStringAndSize(NULL, total)
+    o = <uint8_t*>PyBytes_AS_STRING(out)
+    w32(o, <uint32_t>total)
+    w32(o + 4, MAGIC_V2 if v2 else MAGIC_V1)
+    w32(o + 8, <uint32_t>jcrc(<const uint8_t*>PyBytes_AS_STRING(body), body_len))
+    w32(o + 12, <uint32_t>queue_id)
+    w32(o + 16, <uint32_t>flag)
+    w64(o + 20, <uint64_t>queue_offset)
+    w64(o + 28, <uint64_t>physical_offset)
+    w32(o + 36, <uint32_t>sys32)
+    w64(o + 40, <uint64_t>born_ts)
+    w = 48
+    memcpy(o + w, PyBytes_AS_STRING(born_ip), len(born_ip))
+    w += len(born_ip)
+    w32(o + w, <uint32_t><int32_t>born_port)
+    w += 4
+    w64(o + w, <uint64_t>store_timestamp)
+    w += 8
+    memcpy(o + w, PyBytes_AS_STRING(store_ip), len(store_ip))
+    w += len(store_ip)
+    w32(o + w, <uint32_t><int32_t>store_port)
+    w += 4
+    w32(o + w, <uint32_t>reconsume)
+    w64(o + w + 4, <uint64_t>prep)
+    w32(o + w + 12, <uint32_t>body_len)
+    w += 16
+    memcpy(o + w, PyBytes_AS_STRING(body), body_len)
+    w += body_len
+    if v2:
+        o[w] = <uint8_t>(topic_len >> 8)
+        o[w + 1] = <uint8_t>topic_len
+        w += 2
+    else:
+        o[w] = <uint8_t>topic_len
+        w += 1
+    memcpy(o + w, tp, topic_len)
+    w += topic_len
+    o[w] = <uint8_t>(props_len >> 8)
+    o[w + 1] = <uint8_t>props_len
+    w += 2
+    for name, value in items:
+        kp = PyUnicode_AsUTF8AndSize(name, &ln)
+        vp = PyUnicode_AsUTF8AndSize(value, &lv)
+        memcpy(o + w, kp, ln)
+        o[w + ln] = 1
+        memcpy(o + w + ln + 1, vp, lv)
+        o[w + ln + 1 + lv] = 2
+        w += ln + lv + 2
+    if prop_crc:
+        memcpy(o + w, b"__CRC32#\x01", 9)
+        crc = jcrc(o, total - RESERVED)
+        for k in range(10):
+            o[w + 9 + k] = <uint8_t>(48 + crc % 10)
+            crc //= 10
+        o[w + 19] = 2
+    return out
+
+
+def encode_message(msg, *, queue_id, queue_offset, store_timestamp, physical_offset=0,
+                   store_host=MISSING, sys_flag=None, version=None, prop_crc=False):
+    """Twin of codec.message.encode_message."""
+    if store_host is MISSING:
+        store_host = DEFAULT_HOST
+    try:
+        out = encode_fast(msg, queue_id, queue_offset, store_timestamp, physical_offset, store_host,
+                          sys_flag, version, bool(prop_crc))
+    except Exception:
+        out = None
+    if out is None:
+        return p_encode_message(msg, queue_id=queue_id, queue_offset=queue_offset,
+                                store_timestamp=store_timestamp, physical_offset=physical_offset,
+                                store_host=store_host, sys_flag=sys_flag, version=version,
+                                prop_crc=prop_crc)
+    return out
+
+
+# -- consume-queue units ------------------------------------------------------------------
+
+
+cdef inline int put_unit(uint8_t* o, object u) except -1:
+    """Write one unit: 1 when written, 0 when the oracle must judge it."""
+    cdef int64_t off, tags
+    cdef int64_t size
+    if not unpack3(u, &off, &size, &tags):
+        return 0
+    if off < 0 or size <= 0 or size > 0x7FFFFFFF:
+        return 0
+    w64(o, <uint64_t>off)
+    w32(o + 8, <uint32_t>size)
+    w64(o + 12, <uint64_t>tags)
+    return 1
+
+
+def encode_cq_unit(commitlog_offset, size, tags_code=0):
+    """Twin of codec.consume_queue.encode_cq_unit."""
+    out = PyBytes_FromStringAndSize(NULL, 20)
+    try:
+        if put_unit(<uint8_t*>PyBytes_AS_STRING(out), (commitlog_offset, size, tags_code)):
+            return out
+    except Exception:
+        pass
+    return p_encode_cq_unit(commitlog_offset, size, tags_code)
+
+
+def encode_cq_units(units):
+    """Twin of codec.consume_queue.encode_cq_units (a generator is consumed whole first)."""
+    if type(units) is not list:
+        units = list(units)
+    cdef Py_ssize_t i, n = len(units)
+    out = PyBytes_FromStringAndSize(NULL, 20 * n)
+    cdef uint8_t* o = <uint8_t*>PyBytes_AS_STRING(out)
+    try:
+        for i in range(n):
+            if not put_unit(o + 20 * i, units[i]):
+                return p_encode_cq_units(units)
+    except Exception:
+        return p_encode_cq_units(units)
+    return out
+
+
+def decode_cq_units(buf, *, base_offset=0):
+    """Twin of codec.consume_queue.decode_cq_units."""
+    cdef Py_buffer view
+    cdef const uint8_t* b
+    cdef Py_ssize_t i, n
+    cdef list out
+    if isinstance(buf, memoryview) and (buf.format != "B" or buf.ndim != 1):
+        return p_decode_cq_units(buf, base_offset=base_offset)  # its len() counts items
+    try:
+        PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    except Exception:
+        return p_decode_cq_units(buf, base_offset=base_offset)
+    try:
+        n = view.len
+        if n % 20:
+            return p_decode_cq_units(buf, base_offset=base_offset)
+        b = <const uint8_t*>view.buf
+        out = []
+        cls = ConsumeQueueUnit
+        for i in range(0, n, 20):
+            out.append(ts_new3(cls, PyLong_FromLongLong(r64(b + i)), PyLong_FromLong(r32(b + i + 8)),
+                               PyLong_FromLongLong(r64(b + i + 12))))
+        return out
+    finally:
+        PyBuffer_Release(&view)
+
+
+# -- index items ---------------------------------------------------------------------------
+
+
+def pack_item(hash_code, topic_id, queue_id, offset, size, time_diff, item_index=0):
+    """Twin of codec.tiered_index.pack_item."""
+    cdef int32_t h, t, q, s, d, x
+    cdef int64_t off
+    cdef uint8_t* o
+    if (type(hash_code) is int and type(topic_id) is int and type(queue_id) is int
+            and type(offset) is int and type(size) is int and type(time_diff) is int
+            and type(item_index) is int):
+        try:
+            h = hash_code
+            t = topic_id
+            q = queue_id
+            off = offset
+            s = size
+            d = time_diff
+            x = item_index
+        except OverflowError:
+            pass
+        else:
+            out = PyBytes_FromStringAndSize(NULL, 32)
+            o = <uint8_t*>PyBytes_AS_STRING(out)
+            w32(o, <uint32_t>h)
+            w32(o + 4, <uint32_t>t)
+            w32(o + 8, <uint32_t>q)
+            w64(o + 12, <uint64_t>off)
+            w32(o + 20, <uint32_t>s)
+            w32(o + 24, <uint32_t>d)
+            w32(o + 28, <uint32_t>x)
+            return out
+    return p_pack_item(hash_code, topic_id, queue_id, offset, size, time_diff, item_index)
+
+
+# -- crc -------------------------------------------------------------------------------------
+
+
+def java_crc32(buf, start=0, end=None):
+    """Twin of codec.prop_crc.java_crc32."""
+    cdef Py_buffer view
+    cdef Py_ssize_t s, e, n
+    cdef int32_t crc
+    if type(start) is int and (end is None or type(end) is int):
+        try:
+            PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+        except Exception:
+            pass
+        else:
+            try:
+                n = view.len
+                s = start if -n <= start <= n else (0 if start < 0 else n)
+                if s < 0:
+                    s += n
+                if end is None:
+                    e = n
+                else:
+                    e = end if -n <= end <= n else (0 if end < 0 else n)
+                    if e < 0:
+                        e += n
+                if e < s:
+                    e = s
+                if e - s >= 65536:  # long enough to let other threads run meanwhile
+                    with nogil:
+                        crc = jcrc(<const uint8_t*>view.buf + s, e - s)
+                else:
+                    crc = jcrc(<const uint8_t*>view.buf + s, e - s)
+                return crc
+            finally:
+                PyBuffer_Release(&view)
+    return p_java_crc32(buf, start, end)

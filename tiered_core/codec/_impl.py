@@ -1,0 +1,123 @@
+"""The one switch between the compiled core and the pure-Python codec.
+
+``from tiered_core.codec._impl import check_units, decode_message, ...`` gives the compiled
+twin of each kernel when the optional extension (:mod:`tiered_core._speedups`) is built,
+else the pure-Python function; ``TIERED_PURE_PYTHON=1`` (any value but empty or ``0``)
+forces pure Python. :data:`IMPLEMENTATION` says which one is in use. Both return and
+raise the same things (the pure functions are the oracles of ``tests/test_speedups.py``).
+
+``pure`` and :func:`load_compiled` give each set by name (tests, benchmarks);
+``python -m tiered_core.codec._impl`` prints one line when the pure-Python path is used.
+"""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+from tiered_core.codec import checks, consume_queue, hashing, message, prop_crc, split, tiered_index
+from tiered_core.errors import CorruptData
+
+#: Kernel name -> its pure-Python oracle.
+ORACLES = {
+    "check_units": checks.check_units,
+    "split_by_units": split.split_by_units,
+    "decode_message": message.decode_message,
+    "validate_message": message.validate_message,
+    "peek_total_size": message.peek_total_size,
+    "peek_magic": message.peek_magic,
+    "peek_queue_id": message.peek_queue_id,
+    "peek_queue_offset": message.peek_queue_offset,
+    "peek_physical_offset": message.peek_physical_offset,
+    "peek_sys_flag": message.peek_sys_flag,
+    "peek_born_timestamp": message.peek_born_timestamp,
+    "peek_store_timestamp": message.peek_store_timestamp,
+    "encode_message": message.encode_message,
+    "encode_cq_unit": consume_queue.encode_cq_unit,
+    "encode_cq_units": consume_queue.encode_cq_units,
+    "decode_cq_units": consume_queue.decode_cq_units,
+    "pack_item": tiered_index.pack_item,
+    "java_crc32": prop_crc.java_crc32,
+}
+KERNELS = tuple(ORACLES)
+
+pure = SimpleNamespace(**ORACLES)
+
+PURE_ENV = "TIERED_PURE_PYTHON"
+
+
+def forced_pure() -> bool:
+    """True when ``TIERED_PURE_PYTHON`` asks for the pure-Python path."""
+    return os.environ.get(PURE_ENV, "").strip() not in ("", "0")
+
+
+def load_compiled() -> SimpleNamespace | None:
+    """The compiled kernels, bound to their oracles; None when the extension is not built.
+    Ignores ``TIERED_PURE_PYTHON`` (the oracle tests compare both in one process)."""
+    try:
+        from tiered_core._speedups import _core
+    except ImportError:
+        return None
+    _core.bind({
+        **ORACLES,
+        "CorruptData": CorruptData,
+        "MessageExt": message.MessageExt,
+        "Message": message.Message,
+        "ConsumeQueueUnit": consume_queue.ConsumeQueueUnit,
+        "UnitCheck": checks.UnitCheck,
+        "UnitSlice": split.UnitSlice,
+        "V1": message.MessageVersion.V1,
+        "V2": message.MessageVersion.V2,
+        "DEFAULT_HOST": message.DEFAULT_HOST,
+        "PropCrcPolicy": checks.PropCrcPolicy,
+        "SCHEDULE_TOPIC": checks.SCHEDULE_TOPIC,
+        "host_of": message._host,
+        "host_parts": message._cached_host_parts,
+        "tags_hash_code": hashing.tags_hash_code,
+    })
+    return SimpleNamespace(**{name: getattr(_core, name) for name in KERNELS})
+
+
+compiled = None if forced_pure() else load_compiled()
+_chosen = compiled or pure
+#: ``"compiled"`` or ``"pure-python"``: which kernels the names below are.
+IMPLEMENTATION = "compiled" if compiled is not None else "pure-python"
+
+check_units = _chosen.check_units
+split_by_units = _chosen.split_by_units
+decode_message = _chosen.decode_message
+validate_message = _chosen.validate_message
+peek_total_size = _chosen.peek_total_size
+peek_magic = _chosen.peek_magic
+peek_queue_id = _chosen.peek_queue_id
+peek_queue_offset = _chosen.peek_queue_offset
+peek_physical_offset = _chosen.peek_physical_offset
+peek_sys_flag = _chosen.peek_sys_flag
+peek_born_timestamp = _chosen.peek_born_timestamp
+peek_store_timestamp = _chosen.peek_store_timestamp
+encode_message = _chosen.encode_message
+encode_cq_unit = _chosen.encode_cq_unit
+encode_cq_units = _chosen.encode_cq_units
+decode_cq_units = _chosen.decode_cq_units
+pack_item = _chosen.pack_item
+java_crc32 = _chosen.java_crc32
+
+
+def pure_python_line() -> str | None:
+    """The one line to print when the pure-Python path is in use, else None."""
+    if IMPLEMENTATION == "compiled":
+        return None
+    if forced_pure():
+        return f"tiered-core: {PURE_ENV} is set; using the pure-Python path"
+    return ("tiered-core: the compiled core (tiered_core._speedups) is not built; "
+            "using the pure-Python path")
+
+
+__all__ = ["IMPLEMENTATION", "KERNELS", "ORACLES", "pure", "compiled", "load_compiled",
+           "forced_pure", "pure_python_line", *KERNELS]
+
+
+if __name__ == "__main__":
+    line = pure_python_line()
+    if line:
+        print(line)

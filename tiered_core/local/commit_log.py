@@ -97,6 +97,7 @@ class CommitLog:
         self._flush_lock = threading.Lock()
         self._last_store_timestamp = 0
         self._closed = False
+        self._active: MappedFile | None = None  # the file appends go to (see append)
 
     # ---- offsets -------------------------------------------------------------------
     @property
@@ -163,11 +164,17 @@ class CommitLog:
         with self._lock:
             if self._closed:
                 raise SegmentClosed(f"commit log {self.directory!r} is closed", path=self.directory)
-            mf = self._files.last_for_append(0)
-            if size + END_FILE_MIN_BLANK_LENGTH > mf.remaining:
+            mf = self._active
+            if mf is None or mf.closed or mf.is_full():
+                # only appends add files, so the file appended to last stays the last one
+                # until it is full (or recovery or close drop it)
+                mf = self._active = self._files.last_for_append(0)
+            pos = mf.write_position
+            if size + END_FILE_MIN_BLANK_LENGTH > mf.capacity - pos:
                 self._end_file(mf)
-                mf = self._files.last_for_append(0)
-            offset = mf.start + mf.write_position
+                mf = self._active = self._files.last_for_append(0)
+                pos = mf.write_position
+            offset = mf.start + pos
             _I64.pack_into(message, PHYSICAL_OFFSET_POS, offset)
             if prop_crc:
                 write_prop_crc(message, 0, size)
@@ -381,6 +388,7 @@ class CommitLog:
             if not full:
                 break
         self._files.truncate(good_end)
+        self._active = None
         cut = before - self._files.max_offset
         if cut:
             log.warning("commit log %s: recovery cut %d bytes at offset %d",

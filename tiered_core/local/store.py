@@ -517,7 +517,8 @@ class LocalMessageStore:
         ts_pos = _STORE_TS_V6_POS if data[SYS_FLAG_POS + 3] & BORNHOST_V6_FLAG else _STORE_TS_POS
         key = (topic, queue_id)
         with self._put_lock:
-            self._check_open()
+            if self._closed:
+                raise SegmentClosed(f"local store {self.root!r} is closed", path=self.root)
             queue_offset = self._queue_offsets.get(key, 0)
             ts = int(self._clock())
             if ts < self._last_store_ts:

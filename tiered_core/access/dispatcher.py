@@ -122,11 +122,16 @@ class MessageStoreDispatcher:
     # -- wiring ---------------------------------------------------------------------------
 
     def on_dispatch(self, request: DispatchRequest) -> None:
-        """Local reput listener: make sure the queue has a flat file (no copying here)."""
+        """Local reput listener (per message): make sure the queue has a flat file."""
+        self.on_new_queue(request.topic, request.queue_id)
+
+    def on_new_queue(self, topic: str, queue_id: int) -> None:
+        """Local queue listener (once per queue): make sure the queue has a flat file (no
+        copying here; rounds find new data by polling the local queues)."""
         try:
-            self.flat_files.compute_if_absent(request.topic, request.queue_id)
+            self.flat_files.compute_if_absent(topic, queue_id)
         except TieredStoreError as exc:
-            log.error("cannot create tiered files for %s/%d: %s", request.topic, request.queue_id, exc)
+            log.error("cannot create tiered files for %s/%d: %s", topic, queue_id, exc)
 
     def start(self, interval_s: float = 1.0) -> None:
         """Run :meth:`dispatch` in a background thread every ``interval_s``."""

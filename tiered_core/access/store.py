@@ -117,7 +117,7 @@ class TieredMessageStore:
                 driver.close()
             self.local.close()
             raise
-        self.local.add_dispatch_listener(self.dispatcher.on_dispatch)
+        self.local.add_queue_listener(self.dispatcher.on_new_queue)
         self._closed = False
         self._lock = threading.Lock()
         if background:

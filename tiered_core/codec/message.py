@@ -573,11 +573,55 @@ def _check_ranges(**fields: tuple[int, int, int]) -> None:
             raise IllegalParam(f"{name} {value!r} is out of range {lo}..{hi}", **{name: value})
 
 
+def pack_message(
+    host_kind: int,
+    v2: bool,
+    queue_id: int,
+    flag: int,
+    queue_offset: int,
+    physical_offset: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_ip: bytes,
+    born_port: int,
+    store_timestamp: int,
+    store_ip: bytes,
+    store_port: int,
+    reconsume_times: int,
+    prepared_transaction_offset: int,
+    body: bytes,
+    topic: bytes,
+    props: bytes,
+) -> bytearray:
+    """The encoder's inner step: one message's bytes from its fields, in a new ``bytearray``.
+
+    ``host_kind`` is ``sys_flag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)`` (the IPs
+    are 4 or 16 bytes to match), ``v2`` picks the 2-byte topic length. Computes the body
+    CRC and the total size; one precompiled ``struct.Struct`` packs the whole head. Checks
+    nothing beyond what ``struct`` does: a value out of its Java type's range raises
+    ``struct.error`` (the callers check and name the field). Ints and bytes in, bytes out,
+    so a compiled twin can take its place.
+    """
+    layout = _LAYOUTS[host_kind]
+    body_len = len(body)
+    buf = bytearray(layout.pack(
+        layout.size + body_len + (2 if v2 else 1) + len(topic) + 2 + len(props),
+        MAGIC_V2 if v2 else MAGIC_V1, zlib.crc32(body) & 0x7FFFFFFF, queue_id, flag, queue_offset,
+        physical_offset, sys_flag, born_timestamp, born_ip, born_port, store_timestamp,
+        store_ip, store_port, reconsume_times, prepared_transaction_offset, body_len,
+    ))
+    buf += body
+    buf += _U16.pack(len(topic)) if v2 else _U8.pack(len(topic))
+    buf += topic
+    buf += _U16.pack(len(props))
+    buf += props
+    return buf
+
+
 def _encode(
     topic: str,
     body: bytes,
     props_text: str,
-    *,
     queue_id: int,
     flag: int,
     queue_offset: int,
@@ -590,7 +634,7 @@ def _encode(
     reconsume_times: int,
     prepared_transaction_offset: int,
     version: MessageVersion | int | None,
-) -> bytes:
+) -> bytearray:
     try:
         topic_b = topic.encode("utf-8")
     except (UnicodeEncodeError, AttributeError):
@@ -638,12 +682,11 @@ def _encode(
     if total > MAX_TOTAL_SIZE:
         raise IllegalParam(f"message to {topic!r} would be {total} bytes; at most "
                            f"{MAX_TOTAL_SIZE}", topic=topic, size=total)
-    crc = zlib.crc32(body) & 0x7FFFFFFF
     try:
-        head = layout.pack(
-            total, MAGIC_V2 if v2 else MAGIC_V1, crc, queue_id, flag, queue_offset,
-            physical_offset, sys_flag, born_timestamp, born_ip, born_port, store_timestamp,
-            store_ip, store_port, reconsume_times, prepared_transaction_offset, body_len,
+        return pack_message(
+            sys_flag & _HOST_FLAGS, v2, queue_id, flag, queue_offset, physical_offset, sys_flag,
+            born_timestamp, born_ip, born_port, store_timestamp, store_ip, store_port,
+            reconsume_times, prepared_transaction_offset, body, topic_b, props_b,
         )
     except struct.error:
         _check_ranges(
@@ -658,8 +701,6 @@ def _encode(
             prepared_transaction_offset=(prepared_transaction_offset, LONG_MIN, LONG_MAX),
         )
         raise  # pragma: no cover - every packed field is checked above
-    topic_len = _U16.pack(len(topic_b)) if v2 else _U8.pack(len(topic_b))
-    return b"".join((head, body, topic_len, topic_b, _U16.pack(len(props_b)), props_b))
 
 
 def encode_message(
@@ -690,33 +731,61 @@ def encode_message(
     ``properties`` is dropped then (only the broker's CRC is kept); without ``prop_crc``
     the bytes are exactly those of earlier releases.
     """
+    return bytes(encode_message_buffer(
+        msg, queue_id=queue_id, queue_offset=queue_offset, store_timestamp=store_timestamp,
+        physical_offset=physical_offset, store_host=store_host, sys_flag=sys_flag, version=version,
+        prop_crc=prop_crc))
+
+
+def _properties_text(msg: Message, prop_crc: bool) -> str:
+    """The stored properties of ``msg`` (:meth:`Message.all_properties`, formatted; with
+    ``prop_crc`` any ``__CRC32#`` dropped and the placeholder appended)."""
+    props = msg.properties
+    tags = msg.tags
+    if (PROPERTY_KEYS not in props and PROPERTY_TAGS not in props and PROPERTY_CRC32 not in props
+            and (not tags or type(tags) is str)):
+        # KEYS and TAGS go after the other properties: format those, then append them
+        keys = _normalize_keys(msg.keys)  # (raises first, as all_properties does)
+        text = format_properties(props) if props else ""
+        joined = KEY_SEPARATOR.join(keys) if keys else ""
+        if ("\x01" not in joined and "\x02" not in joined
+                and (not tags or ("\x01" not in tags and "\x02" not in tags))):
+            if joined:
+                text = f"{text}KEYS\x01{joined}\x02"
+            if tags:
+                text = f"{text}TAGS\x01{tags}\x02"
+            return text + _CRC32_PLACEHOLDER_TEXT if prop_crc else text
     props = msg.all_properties()
     if not prop_crc:
-        props_text = format_properties(props)
-    else:
-        props.pop(PROPERTY_CRC32, None)
-        props_text = format_properties(props) + _CRC32_PLACEHOLDER_TEXT
-    data = _encode(
-        msg.topic,
-        msg.body,
-        props_text,
-        queue_id=queue_id,
-        flag=msg.flag,
-        queue_offset=queue_offset,
-        physical_offset=physical_offset,
-        sys_flag=msg.sys_flag if sys_flag is None else sys_flag,
-        born_timestamp=msg.born_timestamp,
-        born_host=msg.born_host,
-        store_timestamp=store_timestamp,
-        store_host=store_host,
-        reconsume_times=msg.reconsume_times,
-        prepared_transaction_offset=msg.prepared_transaction_offset,
-        version=version,
+        return format_properties(props)
+    props.pop(PROPERTY_CRC32, None)
+    return format_properties(props) + _CRC32_PLACEHOLDER_TEXT
+
+
+def encode_message_buffer(
+    msg: Message,
+    *,
+    queue_id: int,
+    queue_offset: int,
+    store_timestamp: int,
+    physical_offset: int = 0,
+    store_host: tuple[str, int] = DEFAULT_HOST,
+    sys_flag: int | None = None,
+    version: MessageVersion | int | None = None,
+    prop_crc: bool = False,
+) -> bytearray:
+    """:func:`encode_message` into a new ``bytearray`` (for a writer that patches fields in
+    place before it writes, like the local commit log): the same bytes, one copy less."""
+    data = _encode(  # (positional: this is the put path)
+        msg.topic, msg.body, _properties_text(msg, prop_crc), queue_id, msg.flag, queue_offset,
+        physical_offset, msg.sys_flag if sys_flag is None else sys_flag, msg.born_timestamp,
+        msg.born_host, store_timestamp, store_host, msg.reconsume_times,
+        msg.prepared_transaction_offset, version,
     )
-    if not prop_crc:
-        return data
-    crc = zlib.crc32(memoryview(data)[:-CRC32_RESERVED_LEN]) & 0x7FFFFFFF
-    return b"".join((data[:-11], prop_crc_digits(crc), b"\x02"))
+    if prop_crc:
+        crc = zlib.crc32(memoryview(data)[:-CRC32_RESERVED_LEN]) & 0x7FFFFFFF
+        data[-11:-1] = prop_crc_digits(crc)
+    return data
 
 
 def encode_message_ext(m: MessageExt, *, version: MessageVersion | int | None = None) -> bytes:
@@ -725,7 +794,7 @@ def encode_message_ext(m: MessageExt, *, version: MessageVersion | int | None = 
     ``version`` defaults to ``m.version``. ``decode_message(encode_message_ext(m))``
     equals ``m`` apart from ``body_crc``/``store_size``, which are recomputed.
     """
-    return _encode(
+    return bytes(_encode(
         m.topic,
         m.body,
         format_properties(m.properties),
@@ -741,7 +810,7 @@ def encode_message_ext(m: MessageExt, *, version: MessageVersion | int | None = 
         reconsume_times=m.reconsume_times,
         prepared_transaction_offset=m.prepared_transaction_offset,
         version=m.version if version is None else version,
-    )
+    ))
 
 
 # -- validation and decoding ---------------------------------------------------------
@@ -1034,7 +1103,8 @@ __all__ = [
     "MAX_V1_TOPIC_BYTES", "MAX_V2_TOPIC_BYTES", "MAX_PROPERTIES_BYTES", "MAX_TOTAL_SIZE",
     "MessageVersion", "Host", "DEFAULT_HOST", "Message", "MessageExt", "MessageSpan", "lazy_message_ext",
     "format_properties", "parse_properties", "offset_msg_id", "new_uniq_key",
-    "encode_message", "encode_message_ext", "decode_message", "validate_message",
+    "encode_message", "encode_message_buffer", "encode_message_ext", "pack_message",
+    "decode_message", "validate_message",
     "split_messages", "decode_messages",
     "peek_total_size", "peek_magic", "peek_body_crc", "peek_queue_id", "peek_flag",
     "peek_queue_offset", "peek_physical_offset", "peek_sys_flag", "peek_born_timestamp",

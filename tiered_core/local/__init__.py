@@ -11,6 +11,7 @@ from tiered_core.local.mapped_file import MappedFile, MappedFileQueue
 from tiered_core.local.store import (
     BoundaryType,
     DispatchListener,
+    QueueListener,
     DispatchRequest,
     FlushMode,
     LocalMessageStore,
@@ -25,6 +26,7 @@ __all__ = [
     "CommitLog",
     "ConsumeQueue",
     "DispatchListener",
+    "QueueListener",
     "DispatchRequest",
     "FlushMode",
     "IndexFile",

@@ -97,6 +97,7 @@ class CommitLog:
         self._flush_lock = threading.Lock()
         self._last_store_timestamp = 0
         self._closed = False
+        self._active: MappedFile | None = None  # the file appends go to (see append)
 
     # ---- offsets -------------------------------------------------------------------
     @property
@@ -152,7 +153,7 @@ class CommitLog:
         if total != size or magic not in _MESSAGE_MAGICS:
             raise IllegalParam("append needs one whole encoded message (its totalSize and magic "
                                f"do not match: totalSize {total}, {size} bytes given)", size=size)
-        if size > self.max_message_size:
+        if size > self.file_size - END_FILE_MIN_BLANK_LENGTH:
             raise IllegalParam(
                 f"message of {size} bytes does not fit a commit-log file of {self.file_size} bytes",
                 size=size, file_size=self.file_size,
@@ -163,11 +164,17 @@ class CommitLog:
         with self._lock:
             if self._closed:
                 raise SegmentClosed(f"commit log {self.directory!r} is closed", path=self.directory)
-            mf = self._files.last_for_append(0)
-            if size + END_FILE_MIN_BLANK_LENGTH > mf.remaining:
+            mf = self._active
+            if mf is None or mf.closed or mf.is_full():
+                # only appends add files, so the file appended to last stays the last one
+                # until it is full (or recovery or close drop it)
+                mf = self._active = self._files.last_for_append(0)
+            pos = mf.write_position
+            if size + END_FILE_MIN_BLANK_LENGTH > mf.capacity - pos:
                 self._end_file(mf)
-                mf = self._files.last_for_append(0)
-            offset = mf.end
+                mf = self._active = self._files.last_for_append(0)
+                pos = mf.write_position
+            offset = mf.start + pos
             _I64.pack_into(message, PHYSICAL_OFFSET_POS, offset)
             if prop_crc:
                 write_prop_crc(message, 0, size)
@@ -286,6 +293,27 @@ class CommitLog:
                 return
             pos += i
 
+    def read_chunk(self, offset: int, end: int) -> bytes | None:
+        """The stored bytes from ``offset`` up to ``end``, inside the file holding
+        ``offset``, at most :data:`SCAN_CHUNK` of them (the batch form of
+        :meth:`iter_records`: the caller splits them into records).
+
+        None when that file holds nothing more below ``end`` (the caller goes on at the
+        next file's start after a BLANK record, and stops at a file that is not full);
+        IllegalOffset when ``offset`` is not stored.
+        """
+        mf = self._files.find(offset)
+        if mf is None:
+            raise IllegalOffset(f"commit-log offset {offset} is not stored", offset=offset)
+        pos = offset - mf.start
+        stop = min(mf.end, end) - mf.start
+        if pos >= stop:
+            return None
+        try:
+            return mf.read(pos, min(SCAN_CHUNK, stop - pos))
+        except SegmentClosed:
+            raise IllegalOffset(f"commit-log offset {offset} was deleted", offset=offset) from None
+
     def iter_records(self, start: int, end: int | None = None, *,
                      verify_crc: bool = False, validate: bool = True) -> Iterator[Record]:
         """Every message record from ``start`` (a record boundary) up to ``end``
@@ -360,6 +388,7 @@ class CommitLog:
             if not full:
                 break
         self._files.truncate(good_end)
+        self._active = None
         cut = before - self._files.max_offset
         if cut:
             log.warning("commit log %s: recovery cut %d bytes at offset %d",

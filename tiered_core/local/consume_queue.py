@@ -103,6 +103,44 @@ class ConsumeQueue:
             self._dirty = True
             return True
 
+    def put_units(self, queue_offset: int, units: bytes | bytearray) -> int:
+        """Store a run of whole units (:func:`~tiered_core.codec.consume_queue.encode_cq_unit`
+        bytes, concatenated) for ``queue_offset``, ``queue_offset + 1``, ...; returns how
+        many were new.
+
+        The same as :meth:`put` for each unit in turn (units already stored are skipped,
+        a gap before the first is filled), in one write per file.
+        """
+        n = len(units) // CQ_UNIT_SIZE
+        if n * CQ_UNIT_SIZE != len(units) or queue_offset < 0:
+            raise IllegalParam(f"put_units needs whole units at an offset >= 0 ({len(units)} bytes at "
+                               f"{queue_offset})", queue_offset=queue_offset, length=len(units))
+        with self._lock:
+            expected = self.max_offset
+            if queue_offset + n <= expected:
+                return 0
+            view = memoryview(units)
+            if queue_offset < expected:
+                view = view[(expected - queue_offset) * CQ_UNIT_SIZE:]
+                queue_offset = expected
+            elif queue_offset > expected:
+                self._fill_gap(expected, queue_offset)
+            pos = queue_offset * CQ_UNIT_SIZE
+            done = 0
+            total = len(view)
+            while done < total:
+                mf = self._files.last_for_append(pos)
+                if mf.end != pos:  # pragma: no cover - guarded by _fill_gap
+                    raise IllegalOffset(f"consume queue {self.topic}/{self.queue_id}: unit "
+                                        f"{pos // CQ_UNIT_SIZE} would land at byte {mf.end}",
+                                        offset=pos // CQ_UNIT_SIZE)
+                k = min(total - done, mf.limit - pos)
+                mf.append(view[done:done + k])
+                done += k
+                pos += k
+            self._dirty = True
+            return total // CQ_UNIT_SIZE
+
     def _fill_gap(self, expected: int, queue_offset: int) -> None:
         empty = self._files.is_empty()
         if not empty:

@@ -209,6 +209,66 @@ class IndexFile:
             self._write_header()
             return True
 
+    def put_items(self, items: list[tuple[int, int, int]], start: int = 0) -> int:
+        """:meth:`put` of ``items[start:]`` (``(key_hash, phy_offset, store_timestamp)``
+        each) in turn, under one lock; stops when the file is full. Returns the index of
+        the first item not put (``len(items)`` when all were). Each item is written as
+        :meth:`put` writes it (item, slot, then header), so a kill at any point leaves
+        what a kill between two puts leaves."""
+        n = len(items)
+        with self._lock:
+            mm = self._mmap()
+            slots = self.hash_slots
+            items_base = self._items_base
+            max_items = self.max_items
+            item_pack = ITEM.pack_into
+            slot_pack = SLOT.pack_into
+            slot_unpack = SLOT.unpack_from
+            header_pack = HEADER.pack_into
+            # the header fields live in locals during the loop (the file's header is written
+            # for every item) and go back to the attributes when it ends, however it ends
+            count = self.index_count
+            slot_count = self.hash_slot_count
+            begin_ts, end_ts = self.begin_timestamp, self.end_timestamp
+            begin_phy, end_phy = self.begin_phy_offset, self.end_phy_offset
+            i = start
+            try:
+                while i < n and count < max_items:
+                    key_hash, phy_offset, store_timestamp = items[i]
+                    if not 0 <= key_hash <= INT_MAX:
+                        raise IllegalParam(f"key hash {key_hash} must be in 0..2^31-1", key_hash=key_hash)
+                    slot_pos = HEADER_SIZE + (key_hash % slots) * SLOT_SIZE
+                    prev = slot_unpack(mm, slot_pos)[0]
+                    if prev >= count:  # items written but never counted: step over them
+                        self.index_count = count
+                        prev = self._slot_head(mm, slot_pos)
+                    elif prev < INVALID_INDEX:
+                        prev = INVALID_INDEX
+                    if begin_ts <= 0:
+                        diff = 0
+                    else:
+                        diff = (store_timestamp - begin_ts) // 1000
+                        diff = 0 if diff < 0 else (diff if diff < INT_MAX else INT_MAX)
+                    item_pack(mm, items_base + count * ITEM_SIZE, key_hash, phy_offset, diff, prev)
+                    slot_pack(mm, slot_pos, count)
+                    if count <= 1:
+                        begin_phy = phy_offset
+                        begin_ts = store_timestamp
+                    slot_count += 1
+                    count += 1
+                    if phy_offset > end_phy:
+                        end_phy = phy_offset
+                    if store_timestamp > end_ts:
+                        end_ts = store_timestamp
+                    header_pack(mm, 0, begin_ts, end_ts, begin_phy, end_phy, slot_count, count)
+                    i += 1
+            finally:
+                self.index_count = count
+                self.hash_slot_count = slot_count
+                self.begin_timestamp, self.end_timestamp = begin_ts, end_ts
+                self.begin_phy_offset, self.end_phy_offset = begin_phy, end_phy
+            return i
+
     def is_time_matched(self, begin: int, end: int) -> bool:
         """The file's items may lie in ``[begin, end]`` (ms)."""
         if self.item_count <= 0:
@@ -347,6 +407,40 @@ class IndexService:
                 n += 1
             self._indexed_upto = phy_offset
             return n
+
+    def put_batch(self, entries: Iterable[tuple[str, list[str], int, int]]) -> int:
+        """:meth:`put_keys` of each ``(topic, keys, phy_offset, store_timestamp)`` in turn,
+        with the hashes computed first and the items written file by file
+        (:meth:`IndexFile.put_items`). Returns items written."""
+        with self._lock:
+            items: list[tuple[int, int, int]] = []
+            upto = self._indexed_upto
+            for topic, keys, phy_offset, store_timestamp in entries:
+                if phy_offset <= upto:
+                    continue
+                added = False
+                for key in keys:
+                    if key:
+                        items.append((index_key_hash(topic, key), phy_offset, store_timestamp))
+                        added = True
+                if added:
+                    upto = phy_offset
+            if not items:
+                return 0
+            i = 0
+            fresh = not self._files
+            f = self._files[-1] if self._files else self._new_file()
+            while True:
+                j = f.put_items(items, i)
+                if j >= len(items):
+                    break
+                if j == i and fresh:  # pragma: no cover - a fresh file always takes one
+                    raise StateConflict(f"fresh index file {f.path!r} refused a key", path=f.path)
+                f = self._new_file()
+                fresh = True
+                i = j
+            self._indexed_upto = upto
+            return len(items)
 
     def truncate_from(self, commitlog_offset: int) -> int:
         """Undo every item of a message at or after ``commitlog_offset`` (the store

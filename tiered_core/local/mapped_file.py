@@ -151,19 +151,21 @@ class MappedFile:
 
     def append(self, data: bytes | bytearray | memoryview) -> int:
         """Write ``data`` at the write position; returns the position it was written at."""
-        self._check_open()
+        if self._closing:
+            raise SegmentClosed(f"{self.path!r} is closed", path=self.path)
         n = len(data)
-        if n > self.remaining:
+        if n > self.capacity - self._write_pos:
             raise IllegalParam(
                 f"{n} bytes do not fit in {self.path!r} ({self.remaining} bytes left)",
                 path=self.path, length=n, remaining=self.remaining,
             )
         pos = self._write_pos
-        view = memoryview(data)
-        done = 0
         try:
-            while done < n:
-                done += os.pwrite(self._fd, view[done:], pos + done)
+            done = os.pwrite(self._fd, data, pos)
+            if done < n:  # a short write: go on from where it stopped
+                view = memoryview(data)
+                while done < n:
+                    done += os.pwrite(self._fd, view[done:], pos + done)
         except OSError as exc:
             # the write position did not move: the next append overwrites the partial bytes
             raise disk_error("write to", self.path, exc) from None

@@ -9,12 +9,15 @@ Directory layout under ``root``::
     lock                                     held (flock) while a process has the store open
 
 Write path: :meth:`LocalMessageStore.put_message` assigns the queue offset and the
-store timestamp, encodes the message and appends it to the CommitLog. The *reput*
-step (:meth:`LocalMessageStore.reput`, also run by a background thread) reads what
-was appended since the last reput, in commit-log order, adds each message's unit to
-its ConsumeQueue, its keys to the index, and hands a :class:`DispatchRequest` to
-every registered listener (the tiered dispatcher). Reads go through the consume
-queues.
+store timestamp, encodes the message and appends it to the CommitLog (one ``pwrite``;
+it does not wake the reput thread unless that thread is idle). The *reput* step
+(:meth:`LocalMessageStore.reput`, also run by a background thread) reads what was
+appended since the last reput, in commit-log order, a chunk at a time: it scans the
+records for the few fields it needs (no full decode), adds the units to their
+ConsumeQueues (one write per queue run) and the keys to the index (one batch), then
+tells queue listeners of queues new to them (the tiered dispatcher) and hands a
+:class:`DispatchRequest` per message to dispatch listeners, if any. Reads go through
+the consume queues.
 
 Durability: with ``flush_mode=ASYNC`` (default) a background thread fsyncs the
 commit log every ``flush_interval_ms`` (consume queues, index and checkpoint every
@@ -49,13 +52,22 @@ from tiered_core.codec.hashing import tags_hash_code
 from tiered_core.codec.keys import message_index_keys
 from tiered_core.codec._impl import decode_message, encode_message, peek_store_timestamp, validate_message
 from tiered_core.codec.message import (
+    BORNHOST_V6_FLAG,
+    KEY_SEPARATOR,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     QUEUE_OFFSET_POS,
+    SYS_FLAG_POS,
     Message,
     MessageExt,
+    encode_message_buffer,
     store_timestamp_position,
 )
+from tiered_core.codec.message import encode_message as _pure_encode_message
 from tiered_core.codec.naming import validate_topic
+from tiered_core.codec.reput_scan import SCAN_OTHER, find_property, index_keys_of, scan_reput_records
 from tiered_core.errors import (
     ConfigError,
     CorruptData,
@@ -74,6 +86,16 @@ from tiered_core.configdef import HOUR_MS, KEYS
 log = logging.getLogger(__name__)
 
 _I64 = struct.Struct(">q")
+_CQ_UNIT = struct.Struct(">qiq")  # a consume-queue unit (codec.consume_queue)
+#: The compiled core's encoder is in use (else the pure one, as a bytearray).
+_COMPILED_ENCODE = encode_message is not _pure_encode_message
+_STORE_TS_POS = store_timestamp_position(0)
+_STORE_TS_V6_POS = store_timestamp_position(BORNHOST_V6_FLAG)
+_TAGS_AT = PROPERTY_TAGS + NAME_VALUE_SEPARATOR
+_KEYS_AT = PROPERTY_KEYS + NAME_VALUE_SEPARATOR
+_UNIQ_AT = PROPERTY_UNIQ_KEY + NAME_VALUE_SEPARATOR
+#: Pause of the background reput after a pass that found messages (lets a batch gather).
+_REPUT_GATHER_S = 0.001
 #: Default largest message (RocketMQ's maxMessageSize is 4 MiB; larger ones are common here).
 DEFAULT_MAX_MESSAGE_SIZE = 16 << 20
 #: Units one read_messages call looks at, at most (bounds a filtered read).
@@ -109,7 +131,7 @@ class LocalStoreConfig:
     flush_mode: FlushMode = KEYS.local_flush.field(lambda mode: FlushMode(mode.upper()))
     flush_interval_ms: int = 500  # flushIntervalCommitLog
     flush_consume_queue_interval_ms: int = 1000  # flushIntervalConsumeQueue (also index, checkpoint)
-    reput_interval_ms: int = 10  # background reput poll (it also wakes on every put)
+    reput_interval_ms: int = 10  # background reput poll (a put wakes an idle reput thread)
     background_services: bool = True  # run the reput and flush threads
     file_reserved_time_ms: int = KEYS.local_retention_hours.field(lambda hours: hours * HOUR_MS)
     max_message_size: int | None = None  # largest encoded message; None: min(16 MiB, file size - 8)
@@ -193,6 +215,8 @@ class DispatchRequest:
 
 
 DispatchListener = Callable[[DispatchRequest], None]
+#: Called with ``(topic, queue_id)`` (see :meth:`LocalMessageStore.add_queue_listener`).
+QueueListener = Callable[[str, int], None]
 
 
 class LocalGroup(NamedTuple):
@@ -277,6 +301,8 @@ class LocalMessageStore:
         self._retention_lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self._listeners: list[DispatchListener] = []
+        self._queue_listeners: list[tuple[QueueListener, set[tuple[str, int]]]] = []
+        self._topic_names: dict[bytes, str] = {}
         self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
         self._queue_offsets: dict[tuple[str, int], int] = {}
         self._last_store_ts = 0
@@ -286,6 +312,7 @@ class LocalMessageStore:
         self._reput_error: TieredStoreError | None = None
         self._stop = threading.Event()
         self._reput_wakeup = threading.Event()
+        self._reput_idle = False  # the reput thread waits for a put to wake it
         self._threads: list[threading.Thread] = []
 
         try:
@@ -410,19 +437,29 @@ class LocalMessageStore:
         self._threads.append(t)
 
     def _reput_loop(self) -> None:
+        """Reput passes: after a pass that found messages, a short pause lets the next batch
+        gather (puts do not wake a busy thread); after an empty pass the thread is idle and
+        the next put wakes it (or the poll interval ends)."""
         interval = self.config.reput_interval_ms / 1000
+        gather = min(interval, _REPUT_GATHER_S)
         while not self._stop.is_set():
-            self._reput_wakeup.wait(interval)
-            self._reput_wakeup.clear()
-            if self._stop.is_set():
-                break
             try:
-                self.reput()
+                found = self.reput()
             except SegmentClosed:
                 break
             except Exception:  # noqa: BLE001 - the loop must survive; reput logs details
                 log.exception("local store %s: reput failed", self.root)
                 self._stop.wait(0.1)
+                continue
+            if found:
+                self._stop.wait(gather)
+                continue
+            self._reput_wakeup.clear()
+            self._reput_idle = True
+            # a put that came after the pass but before the flag was set did not wake us
+            if self._commit_log.max_offset <= self._reput_offset or self._reput_error is not None:
+                self._reput_wakeup.wait(interval)
+            self._reput_idle = False
 
     def _flush_loop(self) -> None:
         interval = self.config.flush_interval_ms / 1000
@@ -465,25 +502,37 @@ class LocalMessageStore:
                                topic=topic, message_topic=message.topic)
         # Encode outside the lock (CRC of the body); queue offset, store time and
         # physical offset are patched in under it (and then the property CRC, if enabled).
-        prop_crc = self.config.append_prop_crc
-        data = bytearray(encode_message(message, queue_id=queue_id, queue_offset=0, store_timestamp=0,
-                                        store_host=self.config.store_host, prop_crc=prop_crc))
-        if len(data) > self.config.max_message_size:
+        config = self.config
+        prop_crc = config.append_prop_crc
+        if _COMPILED_ENCODE:
+            data = bytearray(encode_message(message, queue_id=queue_id, queue_offset=0, store_timestamp=0,
+                                            store_host=config.store_host, prop_crc=prop_crc))
+        else:  # the pure-Python encoder writes the bytearray itself (one copy less)
+            data = encode_message_buffer(message, queue_id=queue_id, queue_offset=0, store_timestamp=0,
+                                         store_host=config.store_host, prop_crc=prop_crc)
+        if len(data) > config.max_message_size:
             raise IllegalParam(f"message to {topic!r} is {len(data)} bytes encoded; at most "
-                               f"{self.config.max_message_size} are accepted", topic=topic, size=len(data))
-        ts_pos = store_timestamp_position(struct.unpack_from(">i", data, 36)[0])
+                               f"{config.max_message_size} are accepted", topic=topic, size=len(data))
+        # storeTimestamp follows the born host: 56, or 68 for IPv6 (sysFlag's low byte is at 39)
+        ts_pos = _STORE_TS_V6_POS if data[SYS_FLAG_POS + 3] & BORNHOST_V6_FLAG else _STORE_TS_POS
         key = (topic, queue_id)
         with self._put_lock:
-            self._check_open()
+            if self._closed:
+                raise SegmentClosed(f"local store {self.root!r} is closed", path=self.root)
             queue_offset = self._queue_offsets.get(key, 0)
-            ts = max(int(self._clock()), self._last_store_ts)
+            ts = int(self._clock())
+            if ts < self._last_store_ts:
+                ts = self._last_store_ts
             _I64.pack_into(data, QUEUE_OFFSET_POS, queue_offset)
             _I64.pack_into(data, ts_pos, ts)
             res = self._commit_log.append(data, ts, prop_crc=prop_crc)
             self._queue_offsets[key] = queue_offset + 1
             self._last_store_ts = ts
-        self._reput_wakeup.set()
-        if self.config.flush_mode is FlushMode.SYNC:
+        if self._reput_idle:
+            # the reput thread waits for work: wake it (a busy one finds this message itself)
+            self._reput_idle = False
+            self._reput_wakeup.set()
+        if config.flush_mode is FlushMode.SYNC:
             self._commit_log.flush_to(res.commitlog_offset + res.size)
         return LocalPutResult(queue_offset, res.commitlog_offset, ts)
 
@@ -503,6 +552,27 @@ class LocalMessageStore:
         with self._reput_lock:
             self._listeners.remove(listener)
 
+    def add_queue_listener(self, listener: QueueListener) -> None:
+        """Call ``listener(topic, queue_id)`` once for each queue the reput dispatches a
+        message to from now on (the first time it does), on the reput thread, after that
+        message's unit and keys are stored.
+
+        The cheap way to learn of new queues: it is called once per queue, not per
+        message (a per-message :meth:`add_dispatch_listener` makes the reput build a
+        :class:`DispatchRequest` for every message). Queues that exist already are in
+        :meth:`list_queues`. A listener must be quick; exceptions are logged and ignored.
+        """
+        with self._reput_lock:
+            self._queue_listeners.append((listener, set()))
+
+    def remove_queue_listener(self, listener: QueueListener) -> None:
+        with self._reput_lock:
+            for i, (fn, _told) in enumerate(self._queue_listeners):
+                if fn == listener:
+                    del self._queue_listeners[i]
+                    return
+            raise ValueError(f"{listener!r} is not a queue listener")
+
     @property
     def reput_offset(self) -> int:
         """Commit-log offset up to which messages are in consume queues and the index."""
@@ -513,27 +583,163 @@ class LocalMessageStore:
 
         On a corrupt record the reput stops before it, logs, keeps the error in
         :attr:`reput_error` and tries again next time.
+
+        Records are taken a commit-log chunk at a time (:meth:`CommitLog.read_chunk`),
+        scanned for the few fields a dispatch needs (:func:`~tiered_core.codec.reput_scan.
+        scan_reput_records`), their consume-queue units written once per queue and their
+        keys indexed in one batch; anything the scan does not accept (a BLANK record, a
+        record larger than a chunk, a bad one) takes the per-record path, which raises the
+        error a bad record always raised.
         """
         with self._reput_lock:
             if self._closed:
                 raise SegmentClosed(f"local store {self.root!r} is closed", path=self.root)
             end = self._commit_log.max_offset
-            count = 0
+            count = [0]
             try:
-                for rec in self._commit_log.iter_records(self._reput_offset, end, validate=False):
-                    # decoding checks every length of the record (the CRC was checked
-                    # by recovery for old bytes and is computed by us for new ones)
-                    msg = decode_message(rec.data, verify_crc=False, base_offset=rec.offset)
-                    self._dispatch(msg, rec.offset, len(rec.data))
-                    self._reput_offset = rec.offset + len(rec.data)
-                    count += 1
+                self._reput_to(end, count)
                 self._reput_offset = max(self._reput_offset, end)
                 self._reput_error = None
             except CorruptData as exc:
                 if self._reput_error is None or str(self._reput_error) != str(exc):
                     log.error("local store %s: reput stopped at %d: %s", self.root, self._reput_offset, exc)
                 self._reput_error = exc
-            return count
+            return count[0]
+
+    def _reput_to(self, end: int, count: list[int]) -> None:
+        read_chunk = self._commit_log.read_chunk
+        while self._reput_offset < end:
+            base = self._reput_offset
+            data = read_chunk(base, end)
+            if data is None:
+                if not self._reput_one(end, count):  # past a BLANK record, or the end
+                    return
+                continue
+            records, stop, status, _value = scan_reput_records(data, 0, len(data))
+            done = self._dispatch_records(records, base, count) if records else 0
+            if done < len(records) or stop == 0 or status == SCAN_OTHER:
+                # the record at the reput offset needs the per-record path
+                if not self._reput_one(end, count):
+                    return
+
+    def _reput_one(self, end: int, count: list[int]) -> bool:
+        """Dispatch the next record the per-record way; False when there is none."""
+        records = self._commit_log.iter_records(self._reput_offset, end, validate=False)
+        try:
+            for rec in records:
+                # decoding checks every length of the record (the CRC was checked
+                # by recovery for old bytes and is computed by us for new ones)
+                msg = decode_message(rec.data, verify_crc=False, base_offset=rec.offset)
+                self._dispatch(msg, rec.offset, len(rec.data))
+                self._reput_offset = rec.offset + len(rec.data)
+                count[0] += 1
+                return True
+            return False
+        finally:
+            records.close()
+
+    def _topic_of(self, raw: bytes) -> str | None:
+        """The topic named by a record's topic bytes, if valid (cached); None otherwise."""
+        try:
+            topic = raw.decode("utf-8")
+            if topic not in self._valid_topics:
+                validate_topic(topic)
+                self._valid_topics.add(topic)
+        except (UnicodeDecodeError, IllegalParam):
+            return None
+        self._topic_names[raw] = topic
+        return topic
+
+    def _dispatch_records(self, records: list[tuple], base: int, count: list[int]) -> int:
+        """Dispatch scanned records (offsets relative to ``base``) in one batch: their
+        units (one write per queue run), their keys (one index batch), then the
+        listeners. Returns how many were dispatched; it stops before a record whose
+        topic or properties do not decode (the per-record path names the problem)."""
+        topic_names = self._topic_names
+        runs: list[list] = []  # [cq key, first queue offset, next queue offset, units]
+        open_runs: dict[tuple[str, int], list] = {}
+        index_entries: list[tuple[str, list[str], int, int]] | None = [] if self._index is not None else None
+        requests: list[DispatchRequest] | None = [] if self._listeners else None
+        opening = self._opening
+        pack_unit = _CQ_UNIT.pack
+        done = 0
+        reput_end = base
+        try:
+            for pos, size, queue_id, queue_offset, store_ts, topic_raw, props_raw, sys_flag, born_ts in records:
+                topic = topic_names.get(topic_raw)
+                if topic is None:
+                    topic = self._topic_of(topic_raw)
+                    if topic is None:
+                        break
+                try:
+                    text = props_raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    break
+                offset = base + pos
+                # (a property can only be found where its name and separator are)
+                tags = find_property(text, PROPERTY_TAGS) if _TAGS_AT in text else None
+                keys_text = find_property(text, PROPERTY_KEYS) if _KEYS_AT in text else None
+                uniq = find_property(text, PROPERTY_UNIQ_KEY) if _UNIQ_AT in text else None
+                tags_code = tags_hash_code(tags)
+                unit = pack_unit(offset, size, tags_code)
+                key = (topic, queue_id)
+                run = open_runs.get(key)
+                if run is not None and run[2] == queue_offset:
+                    run[2] = queue_offset + 1
+                    run[3] += unit
+                else:
+                    run = [key, queue_offset, queue_offset + 1, bytearray(unit)]
+                    runs.append(run)
+                    open_runs[key] = run
+                if index_entries is not None and (uniq or keys_text):
+                    keys = index_keys_of(uniq, keys_text)
+                    if keys:
+                        index_entries.append((topic, keys, offset, store_ts))
+                if opening and store_ts > self._last_store_ts:
+                    self._last_store_ts = store_ts  # (puts keep it up to date afterwards)
+                if requests is not None:
+                    requests.append(DispatchRequest(
+                        topic=topic, queue_id=queue_id, queue_offset=queue_offset, commitlog_offset=offset,
+                        size=size, store_timestamp=store_ts, tags_code=tags_code,
+                        keys=tuple(k for k in keys_text.split(KEY_SEPARATOR) if k) if keys_text else (),
+                        uniq_key=uniq, tags=tags, born_timestamp=born_ts, sys_flag=sys_flag))
+                done += 1
+                reput_end = offset + size
+        finally:
+            # units first, then keys (as one message at a time did); the reput offset moves
+            # only once both are written, so a crash replays the batch (both are idempotent)
+            for key, first, _next, units in runs:
+                self._consume_queue(key[0], key[1], create=True).put_units(first, units)
+            if index_entries:
+                self._index.put_batch(index_entries)
+            self._reput_offset = reput_end
+            count[0] += done
+        if self._queue_listeners:
+            self._announce_queues([run[0] for run in runs])
+        if requests:
+            self._notify(requests)
+        return done
+
+    def _notify(self, requests: list[DispatchRequest]) -> None:
+        for req in requests:
+            for listener in list(self._listeners):
+                try:
+                    listener(req)
+                except Exception:  # noqa: BLE001 - a listener must not stop the reput
+                    log.exception("dispatch listener %r failed on %s/%d@%d", listener, req.topic,
+                                  req.queue_id, req.queue_offset)
+
+    def _announce_queues(self, keys: list[tuple[str, int]]) -> None:
+        """Call each queue listener once for every queue it has not been told of yet."""
+        for listener, told in list(self._queue_listeners):
+            for key in keys:
+                if key in told:
+                    continue
+                told.add(key)
+                try:
+                    listener(key[0], key[1])
+                except Exception:  # noqa: BLE001 - a listener must not stop the reput
+                    log.exception("queue listener %r failed on %s/%d", listener, key[0], key[1])
 
     @property
     def reput_error(self) -> TieredStoreError | None:
@@ -580,12 +786,9 @@ class LocalMessageStore:
                 self._index.put_keys(msg.topic, keys, offset, msg.store_timestamp)
         if self._opening and msg.store_timestamp > self._last_store_ts:
             self._last_store_ts = msg.store_timestamp  # (puts keep it up to date afterwards)
-        for listener in list(self._listeners):
-            try:
-                listener(req)
-            except Exception:  # noqa: BLE001 - a listener must not stop the reput
-                log.exception("dispatch listener %r failed on %s/%d@%d", listener, req.topic,
-                              req.queue_id, req.queue_offset)
+        if self._queue_listeners:
+            self._announce_queues([(msg.topic, msg.queue_id)])
+        self._notify([req])
 
     # ----------------------------------------------------------------- flush ----
     def flush(self) -> int:
@@ -963,6 +1166,7 @@ __all__ = [
     "LocalReadResult",
     "DispatchRequest",
     "DispatchListener",
+    "QueueListener",
     "FlushMode",
     "BoundaryType",
 ]

@@ -21,7 +21,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from tiered_core.access.paths import check_store_path
 from tiered_core.cli.exit_codes import exit_code_for
-from tiered_core.errors import ConfigError, ErrorCode, NotFound, TieredStoreError
+from tiered_core.errors import ErrorCode, NotFound, TieredStoreError
 
 if TYPE_CHECKING:
     from tiered_core.access.store import TieredMessageStore

@@ -20,7 +20,6 @@ import struct
 from typing import Union
 
 from tiered_core.codec.message import (
-    BLANK_MAGIC,
     BORNHOST_V6_FLAG,
     MAGIC_V1,
     MAGIC_V2,

@@ -33,7 +33,7 @@ import os
 import struct
 import threading
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Iterable, NamedTuple, Sequence
+from typing import BinaryIO, Callable, Iterable, Sequence
 
 from tiered_core.codec.hashing import index_key_hash
 from tiered_core.codec.index_batch import link_items

@@ -148,7 +148,7 @@ def test_prop_crc_is_written_like_rocketmq():
     # MessageDecoder.createCrc32: '0' + crc % 10, crc /= 10, ten times (least significant first).
     assert prop_crc_digits(12345) == b"5432100000"
     assert prop_crc_digits(0x7FFFFFFF) == b"7463847412"  # 2147483647 reversed
-    raw = encode_message(Message(topic="t", body=b"abc", keys=["k"]), queue_id=1, queue_offset=2,
+    raw = encode_message(Message(topic="t", body=b"abc", keys=["k"], born_timestamp=5), queue_id=1, queue_offset=2,
                          store_timestamp=3, physical_offset=4, prop_crc=True)
     assert raw[-CRC32_RESERVED_LEN:-11] == b"__CRC32#\x01" and raw[-1:] == b"\x02"
     crc = zlib.crc32(raw[:-CRC32_RESERVED_LEN]) & 0x7FFFFFFF
@@ -157,10 +157,11 @@ def test_prop_crc_is_written_like_rocketmq():
     # The decoder sees an ordinary last property (what a Java reader sees).
     assert list(decode_message(raw).properties) == ["KEYS", "__CRC32#"]
     # Without prop_crc the bytes are exactly as before; a producer's own __CRC32# is replaced.
-    plain = encode_message(Message(topic="t", body=b"abc", keys=["k"]), queue_id=1, queue_offset=2,
+    plain = encode_message(Message(topic="t", body=b"abc", keys=["k"], born_timestamp=5), queue_id=1, queue_offset=2,
                            store_timestamp=3, physical_offset=4)
     assert len(plain) == len(raw) - CRC32_RESERVED_LEN and stored_prop_crc(plain, 0, len(plain)) is None
-    forged = encode_message(Message(topic="t", body=b"abc", keys=["k"], properties={"__CRC32#": "1"}),
+    # (born_timestamp pinned: the default is the clock, which may tick between two encodes)
+    forged = encode_message(Message(topic="t", body=b"abc", keys=["k"], born_timestamp=5, properties={"__CRC32#": "1"}),
                             queue_id=1, queue_offset=2, store_timestamp=3, physical_offset=4, prop_crc=True)
     assert forged == raw
 

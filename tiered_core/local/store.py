@@ -230,10 +230,6 @@ class LocalGroup(NamedTuple):
     positions: list[int]
 
 
-#: Bytes of other messages a group read takes in between two of its own rather than
-#: issuing another read (a read costs about what copying this much does).
-_GROUP_READ_GAP = 32 << 10
-
 
 class _Checkpoint(NamedTuple):
     commitlog_flushed: int
@@ -856,12 +852,11 @@ class LocalMessageStore:
                    max_bytes: int | None = None) -> "LocalGroup":
         """A group of a queue's messages for the dispatcher: their consume-queue units, read
         once, and their commit-log bytes: one read-only map of the span they lie in (one
-        hold/release), or, for a group across commit-log files, one pread per run of nearby
-        messages -- never one read per message.
+        hold/release) -- never one read per message.
 
         Reads the units of ``offset .. offset+count-1`` and takes them from the first while
-        each is valid (not a gap), durable (below :meth:`commit_point`) and, after the first,
-        keeps the total size within ``max_bytes``. The bytes are NOT validated: the caller
+        each is valid (not a gap), durable (below :meth:`commit_point`), in the first one's
+        commit-log file and, after the first, keeps the total size within ``max_bytes``. The bytes are NOT validated: the caller
         validates each message (:func:`~tiered_core.codec.dispatch_batch.build_group`).
         IllegalOffset when a taken message is no longer stored.
         """
@@ -879,34 +874,17 @@ class LocalMessageStore:
             taken += 1
         if not taken:
             return LocalGroup(units, 0, b"", [])
+        # The group ends where the first message's commit-log file does (a message never
+        # crosses files): one read-only map of the span, nothing copied until read. Other
+        # queues' messages between ours are mapped, never read.
         file_size = self._commit_log.file_size
-        first, last = units[0].commitlog_offset, units[taken - 1].commitlog_offset + units[taken - 1].size
-        if first // file_size == (last - 1) // file_size:
-            # One file (the usual case): one map of the span, nothing copied until read.
-            view, at = self._commit_log.map_range(first, last - first)
-            return LocalGroup(units, taken, view, [at + u.commitlog_offset - first for u in units[:taken]])
-        pieces: list[bytes] = []
-        positions: list[int] = []
-        base = 0  # where the current run's bytes start in the joined buffer
-        i = 0
-        while i < taken:
-            start = units[i].commitlog_offset
-            end = start + units[i].size
-            j = i + 1
-            file_end = start - start % file_size + file_size
-            while j < taken:  # extend the run while the next message is near, in the same file
-                nxt = units[j]
-                if nxt.commitlog_offset < end or nxt.commitlog_offset - end > _GROUP_READ_GAP \
-                        or nxt.commitlog_offset + nxt.size > file_end:
-                    break
-                end = nxt.commitlog_offset + nxt.size
-                j += 1
-            pieces.append(self._commit_log.read(start, end - start))
-            positions.extend(base + u.commitlog_offset - start for u in units[i:j])
-            base += end - start
-            i = j
-        buf = pieces[0] if len(pieces) == 1 else b"".join(pieces)
-        return LocalGroup(units, taken, buf, positions)
+        first = units[0].commitlog_offset
+        file_end = first - first % file_size + file_size
+        while units[taken - 1].commitlog_offset + units[taken - 1].size > file_end:
+            taken -= 1
+        last = units[taken - 1].commitlog_offset + units[taken - 1].size
+        view, at = self._commit_log.map_range(first, last - first)
+        return LocalGroup(units, taken, view, [at + u.commitlog_offset - first for u in units[:taken]])
 
     def get_message_bytes(self, commitlog_offset: int, size: int | None = None, *,
                           verify: bool = True) -> bytes:

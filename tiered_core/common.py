@@ -73,6 +73,15 @@ def fsync_dir(path: str) -> None:
 
 
 
+def unlink_if_exists(path: str) -> bool:
+    """Delete the file ``path``; False when it was already gone (other OSErrors propagate)."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def offset_by_time(lo: int, hi: int, timestamp: int, boundary: BoundaryType,
                    store_time: Callable[[int], int]) -> int:
     """The one time -> offset search (local and tiered queues): a bisect over the store

@@ -38,7 +38,7 @@ from typing import BinaryIO, Callable, Iterable, Sequence
 from tiered_core.codec.hashing import index_key_hash
 from tiered_core.codec.index_batch import link_items
 from tiered_core.errors import CorruptData, DriverError, IllegalParam, TieredStoreError
-from tiered_core.common import INT_MAX, INT_MIN, LONG_MAX, AppendResult
+from tiered_core.common import INT_MAX, INT_MIN, LONG_MAX, AppendResult, unlink_if_exists
 from tiered_core.codec.tiered_index import (
     BEGIN_MAGIC,
     BEGIN_TIMESTAMP_POSITION,
@@ -637,9 +637,7 @@ class IndexStoreFile:
         """Close and delete the file."""
         self.close()
         try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+            unlink_if_exists(self.path)
         except OSError as exc:
             raise _os_error(exc, "delete", self.path) from exc
 

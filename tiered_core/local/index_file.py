@@ -34,7 +34,7 @@ from tiered_core.codec.local_index import (
     parse_index_file_name,
 )
 from tiered_core.errors import IllegalParam, SegmentClosed, StateConflict
-from tiered_core.common import INT_MAX, fsync_dir
+from tiered_core.common import INT_MAX, fsync_dir, unlink_if_exists
 
 log = logging.getLogger(__name__)
 
@@ -321,10 +321,7 @@ class IndexFile:
 
     def destroy(self) -> None:
         self.close()
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+        unlink_if_exists(self.path)
 
     def __repr__(self) -> str:
         return f"IndexFile({self.name}, items={self.item_count}, phy={self.begin_phy_offset}..{self.end_phy_offset})"

@@ -218,6 +218,26 @@ _EXT_FIELDS = (
 _UNSET: object = object()  # a lazy field not decoded yet
 
 
+def _lazy(slot: str, compute: Callable[["MessageExt"], object]) -> property:
+    """A field kept in ``slot``: ``compute(message)`` on first read (while the slot holds
+    ``_UNSET``), then the stored value; assignable."""
+    def get(self: "MessageExt") -> object:
+        value = getattr(self, slot)
+        if value is _UNSET:
+            value = compute(self)
+            setattr(self, slot, value)
+        return value
+
+    def set_(self: "MessageExt", value: object) -> None:
+        setattr(self, slot, value)
+
+    return property(get, set_)
+
+
+def _split_keys(text: str | None) -> list[str]:
+    return [k for k in text.split(KEY_SEPARATOR) if k] if text else []
+
+
 class MessageExt:
     """A stored message as decoded from its bytes.
 
@@ -283,65 +303,13 @@ class MessageExt:
         self._raw = None
         self._layout = None
 
-    # -- the lazy fields -------------------------------------------------------------------
+    # -- the lazy fields (decoded from the raw bytes on first access) ----------------------
 
-    @property
-    def properties(self) -> dict[str, str]:
-        value = self._properties
-        if value is _UNSET:
-            value = self._properties = _lazy_properties(self._raw, self._layout)
-        return value  # type: ignore[return-value]
-
-    @properties.setter
-    def properties(self, value: dict[str, str]) -> None:
-        self._properties = value
-
-    @property
-    def keys(self) -> list[str]:
-        value = self._keys
-        if value is _UNSET:
-            text = self.properties.get(PROPERTY_KEYS)
-            value = self._keys = [k for k in text.split(KEY_SEPARATOR) if k] if text else []
-        return value  # type: ignore[return-value]
-
-    @keys.setter
-    def keys(self, value: list[str]) -> None:
-        self._keys = value
-
-    @property
-    def tags(self) -> str | None:
-        value = self._tags
-        if value is _UNSET:
-            value = self._tags = self.properties.get(PROPERTY_TAGS)
-        return value  # type: ignore[return-value]
-
-    @tags.setter
-    def tags(self, value: str | None) -> None:
-        self._tags = value
-
-    @property
-    def born_host(self) -> Host:
-        value = self._born_host
-        if value is _UNSET:
-            layout = self._layout
-            value = self._born_host = _host(layout[9], layout[10])
-        return value  # type: ignore[return-value]
-
-    @born_host.setter
-    def born_host(self, value: Host) -> None:
-        self._born_host = value
-
-    @property
-    def store_host(self) -> Host:
-        value = self._store_host
-        if value is _UNSET:
-            layout = self._layout
-            value = self._store_host = _host(layout[12], layout[13])
-        return value  # type: ignore[return-value]
-
-    @store_host.setter
-    def store_host(self, value: Host) -> None:
-        self._store_host = value
+    properties = _lazy("_properties", lambda m: _lazy_properties(m._raw, m._layout))
+    keys = _lazy("_keys", lambda m: _split_keys(m.properties.get(PROPERTY_KEYS)))
+    tags = _lazy("_tags", lambda m: m.properties.get(PROPERTY_TAGS))
+    born_host = _lazy("_born_host", lambda m: _host(m._layout[9], m._layout[10]))
+    store_host = _lazy("_store_host", lambda m: _host(m._layout[12], m._layout[13]))
 
     # -- value semantics ---------------------------------------------------------------------
 

@@ -1,0 +1,10 @@
+"""Static topics (seed 002, RIP-21): logic queues over physical queues on several brokers.
+
+A static topic has a fixed number of logic queues; each is a stack of physical queues in
+time (generations), each generation on one broker. The shared tiered backend keeps old
+generations readable after their broker was remapped away, drained or removed.
+"""
+
+from tiered_core.static_topic.mapping import LogicQueueMappingItem, TopicQueueMappingDetail
+
+__all__ = ["LogicQueueMappingItem", "TopicQueueMappingDetail"]

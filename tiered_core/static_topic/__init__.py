@@ -5,6 +5,10 @@ time (generations), each generation on one broker. The shared tiered backend kee
 generations readable after their broker was remapped away, drained or removed.
 """
 
+from tiered_core.static_topic.cluster import Cluster, Violation, load_cluster_configs
 from tiered_core.static_topic.mapping import LogicQueueMappingItem, TopicQueueMappingDetail
+from tiered_core.static_topic.reader import ReadOnlyDriver, TieredBrokerReader
+from tiered_core.static_topic.store import TopicQueueMappingStore
 
-__all__ = ["LogicQueueMappingItem", "TopicQueueMappingDetail"]
+__all__ = ["Cluster", "Violation", "load_cluster_configs", "LogicQueueMappingItem", "TopicQueueMappingDetail",
+           "ReadOnlyDriver", "TieredBrokerReader", "TopicQueueMappingStore"]

@@ -152,7 +152,8 @@ def check_items(topic: str, queue: int, items: list[LogicQueueMappingItem], *, b
     """Check one logic queue's items: not empty; strictly increasing ``gen``; increasing
     ``logicOffset`` (an item starts where the previous one ends, or later, when both are
     known); no physical queue (``bname``, ``queueId``) used twice; ``logicOffset`` -1 and
-    ``endOffset`` -1 only on the newest item. Raises :class:`MappingError` naming the field."""
+    ``endOffset`` -1 only on the newest item (and on the one before it while the newest is
+    undecided, mid-remap). Raises :class:`MappingError` naming the field."""
     kw = dict(topic=topic, queue=queue, broker=broker)
     if not items:
         raise _err("a hosted logic queue needs at least one item", field_name="hostedQueues", **kw)
@@ -163,7 +164,10 @@ def check_items(topic: str, queue: int, items: list[LogicQueueMappingItem], *, b
         if not last and not item.decided:
             raise _err(f"-1 (undecided) is allowed only on the newest item, found on gen {item.gen}",
                        field_name="logicOffset", **kw)
-        if not last and not item.closed:
+        # the one exception: during a remap the old leader's end is unknown until the new
+        # leader's logicOffset is decided (seed: write new leader, fence old, then decide)
+        remap_pending = i == len(items) - 2 and not items[-1].decided
+        if not last and not item.closed and not remap_pending:
             raise _err(f"gen {item.gen} is not the newest item but has no endOffset (-1)",
                        field_name="endOffset", **kw)
         key = (item.bname, item.queueId)

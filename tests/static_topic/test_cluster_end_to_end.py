@@ -1,0 +1,95 @@
+"""The core static-topic scenario on the POSIX driver with three brokers (issue 12).
+
+Create 8 logic queues on brokers a and b; put messages; remap to b and c; put more;
+dispatch; close broker a and delete its whole store_path; then every acknowledged message
+reads back from logic offset 0 of its logic queue exactly once, in put order, with
+contiguous logic offsets -- the generation on the gone broker served from the tier only.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from tiered_core import Message
+from tiered_core.access.results import GetMessageStatus
+from tiered_core.static_topic import Cluster
+
+TOPIC = "orders"
+QUEUES = 8
+
+
+def put_batch(cluster, start, count, acked):
+    for i in range(start, start + count):
+        q = i % QUEUES
+        r = cluster.put_message(Message(topic=TOPIC, body=b"m-%d" % i, keys=[f"k-{i}"]), q)
+        assert r.ok
+        acked[q].append((r.queue_offset, b"m-%d" % i))
+
+
+def read_all(cluster, q, max_count=97):
+    out, offset = [], 0
+    for _ in range(10_000):
+        res = cluster.get_message("g", TOPIC, q, offset, max_count)
+        if res.status in (GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.OFFSET_OVERFLOW_BADLY):
+            return out, res
+        assert res.status is GetMessageStatus.FOUND, (q, offset, res.status)
+        assert res.next_begin_offset > offset
+        out.extend(res.messages)
+        offset = res.next_begin_offset
+    raise AssertionError("read did not end")
+
+
+def test_create_remap_drop_broker_reads_every_message_once(configs):
+    acked = {q: [] for q in range(QUEUES)}
+    cluster = Cluster.open(configs)
+    try:
+        status = cluster.create_static_topic(TOPIC, QUEUES, ["a", "b"])
+        assert [q["leader"]["bname"] for q in status["queues"]] == ["a", "b"] * 4
+        assert cluster.verify() == []
+        put_batch(cluster, 0, 2400, acked)
+        cluster.dispatch(force=True)
+        status = cluster.remap_static_topic(TOPIC, ["b", "c"])
+        assert {q["leader"]["bname"] for q in status["queues"]} == {"b", "c"}
+        assert cluster.verify() == []
+        put_batch(cluster, 2400, 1600, acked)
+        cluster.dispatch(force=True)
+        a_path = configs[0].store_path
+        cluster.close_broker("a")
+        shutil.rmtree(a_path)
+        assert not os.path.exists(a_path)
+
+        total = 0
+        for q in range(QUEUES):
+            # acknowledged logic offsets were contiguous from 0 at put time
+            assert [o for o, _ in acked[q]] == list(range(len(acked[q])))
+            got, end = read_all(cluster, q)
+            assert [m.queue_offset for m in got] == list(range(len(acked[q])))
+            assert [m.body for m in got] == [b for _, b in acked[q]]
+            assert {m.queue_id for m in got} == {q}
+            assert end.max_offset == len(acked[q]) == cluster.get_max_offset_in_queue(TOPIC, q)
+            assert cluster.get_min_offset_in_queue(TOPIC, q) == 0
+            total += len(got)
+        assert total == 4000
+        # queues whose first generation lived on a: read from the tier without broker a
+        status = cluster.static_topic_status(TOPIC)
+        on_a = [q for q in status["queues"] if q["items"][0]["bname"] == "a"]
+        assert on_a and all(len(q["items"]) == 2 for q in on_a)
+        assert not any(os.path.exists(os.path.join(c.store_path, "..", "a")) for c in configs[1:])
+    finally:
+        cluster.close()
+
+
+def test_reopened_cluster_keeps_mappings_and_offsets(configs):
+    acked = {q: [] for q in range(QUEUES)}
+    with Cluster.open(configs) as cluster:
+        cluster.create_static_topic(TOPIC, QUEUES, ["a", "b"])
+        put_batch(cluster, 0, 160, acked)
+        cluster.remap_static_topic(TOPIC, ["b", "c"])
+        put_batch(cluster, 160, 160, acked)
+        cluster.dispatch(force=True)
+    with Cluster.open(configs) as cluster:
+        assert cluster.verify() == []
+        for q in range(QUEUES):
+            got, _ = read_all(cluster, q, max_count=7)
+            assert [(m.queue_offset, m.body) for m in got] == acked[q]

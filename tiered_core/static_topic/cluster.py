@@ -233,7 +233,9 @@ class Cluster:
 
     def _next_queue_id(self, topic: str, broker: str) -> int:
         """A physical queue id of ``broker`` never used by ``topic`` (no physical queue reuse)."""
-        used = {qid for t, qid in self._open_store(broker).local.list_queues() if t == topic}
+        store = self._open_store(broker)
+        store.local.reput()
+        used = {qid for t, qid in store.local.list_queues() if t == topic}
         for d in self._details(topic).values():
             used |= {i.queueId for items in d.hostedQueues.values() for i in items if i.bname == broker}
         return max(used) + 1 if used else 0
@@ -295,6 +297,7 @@ class Cluster:
                 queues = dict(view.queues)
             else:
                 for name, store in self.stores.items():
+                    store.local.reput()  # puts not yet in a consume queue count too
                     if any(t == topic for t, _ in store.local.list_queues()) or any(
                             f.topic == topic for f in store.flat_files.files()):
                         raise StateConflict(f"{topic!r} is already a normal topic with data on broker {name!r}; "

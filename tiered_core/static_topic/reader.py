@@ -75,10 +75,11 @@ class TieredBrokerReader:
     """
 
     def __init__(self, config: StoreConfig, broker: str) -> None:
-        self.config = config
+        # the flat layer builds segment paths from the config's broker: it must be the read one
+        self.config = config if config.broker == broker else config.replace(broker=broker)
         self.broker = broker
         self._lock = threading.Lock()
-        self.driver = ReadOnlyDriver(config.open_driver(), broker)
+        self.driver = ReadOnlyDriver(self.config.open_driver(), broker)
         self.metadata: SqliteMetadataStore | None = None
         self._tmp = tempfile.mkdtemp(prefix=f"tiered-ro-{broker}-")
         self._generation = 0

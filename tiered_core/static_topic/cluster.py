@@ -42,14 +42,15 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from tiered_core.access.results import GetMessageResult, GetMessageStatus, PutMessageResult
+from tiered_core.access.results import GetMessageResult, GetMessageStatus, PutMessageResult, QueryMessageResult
 from tiered_core.access.store import TieredMessageStore
 from tiered_core.codec.message import Message, MessageExt
 from tiered_core.codec.naming import validate_topic
-from tiered_core.common import now_ms
+from tiered_core.common import LONG_MAX, BoundaryType, now_ms
 from tiered_core.config import StoreConfig
 from tiered_core.errors import ConfigError, Fenced, IllegalParam, MappingError, StateConflict, TieredStoreError
 from tiered_core.static_topic.mapping import LogicQueueMappingItem, TopicQueueMappingDetail
+from tiered_core.static_topic.offsets import ConsumerOffsetStore
 from tiered_core.static_topic.reader import TieredBrokerReader
 from tiered_core.static_topic.store import TopicQueueMappingStore
 
@@ -135,11 +136,13 @@ class Cluster:
         self.configs: dict[str, StoreConfig] = {c.broker: c for c in configs}
         self.stores: dict[str, TieredMessageStore] = {}
         self.mappings: dict[str, TopicQueueMappingStore] = {}
+        self.offsets: dict[str, ConsumerOffsetStore] = {}
         self._readers: dict[str, TieredBrokerReader] = {}
         self._lock = threading.RLock()
         try:
             for c in configs:
                 self.mappings[c.broker] = TopicQueueMappingStore(c.store_path, c.broker)
+                self.offsets[c.broker] = ConsumerOffsetStore(c.store_path)
                 self.stores[c.broker] = TieredMessageStore.open(c, background=background)
         except BaseException:
             self.close()
@@ -178,6 +181,7 @@ class Cluster:
         with self._lock:
             store = self.stores.pop(name, None)
             self.mappings.pop(name, None)
+            self.offsets.pop(name, None)
         if store is not None:
             store.close()
 
@@ -599,6 +603,92 @@ class Cluster:
             _, items = self._items(topic, queue_id)
             readable = [i for i in items if i.decided]
             return self._logic_end(topic, readable[-1])
+
+
+    # -- time and key lookups -----------------------------------------------------------------
+
+    def _phys_by_time(self, topic: str, item: LogicQueueMappingItem, timestamp: int,
+                      boundary: BoundaryType) -> int:
+        store = self.stores.get(item.bname)
+        if store is not None:
+            return store.get_offset_in_queue_by_time(topic, item.queueId, timestamp, boundary)
+        return self._reader(item.bname).fetcher.get_offset_in_queue_by_time(topic, item.queueId, timestamp, boundary)
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int,
+                                    boundary: BoundaryType = BoundaryType.LOWER) -> int:
+        """The logic offset of the first (LOWER) or last (UPPER) message stored at ``timestamp``,
+        or of the first message after it (LOWER) -- segmented by generation: items whose
+        ``timeOfEnd`` is before ``timestamp`` (LOWER) or whose ``timeOfStart`` is after it
+        (UPPER) are skipped without a read. Past every message: the max offset."""
+        with self._lock:
+            _, items = self._items(topic, queue_id)
+            readable = [i for i in items if i.decided]
+            order = readable if boundary is BoundaryType.LOWER else list(reversed(readable))
+            for item in order:
+                if boundary is BoundaryType.LOWER and 0 <= item.timeOfEnd < timestamp:
+                    continue
+                if boundary is BoundaryType.UPPER and item.timeOfStart > timestamp and item is not readable[0]:
+                    continue
+                start = item.to_physical(max(item.logicOffset, self.get_min_offset_in_queue(topic, queue_id)))
+                end = item.endOffset if item.closed else max(self._phys_max(topic, item), item.startOffset)
+                if end <= start:
+                    continue
+                phys = min(max(self._phys_by_time(topic, item, timestamp, boundary), start), end)
+                if phys < end:
+                    return item.to_logic(phys)
+            return self._logic_end(topic, readable[-1])
+
+    def query_message(self, topic: str, key: str, max_count: int = 32, begin: int = 0,
+                      end: int | None = None) -> QueryMessageResult:
+        """Messages of ``topic`` with ``key`` in ``[begin, end]`` from every open broker holding
+        a generation of the topic; each carries its logic queue id and logic offset."""
+        validate_topic(topic)
+        end = LONG_MAX if end is None else end
+        with self._lock:
+            view = self._view(topic)
+            by_phys = {(i.bname, i.queueId): (q, i) for q, items in view.queues.items() for i in items if i.decided}
+        found: list[MessageExt] = []
+        for broker in sorted({b for b, _ in by_phys}):
+            store = self.stores.get(broker)
+            if store is None:
+                continue  # TODO(issue 12): a read-only tiered index view of a gone broker
+            for m in store.query_message(topic, key, max_count, begin, end).messages:
+                hit = by_phys.get((broker, m.queue_id))
+                if hit is None:
+                    continue
+                q, item = hit
+                if m.queue_offset < item.startOffset or (item.closed and m.queue_offset >= item.endOffset):
+                    continue
+                m = copy.copy(m)
+                m.queue_offset, m.queue_id = item.to_logic(m.queue_offset), q
+                found.append(m)
+        found.sort(key=lambda m: (m.store_timestamp, m.queue_id, m.queue_offset))
+        return QueryMessageResult(found[:max_count])
+
+    # -- consumer offsets ---------------------------------------------------------------------
+
+    def commit_consumer_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Store ``group``'s logic ``offset`` of logic queue ``queue_id`` on the queue's leader."""
+        if offset < 0:
+            raise IllegalParam(f"offset must be >= 0, got {offset}", offset=offset, topic=topic, queue=queue_id)
+        with self._lock:
+            _, items = self._items(topic, queue_id)
+            leader = items[-1].bname
+            self._open_store(leader)
+            self.offsets[leader].commit(group, topic, queue_id, offset)
+
+    def query_consumer_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """``group``'s committed logic offset: the leader's, else the previous leader's (the
+        seed's double-read-check); -1 when neither has one."""
+        with self._lock:
+            _, items = self._items(topic, queue_id)
+            for broker in dict.fromkeys(i.bname for i in reversed(items[-2:])):
+                store = self.offsets.get(broker)
+                if store is not None:
+                    value = store.query(group, topic, queue_id)
+                    if value >= 0:
+                        return value
+            return -1
 
 
 def load_cluster_configs(path: str | os.PathLike) -> list[StoreConfig]:

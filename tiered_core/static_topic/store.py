@@ -131,13 +131,19 @@ class TopicQueueMappingStore:
     def _persist(self) -> None:
         self.data_version = {**self.data_version, "counter": self.data_version.get("counter", 0) + 1,
                              "timestamp": now_ms()}
-        data = json.dumps(self.document(), indent=1, sort_keys=True).encode("utf-8")
-        directory = os.path.dirname(self.path)
-        os.makedirs(directory, exist_ok=True)
-        tmp = self.path + ".tmp"
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
-        fsync_dir(directory)
+        write_json_atomically(self.path, self.document())
+
+
+def write_json_atomically(path: str, doc: dict) -> None:
+    """Write ``doc`` as JSON to ``path`` so that a crash leaves the old or the new file:
+    temp file + fsync + rename + directory fsync."""
+    data = json.dumps(doc, indent=1, sort_keys=True).encode("utf-8")
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fsync_dir(directory)

@@ -262,6 +262,7 @@ class Cluster:
     def _phys_max(self, topic: str, item: LogicQueueMappingItem) -> int:
         store = self.stores.get(item.bname)
         if store is not None:
+            store.local.reput()  # every acknowledged put is readable (cheap when caught up)
             return store.get_max_offset_in_queue(topic, item.queueId)
         return self._reader(item.bname).max_offset(topic, item.queueId)
 

@@ -14,7 +14,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from conftest import broker_configs  # noqa: E402
+from static_topic_helpers import broker_configs  # noqa: E402
 
 from tiered_core.static_topic import Cluster  # noqa: E402
 from tiered_core.static_topic import store as mapping_store  # noqa: E402

@@ -12,6 +12,10 @@ import os
 import shutil
 import threading
 
+import pytest
+from static_topic_helpers import broker_configs
+from store_workload import backend_options
+
 from tiered_core import Message
 from tiered_core.access.results import GetMessageStatus
 from tiered_core.static_topic import Cluster
@@ -41,7 +45,9 @@ def read_all(cluster, q, max_count=97):
     raise AssertionError("read did not end")
 
 
-def test_create_remap_drop_broker_reads_every_message_once(configs):
+@pytest.mark.parametrize("driver", ["posix", "gcs"])
+def test_create_remap_drop_broker_reads_every_message_once(request, tmp_path, driver):
+    configs = broker_configs(tmp_path, driver=driver, options=backend_options(request, driver, tmp_path))
     acked = {q: [] for q in range(QUEUES)}
     cluster = Cluster.open(configs)
     try:

@@ -20,7 +20,7 @@ from tiered_core import Message
 from tiered_core.access.results import GetMessageStatus
 from tiered_core.static_topic import Cluster
 
-from conftest import broker_configs  # type: ignore[import-not-found]
+from static_topic_helpers import broker_configs
 
 CHILD = Path(__file__).with_name("crash_admin_child.py")
 TOPIC = "orders"

@@ -89,6 +89,16 @@ def test_create_remap_drop_broker_reads_every_message_once(request, tmp_path, dr
         on_a = [q for q in status["queues"] if q["items"][0]["bname"] == "a"]
         assert on_a and all(len(q["items"]) == 2 for q in on_a)
         assert "a" in cluster._readers and "a" not in cluster.stores  # served by the read-only tier view
+        # key and time lookups find messages of every generation, the gone broker's too
+        q0_first = [b for _, b in acked[0]]
+        for i in (0, 8, 11_992, 12_000, 19_992):  # logic queue 0: gen 0 on a (gone), gen 1 on b or c
+            got = cluster.query_message(TOPIC, f"k-{i}").messages
+            assert [(m.queue_id, m.body) for m in got] == [(0, b"m-%d" % i)], i
+            assert got[0].queue_offset == q0_first.index(b"m-%d" % i)
+        msgs, _ = read_all(cluster, 0, max_count=500)
+        for m in (msgs[1], msgs[len(msgs) // 2], msgs[-1]):
+            off = cluster.get_offset_in_queue_by_time(TOPIC, 0, m.store_timestamp)
+            assert msgs[off].store_timestamp == m.store_timestamp and off <= m.queue_offset
         assert not any(os.path.exists(os.path.join(c.store_path, "..", "a")) for c in configs[1:])
     finally:
         cluster.close()

@@ -175,13 +175,25 @@ class Cluster:
             raise StateConflict(f"broker {name!r} is closed", broker=name)
         return store
 
-    def close_broker(self, name: str) -> None:
-        """Close one broker (its store and mapping); reads of its generations then go to the tier."""
+    def close_broker(self, name: str, *, drain: bool = True) -> None:
+        """Close one broker (its store and mapping); reads of its generations then go to the tier.
+
+        ``drain`` (default) first tiers everything the broker holds: a forced dispatch, then
+        its open key-index file is sealed and uploaded, so its messages stay findable by key
+        once its ``store_path`` is gone."""
         self._check_broker(name)
         with self._lock:
-            store = self.stores.pop(name, None)
+            store = self.stores.get(name)
+            if store is not None and drain:
+                store.dispatch(force=True)
+                store.index.roll_file()
+                store.index.compact_and_upload()
+            self.stores.pop(name, None)
             self.mappings.pop(name, None)
             self.offsets.pop(name, None)
+            reader = self._readers.pop(name, None)
+        if reader is not None:
+            reader.close()
         if store is not None:
             store.close()
 
@@ -641,8 +653,9 @@ class Cluster:
 
     def query_message(self, topic: str, key: str, max_count: int = 32, begin: int = 0,
                       end: int | None = None) -> QueryMessageResult:
-        """Messages of ``topic`` with ``key`` in ``[begin, end]`` from every open broker holding
-        a generation of the topic; each carries its logic queue id and logic offset."""
+        """Messages of ``topic`` with ``key`` in ``[begin, end]`` from every broker holding a
+        generation of the topic (a closed one through its uploaded key index in the tier);
+        each carries its logic queue id and logic offset."""
         validate_topic(topic)
         end = LONG_MAX if end is None else end
         with self._lock:
@@ -651,9 +664,9 @@ class Cluster:
         found: list[MessageExt] = []
         for broker in sorted({b for b, _ in by_phys}):
             store = self.stores.get(broker)
-            if store is None:
-                continue  # TODO(issue 12): a read-only tiered index view of a gone broker
-            for m in store.query_message(topic, key, max_count, begin, end).messages:
+            hits = (store.query_message(topic, key, max_count, begin, end).messages if store is not None
+                    else self._reader(broker).query_message(topic, key, max_count, begin, end))
+            for m in hits:
                 hit = by_phys.get((broker, m.queue_id))
                 if hit is None:
                     continue

@@ -27,9 +27,13 @@ import threading
 
 from tiered_core.access.fetcher import MessageFilter, MessageStoreFetcher
 from tiered_core.access.results import GetMessageResult
+from tiered_core.codec.consume_queue import decode_cq_unit
+from tiered_core.codec.message import MessageExt
 from tiered_core.config import StoreConfig
-from tiered_core.errors import StateConflict
+from tiered_core.errors import StateConflict, TieredStoreError
+from tiered_core.flat.batch import check_batch
 from tiered_core.flat.file_store import FlatFileStore
+from tiered_core.index.service import IndexStoreService
 from tiered_core.metadata.sqlite import SqliteMetadataStore
 from tiered_core.ops.rebuild import rebuild_metadata
 from tiered_core.spi.driver import SegmentDriver
@@ -81,6 +85,7 @@ class TieredBrokerReader:
         self._lock = threading.Lock()
         self.driver = ReadOnlyDriver(self.config.open_driver(), broker)
         self.metadata: SqliteMetadataStore | None = None
+        self.index: IndexStoreService | None = None
         self._tmp = tempfile.mkdtemp(prefix=f"tiered-ro-{broker}-")
         self._generation = 0
         try:
@@ -102,6 +107,15 @@ class TieredBrokerReader:
                             len(flat_files.failures), flat_files.failures)
             self.metadata, self.flat_files = metadata, flat_files
             self.fetcher = MessageStoreFetcher(flat_files, None, verify_prop_crc=self.config.verify_prop_crc)
+            old_index, self.index = self.index, None
+            if old_index is not None:
+                old_index.shutdown()
+            try:  # uploaded (sealed) index files only; its local directory is private and empty
+                local = os.path.join(self._tmp, f"index-{self._generation}")
+                self.index = IndexStoreService.from_store_config(self.config.replace(store_path=local), self.driver,
+                                                                 metadata)
+            except TieredStoreError as exc:
+                log.warning("read-only view of %s: key index unavailable (%s)", self.broker, exc)
             if old is not None:
                 old.close()
 
@@ -120,7 +134,45 @@ class TieredBrokerReader:
         flat = self.flat_files.get(topic, queue_id)
         return flat.consume_queue_commit_offset() if flat is not None and flat.initialized else 0
 
+    def query_message(self, topic: str, key: str, max_count: int, begin: int, end: int) -> list[MessageExt]:
+        """Messages of ``topic`` with ``key`` stored in ``[begin, end]``, found through the broker's
+        uploaded key index; each hit is validated and must be the copy its consume-queue unit
+        points at (as :meth:`TieredMessageStore.query_message` checks tiered hits)."""
+        meta = self.metadata.get_topic(topic) if self.metadata is not None else None
+        if self.index is None or meta is None:
+            return []
+        out: list[MessageExt] = []
+        seen: set[tuple[int, int]] = set()
+        for entry in self.index.query(topic, key, max_count * 2, begin - 999, end, topic_id=meta.topic_id):
+            flat = self.flat_files.get(topic, entry.queue_id)
+            if flat is None:
+                continue
+            try:
+                raw = flat.get_commit_log(entry.offset, entry.size)
+                checked = check_batch([(entry.offset, entry.size, 0)], raw, entry.offset, topic=topic,
+                                      queue_id=entry.queue_id, queue_offset=None, prop_crc=self.fetcher.prop_crc,
+                                      check_tags=False)
+                if checked.error is not None:
+                    raise checked.error
+                msg = checked.message(0)
+                if not ((key in msg.keys or msg.uniq_key == key) and begin <= msg.store_timestamp <= end
+                        and (msg.queue_id, msg.queue_offset) not in seen
+                        and flat.consume_queue_min_offset() <= msg.queue_offset < flat.consume_queue_commit_offset()):
+                    continue
+                unit = decode_cq_unit(flat.get_consume_queue(msg.queue_offset), 0)
+            except TieredStoreError:
+                continue
+            if (unit.commitlog_offset, unit.size) != (entry.offset, entry.size):
+                continue
+            seen.add((msg.queue_id, msg.queue_offset))
+            out.append(msg)
+            if len(out) >= max_count:
+                break
+        return out
+
     def close(self) -> None:
+        if self.index is not None:
+            self.index.shutdown()
         if self.metadata is not None:
             self.metadata.close()
         self.driver.close()

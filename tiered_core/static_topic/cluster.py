@@ -33,7 +33,6 @@ move, so puts interleave with a remap of many queues).
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 import os
@@ -138,6 +137,7 @@ class Cluster:
         self.mappings: dict[str, TopicQueueMappingStore] = {}
         self.offsets: dict[str, ConsumerOffsetStore] = {}
         self._readers: dict[str, TieredBrokerReader] = {}
+        self._views: dict[str, tuple[tuple, TopicView]] = {}
         self._lock = threading.RLock()
         try:
             for c in configs:
@@ -221,7 +221,18 @@ class Cluster:
         return {b: d for b, m in self.mappings.items() if (d := m.get(topic)) is not None}
 
     def _view(self, topic: str, details: dict[str, TopicQueueMappingDetail] | None = None) -> TopicView:
-        details = self._details(topic) if details is None else details
+        if details is None:
+            # cached per topic until any open broker's mapping file changes (its dataVersion)
+            key = tuple((b, m.data_version.get("counter", 0)) for b, m in self.mappings.items())
+            hit = self._views.get(topic)
+            if hit is not None and hit[0] == key:
+                return hit[1]
+            view = self._merge_view(topic, self._details(topic))
+            self._views[topic] = (key, view)
+            return view
+        return self._merge_view(topic, details)
+
+    def _merge_view(self, topic: str, details: dict[str, TopicQueueMappingDetail]) -> TopicView:
         if not details:
             raise MappingError(f"{topic!r} is not a static topic on any open broker", topic=topic, queue=None,
                                field="topic", broker=None)
@@ -517,14 +528,14 @@ class Cluster:
         store = self._open_store(broker)
         topic = message.topic
         with self._lock:
-            detail = self.mappings[broker].get(topic)
-            if detail is None:
+            found = self.mappings[broker].leader(topic, queue_id)
+            if found is None:
                 raise MappingError(f"broker {broker!r} has no mapping of static topic {topic!r}", topic=topic,
                                    queue=queue_id, field="topicQueueMappingInfoMap", broker=broker)
-            if not 0 <= queue_id < detail.totalQueues:
+            total, leader = found
+            if not 0 <= queue_id < total:
                 raise IllegalParam(f"static topic {topic!r}: logic queue id {queue_id} is outside "
-                                   f"[0, {detail.totalQueues})", topic=topic, queue=queue_id, field="queue_id")
-            leader = detail.leader(queue_id)
+                                   f"[0, {total})", topic=topic, queue=queue_id, field="queue_id")
             if leader is None or leader.bname != broker:
                 now = f"now led by {leader.bname!r}" if leader is not None else "not hosted here"
                 raise Fenced(f"static topic {topic!r} logic queue {queue_id}: broker {broker!r} is fenced "
@@ -578,14 +589,15 @@ class Cluster:
                                         if nxt_item is not None else hi, min_offset=lo, max_offset=hi)
             count = min(max_count, end - offset)
         res = self._read_physical(group, topic, item, item.to_physical(offset), count)
-        messages: list[MessageExt] = []
-        for m in res.messages:
-            if item.closed and m.queue_offset >= item.endOffset:
-                break
-            m = copy.copy(m)  # never change what a cache may hold
-            m.queue_offset = item.to_logic(m.queue_offset)
+        messages: list[MessageExt] = res.messages
+        if item.closed and messages and messages[-1].queue_offset >= item.endOffset:
+            messages = [m for m in messages if m.queue_offset < item.endOffset]
+        # the stores build fresh MessageExt objects on every read (the read-ahead cache keeps
+        # bytes, not objects), so rewriting them in place changes nothing anyone else holds
+        delta = item.logicOffset - item.startOffset
+        for m in messages:
+            m.queue_offset += delta
             m.queue_id = queue_id
-            messages.append(m)
         if messages:
             nxt = messages[-1].queue_offset + 1
             if nxt >= end and nxt_item is not None:
@@ -673,7 +685,6 @@ class Cluster:
                 q, item = hit
                 if m.queue_offset < item.startOffset or (item.closed and m.queue_offset >= item.endOffset):
                     continue
-                m = copy.copy(m)
                 m.queue_offset, m.queue_id = item.to_logic(m.queue_offset), q
                 found.append(m)
         found.sort(key=lambda m: (m.store_timestamp, m.queue_id, m.queue_offset))

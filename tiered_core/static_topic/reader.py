@@ -25,6 +25,7 @@ import shutil
 import tempfile
 import threading
 
+from tiered_core.access.cache import ReadAheadCache
 from tiered_core.access.fetcher import MessageFilter, MessageStoreFetcher
 from tiered_core.access.results import GetMessageResult
 from tiered_core.codec.consume_queue import decode_cq_unit
@@ -86,6 +87,7 @@ class TieredBrokerReader:
         self.driver = ReadOnlyDriver(self.config.open_driver(), broker)
         self.metadata: SqliteMetadataStore | None = None
         self.index: IndexStoreService | None = None
+        self.cache: ReadAheadCache | None = None
         self._tmp = tempfile.mkdtemp(prefix=f"tiered-ro-{broker}-")
         self._generation = 0
         try:
@@ -106,7 +108,12 @@ class TieredBrokerReader:
                 log.warning("read-only view of %s: %d queue(s) not recoverable: %s", self.broker,
                             len(flat_files.failures), flat_files.failures)
             self.metadata, self.flat_files = metadata, flat_files
-            self.fetcher = MessageStoreFetcher(flat_files, None, verify_prop_crc=self.config.verify_prop_crc)
+            if self.cache is not None:
+                self.cache.close()
+            # the same read-ahead cache a broker's own store has (read_ahead_cache_bytes = 0: none)
+            self.cache = (ReadAheadCache(self.config.read_ahead_cache_bytes, self.config.read_ahead_cache_expire_ms)
+                          if self.config.read_ahead_cache_bytes > 0 else None)
+            self.fetcher = MessageStoreFetcher(flat_files, self.cache, verify_prop_crc=self.config.verify_prop_crc)
             old_index, self.index = self.index, None
             if old_index is not None:
                 old_index.shutdown()
@@ -171,6 +178,8 @@ class TieredBrokerReader:
         return out
 
     def close(self) -> None:
+        if self.cache is not None:
+            self.cache.close()
         if self.index is not None:
             self.index.shutdown()
         if self.metadata is not None:

@@ -24,7 +24,7 @@ import threading
 from tiered_core.common import fsync_dir, now_ms
 from tiered_core.errors import MappingError, MetadataError
 from tiered_core.metadata.json_store import parse_json
-from tiered_core.static_topic.mapping import TopicQueueMappingDetail
+from tiered_core.static_topic.mapping import LogicQueueMappingItem, TopicQueueMappingDetail
 
 FILE_NAME = "topicQueueMapping.json"
 
@@ -94,6 +94,13 @@ class TopicQueueMappingStore:
         with self._lock:
             detail = self._details.get(topic)
             return detail.copy() if detail is not None else None
+
+    def leader(self, topic: str, queue: int) -> tuple[int, "LogicQueueMappingItem | None"] | None:
+        """``(totalQueues, newest item of logic queue queue or None)`` without copying the
+        detail (the put path); None when this broker has no mapping of ``topic``."""
+        with self._lock:
+            detail = self._details.get(topic)
+            return None if detail is None else (detail.totalQueues, detail.leader(queue))
 
     def topics(self) -> list[str]:
         with self._lock:

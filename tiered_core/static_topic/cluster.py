@@ -33,10 +33,12 @@ move, so puts interleave with a remap of many queues).
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 import os
 import threading
+import time
 import tomllib
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
@@ -77,9 +79,20 @@ class TopicView:
     epochs: dict[str, int]
     queues: dict[int, list[LogicQueueMappingItem]]
 
+    def __post_init__(self) -> None:
+        self._readable: dict[int, tuple[list[LogicQueueMappingItem], list[int]]] = {}
+
     @property
     def epoch(self) -> int:
         return max(self.epochs.values())
+
+    def readable(self, queue: int) -> tuple[list[LogicQueueMappingItem], list[int]]:
+        """The decided items of ``queue`` (oldest first) and their logic start offsets (cached)."""
+        hit = self._readable.get(queue)
+        if hit is None:
+            items = [i for i in self.queues.get(queue, ()) if i.decided]
+            hit = self._readable[queue] = (items, [i.logicOffset for i in items])
+        return hit
 
 
 def _merge_items(topic: str, queue: int, lists: Iterable[tuple[str, list[LogicQueueMappingItem]]]
@@ -138,6 +151,7 @@ class Cluster:
         self.offsets: dict[str, ConsumerOffsetStore] = {}
         self._readers: dict[str, TieredBrokerReader] = {}
         self._views: dict[str, tuple[tuple, TopicView]] = {}
+        self._min_cache: dict[tuple[str, int, int], tuple[int, float]] = {}
         self._lock = threading.RLock()
         try:
             for c in configs:
@@ -282,18 +296,32 @@ class Cluster:
             return store.get_min_offset_in_queue(topic, item.queueId)
         return self._reader(item.bname).min_offset(topic, item.queueId)
 
-    def _phys_max(self, topic: str, item: LogicQueueMappingItem) -> int:
+    def _phys_max(self, topic: str, item: LogicQueueMappingItem, fresh: bool = True) -> int:
         store = self.stores.get(item.bname)
         if store is not None:
-            store.local.reput()  # every acknowledged put is readable (cheap when caught up)
+            if fresh:
+                store.local.reput()  # every acknowledged put is readable (cheap when caught up)
             return store.get_max_offset_in_queue(topic, item.queueId)
         return self._reader(item.bname).max_offset(topic, item.queueId)
 
-    def _logic_end(self, topic: str, item: LogicQueueMappingItem) -> int:
-        """The logic offset past the item's last message (decided items only)."""
+    def _min_offset(self, topic: str, queue: int, first: LogicQueueMappingItem, fresh: bool) -> int:
+        """The earliest item's min logic offset. ``fresh=False`` (a read past the earliest item,
+        which reports it only) may use a value up to a second old: the min only grows."""
+        key = (topic, queue, first.gen)
+        now = time.monotonic()
+        hit = self._min_cache.get(key)
+        if not fresh and hit is not None and now - hit[1] < 1.0:
+            return hit[0]
+        lo = max(first.logicOffset, first.to_logic(self._phys_min(topic, first)))
+        self._min_cache[key] = (lo, now)
+        return lo
+
+    def _logic_end(self, topic: str, item: LogicQueueMappingItem, fresh: bool = True) -> int:
+        """The logic offset past the item's last message (decided items only); ``fresh=False``
+        skips the reput (a read below the leader needs only a recent bound)."""
         if item.closed:
             return item.logic_end()
-        return item.to_logic(max(self._phys_max(topic, item), item.startOffset))
+        return item.to_logic(max(self._phys_max(topic, item, fresh), item.startOffset))
 
     # -- admin ------------------------------------------------------------------------------
 
@@ -569,10 +597,11 @@ class Cluster:
         if offset < 0:
             raise IllegalParam(f"offset must be >= 0, got {offset}", offset=offset, topic=topic, queue=queue_id)
         with self._lock:
-            _, items = self._items(topic, queue_id)
-            readable = [i for i in items if i.decided]
-            lo = max(readable[0].logicOffset, readable[0].to_logic(self._phys_min(topic, readable[0])))
-            hi = self._logic_end(topic, readable[-1])
+            view, _ = self._items(topic, queue_id)
+            readable, starts = view.readable(queue_id)
+            lo = self._min_offset(topic, queue_id, readable[0], fresh=len(starts) < 2 or offset < starts[1])
+            # reput (all acknowledged puts visible) only when the read may reach the leader
+            hi = self._logic_end(topic, readable[-1], fresh=offset >= starts[-1])
             if offset < lo:
                 return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, next_begin_offset=lo, min_offset=lo,
                                         max_offset=hi)
@@ -580,7 +609,7 @@ class Cluster:
                 status = (GetMessageStatus.OFFSET_OVERFLOW_ONE if offset == hi
                           else GetMessageStatus.OFFSET_OVERFLOW_BADLY)
                 return GetMessageResult(status, next_begin_offset=hi, min_offset=lo, max_offset=hi)
-            idx = max(i for i, it in enumerate(readable) if it.logicOffset <= offset)
+            idx = bisect.bisect_right(starts, offset) - 1
             item = readable[idx]
             nxt_item = readable[idx + 1] if idx + 1 < len(readable) else None
             end = self._logic_end(topic, item) if item.closed or nxt_item is not None else hi

@@ -152,6 +152,7 @@ class Cluster:
         self._readers: dict[str, TieredBrokerReader] = {}
         self._views: dict[str, tuple[tuple, TopicView]] = {}
         self._min_cache: dict[tuple[str, int, int], tuple[int, float]] = {}
+        self._max_cache: dict[tuple[str, int, int], tuple[int, float]] = {}
         self._lock = threading.RLock()
         try:
             for c in configs:
@@ -315,6 +316,18 @@ class Cluster:
         lo = max(first.logicOffset, first.to_logic(self._phys_min(topic, first)))
         self._min_cache[key] = (lo, now)
         return lo
+
+    def _max_offset(self, topic: str, queue: int, leader: LogicQueueMappingItem, fresh: bool) -> int:
+        """The newest decided item's logic end. ``fresh=False`` (a read below that item, which
+        reports it only) may use a value up to a second old: the max only grows."""
+        key = (topic, queue, leader.gen)
+        now = time.monotonic()
+        hit = self._max_cache.get(key)
+        if not fresh and hit is not None and now - hit[1] < 1.0:
+            return hit[0]
+        hi = self._logic_end(topic, leader, fresh)
+        self._max_cache[key] = (hi, now)
+        return hi
 
     def _logic_end(self, topic: str, item: LogicQueueMappingItem, fresh: bool = True) -> int:
         """The logic offset past the item's last message (decided items only); ``fresh=False``
@@ -601,7 +614,7 @@ class Cluster:
             readable, starts = view.readable(queue_id)
             lo = self._min_offset(topic, queue_id, readable[0], fresh=len(starts) < 2 or offset < starts[1])
             # reput (all acknowledged puts visible) only when the read may reach the leader
-            hi = self._logic_end(topic, readable[-1], fresh=offset >= starts[-1])
+            hi = self._max_offset(topic, queue_id, readable[-1], fresh=offset >= starts[-1])
             if offset < lo:
                 return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, next_begin_offset=lo, min_offset=lo,
                                         max_offset=hi)

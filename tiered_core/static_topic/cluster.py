@@ -407,6 +407,10 @@ class Cluster:
         already on a target broker with room stays), in the seed's high-availability order
         (see the module doc). The epoch grows by one. Re-running the same remap after a crash
         finishes it. Returns :meth:`static_topic_status`.
+
+        An old leader that is closed cannot be fenced in its own file; its item is then ended
+        at what the tier holds of its queue (messages it never dispatched are not mapped).
+        Consumer offsets are not moved (seed: double-read-check on query instead).
         """
         validate_topic(topic)
         brokers = self._check_targets(topic, brokers)

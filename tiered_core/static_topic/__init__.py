@@ -5,10 +5,16 @@ time (generations), each generation on one broker. The shared tiered backend kee
 generations readable after their broker was remapped away, drained or removed.
 """
 
-from tiered_core.static_topic.cluster import Cluster, Violation, load_cluster_configs
+from tiered_core.static_topic.cluster import (
+    Cluster,
+    Violation,
+    cluster_configs_from_text,
+    load_cluster_configs,
+    read_static_topic_items,
+)
 from tiered_core.static_topic.mapping import LogicQueueMappingItem, TopicQueueMappingDetail
 from tiered_core.static_topic.reader import ReadOnlyDriver, TieredBrokerReader
 from tiered_core.static_topic.store import TopicQueueMappingStore
 
-__all__ = ["Cluster", "Violation", "load_cluster_configs", "LogicQueueMappingItem", "TopicQueueMappingDetail",
+__all__ = ["Cluster", "Violation", "cluster_configs_from_text", "load_cluster_configs", "read_static_topic_items", "LogicQueueMappingItem", "TopicQueueMappingDetail",
            "ReadOnlyDriver", "TieredBrokerReader", "TopicQueueMappingStore"]

@@ -762,22 +762,56 @@ class Cluster:
             return -1
 
 
+def read_static_topic_items(configs: Sequence[StoreConfig], topic: str) -> tuple[int, dict[int, list[LogicQueueMappingItem]]]:
+    """``(totalQueues, logic queue -> items oldest first)`` of ``topic``, merged from the mapping
+    files of ``configs``' brokers, read only (no store is opened, nothing is claimed or written:
+    what a planner on another process needs). Brokers whose ``store_path`` is gone are skipped.
+    Raises :class:`MappingError` when no broker maps ``topic`` or they disagree."""
+    details = {}
+    for c in configs:
+        if not os.path.isdir(c.store_path):
+            continue
+        d = TopicQueueMappingStore(c.store_path, c.broker).get(topic)
+        if d is not None:
+            details[c.broker] = d
+    if not details:
+        raise MappingError(f"{topic!r} is not a static topic of any broker", topic=topic, queue=None,
+                           field="topic", broker=None)
+    totals = {d.totalQueues for d in details.values()}
+    if len(totals) > 1:
+        raise MappingError(f"static topic {topic!r}: brokers disagree on totalQueues", topic=topic, queue=None,
+                           field="totalQueues", broker=None)
+    queues = {q: _merge_items(topic, q, [(b, d.hostedQueues[q]) for b, d in details.items() if q in d.hostedQueues])
+              for q in sorted({q for d in details.values() for q in d.hostedQueues})}
+    return totals.pop(), queues
+
+
 def load_cluster_configs(path: str | os.PathLike) -> list[StoreConfig]:
     """The broker configs of a cluster TOML file (see :meth:`Cluster.load`)."""
     path = os.fspath(path)
     try:
         with open(path, "rb") as fh:
-            doc = tomllib.load(fh)
+            text = fh.read().decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"cluster file {path!r} does not exist", key="cluster", source=path) from None
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read cluster file {path!r}: {exc}", key="cluster", source=path) from None
+    return cluster_configs_from_text(text, os.path.dirname(os.path.abspath(path)), source=path)
+
+
+def cluster_configs_from_text(text: str, base_dir: str, *, source: str = "<cluster text>") -> list[StoreConfig]:
+    """The broker configs of a cluster TOML text (see :meth:`Cluster.load`); relative paths
+    resolve against ``base_dir``."""
+    path = source
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"cannot read cluster file {path!r}: {exc}", key="cluster", source=path) from None
     shared = doc.get("tiered", {})
     brokers = doc.get("broker")
     if not isinstance(shared, dict) or not isinstance(brokers, list) or not brokers:
         raise ConfigError(f"{path}: needs a [tiered] table and at least one [[broker]] table", key="broker",
                           source=path)
-    base_dir = os.path.dirname(os.path.abspath(path))
     out = []
     for i, table in enumerate(brokers):
         if not isinstance(table, dict) or "broker" not in table or "store_path" not in table:

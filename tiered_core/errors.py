@@ -37,6 +37,7 @@ class ErrorCode(str, enum.Enum):
     UNKNOWN_OBJECTS = "UNKNOWN_OBJECTS"  # the backend holds objects this store's metadata does not list
     PREFIX_OWNED = "PREFIX_OWNED"  # another store owns this tier prefix
     FENCED = "FENCED"  # this store lost its tier prefix to a take-over; it must stop writing
+    MAPPING = "MAPPING"  # a static topic's queue mapping is invalid, inconsistent or undecided
     UNKNOWN = "UNKNOWN"
 
 
@@ -206,6 +207,17 @@ class Fenced(TieredStoreError):
     code = ErrorCode.FENCED
 
 
+class MappingError(TieredStoreError, ValueError):
+    """A static topic's queue mapping (seed 002) is invalid, inconsistent across brokers, or
+    asked for what it cannot answer yet (an undecided ``logicOffset`` of -1).
+
+    The context names the ``topic``, the logic ``queue`` (when one is concerned) and the
+    ``field`` that is wrong, plus the broker whose mapping it is.
+    """
+
+    code = ErrorCode.MAPPING
+
+
 __all__ = [
     "ErrorCode",
     "TieredStoreError",
@@ -227,4 +239,5 @@ __all__ = [
     "UnknownObjects",
     "PrefixOwned",
     "Fenced",
+    "MappingError",
 ]

@@ -32,6 +32,7 @@ COMMANDS = [
     "metadata",
     "takeover",
     "spark",
+    "static_topic",
 ]
 
 
@@ -78,7 +79,7 @@ def command_name(args: argparse.Namespace | None) -> str:
     if args is None or not getattr(args, "command", None):
         return "tiered"
     parts = ["tiered", args.command]
-    for nested in ("metadata_action", "job"):
+    for nested in ("metadata_action", "job", "static_action"):
         if getattr(args, nested, None):
             parts.append(getattr(args, nested))
     return " ".join(parts)

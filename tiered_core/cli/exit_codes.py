@@ -64,6 +64,7 @@ BY_ERROR_CODE: dict[ErrorCode, ExitCode] = {
     ErrorCode.UNKNOWN_OBJECTS: ExitCode.BACKEND,
     ErrorCode.PREFIX_OWNED: ExitCode.BACKEND,
     ErrorCode.FENCED: ExitCode.BACKEND,
+    ErrorCode.MAPPING: ExitCode.BAD_INPUT,
     ErrorCode.UNKNOWN: ExitCode.FAILURE,
 }
 

@@ -32,6 +32,8 @@ class TieredDataSource(DataSource):
     ``max_units_per_partition``. Bad options raise
     :class:`~tiered_core.errors.InvalidOption` / :class:`~tiered_core.errors.ConfigError`
     naming the option. Read-only: the store is read as its metadata describes it.
+    With ``static_topic`` (and ``cluster``, a cluster TOML file) it reads a static topic by
+    logic queue instead (:mod:`tiered_core.spark.static_topic`).
     """
 
     @classmethod
@@ -43,6 +45,11 @@ class TieredDataSource(DataSource):
 
     def reader(self, schema) -> "TieredReader":
         options = dict(self.options)
+        if any(str(k).lower() == "static_topic" for k in options):
+            # a static topic (seed 002): rows by logic queue, see tiered_core.spark.static_topic
+            from tiered_core.spark.static_topic import StaticTopicReader, parse_static_options
+
+            return StaticTopicReader(*parse_static_options(options))  # type: ignore[return-value]
         read = parse_read_options(options)
         return TieredReader(config_source(options), read)
 

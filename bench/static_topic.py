@@ -1,0 +1,122 @@
+"""Read throughput of a static topic's logic queue spanning 3 generations, against one physical queue.
+
+    python bench/static_topic.py [--json] [--messages N] [--size BYTES] [--rounds R]
+
+Set-up (POSIX driver, temporary directories, three brokers a, b, c of one cluster): one
+logic queue created on a; N messages put; remapped to b; N more; remapped to c; N more;
+everything dispatched; then brokers a and b are closed and their ``store_path`` deleted, so
+two of the three generations are readable from the tier only. The baseline is a normal
+topic on broker c holding the same 3N messages in one physical queue, dispatched, whose
+local copy is then deleted too (so both sides read from the tiered store).
+
+Figures (median of ``--rounds``, rounds alternating the two sides):
+
+* ``ratio``: messages/s reading the whole logic queue from logic offset 0 through
+  :meth:`Cluster.get_message` (32 a call), divided by messages/s reading the physical
+  queue through :meth:`TieredMessageStore.get_message` (32 a call) in the same run.
+  Target >= 0.9.
+* ``logic_msgs_per_s``, ``physical_msgs_per_s``: the two sides.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tiered_core import Message, StoreConfig
+from tiered_core.access.results import GetMessageStatus
+from tiered_core.static_topic import Cluster
+
+TOPIC = "bench_static"
+BASE = "bench_physical"
+BATCH = 32
+
+
+def configs(root: Path) -> list[StoreConfig]:
+    return [StoreConfig.from_mapping({"store_path": str(root / b), "driver": "posix", "cluster": "bench",
+                                      "broker": b, "options": {"root": str(root / "tier"), "fsync": False},
+                                      "storage_level": "FORCE"})
+            for b in ("a", "b", "c")]
+
+
+def read_logic(cluster: Cluster, expected: int) -> float:
+    start = time.perf_counter()
+    offset = n = 0
+    while True:
+        res = cluster.get_message("bench", TOPIC, 0, offset, BATCH)
+        if res.status is not GetMessageStatus.FOUND:
+            break
+        n += len(res.messages)
+        offset = res.next_begin_offset
+    elapsed = time.perf_counter() - start
+    assert n == expected, (n, expected)
+    return n / elapsed
+
+
+def read_physical(cluster: Cluster, expected: int) -> float:
+    store = cluster.stores["c"]
+    start = time.perf_counter()
+    offset = n = 0
+    while True:
+        res = store.get_message("bench", BASE, 0, offset, BATCH)
+        if res.status is not GetMessageStatus.FOUND:
+            break
+        n += len(res.messages)
+        offset = res.next_begin_offset
+    elapsed = time.perf_counter() - start
+    assert n == expected, (n, expected)
+    return n / elapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--messages", type=int, default=5000, help="messages per generation")
+    p.add_argument("--size", type=int, default=512, help="body bytes")
+    p.add_argument("--rounds", type=int, default=5)
+    args = p.parse_args(argv)
+    root = Path(tempfile.mkdtemp(prefix="bench-static-"))
+    try:
+        cfgs = configs(root)
+        body = b"x" * args.size
+        with Cluster.open(cfgs) as cluster:
+            cluster.create_static_topic(TOPIC, 1, ["a"])
+            for gen, broker in enumerate(("a", "b", "c")):
+                if gen:
+                    cluster.remap_static_topic(TOPIC, [broker])
+                for i in range(args.messages):
+                    cluster.put_message(Message(topic=TOPIC, body=body, keys=[f"k{gen}-{i}"]), 0)
+            for i in range(3 * args.messages):
+                cluster.stores["c"].put_message(Message(topic=BASE, body=body, keys=[f"p-{i}"]), 0)
+            cluster.dispatch(force=True)
+            for broker in ("a", "b"):
+                cluster.close_broker(broker)
+                shutil.rmtree(root / broker)
+            total = 3 * args.messages
+            logic, physical = [], []
+            for _ in range(args.rounds):
+                physical.append(read_physical(cluster, total))
+                logic.append(read_logic(cluster, total))
+            status = cluster.static_topic_status(TOPIC)
+        lo, ph = statistics.median(logic), statistics.median(physical)
+        result = {"messages": total, "generations": len(status["queues"][0]["items"]), "tier_only_generations": 2,
+                  "logic_msgs_per_s": round(lo), "physical_msgs_per_s": round(ph), "ratio": round(lo / ph, 3),
+                  "target": 0.9}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"logic queue over {result['generations']} generations (2 tier-only): {result['logic_msgs_per_s']} msg/s; "
+              f"one physical queue: {result['physical_msgs_per_s']} msg/s; ratio {result['ratio']} (target >= 0.9)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

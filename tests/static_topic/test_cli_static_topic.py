@@ -1,0 +1,46 @@
+"""``tiered static-topic create|remap|status|verify --cluster FILE [--json]``."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from tiered_core.cli import main
+from tiered_core.static_topic import Cluster
+from tiered_core.static_topic.store import mapping_path
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cluster.toml"
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out = capsys.readouterr().out
+    return code, json.loads(out) if "--json" in argv else out
+
+
+def test_create_remap_status_verify(tmp_path, capsys):
+    shutil.copy(EXAMPLE, tmp_path / "cluster.toml")
+    f = str(tmp_path / "cluster.toml")
+    code, status = run(capsys, "static-topic", "create", "--cluster", f, "--topic", "orders", "--queues", "4",
+                       "--brokers", "broker-a,broker-b", "--json")
+    assert code == 0 and status["totalQueues"] == 4
+    assert [q["leader"]["bname"] for q in status["queues"]] == ["broker-a", "broker-b"] * 2
+    code, status = run(capsys, "static-topic", "remap", "--cluster", f, "--topic", "orders",
+                       "--brokers", "broker-b,broker-c", "--json")
+    assert code == 0 and {q["leader"]["bname"] for q in status["queues"]} == {"broker-b", "broker-c"}
+    code, status = run(capsys, "static-topic", "status", "--cluster", f, "--topic", "orders", "--json")
+    assert code == 0 and all({"items", "leader", "minOffset", "maxOffset"} <= set(q) for q in status["queues"])
+    assert run(capsys, "static-topic", "verify", "--cluster", f, "--json") == (0, {"ok": True, "violations": []})
+    # break it: broker c loses its mapping -> verify names it, exit 1
+    path = Path(mapping_path(str(tmp_path / "cluster-data" / "broker-c")))
+    path.unlink()
+    code, doc = run(capsys, "static-topic", "verify", "--cluster", f, "--json")
+    assert code == 1 and not doc["ok"]
+    assert any(v["broker"] == "broker-c" for v in doc["violations"])
+    # bad input: typed error as JSON, BAD_INPUT
+    code, doc = run(capsys, "static-topic", "create", "--cluster", f, "--topic", "orders", "--queues", "6",
+                    "--brokers", "broker-a", "--json")
+    assert code == 2 and doc["error"]["code"] == "MAPPING" and doc["error"]["field"] == "totalQueues"
+    with Cluster.load(f) as cluster:
+        assert cluster.static_topic_status("orders")["totalQueues"] == 4

@@ -1,0 +1,152 @@
+"""Reading a static topic (seed 002) with the ``tiered`` data source: rows by logic queue.
+
+``spark.read.format("tiered").option("cluster", "cluster.toml").option("static_topic", "orders").load()``
+plans one partition per (logic queue, generation): the planner reads the brokers' mapping
+files only (:func:`~tiered_core.static_topic.read_static_topic_items`; no store is opened),
+and each task reads its generation's physical queue straight from the shared tiered backend
+through a read-only view of that broker's flat files
+(:class:`~tiered_core.static_topic.TieredBrokerReader`), whether or not the broker still
+exists. Rows carry the logic queue id in ``queue_id`` and logic offsets in ``queue_offset``.
+Only tiered (dispatched) messages are read. Options: ``cluster`` (a cluster TOML file, read
+where Spark plans; its text travels to executors), ``static_topic``, ``queues`` (comma list of
+logic queue ids).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping
+
+from tiered_core.access.results import GetMessageStatus
+from tiered_core.codec.message import MessageExt
+from tiered_core.errors import ConfigError, InvalidOption
+from tiered_core.static_topic import TieredBrokerReader, cluster_configs_from_text, read_static_topic_items
+
+try:  # the data source needs pyspark; planning itself does not
+    from pyspark.sql.datasource import DataSourceReader, InputPartition
+except ImportError:  # pragma: no cover - pyspark is installed with the spark extra
+    class InputPartition:  # type: ignore[no-redef]
+        pass
+
+    class DataSourceReader:  # type: ignore[no-redef]
+        pass
+
+OPTION_NAMES = ("cluster", "static_topic", "queues")
+BATCH = 1024
+
+
+@dataclass(frozen=True)
+class ClusterSource:
+    """A cluster TOML as text, so it can travel to executors."""
+
+    text: str
+    base_dir: str
+
+    def __repr__(self) -> str:
+        return f"ClusterSource(base_dir={self.base_dir!r}, text=<{len(self.text)} chars>)"
+
+    def configs(self):
+        return cluster_configs_from_text(self.text, self.base_dir)
+
+
+@dataclass(frozen=True)
+class StaticItemPartition(InputPartition):
+    """Physical offsets ``[start, end)`` of queue ``queue_id`` of broker ``bname`` (``end`` -1: to
+    what the tier holds), read as logic queue ``logic_queue`` with logic = physical + ``delta``."""
+
+    index: int
+    topic: str
+    logic_queue: int
+    gen: int
+    bname: str
+    queue_id: int
+    start: int
+    end: int
+    delta: int
+
+
+def parse_static_options(options: Mapping[str, Any]) -> tuple[ClusterSource, str, set[int] | None]:
+    """``(cluster source, topic, logic queues or None)``; bad options raise :class:`InvalidOption`."""
+    opts = {str(k).lower(): v for k, v in options.items()}
+    unknown = sorted(set(opts) - set(OPTION_NAMES))
+    if unknown:
+        raise InvalidOption(f"a static-topic read of data source 'tiered' has no option(s) "
+                            f"{', '.join(map(repr, unknown))}; accepted: {', '.join(OPTION_NAMES)}", option=unknown[0])
+    path = opts.get("cluster")
+    if not path:
+        raise InvalidOption("a static-topic read needs the option 'cluster' (a cluster TOML file)", option="cluster")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise ConfigError(f"cannot read cluster file {path!r}: {exc}", key="cluster", source=path) from None
+    queues = None
+    if opts.get("queues") not in (None, ""):
+        try:
+            queues = {int(q) for q in str(opts["queues"]).split(",") if q.strip()}
+        except ValueError:
+            raise InvalidOption(f"option 'queues' must be a comma list of logic queue ids, got {opts['queues']!r}",
+                                option="queues") from None
+    return ClusterSource(text, os.path.dirname(os.path.abspath(path))), str(opts["static_topic"]), queues
+
+
+def plan_static_partitions(source: ClusterSource, topic: str, queues: set[int] | None = None
+                           ) -> list[StaticItemPartition]:
+    """One partition per decided generation of every wanted logic queue (mapping files only)."""
+    total, items_by_queue = read_static_topic_items(source.configs(), topic)
+    parts: list[StaticItemPartition] = []
+    for q in range(total):
+        if queues is not None and q not in queues:
+            continue
+        for item in items_by_queue.get(q, ()):
+            if not item.decided:
+                continue  # an undecided leader has no logic offsets yet (seed)
+            parts.append(StaticItemPartition(len(parts), topic, q, item.gen, item.bname, item.queueId,
+                                             item.startOffset, item.endOffset, item.logicOffset - item.startOffset))
+    return parts
+
+
+def read_static_partition(source: ClusterSource, part: StaticItemPartition) -> Iterator[list[MessageExt]]:
+    """The partition's messages, in batches, with logic queue id and logic offsets."""
+    configs = source.configs()
+    reader = TieredBrokerReader(configs[0], part.bname)
+    try:
+        end = part.end if part.end >= 0 else reader.max_offset(part.topic, part.queue_id)
+        offset = max(part.start, reader.min_offset(part.topic, part.queue_id))
+        while offset < end:
+            res = reader.get_message(part.topic, part.queue_id, offset, min(BATCH, end - offset))
+            if res.status is not GetMessageStatus.FOUND:
+                break
+            batch = [m for m in res.messages if m.queue_offset < end]
+            for m in batch:
+                m.queue_offset += part.delta
+                m.queue_id = part.logic_queue
+            yield batch
+            offset = res.next_begin_offset
+    finally:
+        reader.close()
+
+
+class StaticTopicReader(DataSourceReader):
+    """Plans :class:`StaticItemPartition` s and reads them as Arrow batches."""
+
+    def __init__(self, source: ClusterSource, topic: str, queues: set[int] | None) -> None:
+        self.source, self.topic, self.queues = source, topic, queues
+
+    def partitions(self):
+        return plan_static_partitions(self.source, self.topic, self.queues) or [_Empty()]
+
+    def read(self, partition):
+        from tiered_core.spark.schema import arrow_schema, messages_to_batch
+
+        if not isinstance(partition, StaticItemPartition):
+            return
+        schema = arrow_schema()
+        for batch in read_static_partition(self.source, partition):
+            yield messages_to_batch(batch, schema)
+
+
+class _Empty(InputPartition):
+    def __init__(self) -> None:
+        super().__init__(None)

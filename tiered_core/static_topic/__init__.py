@@ -1,0 +1,20 @@
+"""Static topics (seed 002, RIP-21): logic queues over physical queues on several brokers.
+
+A static topic has a fixed number of logic queues; each is a stack of physical queues in
+time (generations), each generation on one broker. The shared tiered backend keeps old
+generations readable after their broker was remapped away, drained or removed.
+"""
+
+from tiered_core.static_topic.cluster import (
+    Cluster,
+    Violation,
+    cluster_configs_from_text,
+    load_cluster_configs,
+    read_static_topic_items,
+)
+from tiered_core.static_topic.mapping import LogicQueueMappingItem, TopicQueueMappingDetail
+from tiered_core.static_topic.reader import ReadOnlyDriver, TieredBrokerReader
+from tiered_core.static_topic.store import TopicQueueMappingStore
+
+__all__ = ["Cluster", "Violation", "cluster_configs_from_text", "load_cluster_configs", "read_static_topic_items", "LogicQueueMappingItem", "TopicQueueMappingDetail",
+           "ReadOnlyDriver", "TieredBrokerReader", "TopicQueueMappingStore"]

@@ -1,0 +1,824 @@
+"""A cluster of brokers in one process, and static topics over them (seed 002, RIP-21).
+
+:class:`Cluster` opens one :class:`~tiered_core.access.store.TieredMessageStore` per broker
+(each its own ``broker`` name and ``store_path``, all on the same tiered backend and
+``cluster``) and one :class:`~tiered_core.static_topic.store.TopicQueueMappingStore` per
+broker. On top of them:
+
+* admin: :meth:`Cluster.create_static_topic`, :meth:`Cluster.remap_static_topic`,
+  :meth:`Cluster.static_topic_status`, :meth:`Cluster.verify`;
+* data path: :meth:`Cluster.put_message` (logic queue -> the leader's physical queue; the
+  result's ``queue_offset`` is the logic offset), :meth:`Cluster.get_message` (logic
+  offsets mapped across generations), :meth:`Cluster.get_min_offset_in_queue`,
+  :meth:`Cluster.get_max_offset_in_queue`.
+
+Reads of a generation whose broker is open go to that broker's store; otherwise they go
+straight to the shared tiered backend through a read-only view of that broker's flat files
+(:class:`~tiered_core.static_topic.reader.TieredBrokerReader`), which never writes under
+the other broker's prefix.
+
+Remap follows the seed's high-availability order ("切新禁旧再切新"), each step a durable
+mapping write: (1) the new leader gets the new item with ``logicOffset`` -1 (undecided);
+(2) the old leader is fenced: its file gets the new item too, and the old item's
+``endOffset`` (its physical max at that moment, taken under the cluster lock so no put
+races it); (3) the new leader's item gets ``logicOffset`` = the old item's logic end
+(so logic offsets stay contiguous: no skip at a generation boundary); (4) every broker's
+file gets the new ``epoch``, and brokers that are neither leader nor previous leader of a
+logic queue drop it (the leader keeps every generation). A crash between steps leaves a
+state that :meth:`Cluster.verify` reports; running the same remap again finishes it.
+
+In-process puts and admin steps are serialised by one cluster lock (held per logic queue
+move, so puts interleave with a remap of many queues).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import math
+import os
+import threading
+import time
+import tomllib
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+from tiered_core.access.results import GetMessageResult, GetMessageStatus, PutMessageResult, QueryMessageResult
+from tiered_core.access.store import TieredMessageStore
+from tiered_core.codec.message import Message, MessageExt
+from tiered_core.codec.naming import validate_topic
+from tiered_core.common import LONG_MAX, BoundaryType, now_ms
+from tiered_core.config import StoreConfig
+from tiered_core.errors import ConfigError, Fenced, IllegalParam, MappingError, StateConflict, TieredStoreError
+from tiered_core.static_topic.mapping import LogicQueueMappingItem, TopicQueueMappingDetail
+from tiered_core.static_topic.offsets import ConsumerOffsetStore
+from tiered_core.static_topic.reader import TieredBrokerReader
+from tiered_core.static_topic.store import TopicQueueMappingStore
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken rule found by :meth:`Cluster.verify`."""
+
+    topic: str
+    queue: int | None
+    broker: str | None
+    field: str
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class TopicView:
+    """The merged mapping of one static topic over the open brokers' files."""
+
+    topic: str
+    total_queues: int
+    epochs: dict[str, int]
+    queues: dict[int, list[LogicQueueMappingItem]]
+
+    def __post_init__(self) -> None:
+        self._readable: dict[int, tuple[list[LogicQueueMappingItem], list[int]]] = {}
+
+    @property
+    def epoch(self) -> int:
+        return max(self.epochs.values())
+
+    def readable(self, queue: int) -> tuple[list[LogicQueueMappingItem], list[int]]:
+        """The decided items of ``queue`` (oldest first) and their logic start offsets (cached)."""
+        hit = self._readable.get(queue)
+        if hit is None:
+            items = [i for i in self.queues.get(queue, ()) if i.decided]
+            hit = self._readable[queue] = (items, [i.logicOffset for i in items])
+        return hit
+
+
+def _merge_items(topic: str, queue: int, lists: Iterable[tuple[str, list[LogicQueueMappingItem]]]
+                 ) -> list[LogicQueueMappingItem]:
+    """Merge one logic queue's items as several brokers know them: one item per ``gen``;
+    a decided ``logicOffset`` and a known ``endOffset`` win over -1. Two brokers naming a
+    different physical queue for the same gen is a :class:`MappingError`."""
+    by_gen: dict[int, LogicQueueMappingItem] = {}
+    for broker, items in lists:
+        for item in items:
+            old = by_gen.get(item.gen)
+            if old is None:
+                by_gen[item.gen] = item
+                continue
+            if (old.bname, old.queueId) != (item.bname, item.queueId):
+                raise MappingError(f"static topic {topic!r} logic queue {queue}: gen {item.gen} is "
+                                   f"{old.bname}/{old.queueId} on one broker and {item.bname}/{item.queueId} on "
+                                   f"broker {broker!r}", topic=topic, queue=queue, field="gen", broker=broker)
+            by_gen[item.gen] = dataclasses.replace(
+                old, logicOffset=old.logicOffset if old.decided else item.logicOffset,
+                endOffset=old.endOffset if old.closed else item.endOffset,
+                timeOfEnd=old.timeOfEnd if old.timeOfEnd >= 0 else item.timeOfEnd)
+    return [by_gen[g] for g in sorted(by_gen)]
+
+
+class Cluster:
+    """Brokers of one cluster on one shared tiered backend, opened in this process.
+
+    Contract: every config has its own ``broker`` and ``store_path``, and all share
+    ``cluster``, ``driver`` and driver options (else :class:`ConfigError`). Errors name
+    what was wrong: an unknown broker or a logic queue id out of range is
+    :class:`IllegalParam`; a put through a broker that no longer leads the logic queue is
+    :class:`Fenced`; an inconsistent or undecided mapping is :class:`MappingError`.
+    """
+
+    def __init__(self, configs: Sequence[StoreConfig], *, background: bool = False) -> None:
+        if not configs:
+            raise ConfigError("a cluster needs at least one broker config", key="broker")
+        names = [c.broker for c in configs]
+        for what, values in (("broker", names), ("store_path", [os.path.abspath(c.store_path) for c in configs])):
+            dup = sorted({v for v in values if values.count(v) > 1})
+            if dup:
+                raise ConfigError(f"every broker needs its own {what}; {dup} is used twice", key=what)
+        first = configs[0]
+        for c in configs[1:]:
+            for key in ("cluster", "driver"):
+                if getattr(c, key) != getattr(first, key):
+                    raise ConfigError(f"broker {c.broker!r} has {key} {getattr(c, key)!r}, broker {first.broker!r} "
+                                      f"has {getattr(first, key)!r}: a cluster shares one tiered backend", key=key)
+            if dict(c.driver_options) != dict(first.driver_options):
+                raise ConfigError(f"broker {c.broker!r} has other driver options than broker {first.broker!r}: "
+                                  "a cluster shares one tiered backend", key="options")
+        self.configs: dict[str, StoreConfig] = {c.broker: c for c in configs}
+        self.stores: dict[str, TieredMessageStore] = {}
+        self.mappings: dict[str, TopicQueueMappingStore] = {}
+        self.offsets: dict[str, ConsumerOffsetStore] = {}
+        self._readers: dict[str, TieredBrokerReader] = {}
+        self._views: dict[str, tuple[tuple, TopicView]] = {}
+        self._min_cache: dict[tuple[str, int, int], tuple[int, float]] = {}
+        self._max_cache: dict[tuple[str, int, int], tuple[int, float]] = {}
+        self._lock = threading.RLock()
+        try:
+            for c in configs:
+                self.mappings[c.broker] = TopicQueueMappingStore(c.store_path, c.broker)
+                self.offsets[c.broker] = ConsumerOffsetStore(c.store_path)
+                self.stores[c.broker] = TieredMessageStore.open(c, background=background)
+        except BaseException:
+            self.close()
+            raise
+
+    @classmethod
+    def open(cls, configs: Sequence[StoreConfig], *, background: bool = False) -> "Cluster":
+        """Open every broker of ``configs`` (see the class contract)."""
+        return cls(configs, background=background)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, *, background: bool = False) -> "Cluster":
+        """Open the cluster a TOML file describes: ``[tiered]`` (and ``[tiered.options]``)
+        holds what every broker shares; each ``[[broker]]`` table holds one broker's own keys
+        (at least ``broker`` and ``store_path``) and overrides the shared ones. Relative paths
+        resolve against the file's directory. See ``examples/cluster.toml``."""
+        return cls(load_cluster_configs(path), background=background)
+
+    # -- brokers ---------------------------------------------------------------------------
+
+    def _check_broker(self, name: str) -> None:
+        if name not in self.configs:
+            raise IllegalParam(f"broker {name!r} is not in the cluster (brokers: {sorted(self.configs)})",
+                               broker=name, field="broker")
+
+    def _open_store(self, name: str) -> TieredMessageStore:
+        self._check_broker(name)
+        store = self.stores.get(name)
+        if store is None:
+            raise StateConflict(f"broker {name!r} is closed", broker=name)
+        return store
+
+    def close_broker(self, name: str, *, drain: bool = True) -> None:
+        """Close one broker (its store and mapping); reads of its generations then go to the tier.
+
+        ``drain`` (default) first tiers everything the broker holds: a forced dispatch, then
+        its open key-index file is sealed and uploaded, so its messages stay findable by key
+        once its ``store_path`` is gone."""
+        self._check_broker(name)
+        with self._lock:
+            store = self.stores.get(name)
+            if store is not None and drain:
+                store.dispatch(force=True)
+                store.index.roll_file()
+                store.index.compact_and_upload()
+            self.stores.pop(name, None)
+            self.mappings.pop(name, None)
+            self.offsets.pop(name, None)
+            reader = self._readers.pop(name, None)
+        if reader is not None:
+            reader.close()
+        if store is not None:
+            store.close()
+
+    def dispatch(self, force: bool = True) -> None:
+        """One synchronous dispatch round on every open broker; refreshes read-only views."""
+        for store in list(self.stores.values()):
+            store.dispatch(force=force)
+
+    def close(self) -> None:
+        for reader in list(self._readers.values()):
+            reader.close()
+        self._readers.clear()
+        for name in list(self.stores):
+            self.stores.pop(name).close()
+
+    def __enter__(self) -> "Cluster":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- mapping views ----------------------------------------------------------------------
+
+    def _details(self, topic: str) -> dict[str, TopicQueueMappingDetail]:
+        return {b: d for b, m in self.mappings.items() if (d := m.get(topic)) is not None}
+
+    def _view(self, topic: str, details: dict[str, TopicQueueMappingDetail] | None = None) -> TopicView:
+        if details is None:
+            # cached per topic until any open broker's mapping file changes (its dataVersion)
+            key = tuple((b, m.data_version.get("counter", 0)) for b, m in self.mappings.items())
+            hit = self._views.get(topic)
+            if hit is not None and hit[0] == key:
+                return hit[1]
+            view = self._merge_view(topic, self._details(topic))
+            self._views[topic] = (key, view)
+            return view
+        return self._merge_view(topic, details)
+
+    def _merge_view(self, topic: str, details: dict[str, TopicQueueMappingDetail]) -> TopicView:
+        if not details:
+            raise MappingError(f"{topic!r} is not a static topic on any open broker", topic=topic, queue=None,
+                               field="topic", broker=None)
+        totals = {d.totalQueues for d in details.values()}
+        if len(totals) > 1:
+            raise MappingError(f"static topic {topic!r}: brokers disagree on totalQueues: "
+                               f"{ {b: d.totalQueues for b, d in details.items()} }", topic=topic, queue=None,
+                               field="totalQueues", broker=None)
+        queues: dict[int, list[LogicQueueMappingItem]] = {}
+        for q in sorted({q for d in details.values() for q in d.hostedQueues}):
+            queues[q] = _merge_items(topic, q, [(b, d.hostedQueues[q]) for b, d in details.items()
+                                                 if q in d.hostedQueues])
+        return TopicView(topic, totals.pop(), {b: d.epoch for b, d in details.items()}, queues)
+
+    def _items(self, topic: str, queue_id: int) -> tuple[TopicView, list[LogicQueueMappingItem]]:
+        view = self._view(topic)
+        if not isinstance(queue_id, int) or not 0 <= queue_id < view.total_queues:
+            raise IllegalParam(f"static topic {topic!r}: logic queue id {queue_id} is outside "
+                               f"[0, {view.total_queues})", topic=topic, queue=queue_id, field="queue_id")
+        items = view.queues.get(queue_id)
+        if not items:
+            raise MappingError(f"static topic {topic!r}: logic queue {queue_id} has no mapping on any open broker",
+                               topic=topic, queue=queue_id, field="hostedQueues", broker=None)
+        return view, items
+
+    def _next_queue_id(self, topic: str, broker: str) -> int:
+        """A physical queue id of ``broker`` never used by ``topic`` (no physical queue reuse)."""
+        store = self._open_store(broker)
+        store.local.reput()
+        used = {qid for t, qid in store.local.list_queues() if t == topic}
+        for d in self._details(topic).values():
+            used |= {i.queueId for items in d.hostedQueues.values() for i in items if i.bname == broker}
+        return max(used) + 1 if used else 0
+
+    # -- physical offsets -------------------------------------------------------------------
+
+    def _reader(self, broker: str) -> TieredBrokerReader:
+        reader = self._readers.get(broker)
+        if reader is None:
+            base = self.configs.get(broker) or next(iter(self.configs.values()))
+            reader = self._readers[broker] = TieredBrokerReader(base, broker)
+        return reader
+
+    def _phys_min(self, topic: str, item: LogicQueueMappingItem) -> int:
+        store = self.stores.get(item.bname)
+        if store is not None:
+            return store.get_min_offset_in_queue(topic, item.queueId)
+        return self._reader(item.bname).min_offset(topic, item.queueId)
+
+    def _phys_max(self, topic: str, item: LogicQueueMappingItem, fresh: bool = True) -> int:
+        store = self.stores.get(item.bname)
+        if store is not None:
+            if fresh:
+                store.local.reput()  # every acknowledged put is readable (cheap when caught up)
+            return store.get_max_offset_in_queue(topic, item.queueId)
+        return self._reader(item.bname).max_offset(topic, item.queueId)
+
+    def _min_offset(self, topic: str, queue: int, first: LogicQueueMappingItem, fresh: bool) -> int:
+        """The earliest item's min logic offset. ``fresh=False`` (a read past the earliest item,
+        which reports it only) may use a value up to a second old: the min only grows."""
+        key = (topic, queue, first.gen)
+        now = time.monotonic()
+        hit = self._min_cache.get(key)
+        if not fresh and hit is not None and now - hit[1] < 1.0:
+            return hit[0]
+        lo = max(first.logicOffset, first.to_logic(self._phys_min(topic, first)))
+        self._min_cache[key] = (lo, now)
+        return lo
+
+    def _max_offset(self, topic: str, queue: int, leader: LogicQueueMappingItem, fresh: bool) -> int:
+        """The newest decided item's logic end. ``fresh=False`` (a read below that item, which
+        reports it only) may use a value up to a second old: the max only grows."""
+        key = (topic, queue, leader.gen)
+        now = time.monotonic()
+        hit = self._max_cache.get(key)
+        if not fresh and hit is not None and now - hit[1] < 1.0:
+            return hit[0]
+        hi = self._logic_end(topic, leader, fresh)
+        self._max_cache[key] = (hi, now)
+        return hi
+
+    def _logic_end(self, topic: str, item: LogicQueueMappingItem, fresh: bool = True) -> int:
+        """The logic offset past the item's last message (decided items only); ``fresh=False``
+        skips the reput (a read below the leader needs only a recent bound)."""
+        if item.closed:
+            return item.logic_end()
+        return item.to_logic(max(self._phys_max(topic, item, fresh), item.startOffset))
+
+    # -- admin ------------------------------------------------------------------------------
+
+    def create_static_topic(self, topic: str, total_queues: int, brokers: Sequence[str]) -> dict[str, Any]:
+        """Create static topic ``topic`` with ``total_queues`` logic queues spread round-robin over
+        ``brokers`` (logic queue i on ``brokers[i % len(brokers)]``, a fresh physical queue each).
+
+        Writes the mapping to every open broker of the cluster (brokers hosting nothing get one
+        with ``epoch`` and ``totalQueues``: the seed's "No Target Brokers"), hosting brokers
+        first. Idempotent: re-running after a crash completes a half-done create. Refuses a
+        topic that already has data as a normal topic (:class:`StateConflict`) and a
+        ``total_queues`` that disagrees with an existing mapping (:class:`MappingError`,
+        field ``totalQueues``). Returns :meth:`static_topic_status`.
+        """
+        validate_topic(topic)
+        if isinstance(total_queues, bool) or not isinstance(total_queues, int) or total_queues < 1:
+            raise IllegalParam(f"total_queues must be an integer >= 1, got {total_queues!r}", topic=topic,
+                               field="total_queues")
+        brokers = self._check_targets(topic, brokers)
+        with self._lock:
+            details = self._details(topic)
+            if details:
+                view = self._view(topic, details)
+                if view.total_queues != total_queues:
+                    raise MappingError(f"static topic {topic!r} exists with totalQueues {view.total_queues}, "
+                                       f"not {total_queues}", topic=topic, queue=None, field="totalQueues",
+                                       broker=None, existing=view.total_queues, requested=total_queues)
+                epoch = view.epoch
+                queues = dict(view.queues)
+            else:
+                for name, store in self.stores.items():
+                    store.local.reput()  # puts not yet in a consume queue count too
+                    if any(t == topic for t, _ in store.local.list_queues()) or any(
+                            f.topic == topic for f in store.flat_files.files()):
+                        raise StateConflict(f"{topic!r} is already a normal topic with data on broker {name!r}; "
+                                            "a static topic needs a new name", topic=topic, broker=name)
+                epoch = now_ms()
+                queues = {}
+            now = now_ms()
+            for q in range(total_queues):
+                if q not in queues:
+                    b = brokers[q % len(brokers)]
+                    qid = self._next_queue_id_with(topic, b, queues)
+                    queues[q] = [LogicQueueMappingItem(gen=0, queueId=qid, bname=b, logicOffset=0, startOffset=0,
+                                                       timeOfStart=now)]
+            hosting = [b for b in self.mappings if any(items[-1].bname == b for items in queues.values())]
+            for b in hosting + [b for b in self.mappings if b not in hosting]:
+                hosted = {q: items for q, items in queues.items() if b in {i.bname for i in items[-2:]}}
+                self.mappings[b].put(TopicQueueMappingDetail(topic=topic, totalQueues=total_queues, bname=b,
+                                                             epoch=epoch, hostedQueues=hosted))
+        return self.static_topic_status(topic)
+
+    def _next_queue_id_with(self, topic: str, broker: str, queues: dict[int, list[LogicQueueMappingItem]]) -> int:
+        used = {i.queueId for items in queues.values() for i in items if i.bname == broker}
+        return max(self._next_queue_id(topic, broker), max(used) + 1 if used else 0)
+
+    def _check_targets(self, topic: str, brokers: Sequence[str]) -> list[str]:
+        if isinstance(brokers, str) or not brokers:
+            raise IllegalParam(f"static topic {topic!r}: give a non-empty list of broker names, got {brokers!r}",
+                               topic=topic, field="brokers")
+        out: list[str] = []
+        for b in brokers:
+            self._open_store(b)
+            if b not in out:
+                out.append(b)
+        return out
+
+    def remap_static_topic(self, topic: str, brokers: Sequence[str]) -> dict[str, Any]:
+        """Move logic queues' leaders so they are spread over ``brokers`` (a queue whose leader is
+        already on a target broker with room stays), in the seed's high-availability order
+        (see the module doc). The epoch grows by one. Re-running the same remap after a crash
+        finishes it. Returns :meth:`static_topic_status`.
+
+        An old leader that is closed cannot be fenced in its own file; its item is then ended
+        at what the tier holds of its queue (messages it never dispatched are not mapped).
+        Consumer offsets are not moved (seed: double-read-check on query instead).
+        """
+        validate_topic(topic)
+        brokers = self._check_targets(topic, brokers)
+        with self._lock:
+            view = self._view(topic)
+            missing = [q for q in range(view.total_queues) if q not in view.queues]
+            if missing:
+                raise MappingError(f"static topic {topic!r}: logic queues {missing} have no mapping on any open "
+                                   "broker; repair (re-run create) before a remap", topic=topic, queue=missing[0],
+                                   field="hostedQueues", broker=None)
+            epoch = view.epoch + 1
+            cap = math.ceil(view.total_queues / len(brokers))
+            load = {b: 0 for b in brokers}
+            plan: dict[int, str] = {}
+            for q in range(view.total_queues):
+                leader = view.queues[q][-1].bname
+                if leader in load and load[leader] < cap:
+                    plan[q] = leader
+                    load[leader] += 1
+            for q in range(view.total_queues):
+                if q not in plan:
+                    target = min(brokers, key=lambda b: (load[b], brokers.index(b)))
+                    plan[q] = target
+                    load[target] += 1
+        for q in range(view.total_queues):
+            with self._lock:  # one logic queue at a time: puts to the others go on
+                self._move(topic, q, plan[q], epoch)
+        with self._lock:
+            self._sync_epoch(topic, epoch)
+        return self.static_topic_status(topic)
+
+    def _write_queue(self, broker: str, topic: str, queue: int, items: list[LogicQueueMappingItem],
+                     epoch: int, total: int) -> None:
+        store = self.mappings[broker]
+        detail = store.get(topic) or TopicQueueMappingDetail(topic=topic, totalQueues=total, bname=broker,
+                                                             epoch=epoch)
+        detail.hostedQueues[queue] = list(items)
+        detail.epoch = max(detail.epoch, epoch)
+        store.put(detail)
+
+    def _move(self, topic: str, queue: int, target: str, epoch: int) -> None:
+        view = self._view(topic)
+        items = view.queues[queue]
+        last = items[-1]
+        if last.decided and last.bname == target:
+            return
+        if last.bname != target:
+            if not last.decided:  # an unfinished move elsewhere: finish it first
+                self._move(topic, queue, last.bname, epoch)
+                items = self._view(topic).queues[queue]
+                last = items[-1]
+            new = LogicQueueMappingItem(gen=last.gen + 1, queueId=self._next_queue_id(topic, target), bname=target,
+                                        logicOffset=-1, startOffset=0, timeOfStart=now_ms())
+            # step 1: the new leader, logic offset undecided
+            self._write_queue(target, topic, queue, items + [new], epoch, view.total_queues)
+            items = items + [new]
+        new, prev = items[-1], items[-2]
+        # step 2: fence the old leader (no more puts to it), recording where it ends
+        if not prev.closed:
+            old_store = self.stores.get(prev.bname)
+            if old_store is not None:
+                old_store.local.reput()  # every acknowledged put into the consume queue: the max is exact
+            end = max(self._phys_max(topic, prev), prev.startOffset)
+            prev = dataclasses.replace(prev, endOffset=end, timeOfEnd=now_ms())
+        if prev.bname in self.mappings:
+            old = self.mappings[prev.bname].get(topic)
+            old_leader = old.leader(queue) if old is not None else None
+            if old_leader is None or old_leader.gen < new.gen:
+                self._write_queue(prev.bname, topic, queue, items[:-2] + [prev, new], epoch, view.total_queues)
+        # step 3: decide the new item's logic offset: contiguous with the old item's end
+        new = dataclasses.replace(new, logicOffset=prev.logic_end())
+        self._write_queue(target, topic, queue, items[:-2] + [prev, new], epoch, view.total_queues)
+
+    def _sync_epoch(self, topic: str, epoch: int) -> None:
+        """Step 4: every open broker gets ``epoch``; a logic queue stays in a broker's file only
+        while that broker holds one of its two newest generations (the leader keeps all)."""
+        view = self._view(topic)
+        for b, store in self.mappings.items():
+            hosted = {q: items for q, items in view.queues.items() if b in {i.bname for i in items[-2:]}}
+            store.put(TopicQueueMappingDetail(topic=topic, totalQueues=view.total_queues, bname=b, epoch=epoch,
+                                              hostedQueues=hosted))
+
+    def static_topic_status(self, topic: str) -> dict[str, Any]:
+        """Per logic queue: its items (oldest first), leader, min and max logic offsets."""
+        with self._lock:
+            view = self._view(topic)
+            queues = []
+            for q in range(view.total_queues):
+                items = view.queues.get(q, [])
+                entry: dict[str, Any] = {"queue": q, "items": [i.to_json() for i in items]}
+                if items:
+                    entry["leader"] = {"bname": items[-1].bname, "queueId": items[-1].queueId}
+                    entry["minOffset"] = self.get_min_offset_in_queue(topic, q)
+                    entry["maxOffset"] = self.get_max_offset_in_queue(topic, q)
+                queues.append(entry)
+            return {"topic": topic, "totalQueues": view.total_queues, "epoch": view.epoch, "epochs": view.epochs,
+                    "queues": queues}
+
+    def verify(self) -> list[Violation]:
+        """Check every static topic across the open brokers; one :class:`Violation` per broken rule
+        (an empty list: consistent). Rules: every open broker has a mapping of the topic;
+        epochs and ``totalQueues`` agree; generations agree between brokers; every logic queue
+        has items; its leader's broker knows it leads; no undecided (-1) leader item; the
+        previous leader is fenced."""
+        out: list[Violation] = []
+        with self._lock:
+            topics = sorted({t for m in self.mappings.values() for t in m.topics()})
+            for topic in topics:
+                details = self._details(topic)
+                for b in self.mappings:
+                    if b not in details:
+                        out.append(Violation(topic, None, b, "topicQueueMappingInfoMap",
+                                             f"broker {b!r} has no mapping of {topic!r} (create/remap incomplete)"))
+                if len({d.epoch for d in details.values()}) > 1:
+                    out.append(Violation(topic, None, None, "epoch", "brokers disagree on the epoch: "
+                                         f"{ {b: d.epoch for b, d in details.items()} } (remap incomplete)"))
+                try:
+                    view = self._view(topic, details)
+                except MappingError as exc:
+                    out.append(Violation(topic, getattr(exc, "queue", None), getattr(exc, "broker", None),
+                                         getattr(exc, "field", "mapping"), exc.message))
+                    continue
+                for q in range(view.total_queues):
+                    items = view.queues.get(q)
+                    if not items:
+                        out.append(Violation(topic, q, None, "hostedQueues", "no open broker maps this logic queue"))
+                        continue
+                    last = items[-1]
+                    if not last.decided:
+                        out.append(Violation(topic, q, last.bname, "logicOffset",
+                                             f"leader gen {last.gen} is undecided (-1): remap incomplete"))
+                    own = details.get(last.bname)
+                    if last.bname in self.mappings and (own is None or own.leader(q) is None
+                                                        or own.leader(q).gen != last.gen):
+                        out.append(Violation(topic, q, last.bname, "hostedQueues",
+                                             f"broker {last.bname!r} does not know it leads gen {last.gen}"))
+                    if len(items) > 1:
+                        prev = items[-2]
+                        pd = details.get(prev.bname)
+                        if prev.bname in self.mappings and pd is not None and (
+                                pd.leader(q) is None or pd.leader(q).bname == prev.bname):
+                            out.append(Violation(topic, q, prev.bname, "endOffset",
+                                                 f"previous leader {prev.bname!r} is not fenced (remap incomplete)"))
+        return out
+
+    # -- data path --------------------------------------------------------------------------
+
+    def put_message(self, message: Message, queue_id: int) -> PutMessageResult:
+        """Put ``message`` into logic queue ``queue_id`` of its (static) topic: it goes to the
+        leader's physical queue; the result's ``queue_offset`` is the logic offset (-1 while
+        the leader's ``logicOffset`` is undecided, as the seed allows)."""
+        with self._lock:
+            _, items = self._items(message.topic, queue_id)
+            return self.put_message_to_broker(items[-1].bname, message, queue_id)
+
+    def put_message_to_broker(self, broker: str, message: Message, queue_id: int) -> PutMessageResult:
+        """What a broker does with a put to logic queue ``queue_id`` (RocketMQ's
+        ``rewriteRequestForStaticTopic``): it writes only when its own mapping names itself
+        the leader; otherwise :class:`Fenced` naming topic, queue, broker and the leader."""
+        store = self._open_store(broker)
+        topic = message.topic
+        with self._lock:
+            found = self.mappings[broker].leader(topic, queue_id)
+            if found is None:
+                raise MappingError(f"broker {broker!r} has no mapping of static topic {topic!r}", topic=topic,
+                                   queue=queue_id, field="topicQueueMappingInfoMap", broker=broker)
+            total, leader = found
+            if not 0 <= queue_id < total:
+                raise IllegalParam(f"static topic {topic!r}: logic queue id {queue_id} is outside "
+                                   f"[0, {total})", topic=topic, queue=queue_id, field="queue_id")
+            if leader is None or leader.bname != broker:
+                now = f"now led by {leader.bname!r}" if leader is not None else "not hosted here"
+                raise Fenced(f"static topic {topic!r} logic queue {queue_id}: broker {broker!r} is fenced "
+                             f"({now}); puts go to the leader", topic=topic, queue=queue_id, broker=broker,
+                             leader=leader.bname if leader is not None else None)
+            res = store.put_message(message, leader.queueId)
+            logic = leader.to_logic(res.queue_offset) if leader.decided else -1
+            return PutMessageResult(res.status, logic, res.commitlog_offset, res.store_timestamp)
+
+    def _read_physical(self, group: str, topic: str, item: LogicQueueMappingItem, offset: int,
+                       max_count: int) -> GetMessageResult:
+        store = self.stores.get(item.bname)
+        if store is not None:
+            return store.get_message(group, topic, item.queueId, offset, max_count)
+        return self._reader(item.bname).get_message(topic, item.queueId, offset, max_count)
+
+    def get_message(self, group: str, topic: str, queue_id: int, offset: int,
+                    max_count: int = 32) -> GetMessageResult:
+        """Up to ``max_count`` messages of logic queue ``queue_id`` from logic ``offset``.
+
+        Returned messages carry the logic queue id and logic offsets; ``next_begin_offset``
+        moves on to the next generation when one is exhausted. OutOfRange (seed rules):
+        OFFSET_TOO_SMALL only below the earliest item's min, OFFSET_OVERFLOW_* only at or
+        above the leader's max; a read the physical queue cannot serve inside a middle
+        generation is OFFSET_FOUND_NULL with ``next_begin_offset`` = ``offset`` (retry; never
+        a reset). The leader's messages are not readable while its ``logicOffset`` is -1.
+        """
+        validate_topic(topic)
+        if max_count <= 0:
+            raise IllegalParam(f"max_count must be > 0, got {max_count}", max_count=max_count)
+        if offset < 0:
+            raise IllegalParam(f"offset must be >= 0, got {offset}", offset=offset, topic=topic, queue=queue_id)
+        with self._lock:
+            view, _ = self._items(topic, queue_id)
+            readable, starts = view.readable(queue_id)
+            lo = self._min_offset(topic, queue_id, readable[0], fresh=len(starts) < 2 or offset < starts[1])
+            # reput (all acknowledged puts visible) only when the read may reach the leader
+            hi = self._max_offset(topic, queue_id, readable[-1], fresh=offset >= starts[-1])
+            if offset < lo:
+                return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, next_begin_offset=lo, min_offset=lo,
+                                        max_offset=hi)
+            if offset >= hi:
+                status = (GetMessageStatus.OFFSET_OVERFLOW_ONE if offset == hi
+                          else GetMessageStatus.OFFSET_OVERFLOW_BADLY)
+                return GetMessageResult(status, next_begin_offset=hi, min_offset=lo, max_offset=hi)
+            idx = bisect.bisect_right(starts, offset) - 1
+            item = readable[idx]
+            nxt_item = readable[idx + 1] if idx + 1 < len(readable) else None
+            end = self._logic_end(topic, item) if item.closed or nxt_item is not None else hi
+            if offset >= end:  # a hole between generations: move on, no stall
+                return GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, next_begin_offset=nxt_item.logicOffset
+                                        if nxt_item is not None else hi, min_offset=lo, max_offset=hi)
+            count = min(max_count, end - offset)
+        res = self._read_physical(group, topic, item, item.to_physical(offset), count)
+        messages: list[MessageExt] = res.messages
+        if item.closed and messages and messages[-1].queue_offset >= item.endOffset:
+            messages = [m for m in messages if m.queue_offset < item.endOffset]
+        # the stores build fresh MessageExt objects on every read (the read-ahead cache keeps
+        # bytes, not objects), so rewriting them in place changes nothing anyone else holds
+        delta = item.logicOffset - item.startOffset
+        for m in messages:
+            m.queue_offset += delta
+            m.queue_id = queue_id
+        if messages:
+            nxt = messages[-1].queue_offset + 1
+            if nxt >= end and nxt_item is not None:
+                nxt = nxt_item.logicOffset
+            return GetMessageResult(GetMessageStatus.FOUND, messages, nxt, lo, hi, res.tier)
+        if res.status in (GetMessageStatus.OFFSET_TOO_SMALL,) and idx > 0:
+            # truncated middle generation: its remaining data starts later; never reset the consumer
+            return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, next_begin_offset=max(
+                offset, item.to_logic(res.next_begin_offset)), min_offset=lo, max_offset=hi, tier=res.tier)
+        if res.status is GetMessageStatus.NO_MATCHED_MESSAGE:
+            return GetMessageResult(res.status, next_begin_offset=item.to_logic(res.next_begin_offset),
+                                    min_offset=lo, max_offset=hi, tier=res.tier)
+        return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, next_begin_offset=offset, min_offset=lo,
+                                max_offset=hi, tier=res.tier)
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        """The smallest logic offset still readable (from the earliest decided item)."""
+        with self._lock:
+            _, items = self._items(topic, queue_id)
+            first = items[0]
+            if not first.decided:
+                return -1  # the seed allows -1 only here and at put
+            return max(first.logicOffset, first.to_logic(self._phys_min(topic, first)))
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        """The logic offset just past the last readable message (the newest decided item's end)."""
+        with self._lock:
+            _, items = self._items(topic, queue_id)
+            readable = [i for i in items if i.decided]
+            return self._logic_end(topic, readable[-1])
+
+
+    # -- time and key lookups -----------------------------------------------------------------
+
+    def _phys_by_time(self, topic: str, item: LogicQueueMappingItem, timestamp: int,
+                      boundary: BoundaryType) -> int:
+        store = self.stores.get(item.bname)
+        if store is not None:
+            return store.get_offset_in_queue_by_time(topic, item.queueId, timestamp, boundary)
+        return self._reader(item.bname).fetcher.get_offset_in_queue_by_time(topic, item.queueId, timestamp, boundary)
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int,
+                                    boundary: BoundaryType = BoundaryType.LOWER) -> int:
+        """The logic offset of the first (LOWER) or last (UPPER) message stored at ``timestamp``,
+        or of the first message after it (LOWER) -- segmented by generation: items whose
+        ``timeOfEnd`` is before ``timestamp`` (LOWER) or whose ``timeOfStart`` is after it
+        (UPPER) are skipped without a read. Past every message: the max offset."""
+        with self._lock:
+            _, items = self._items(topic, queue_id)
+            readable = [i for i in items if i.decided]
+            order = readable if boundary is BoundaryType.LOWER else list(reversed(readable))
+            for item in order:
+                if boundary is BoundaryType.LOWER and 0 <= item.timeOfEnd < timestamp:
+                    continue
+                if boundary is BoundaryType.UPPER and item.timeOfStart > timestamp and item is not readable[0]:
+                    continue
+                start = item.to_physical(max(item.logicOffset, self.get_min_offset_in_queue(topic, queue_id)))
+                end = item.endOffset if item.closed else max(self._phys_max(topic, item), item.startOffset)
+                if end <= start:
+                    continue
+                phys = min(max(self._phys_by_time(topic, item, timestamp, boundary), start), end)
+                if phys < end:
+                    return item.to_logic(phys)
+            return self._logic_end(topic, readable[-1])
+
+    def query_message(self, topic: str, key: str, max_count: int = 32, begin: int = 0,
+                      end: int | None = None) -> QueryMessageResult:
+        """Messages of ``topic`` with ``key`` in ``[begin, end]`` from every broker holding a
+        generation of the topic (a closed one through its uploaded key index in the tier);
+        each carries its logic queue id and logic offset."""
+        validate_topic(topic)
+        end = LONG_MAX if end is None else end
+        with self._lock:
+            view = self._view(topic)
+            by_phys = {(i.bname, i.queueId): (q, i) for q, items in view.queues.items() for i in items if i.decided}
+        found: list[MessageExt] = []
+        for broker in sorted({b for b, _ in by_phys}):
+            store = self.stores.get(broker)
+            hits = (store.query_message(topic, key, max_count, begin, end).messages if store is not None
+                    else self._reader(broker).query_message(topic, key, max_count, begin, end))
+            for m in hits:
+                hit = by_phys.get((broker, m.queue_id))
+                if hit is None:
+                    continue
+                q, item = hit
+                if m.queue_offset < item.startOffset or (item.closed and m.queue_offset >= item.endOffset):
+                    continue
+                m.queue_offset, m.queue_id = item.to_logic(m.queue_offset), q
+                found.append(m)
+        found.sort(key=lambda m: (m.store_timestamp, m.queue_id, m.queue_offset))
+        return QueryMessageResult(found[:max_count])
+
+    # -- consumer offsets ---------------------------------------------------------------------
+
+    def commit_consumer_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Store ``group``'s logic ``offset`` of logic queue ``queue_id`` on the queue's leader."""
+        if offset < 0:
+            raise IllegalParam(f"offset must be >= 0, got {offset}", offset=offset, topic=topic, queue=queue_id)
+        with self._lock:
+            _, items = self._items(topic, queue_id)
+            leader = items[-1].bname
+            self._open_store(leader)
+            self.offsets[leader].commit(group, topic, queue_id, offset)
+
+    def query_consumer_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """``group``'s committed logic offset: the leader's, else the previous leader's (the
+        seed's double-read-check); -1 when neither has one."""
+        with self._lock:
+            _, items = self._items(topic, queue_id)
+            for broker in dict.fromkeys(i.bname for i in reversed(items[-2:])):
+                store = self.offsets.get(broker)
+                if store is not None:
+                    value = store.query(group, topic, queue_id)
+                    if value >= 0:
+                        return value
+            return -1
+
+
+def read_static_topic_items(configs: Sequence[StoreConfig], topic: str) -> tuple[int, dict[int, list[LogicQueueMappingItem]]]:
+    """``(totalQueues, logic queue -> items oldest first)`` of ``topic``, merged from the mapping
+    files of ``configs``' brokers, read only (no store is opened, nothing is claimed or written:
+    what a planner on another process needs). Brokers whose ``store_path`` is gone are skipped.
+    Raises :class:`MappingError` when no broker maps ``topic`` or they disagree."""
+    details = {}
+    for c in configs:
+        if not os.path.isdir(c.store_path):
+            continue
+        d = TopicQueueMappingStore(c.store_path, c.broker).get(topic)
+        if d is not None:
+            details[c.broker] = d
+    if not details:
+        raise MappingError(f"{topic!r} is not a static topic of any broker", topic=topic, queue=None,
+                           field="topic", broker=None)
+    totals = {d.totalQueues for d in details.values()}
+    if len(totals) > 1:
+        raise MappingError(f"static topic {topic!r}: brokers disagree on totalQueues", topic=topic, queue=None,
+                           field="totalQueues", broker=None)
+    queues = {q: _merge_items(topic, q, [(b, d.hostedQueues[q]) for b, d in details.items() if q in d.hostedQueues])
+              for q in sorted({q for d in details.values() for q in d.hostedQueues})}
+    return totals.pop(), queues
+
+
+def load_cluster_configs(path: str | os.PathLike) -> list[StoreConfig]:
+    """The broker configs of a cluster TOML file (see :meth:`Cluster.load`)."""
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as fh:
+            text = fh.read().decode("utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"cluster file {path!r} does not exist", key="cluster", source=path) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read cluster file {path!r}: {exc}", key="cluster", source=path) from None
+    return cluster_configs_from_text(text, os.path.dirname(os.path.abspath(path)), source=path)
+
+
+def cluster_configs_from_text(text: str, base_dir: str, *, source: str = "<cluster text>") -> list[StoreConfig]:
+    """The broker configs of a cluster TOML text (see :meth:`Cluster.load`); relative paths
+    resolve against ``base_dir``."""
+    path = source
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"cannot read cluster file {path!r}: {exc}", key="cluster", source=path) from None
+    shared = doc.get("tiered", {})
+    brokers = doc.get("broker")
+    if not isinstance(shared, dict) or not isinstance(brokers, list) or not brokers:
+        raise ConfigError(f"{path}: needs a [tiered] table and at least one [[broker]] table", key="broker",
+                          source=path)
+    out = []
+    for i, table in enumerate(brokers):
+        if not isinstance(table, dict) or "broker" not in table or "store_path" not in table:
+            raise ConfigError(f"{path}: [[broker]] #{i + 1} needs 'broker' and 'store_path'", key="broker",
+                              source=path)
+        values = {**shared, **table}
+        options = {**shared.get("options", {}), **table.get("options", {})}
+        values["options"] = options
+        out.append(StoreConfig.from_mapping(values, base_dir, source=f"{path} [[broker]] {table['broker']}"))
+    return out

@@ -1,0 +1,67 @@
+"""Consumer offsets of one broker in RocketMQ's ``consumerOffset.json`` shape.
+
+``{store_path}/config/consumerOffset.json``::
+
+    {"offsetTable": {"<topic>@<group>": {"<queueId>": <offset>, ...}, ...},
+     "dataVersion": {"counter": N, "stateVersion": 0, "timestamp": ms}}
+
+For a static topic the queue id is the logic queue id and the offset a logic offset: the
+seed stores them unconverted on the logic queue's leader and reads them back with a
+double-read-check (leader, then previous leader), so a remap never resets a consumer.
+Writes are atomic (:func:`~tiered_core.static_topic.store.write_json_atomically`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from tiered_core.common import now_ms
+from tiered_core.errors import MetadataError
+from tiered_core.metadata.json_store import parse_json
+from tiered_core.static_topic.store import write_json_atomically
+
+FILE_NAME = "consumerOffset.json"
+
+
+class ConsumerOffsetStore:
+    """``topic@group`` -> queue id -> offset, persisted on every commit. Thread-safe."""
+
+    def __init__(self, store_path: str) -> None:
+        self.path = os.path.join(store_path, "config", FILE_NAME)
+        self._lock = threading.Lock()
+        self._table: dict[str, dict[int, int]] = {}
+        self.data_version = {"counter": 0, "stateVersion": 0, "timestamp": now_ms()}
+        try:
+            with open(self.path, "rb") as fh:
+                raw = fh.read()
+        except FileNotFoundError:
+            return
+        if raw.strip():
+            doc = parse_json(raw.decode("utf-8"), self.path)
+            table = doc.get("offsetTable", {}) if isinstance(doc, dict) else None
+            if not isinstance(table, dict):
+                raise MetadataError(f"{self.path!r}: offsetTable must be an object", path=self.path)
+            try:
+                self._table = {k: {int(q): int(o) for q, o in v.items()} for k, v in table.items()}
+            except (AttributeError, TypeError, ValueError) as exc:
+                raise MetadataError(f"{self.path!r}: offsetTable must map queue ids to offsets: {exc}",
+                                    path=self.path) from None
+            if isinstance(doc.get("dataVersion"), dict):
+                self.data_version.update(doc["dataVersion"])
+
+    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Store ``offset`` for (group, topic, queue) durably (overwrites: offsets are
+        covering data, the newest commit wins)."""
+        with self._lock:
+            self._table.setdefault(f"{topic}@{group}", {})[queue_id] = offset
+            self.data_version = {**self.data_version, "counter": self.data_version.get("counter", 0) + 1,
+                                 "timestamp": now_ms()}
+            write_json_atomically(self.path, {
+                "dataVersion": self.data_version,
+                "offsetTable": {k: {str(q): o for q, o in sorted(v.items())} for k, v in sorted(self._table.items())}})
+
+    def query(self, group: str, topic: str, queue_id: int) -> int:
+        """The committed offset, or -1 when none."""
+        with self._lock:
+            return self._table.get(f"{topic}@{group}", {}).get(queue_id, -1)

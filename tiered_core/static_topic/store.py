@@ -1,0 +1,156 @@
+"""Per-broker persistence of static-topic mappings: ``{store_path}/config/topicQueueMapping.json``.
+
+The file has RocketMQ's ``TopicQueueMappingManager`` shape::
+
+    {"topicQueueMappingInfoMap": {"<topic>": <TopicQueueMappingDetail>, ...},
+     "dataVersion": {"counter": N, "stateVersion": 0, "timestamp": ms}}
+
+It is its own file (seed 002, "File Isolation"): never part of the topic config, so
+copying ``topics.json`` between brokers cannot copy a mapping. Every detail names its
+broker; a file whose details belong to another broker is refused on load
+(:class:`~tiered_core.errors.MappingError`, field ``bname``), never used.
+
+Writes are atomic and durable: the whole document goes to ``<file>.tmp``, is fsynced,
+renamed over the file, and the directory is fsynced. A reader sees the old or the new
+file, never a mix. fastjson's bare integer keys are accepted on load.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+
+from tiered_core.common import fsync_dir, now_ms
+from tiered_core.errors import MappingError, MetadataError
+from tiered_core.metadata.json_store import parse_json
+from tiered_core.static_topic.mapping import LogicQueueMappingItem, TopicQueueMappingDetail
+
+FILE_NAME = "topicQueueMapping.json"
+
+
+def mapping_path(store_path: str) -> str:
+    """The mapping file of the broker whose local store is ``store_path``."""
+    return os.path.join(store_path, "config", FILE_NAME)
+
+
+class TopicQueueMappingStore:
+    """The static-topic mappings of one broker (``broker``), kept in memory and in its file.
+
+    Contract: :meth:`get` returns copies; :meth:`put` and :meth:`remove` validate, then
+    persist atomically before they return (after a crash the file holds the state before
+    or after the call); ``dataVersion.counter`` grows by one per write. Thread-safe.
+    """
+
+    def __init__(self, store_path: str, broker: str) -> None:
+        self.path = mapping_path(store_path)
+        self.broker = broker
+        self._lock = threading.RLock()
+        self._details: dict[str, TopicQueueMappingDetail] = {}
+        self.data_version = {"counter": 0, "stateVersion": 0, "timestamp": now_ms()}
+        self._load()
+
+    # -- loading ------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        try:
+            with open(self.path, "rb") as fh:
+                raw = fh.read()
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise MetadataError(f"cannot read static-topic mapping {self.path!r}: {exc}", path=self.path) from exc
+        if not raw.strip():
+            return
+        try:
+            doc = parse_json(raw.decode("utf-8"), self.path)
+        except UnicodeDecodeError as exc:
+            raise MetadataError(f"{self.path!r} is not UTF-8 text", path=self.path) from exc
+        if not isinstance(doc, dict):
+            raise MappingError(f"{self.path!r}: the document must be an object", topic=None, queue=None,
+                               field="topicQueueMappingInfoMap", broker=self.broker, path=self.path)
+        table = doc.get("topicQueueMappingInfoMap") or {}
+        if not isinstance(table, dict):
+            raise MappingError(f"{self.path!r}: topicQueueMappingInfoMap must be an object", topic=None, queue=None,
+                               field="topicQueueMappingInfoMap", broker=self.broker, path=self.path)
+        details = {}
+        for topic, detail_doc in table.items():
+            try:
+                details[topic] = TopicQueueMappingDetail.from_json(detail_doc, topic=topic,
+                                                                   expected_broker=self.broker)
+            except MappingError as exc:
+                exc.context["path"] = self.path
+                exc.path = self.path  # type: ignore[attr-defined]
+                raise
+        version = doc.get("dataVersion")
+        if isinstance(version, dict):
+            self.data_version.update({k: v for k, v in version.items() if isinstance(v, int)})
+        self._details = details
+
+    # -- access ---------------------------------------------------------------------------
+
+    def get(self, topic: str) -> TopicQueueMappingDetail | None:
+        """A copy of this broker's detail of ``topic`` (None: no mapping)."""
+        with self._lock:
+            detail = self._details.get(topic)
+            return detail.copy() if detail is not None else None
+
+    def leader(self, topic: str, queue: int) -> tuple[int, "LogicQueueMappingItem | None"] | None:
+        """``(totalQueues, newest item of logic queue queue or None)`` without copying the
+        detail (the put path); None when this broker has no mapping of ``topic``."""
+        with self._lock:
+            detail = self._details.get(topic)
+            return None if detail is None else (detail.totalQueues, detail.leader(queue))
+
+    def topics(self) -> list[str]:
+        with self._lock:
+            return sorted(self._details)
+
+    def put(self, detail: TopicQueueMappingDetail) -> None:
+        """Validate ``detail`` (it must belong to this broker), then store it durably."""
+        detail = detail.copy()
+        detail.rebuild_id_map()
+        detail.check(self.broker)
+        with self._lock:
+            old = self._details.get(detail.topic)
+            self._details[detail.topic] = detail
+            try:
+                self._persist()
+            except BaseException:
+                if old is None:
+                    self._details.pop(detail.topic, None)
+                else:
+                    self._details[detail.topic] = old
+                raise
+
+    def remove(self, topic: str) -> None:
+        with self._lock:
+            if self._details.pop(topic, None) is not None:
+                self._persist()
+
+    # -- persistence ------------------------------------------------------------------------
+
+    def document(self) -> dict:
+        with self._lock:
+            return {"dataVersion": dict(self.data_version),
+                    "topicQueueMappingInfoMap": {t: d.to_json() for t, d in sorted(self._details.items())}}
+
+    def _persist(self) -> None:
+        self.data_version = {**self.data_version, "counter": self.data_version.get("counter", 0) + 1,
+                             "timestamp": now_ms()}
+        write_json_atomically(self.path, self.document())
+
+
+def write_json_atomically(path: str, doc: dict) -> None:
+    """Write ``doc`` as JSON to ``path`` so that a crash leaves the old or the new file:
+    temp file + fsync + rename + directory fsync."""
+    data = json.dumps(doc, indent=1, sort_keys=True).encode("utf-8")
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fsync_dir(directory)

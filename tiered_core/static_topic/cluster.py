@@ -49,7 +49,7 @@ from tiered_core.codec.message import Message, MessageExt
 from tiered_core.codec.naming import validate_topic
 from tiered_core.common import LONG_MAX, BoundaryType, now_ms
 from tiered_core.config import StoreConfig
-from tiered_core.errors import ConfigError, Fenced, IllegalParam, MappingError, StateConflict, TieredStoreError
+from tiered_core.errors import ConfigError, Fenced, IllegalParam, MappingError, StateConflict
 from tiered_core.static_topic.mapping import LogicQueueMappingItem, TopicQueueMappingDetail
 from tiered_core.static_topic.offsets import ConsumerOffsetStore
 from tiered_core.static_topic.reader import TieredBrokerReader

@@ -39,6 +39,11 @@ def _cases(batch: int, body: int):
     first = bytes(buf[:units[0].size])
     cq = pure.encode_cq_units(units)
     m0 = msgs[0]
+    from tiered_core.codec.checks import scan_flags
+    scan_units = [tuple(u) for u in units]
+    positions = [u.commitlog_offset - (1 << 30) for u in units]
+    group = (buf, positions, [u.commitlog_offset for u in units], [u.size for u in units],
+             [u.tags_code for u in units], 1 << 33)
     # name, kernel, args, kwargs, messages per call
     return [
         ("check_units", "check_units", (units, buf, 1 << 30),
@@ -60,6 +65,8 @@ def _cases(batch: int, body: int):
         ("decode_cq_units", "decode_cq_units", (cq,), {}, batch),
         ("pack_item", "pack_item", (123456789, 7, 3, 1 << 30, 1200, 3600, 42), {}, 1),
         (f"java_crc32 ({body} B)", "java_crc32", (m0.body,), {}, 1),
+        ("scan_units", "scan_units", (scan_units, buf, 1 << 30, b"BenchTopic", 3, 1000,
+                                      scan_flags("BenchTopic")), {}, batch),
     ]
 
 

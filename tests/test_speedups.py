@@ -23,7 +23,9 @@ from tiered_core.codec import _impl
 from tiered_core.codec.checks import PropCrcPolicy, UnitCheck
 from tiered_core.codec.consume_queue import ConsumeQueueUnit
 from tiered_core.codec.hashing import tags_hash_code
-from tiered_core.codec.message import MAGIC_V1, MAGIC_V2, Message, MessageVersion
+from tiered_core.codec.checks import scan_flags
+from tiered_core.codec.dispatch_batch import GroupBuild
+from tiered_core.codec.message import _EXT_FIELDS, MAGIC_V1, MAGIC_V2, Message, MessageExt, MessageVersion
 
 pure = _impl.pure
 compiled = _impl.load_compiled()
@@ -69,9 +71,21 @@ def _norm_exc(exc: BaseException | None):
     return (type(exc), str(exc), getattr(exc, "context", None))
 
 
+def _field(obj, name):
+    try:
+        return ("ok", getattr(obj, name))
+    except Exception as exc:  # a lazy field of bad bytes
+        return ("raise", _norm_exc(exc))
+
+
 def _norm(value):
     if isinstance(value, UnitCheck):
         return ("UnitCheck", list(value.positions), _norm_exc(value.error))
+    if isinstance(value, GroupBuild):
+        return ("GroupBuild", value.count, type(value.data), bytes(value.data), type(value.units),
+                bytes(value.units), value.timestamps, value.keys, _norm_exc(value.error))
+    if isinstance(value, MessageExt):
+        return ("MessageExt", type(value), tuple(_field(value, name) for name in (*_EXT_FIELDS, "uniq_key", "msg_id")))
     return value
 
 
@@ -434,3 +448,83 @@ def test_java_crc32_odd_buffers_agree():
     same("java_crc32", memoryview(b"abcdefgh").cast("I"), 1)
     same("java_crc32", memoryview(b"abcdefgh")[::2])
     same("java_crc32", b"abc", 1.0)
+# -- the batch kernels: scan_units, build_group, lazy_message_ext -----------------------------
+
+
+def _scan_args(units, buf, base, topic, queue_id, queue_offset, verify_crc=True,
+               prop_crc=PropCrcPolicy.IGNORE, check_tags=True):
+    flags = scan_flags(topic, queue_offset is not None, verify_crc, prop_crc, check_tags)
+    return ([tuple(u) for u in units], buf, base, topic.encode("utf-8", "surrogatepass"), queue_id,
+            -1 if queue_offset is None else queue_offset, flags)
+
+
+def _group_args(units, base, tiered):
+    return (list(u[0] - base for u in units), [u[0] for u in units], [u[1] for u in units],
+            [u[2] for u in units], tiered)
+
+
+@SETTINGS
+@given(batches())
+def test_scan_units_valid_batches_agree(batch):
+    topic, queue_id, q0, base, units, buf = batch
+    for prop_crc in PropCrcPolicy:
+        result = same("scan_units", *_scan_args(units, buf, base, topic, queue_id, q0, prop_crc=prop_crc))
+        if prop_crc is not PropCrcPolicy.REQUIRE:
+            assert result[1] == (len(units), None, "")
+
+
+@SETTINGS
+@given(st.data(), batches())
+def test_scan_units_corruptions_agree(data, batch):
+    topic, queue_id, q0, base, units, buf = batch
+    buf = data.draw(corrupted(buf))
+    units = data.draw(bent_units(units))
+    asked = data.draw(st.sampled_from([topic, topic + "x", "SCHEDULE_TOPIC_XXXX"]))
+    args = _scan_args(units, data.draw(st.sampled_from([bytes, bytearray, memoryview]))(buf),
+                      data.draw(st.sampled_from([base, base - 1, base + 1])), asked,
+                      data.draw(st.sampled_from([queue_id, queue_id + 1, 1 << 40])),
+                      data.draw(st.sampled_from([q0, q0 + 1, None])), verify_crc=data.draw(st.booleans()),
+                      prop_crc=data.draw(policies), check_tags=data.draw(st.booleans()))
+    same("scan_units", *args)
+    same("scan_units", Fresh(lambda: iter(args[0])), *args[1:])
+
+
+def test_scan_units_odd_arguments_agree():
+    raw = pure.encode_message(Message("T", b"x"), queue_id=0, queue_offset=0, store_timestamp=1)
+    unit = (0, len(raw), 0)
+    same("scan_units", [unit], raw, 0, b"T", 0, 0, 7)
+    same("scan_units", [], raw, 0, b"T", 0, 0, 7)
+    same("scan_units", [unit], raw, 0, "T", 0, 0, 7)
+    same("scan_units", [unit, (0, len(raw))], raw, 0, b"T", 0, 0, 7)
+    same("scan_units", [unit, (len(raw), 1 << 70, 0)], raw, 0, b"T", 0, 0, 7)
+    same("scan_units", [unit], "not a buffer", 0, b"T", 0, 0, 7)
+    same("scan_units", [unit], memoryview(raw[:len(raw) // 4 * 4]).cast("I"), 0, b"T", 0, 0, 7)
+    same("scan_units", [unit], raw, 0.0, b"T", 0, 0, 7)
+    same("scan_units", [unit], raw, 0, b"T", 0, 1 << 64, 7)
+    same("scan_units", [unit], raw, 0, b"T", 1 << 40, 0, 7)
+    same("scan_units", [unit], raw, 0, b"T", 0, 0, 1 << 40)
+
+
+def _big_batch(n=90, body=1000, prop_crc=False):
+    buf = bytearray()
+    units = []
+    for i in range(n):
+        msg = Message("Big", bytes([i % 251]) * body, keys=[f"k{i}"], tags="t\u00e9" if i % 7 == 0 else "tg",
+                      properties={"UNIQ_KEY": f"U{i}", "p\u00e9" if i % 5 == 0 else "p": "v"})
+        raw = pure.encode_message(msg, queue_id=1, queue_offset=10 + i, store_timestamp=99 + i,
+                                  physical_offset=500 + len(buf), prop_crc=prop_crc)
+        units.append(ConsumeQueueUnit(500 + len(buf), len(raw), tags_hash_code(msg.tags)))
+        buf += raw
+    return units, bytes(buf)
+
+
+@pytest.mark.parametrize("prop_crc", [False, True])
+def test_scan_units_long_batches_agree(prop_crc):
+    """Batches long enough to be checked with the GIL released, one byte bad at a time."""
+    units, buf = _big_batch(prop_crc=prop_crc)
+    policy = PropCrcPolicy.IF_PRESENT if prop_crc else PropCrcPolicy.IGNORE
+    assert same("scan_units", *_scan_args(units, buf, 500, "Big", 1, 10, prop_crc=policy))[1][1] is None
+    for i in range(7, len(buf), len(buf) // 97):
+        bad = bytearray(buf)
+        bad[i] ^= 0x10
+        same("scan_units", *_scan_args(units, bytes(bad), 500, "Big", 1, 10, prop_crc=policy))

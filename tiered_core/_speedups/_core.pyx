@@ -1034,3 +1034,207 @@ def java_crc32(buf, start=0, end=None):
             finally:
                 PyBuffer_Release(&view)
     return p_java_crc32(buf, start, end)
+
+
+# -- batch kernels (codec.batch, codec.dispatch_batch, codec.message) ----------------------
+
+cdef object p_scan_units = None
+
+
+def bind_batch(ns):
+    """Take the batch kernels' oracles and helpers from ``ns`` (a mapping). Idempotent."""
+    global p_scan_units
+    p_scan_units = ns["scan_units"]
+
+
+# scan_units flags (codec.batch)
+cdef enum:
+    F_VERIFY_CRC = 1
+    F_CHECK_TAGS = 2
+    F_CHECK_Q = 4
+    F_PROP_IF_PRESENT = 8
+    F_PROP_REQUIRE = 16
+
+# scan_loop outcomes
+cdef enum:
+    S_DONE = 0      # every unit passed
+    S_DOUBT = 1     # the oracle must judge unit *i
+    S_UTF8 = 2      # unit *i passed all but the checks that need the GIL (UTF-8, non-ASCII tags)
+
+
+cdef struct ScanArgs:
+    const uint8_t* b
+    Py_ssize_t limit
+    int64_t base
+    const char* topic
+    Py_ssize_t topic_len
+    int64_t queue_id
+    int64_t q
+    int flags
+    const int64_t* units  # (offset, size, tags) triples
+    Py_ssize_t n
+    # where the last looked-at unit's properties lie (for S_UTF8)
+    Py_ssize_t props_start
+    Py_ssize_t props_end
+    Py_ssize_t tags_start
+    Py_ssize_t tags_end
+    bint tags_need_hash   # the tags value is not ASCII: the caller hashes it
+    bint props_need_utf8  # the properties are not ASCII: the caller checks UTF-8
+
+
+cdef int scan_loop(ScanArgs* a, Py_ssize_t* at) noexcept nogil:
+    """codec.batch.scan_units's accept path from unit *at on: S_DONE, or where it stopped."""
+    cdef Py_ssize_t i = at[0], vstart, vend
+    cdef int64_t cl_off, size, tags_code, pos, stored
+    cdef Parsed m
+    cdef const uint8_t* b = a.b
+    cdef int flags = a.flags
+    cdef bint prop_crc = (flags & (F_PROP_IF_PRESENT | F_PROP_REQUIRE)) != 0
+    cdef int32_t expected
+    while i < a.n:
+        cl_off = a.units[3 * i]
+        size = a.units[3 * i + 1]
+        tags_code = a.units[3 * i + 2]
+        at[0] = i
+        pos = cl_off - a.base
+        if pos < 0 or size < MIN_SIZE or size > a.limit - pos:
+            return S_DOUBT
+        stored = stored_prop_crc(b, pos, size) if prop_crc else NO_PROP_CRC
+        if stored == -1:
+            return S_DOUBT
+        if frame_parse(b, a.limit, pos, (flags & F_VERIFY_CRC) != 0 and stored == NO_PROP_CRC, &m) != 0 \
+                or m.total != size:
+            return S_DOUBT
+        if m.topic_end - m.topic_start != a.topic_len \
+                or memcmp(b + m.topic_start, a.topic, a.topic_len) != 0:
+            return S_DOUBT
+        if r32(b + pos + 12) != a.queue_id:
+            return S_DOUBT
+        if flags & F_CHECK_Q and r64(b + pos + 20) != a.q + i:
+            return S_DOUBT
+        if r64(b + pos + 28) != cl_off:
+            return S_DOUBT
+        if stored != NO_PROP_CRC:
+            if jcrc(b + pos, size - RESERVED) != stored:
+                return S_DOUBT
+        elif flags & F_PROP_REQUIRE:
+            return S_DOUBT
+        a.props_need_utf8 = not is_ascii(b + m.props_start, m.end - m.props_start)
+        a.tags_need_hash = False
+        if flags & F_CHECK_TAGS and tags_code != 0 and -0x80000000 <= tags_code <= 0x7FFFFFFF:
+            vend = find_tags(b + m.props_start, m.end - m.props_start, &vstart)
+            if vend < 0:
+                expected = 0
+            elif is_ascii(b + m.props_start + vstart, vend - vstart):
+                expected = java_hash_ascii(b + m.props_start + vstart, vend - vstart)
+            else:
+                a.tags_need_hash = True
+                a.tags_start = m.props_start + vstart
+                a.tags_end = m.props_start + vend
+                expected = 0
+            if not a.tags_need_hash and expected != tags_code:
+                return S_DOUBT
+        if a.props_need_utf8 or a.tags_need_hash:
+            a.props_start = m.props_start
+            a.props_end = m.end
+            return S_UTF8
+        i += 1
+    at[0] = i
+    return S_DONE
+
+
+cdef extern from "stdlib.h":
+    void* malloc(size_t n) nogil
+    void free(void* p) nogil
+
+
+#: A batch spanning at least this many bytes is checked with the GIL released.
+cdef Py_ssize_t NOGIL_SPAN = 65536
+
+
+def scan_units(units, data, base, topic, queue_id, queue_offset, flags):
+    """Twin of codec.batch.scan_units."""
+    cdef Py_buffer view
+    cdef ScanArgs a
+    cdef int64_t* arr = NULL
+    cdef Py_ssize_t i = 0, n, k
+    cdef int64_t c_off, c_size, c_tags, span_lo, span_hi
+    cdef int rc = S_DOUBT
+    cdef bint released
+    if type(units) is not list:
+        units = list(units)
+    n = len(units)
+    if n == 0 or type(topic) is not bytes or type(flags) is not int or type(base) is not int \
+            or type(queue_id) is not int or type(queue_offset) is not int \
+            or (isinstance(data, memoryview) and (data.format != "B" or data.ndim != 1)):
+        return p_scan_units(units, data, base, topic, queue_id, queue_offset, flags)
+    try:
+        a.base = base
+        a.queue_id = queue_id
+        a.q = queue_offset
+        a.flags = flags
+        if a.q < -1 or a.q > 0x7FFFFFFFFFFFFFFF - n or a.flags < 0 or a.flags > 31:
+            raise OverflowError
+        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    except Exception:
+        return p_scan_units(units, data, base, topic, queue_id, queue_offset, flags)
+    try:
+        arr = <int64_t*>malloc(sizeof(int64_t) * 3 * n)
+        if arr == NULL:
+            raise MemoryError
+        # the units as C ints, up to the first that is not three Python int64s
+        k = 0
+        span_lo = 0x7FFFFFFFFFFFFFFF
+        span_hi = -0x7FFFFFFFFFFFFFFF
+        while k < n:
+            try:
+                if not unpack3(units[k], &c_off, &c_size, &c_tags):
+                    break
+            except Exception:
+                break
+            arr[3 * k] = c_off
+            arr[3 * k + 1] = c_size
+            arr[3 * k + 2] = c_tags
+            if c_off < span_lo:
+                span_lo = c_off
+            if c_size > 0 and c_off < 0x7FFFFFFFFFFFFFFF - c_size and c_off + c_size > span_hi:
+                span_hi = c_off + c_size
+            k += 1
+        a.b = <const uint8_t*>view.buf
+        a.limit = view.len
+        a.topic = PyBytes_AS_STRING(topic)
+        a.topic_len = PyBytes_GET_SIZE(topic)
+        a.units = arr
+        a.n = k
+        released = k > 1 and span_hi > span_lo and <uint64_t>span_hi - <uint64_t>span_lo >= <uint64_t>NOGIL_SPAN
+        while True:
+            if released:
+                with nogil:
+                    rc = scan_loop(&a, &i)
+            else:
+                rc = scan_loop(&a, &i)
+            if rc != S_UTF8:
+                break
+            # the checks that need Python objects, for unit i
+            try:
+                if a.props_need_utf8:
+                    utf8(a.b + a.props_start, a.props_end - a.props_start)
+                if a.tags_need_hash:
+                    if tags_hash_code(utf8(a.b + a.tags_start, a.tags_end - a.tags_start)) != arr[3 * i + 2]:
+                        rc = S_DOUBT
+                        break
+            except Exception:
+                rc = S_DOUBT
+                break
+            i += 1
+        if rc == S_DONE and k < n:
+            rc = S_DOUBT  # i == k: the unit that was not three ints
+    finally:
+        free(arr)
+        PyBuffer_Release(&view)
+    if rc == S_DONE:
+        return (i, None, "")
+    valid, reason, detail = p_scan_units(units[i:], data, base, topic, queue_id, queue_offset + i, flags)
+    return (valid + i, reason, detail)
+
+

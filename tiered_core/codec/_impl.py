@@ -15,7 +15,18 @@ from __future__ import annotations
 import os
 from types import SimpleNamespace
 
-from tiered_core.codec import checks, consume_queue, hashing, message, prop_crc, split, tiered_index
+from tiered_core.codec import (
+    batch,
+    checks,
+    consume_queue,
+    dispatch_batch,
+    hashing,
+    keys,
+    message,
+    prop_crc,
+    split,
+    tiered_index,
+)
 from tiered_core.errors import CorruptData
 
 #: Kernel name -> its pure-Python oracle.
@@ -38,6 +49,7 @@ ORACLES = {
     "decode_cq_units": consume_queue.decode_cq_units,
     "pack_item": tiered_index.pack_item,
     "java_crc32": prop_crc.java_crc32,
+    "scan_units": batch.scan_units,
 }
 KERNELS = tuple(ORACLES)
 
@@ -75,6 +87,9 @@ def load_compiled() -> SimpleNamespace | None:
         "host_parts": message._cached_host_parts,
         "tags_hash_code": hashing.tags_hash_code,
     })
+    _core.bind_batch({
+        **ORACLES,
+    })
     return SimpleNamespace(**{name: getattr(_core, name) for name in KERNELS})
 
 
@@ -101,6 +116,7 @@ encode_cq_units = _chosen.encode_cq_units
 decode_cq_units = _chosen.decode_cq_units
 pack_item = _chosen.pack_item
 java_crc32 = _chosen.java_crc32
+scan_units = _chosen.scan_units
 
 
 def pure_python_line() -> str | None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import struct
 from typing import Callable, Sequence
 
-from tiered_core.codec.batch import scan_units
+from tiered_core.codec._impl import scan_units
 from tiered_core.codec.checks import PropCrcPolicy, scan_flags, unit_error
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
 from tiered_core.codec.message_batch import MessageBatch

@@ -67,6 +67,8 @@ def _cases(batch: int, body: int):
         (f"java_crc32 ({body} B)", "java_crc32", (m0.body,), {}, 1),
         ("scan_units", "scan_units", (scan_units, buf, 1 << 30, b"BenchTopic", 3, 1000,
                                       scan_flags("BenchTopic")), {}, batch),
+        ("build_group", "build_group", group, {}, batch),
+        ("build_group (no keys)", "build_group", group + (False,), {}, batch),
     ]
 
 

@@ -448,6 +448,8 @@ def test_java_crc32_odd_buffers_agree():
     same("java_crc32", memoryview(b"abcdefgh").cast("I"), 1)
     same("java_crc32", memoryview(b"abcdefgh")[::2])
     same("java_crc32", b"abc", 1.0)
+
+
 # -- the batch kernels: scan_units, build_group, lazy_message_ext -----------------------------
 
 
@@ -528,3 +530,87 @@ def test_scan_units_long_batches_agree(prop_crc):
         bad = bytearray(buf)
         bad[i] ^= 0x10
         same("scan_units", *_scan_args(units, bytes(bad), 500, "Big", 1, 10, prop_crc=policy))
+
+
+@SETTINGS
+@given(st.data(), batches())
+def test_build_group_agrees(data, batch):
+    _topic, _queue_id, _q0, base, units, buf = batch
+    tiered = data.draw(st.integers(0, 1 << 50))
+    want_keys = data.draw(st.booleans())
+    same("build_group", buf, *_group_args(units, base, tiered), want_keys)
+    buf = data.draw(corrupted(buf))
+    positions, offsets, sizes, tags, tiered = _group_args(data.draw(bent_units(units)), base, tiered)
+    view = data.draw(st.sampled_from([bytes, bytearray, memoryview]))(buf)
+    same("build_group", view, positions, offsets, sizes, tags, tiered, want_keys)
+
+
+def test_build_group_odd_arguments_agree():
+    units, buf = _big_batch(n=3, body=10, prop_crc=True)
+    positions, offsets, sizes, tags, tiered = _group_args(units, 500, 7)
+    same("build_group", buf, positions, offsets, sizes, tags, tiered)
+    same("build_group", buf, tuple(positions), offsets, sizes, tags, tiered, 0)
+    same("build_group", buf, positions, offsets, sizes, tags, (1 << 63) - 10)
+    same("build_group", buf, positions, offsets, sizes, tags, 7.0)
+    same("build_group", buf, positions, offsets, sizes, [0, 1 << 64, 0], tiered)
+    same("build_group", buf, positions, offsets, [sizes[0], -1, sizes[2]], tags, tiered)
+    same("build_group", buf, positions, offsets, sizes[:2], tags, tiered)
+    same("build_group", buf, [0, "x", 0], offsets, sizes, tags, tiered)
+    same("build_group", buf, iter(positions), offsets, sizes, tags, tiered)
+    same("build_group", "not a buffer", positions, offsets, sizes, tags, tiered)
+    same("build_group", memoryview(buf[:len(buf) // 4 * 4]).cast("I"), positions, offsets, sizes, tags, tiered)
+    same("build_group", buf, [], [], [], [], tiered)
+
+
+@pytest.mark.parametrize("prop_crc", [False, True])
+def test_every_single_bit_flip_agrees_for_the_batch_kernels(prop_crc):
+    units, buf = _three_messages(prop_crc)
+    for i in range(len(buf)):
+        for bit in (0, 7):
+            bad = bytearray(buf)
+            bad[i] ^= 1 << bit
+            bad = bytes(bad)
+            for policy in (PropCrcPolicy.IGNORE, PropCrcPolicy.IF_PRESENT, PropCrcPolicy.REQUIRE):
+                same("scan_units", *_scan_args(units, bad, 1000, "TopicA", 5, 100, prop_crc=policy))
+            same("build_group", bad, *_group_args(units, 1000, 1 << 33))
+            same("build_group", bad, *_group_args(units, 1000, 0), False)
+    for cut in range(len(buf) + 1):
+        same("scan_units", *_scan_args(units, buf[:cut], 1000, "TopicA", 5, 100))
+        same("build_group", buf[:cut], *_group_args(units, 1000, 3))
+
+
+_KEY_TEXTS = ["", " ", "a", "a b", " a  b a ", "\x1c", "a\x1fb", "\t", "k\u00e9", "u", "u u", "x\u00a0"]
+
+
+@pytest.mark.parametrize("uniq", [None, "", "u", " ", "\x1f", "a", "k\u00e9"])
+def test_build_group_index_keys_agree(uniq):
+    """Every mix of KEYS and UNIQ_KEY values (blank, repeated, whitespace, non-ASCII), also
+    repeated or emptied pairs: the index keys are those of the oracle."""
+    buf = bytearray()
+    for keys_text in [None, *_KEY_TEXTS]:
+        props = {"a": "b"}
+        if keys_text:
+            props["KEYS"] = keys_text
+        if uniq:
+            props["UNIQ_KEY"] = uniq
+        msg = Message("T", b"body", properties=props)
+        buf += pure.encode_message(msg, queue_id=0, queue_offset=0, store_timestamp=1, physical_offset=len(buf))
+    # hand-made property texts: repeated names, empty values, a name that ends another
+    for text in ["KEYS\x01a\x02KEYS\x01b", "KEYS\x01a\x02KEYS\x01", "XKEYS\x01a", "UNIQ_KEY\x01u\x02KEYS\x01u",
+                 "UNIQ_KEY\x01\x02KEYS\x01a b", "KEYS\x01a\x02", "\x02KEYS\x01a", "KEYS\x01a\x01b"]:
+        raw = bytearray(pure.encode_message(Message("T", b"body"), queue_id=0, queue_offset=0, store_timestamp=1,
+                                            physical_offset=len(buf)))
+        props_b = text.encode()
+        raw[-2:] = len(props_b).to_bytes(2, "big") + props_b
+        raw[0:4] = len(raw).to_bytes(4, "big")
+        buf += raw
+    buf = bytes(buf)
+    positions, sizes = [], []
+    pos = 0
+    while pos < len(buf):
+        size = int.from_bytes(buf[pos:pos + 4], "big")
+        positions.append(pos)
+        sizes.append(size)
+        pos += size
+    got = same("build_group", buf, positions, positions, sizes, [0] * len(sizes), 0)
+    assert got[1][8] is None and got[1][1] == len(sizes)

@@ -1039,12 +1039,18 @@ def java_crc32(buf, start=0, end=None):
 # -- batch kernels (codec.batch, codec.dispatch_batch, codec.message) ----------------------
 
 cdef object p_scan_units = None
+cdef object p_build_group = None
+cdef object GroupBuild = None
+cdef object index_keys_of = None  # keys.message_index_keys_from_properties
 
 
 def bind_batch(ns):
     """Take the batch kernels' oracles and helpers from ``ns`` (a mapping). Idempotent."""
-    global p_scan_units
+    global p_scan_units, p_build_group, GroupBuild, index_keys_of
     p_scan_units = ns["scan_units"]
+    p_build_group = ns["build_group"]
+    GroupBuild = ns["GroupBuild"]
+    index_keys_of = ns["message_index_keys_from_properties"]
 
 
 # scan_units flags (codec.batch)
@@ -1237,4 +1243,189 @@ def scan_units(units, data, base, topic, queue_id, queue_offset, flags):
     valid, reason, detail = p_scan_units(units[i:], data, base, topic, queue_id, queue_offset + i, flags)
     return (valid + i, reason, detail)
 
+
+
+# -- the dispatch group loop ----------------------------------------------------------------
+
+
+cdef extern from "string.h":
+    void* memmem(const void* hay, size_t hn, const void* needle, size_t nn) nogil
+    void* memchr(const void* p, int c, size_t n) nogil
+
+
+cdef inline Py_ssize_t find_value(const uint8_t* p, Py_ssize_t n, const char* name, Py_ssize_t ln,
+                                  Py_ssize_t* vstart) noexcept nogil:
+    """keys._last_value: the end of the value parse_properties keeps for ``name`` (``NAME\\x01``,
+    ln bytes) in properties p[0:n] (its start in *vstart), or -1 when there is none."""
+    cdef Py_ssize_t k = n - ln, stop
+    while k >= 0:
+        if (k == 0 or p[k - 1] == 2) and memcmp(p + k, name, ln) == 0:
+            stop = k + ln
+            while stop < n and p[stop] != 2:
+                stop += 1
+            if stop > k + ln:
+                vstart[0] = k + ln
+                return stop
+            k -= ln + 1
+        else:
+            k -= 1
+    return -1
+
+
+cdef inline bint ascii_blank(const uint8_t* p, Py_ssize_t n) noexcept nogil:
+    """str.strip() of ASCII p[0:n] is empty (str.isspace: \\t..\\r, \\x1c..\\x1f, space)."""
+    cdef Py_ssize_t i
+    for i in range(n):
+        if not (9 <= p[i] <= 13 or 28 <= p[i] <= 32):
+            return False
+    return True
+
+
+cdef object ascii_index_keys(const uint8_t* p, Py_ssize_t n):
+    """keys.message_index_keys_from_properties of ASCII properties p[0:n]."""
+    cdef Py_ssize_t ks = 0, ke, us = 0, ue
+    cdef bint u_ok
+    cdef dict keys
+    ke = find_value(p, n, b"KEYS\x01", 5, &ks)
+    ue = find_value(p, n, b"UNIQ_KEY\x01", 9, &us)
+    if ke >= 0 and memchr(p + ks, 32, ke - ks) == NULL:  # one key (or none)
+        if ue < 0:
+            return () if ascii_blank(p + ks, ke - ks) else (utf8(p + ks, ke - ks),)
+        u_ok = not ascii_blank(p + us, ue - us)
+        if ascii_blank(p + ks, ke - ks):
+            return (utf8(p + us, ue - us),) if u_ok else ()
+        if not u_ok:
+            return (utf8(p + ks, ke - ks),)
+        if ke - ks == ue - us and memcmp(p + ks, p + us, ke - ks) == 0:
+            return (utf8(p + us, ue - us),)
+        return (utf8(p + us, ue - us), utf8(p + ks, ke - ks))
+    if ke < 0:
+        if ue < 0 or ascii_blank(p + us, ue - us):
+            return ()
+        return (utf8(p + us, ue - us),)
+    keys = {}
+    if ue >= 0 and not ascii_blank(p + us, ue - us):
+        keys[utf8(p + us, ue - us)] = None
+    for key in utf8(p + ks, ke - ks).split(" "):
+        if key.strip():
+            keys[key] = None
+    return tuple(keys)
+
+
+def build_group(buf, positions, offsets, sizes, tags_codes, tiered_offset, want_keys=True):
+    """Twin of codec.dispatch_batch.build_group."""
+    cdef Py_buffer view
+    cdef Py_ssize_t n, i = 0, out = 0, k, props_n
+    cdef int64_t total_size = 0, sz, size, pos, tags, tiered, stored
+    cdef int64_t* c_sizes = NULL
+    cdef const uint8_t* b
+    cdef uint8_t* d
+    cdef uint8_t* u
+    cdef Parsed m
+    cdef int32_t crc
+    cdef list timestamps, keys
+    cdef bint with_keys = bool(want_keys), doubt = False
+    cdef bytes last_topic = None
+    if type(positions) is not list and type(positions) is not tuple \
+            or type(offsets) is not list and type(offsets) is not tuple \
+            or type(sizes) is not list and type(sizes) is not tuple \
+            or type(tags_codes) is not list and type(tags_codes) is not tuple \
+            or type(tiered_offset) is not int \
+            or (isinstance(buf, memoryview) and (buf.format != "B" or buf.ndim != 1)):
+        return p_build_group(buf, positions, offsets, sizes, tags_codes, tiered_offset, want_keys)
+    n = len(positions)
+    if len(sizes) < n:
+        return p_build_group(buf, positions, offsets, sizes, tags_codes, tiered_offset, want_keys)
+    c_sizes = <int64_t*>malloc(sizeof(int64_t) * (n + 1))
+    if c_sizes == NULL:
+        raise MemoryError
+    try:
+        try:
+            for k in range(n):
+                sz = i64(sizes[k])
+                if sz < 0 or sz > 0x7FFFFFFF:
+                    raise OverflowError
+                c_sizes[k] = sz
+                total_size += sz
+            tiered = i64(tiered_offset)
+            PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+        except Exception:
+            return p_build_group(buf, positions, offsets, sizes, tags_codes, tiered_offset, want_keys)
+        try:
+            data = bytearray(total_size)
+            units = bytearray(20 * n)
+            d = <uint8_t*>(<char*>data)
+            u = <uint8_t*>(<char*>units)
+            timestamps = []
+            keys = [] if with_keys else None
+            b = <const uint8_t*>view.buf
+            while i < n:
+                size = c_sizes[i]
+                try:
+                    pos = i64(positions[i])
+                    tags = i64(tags_codes[i])
+                except Exception:
+                    break
+                if size < 40 or pos < 0 or pos > view.len - size or tiered > 0x7FFFFFFFFFFFFFFF - size:
+                    break
+                if frame_parse(b, view.len, pos, True, &m) != 0 or m.total != size:
+                    break
+                props_n = m.end - m.props_start
+                try:
+                    if not is_ascii(b + m.topic_start, m.topic_end - m.topic_start):
+                        topic = PyBytes_FromStringAndSize(<const char*>b + m.topic_start, m.topic_end - m.topic_start)
+                        if topic != last_topic:
+                            utf8(b + m.topic_start, m.topic_end - m.topic_start)
+                            last_topic = topic
+                    if not is_ascii(b + m.props_start, props_n):
+                        utf8(b + m.props_start, props_n)
+                except UnicodeDecodeError:
+                    break
+                stored = stored_prop_crc(b, pos, size)
+                if stored == -1:
+                    break
+                if stored != NO_PROP_CRC and jcrc(b + pos, size - RESERVED) != stored:
+                    break
+                if with_keys:
+                    if props_n >= 3 and memmem(b + m.props_start, props_n, b"KEY", 3) != NULL:
+                        try:
+                            if is_ascii(b + m.props_start, props_n):
+                                item = ascii_index_keys(b + m.props_start, props_n)
+                            else:
+                                item = index_keys_of(utf8(b + m.props_start, props_n))
+                        except Exception:
+                            break
+                    else:
+                        item = ()
+                memcpy(d + out, b + pos, size)
+                w64(d + out + 28, <uint64_t>tiered)
+                if stored != NO_PROP_CRC:
+                    crc = jcrc(d + out, size - RESERVED)
+                    for k in range(10):
+                        d[out + size - 11 + k] = <uint8_t>(48 + crc % 10)
+                        crc //= 10
+                w64(u + 20 * i, <uint64_t>tiered)
+                w32(u + 20 * i + 8, <uint32_t>size)
+                w64(u + 20 * i + 12, <uint64_t>tags)
+                timestamps.append(PyLong_FromLongLong(r64(b + pos + 48 + m.bh)))
+                if with_keys:
+                    keys.append(item)
+                out += size
+                tiered += size
+                i += 1
+        finally:
+            PyBuffer_Release(&view)
+    finally:
+        free(c_sizes)
+    if i == n:
+        return GroupBuild(n, data, units, timestamps, keys, None)
+    rest = p_build_group(buf, positions[i:], offsets[i:], sizes[i:], tags_codes[i:], tiered, want_keys)
+    del data[out:]
+    del units[20 * i:]
+    data += rest[1]
+    units += rest[2]
+    timestamps.extend(rest[3])
+    if keys is not None:
+        keys.extend(rest[4])
+    return GroupBuild(i + rest[0], data, units, timestamps, keys, rest[5])
 

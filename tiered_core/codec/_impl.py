@@ -50,6 +50,7 @@ ORACLES = {
     "pack_item": tiered_index.pack_item,
     "java_crc32": prop_crc.java_crc32,
     "scan_units": batch.scan_units,
+    "build_group": dispatch_batch.build_group,
 }
 KERNELS = tuple(ORACLES)
 
@@ -89,6 +90,8 @@ def load_compiled() -> SimpleNamespace | None:
     })
     _core.bind_batch({
         **ORACLES,
+        "GroupBuild": dispatch_batch.GroupBuild,
+        "message_index_keys_from_properties": keys.message_index_keys_from_properties,
     })
     return SimpleNamespace(**{name: getattr(_core, name) for name in KERNELS})
 
@@ -117,6 +120,7 @@ decode_cq_units = _chosen.decode_cq_units
 pack_item = _chosen.pack_item
 java_crc32 = _chosen.java_crc32
 scan_units = _chosen.scan_units
+build_group = _chosen.build_group
 
 
 def pure_python_line() -> str | None:

@@ -69,6 +69,8 @@ def _cases(batch: int, body: int):
                                       scan_flags("BenchTopic")), {}, batch),
         ("build_group", "build_group", group, {}, batch),
         ("build_group (no keys)", "build_group", group + (False,), {}, batch),
+        ("lazy_message_ext", "lazy_message_ext", (first, "BenchTopic"), {}, 1),
+        ("lazy_message_ext (topic)", "lazy_message_ext", (first,), {}, 1),
     ]
 
 

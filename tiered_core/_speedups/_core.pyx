@@ -1040,17 +1040,20 @@ def java_crc32(buf, start=0, end=None):
 
 cdef object p_scan_units = None
 cdef object p_build_group = None
+cdef object p_lazy_message_ext = None
 cdef object GroupBuild = None
 cdef object index_keys_of = None  # keys.message_index_keys_from_properties
 
 
 def bind_batch(ns):
     """Take the batch kernels' oracles and helpers from ``ns`` (a mapping). Idempotent."""
-    global p_scan_units, p_build_group, GroupBuild, index_keys_of
+    global p_scan_units, p_build_group, p_lazy_message_ext, GroupBuild, index_keys_of
     p_scan_units = ns["scan_units"]
     p_build_group = ns["build_group"]
+    p_lazy_message_ext = ns["lazy_message_ext"]
     GroupBuild = ns["GroupBuild"]
     index_keys_of = ns["message_index_keys_from_properties"]
+    bind_ext(ns["MessageExt"], ns["UNSET"], ns["V1"], ns["V2"])
 
 
 # scan_units flags (codec.batch)
@@ -1429,3 +1432,156 @@ def build_group(buf, positions, offsets, sizes, tags_codes, tiered_offset, want_
         keys.extend(rest[4])
     return GroupBuild(i + rest[0], data, units, timestamps, keys, rest[5])
 
+
+# -- the lazy decode -------------------------------------------------------------------------
+
+cdef extern from *:
+    """
+    #include "structmember.h"
+    static Py_ssize_t ts_slot_offset(PyObject* descr) {
+        PyMemberDef* d;
+        if (Py_TYPE(descr) != &PyMemberDescr_Type) return -1;
+        d = ((PyMemberDescrObject*)descr)->d_member;
+        if (d->type != T_OBJECT_EX || (d->flags & READONLY)) return -1;
+        return d->offset;
+    }
+    /* Store v (a new reference, stolen) in the slot at off of o. */
+    static void ts_set_slot(PyObject* o, Py_ssize_t off, PyObject* v) {
+        PyObject** p = (PyObject**)((char*)o + off);
+        PyObject* old = *p;
+        *p = v;
+        Py_XDECREF(old);
+    }
+    static void ts_set_slot_borrowed(PyObject* o, Py_ssize_t off, PyObject* v) {
+        Py_INCREF(v);
+        ts_set_slot(o, off, v);
+    }
+    static PyObject* ts_alloc(PyObject* cls) {
+        PyTypeObject* t = (PyTypeObject*)cls;
+        return t->tp_alloc(t, 0);
+    }
+    """
+    Py_ssize_t ts_slot_offset(object descr)
+    void ts_set_slot(object o, Py_ssize_t off, PyObject* v)
+    void ts_set_slot_borrowed(object o, Py_ssize_t off, object v)
+    object ts_alloc(object cls)
+
+
+cdef enum:
+    X_TOPIC = 0
+    X_QUEUE_ID
+    X_QUEUE_OFFSET
+    X_COMMITLOG_OFFSET
+    X_STORE_TIMESTAMP
+    X_BORN_TIMESTAMP
+    X_BODY
+    X_SYS_FLAG
+    X_BODY_CRC
+    X_STORE_SIZE
+    X_RECONSUME
+    X_PREP
+    X_FLAG
+    X_VERSION
+    X_KEYS
+    X_TAGS
+    X_PROPERTIES
+    X_BORN_HOST
+    X_STORE_HOST
+    X_RAW
+    X_LAYOUT
+    X_COUNT
+
+_EXT_SLOTS = ("topic", "queue_id", "queue_offset", "commitlog_offset", "store_timestamp", "born_timestamp",
+              "body", "sys_flag", "body_crc", "store_size", "reconsume_times", "prepared_transaction_offset",
+              "flag", "version", "_keys", "_tags", "_properties", "_born_host", "_store_host", "_raw", "_layout")
+
+cdef Py_ssize_t ext_off[X_COUNT]
+cdef bint ext_ok = False
+cdef object ExtClass = None
+cdef object UNSET = None
+
+
+cdef bind_ext(cls, unset, v1, v2):
+    """Find the slot offsets of MessageExt; without them lazy_message_ext is the oracle."""
+    global ext_ok, ExtClass, UNSET
+    cdef int k
+    ext_ok = False
+    ExtClass = cls
+    UNSET = unset
+    if type(cls) is not type or "__dict__" in cls.__dict__ or "__weakref__" in cls.__dict__ \
+            or cls.__new__ is not object.__new__ or len(_EXT_SLOTS) != X_COUNT \
+            or sorted(cls.__dict__.get("__slots__", ())) != sorted(_EXT_SLOTS):  # every slot filled
+        return
+    for k in range(X_COUNT):
+        descr = cls.__dict__.get(_EXT_SLOTS[k])
+        if descr is None:
+            return
+        ext_off[k] = ts_slot_offset(descr)
+        if ext_off[k] < 0:
+            return
+    ext_ok = True
+
+
+def lazy_message_ext(raw, topic=None):
+    """Twin of codec.message.lazy_message_ext."""
+    cdef const uint8_t* b
+    cdef Py_ssize_t n, bh, sh, hs, sp, tl, t_start, t_end
+    cdef int32_t sys_flag, body_len
+    cdef bint v2
+    if not ext_ok or type(raw) is not bytes or (topic is not None and type(topic) is not str):
+        return p_lazy_message_ext(raw, topic)
+    b = <const uint8_t*>PyBytes_AS_STRING(raw)
+    n = PyBytes_GET_SIZE(raw)
+    if n < 40:
+        return p_lazy_message_ext(raw, topic)
+    sys_flag = r32(b + 36)
+    bh = 20 if sys_flag & 0x10 else 8
+    sh = 20 if sys_flag & 0x20 else 8
+    hs = 72 + bh + sh
+    if n < hs:
+        return p_lazy_message_ext(raw, topic)
+    body_len = r32(b + hs - 4)
+    if body_len < 0 or body_len > n - hs:
+        return p_lazy_message_ext(raw, topic)
+    v2 = ru32(b + 4) == MAGIC_V2
+    if topic is None:
+        tl = 2 if v2 else 1
+        if hs + body_len + tl > n:
+            return p_lazy_message_ext(raw, topic)
+        if v2:
+            t_start = hs + body_len + 2
+            t_end = t_start + ((<Py_ssize_t>b[hs + body_len] << 8) | b[hs + body_len + 1])
+        else:
+            t_start = hs + body_len + 1
+            t_end = t_start + b[hs + body_len]
+        if t_end > n:
+            return p_lazy_message_ext(raw, topic)
+        try:
+            topic = utf8(b + t_start, t_end - t_start)
+        except UnicodeDecodeError:
+            return p_lazy_message_ext(raw, None)
+    sp = 48 + bh
+    body = PyBytes_FromStringAndSize(<const char*>b + hs, body_len)
+    o = ts_alloc(ExtClass)
+    ts_set_slot_borrowed(o, ext_off[X_TOPIC], topic)
+    ts_set_slot_borrowed(o, ext_off[X_QUEUE_ID], PyLong_FromLong(r32(b + 12)))
+    ts_set_slot_borrowed(o, ext_off[X_QUEUE_OFFSET], PyLong_FromLongLong(r64(b + 20)))
+    ts_set_slot_borrowed(o, ext_off[X_COMMITLOG_OFFSET], PyLong_FromLongLong(r64(b + 28)))
+    ts_set_slot_borrowed(o, ext_off[X_STORE_TIMESTAMP], PyLong_FromLongLong(r64(b + sp)))
+    ts_set_slot_borrowed(o, ext_off[X_BORN_TIMESTAMP], PyLong_FromLongLong(r64(b + 40)))
+    ts_set_slot_borrowed(o, ext_off[X_BODY], body)
+    ts_set_slot_borrowed(o, ext_off[X_SYS_FLAG], PyLong_FromLong(sys_flag))
+    ts_set_slot_borrowed(o, ext_off[X_BODY_CRC], PyLong_FromLong(r32(b + 8)))
+    ts_set_slot_borrowed(o, ext_off[X_STORE_SIZE], PyLong_FromLong(r32(b)))
+    ts_set_slot_borrowed(o, ext_off[X_RECONSUME], PyLong_FromLong(r32(b + sp + 8 + sh)))
+    ts_set_slot_borrowed(o, ext_off[X_PREP], PyLong_FromLongLong(r64(b + sp + 8 + sh + 4)))
+    ts_set_slot_borrowed(o, ext_off[X_FLAG], PyLong_FromLong(r32(b + 16)))
+    ts_set_slot_borrowed(o, ext_off[X_VERSION], V2 if v2 else V1)
+    ts_set_slot_borrowed(o, ext_off[X_KEYS], UNSET)
+    ts_set_slot_borrowed(o, ext_off[X_TAGS], UNSET)
+    ts_set_slot_borrowed(o, ext_off[X_PROPERTIES], UNSET)
+    ts_set_slot_borrowed(o, ext_off[X_BORN_HOST], UNSET)
+    ts_set_slot_borrowed(o, ext_off[X_STORE_HOST], UNSET)
+    ts_set_slot_borrowed(o, ext_off[X_RAW], raw)
+    ts_set_slot_borrowed(o, ext_off[X_LAYOUT], None)
+    return o

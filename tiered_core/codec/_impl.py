@@ -51,6 +51,7 @@ ORACLES = {
     "java_crc32": prop_crc.java_crc32,
     "scan_units": batch.scan_units,
     "build_group": dispatch_batch.build_group,
+    "lazy_message_ext": message.lazy_message_ext,
 }
 KERNELS = tuple(ORACLES)
 
@@ -92,6 +93,10 @@ def load_compiled() -> SimpleNamespace | None:
         **ORACLES,
         "GroupBuild": dispatch_batch.GroupBuild,
         "message_index_keys_from_properties": keys.message_index_keys_from_properties,
+        "MessageExt": message.MessageExt,
+        "UNSET": message._UNSET,
+        "V1": message.MessageVersion.V1,
+        "V2": message.MessageVersion.V2,
     })
     return SimpleNamespace(**{name: getattr(_core, name) for name in KERNELS})
 
@@ -121,6 +126,7 @@ pack_item = _chosen.pack_item
 java_crc32 = _chosen.java_crc32
 scan_units = _chosen.scan_units
 build_group = _chosen.build_group
+lazy_message_ext = _chosen.lazy_message_ext
 
 
 def pure_python_line() -> str | None:

@@ -289,7 +289,7 @@ class MessageExt:
     def properties(self) -> dict[str, str]:
         value = self._properties
         if value is _UNSET:
-            value = self._properties = _lazy_properties(self._raw, self._layout)
+            value = self._properties = _lazy_properties(self._raw, _ext_layout(self))
         return value  # type: ignore[return-value]
 
     @properties.setter
@@ -323,7 +323,7 @@ class MessageExt:
     def born_host(self) -> Host:
         value = self._born_host
         if value is _UNSET:
-            layout = self._layout
+            layout = _ext_layout(self)
             value = self._born_host = _host(layout[9], layout[10])
         return value  # type: ignore[return-value]
 
@@ -335,7 +335,7 @@ class MessageExt:
     def store_host(self) -> Host:
         value = self._store_host
         if value is _UNSET:
-            layout = self._layout
+            layout = _ext_layout(self)
             value = self._store_host = _host(layout[12], layout[13])
         return value  # type: ignore[return-value]
 
@@ -404,6 +404,16 @@ def lazy_message_ext(raw: bytes, topic: str | None = None) -> MessageExt:
     m._raw = raw
     m._layout = f
     return m
+
+
+def _ext_layout(m: MessageExt) -> tuple:
+    """The header fields of a lazy ``MessageExt`` (``_layout``), unpacked on first need when the
+    maker left them to later (the compiled twin of :func:`lazy_message_ext` does)."""
+    f = m._layout
+    if f is None:
+        raw = m._raw
+        f = m._layout = _LAYOUT_BY_HOSTS[(raw[39] & 0x30) >> 4][0].unpack_from(raw)
+    return f
 
 
 def _topic_span(raw: bytes, f: tuple, hs: int) -> tuple[int, int]:

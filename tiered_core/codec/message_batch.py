@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from tiered_core.codec.message import MessageExt, lazy_message_ext
+from tiered_core.codec._impl import lazy_message_ext
+from tiered_core.codec.message import MessageExt
 from tiered_core.errors import CorruptData
 
 

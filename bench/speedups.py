@@ -71,6 +71,10 @@ def _cases(batch: int, body: int):
         ("build_group (no keys)", "build_group", group + (False,), {}, batch),
         ("lazy_message_ext", "lazy_message_ext", (first, "BenchTopic"), {}, 1),
         ("lazy_message_ext (topic)", "lazy_message_ext", (first,), {}, 1),
+        ("link_items (2 keys/msg)", "link_items",
+         (bytes(28 + 8 * 5_000_000), 5_000_000, 1000, "BenchTopic", 7, 3,
+          [[f"{i:032X}", f"key-{i}"] for i in range(batch)], [u.commitlog_offset for u in units],
+          [u.size for u in units], list(range(batch))), {}, batch),
     ]
 
 

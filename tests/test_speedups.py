@@ -646,3 +646,45 @@ def test_build_group_index_keys_agree(uniq):
         pos += size
     got = same("build_group", buf, positions, positions, sizes, [0] * len(sizes), 0)
     assert got[1][8] is None and got[1][1] == len(sizes)
+
+
+# -- the key index insert loop -------------------------------------------------------------------
+
+index_keys_st = st.text(st.characters(min_codepoint=1, max_codepoint=0x10FFFF, blacklist_categories=()),
+                        min_size=1, max_size=6)
+
+
+@SETTINGS
+@given(st.data(), st.integers(1, 40), st.integers(0, 60))
+def test_link_items_agrees(data, slot_count, count):
+    slots = bytearray(28 + 8 * slot_count)
+    for s in range(slot_count):  # empty, a valid head, garbage past the count, negative
+        slots[28 + 8 * s:32 + 8 * s] = data.draw(st.sampled_from(
+            [0, data.draw(st.integers(0, max(count, 0))), count + 5, -3])).to_bytes(4, "big", signed=True)
+    n = data.draw(st.integers(0, 6))
+    keys = [data.draw(st.lists(st.one_of(words, uwords, index_keys_st), max_size=4, unique=True)) for _ in range(n)]
+    offsets = [data.draw(int64) for _ in range(n)]
+    sizes = [data.draw(int32) for _ in range(n)]
+    diffs = [data.draw(int32) for _ in range(n)]
+    topic = data.draw(st.one_of(words, uwords, index_keys_st))
+    args = (slot_count, count, topic, data.draw(int32), data.draw(int32), keys, offsets, sizes, diffs)
+    same("link_items", bytes(slots), *args)
+    same("link_items", data.draw(st.sampled_from([bytearray, memoryview]))(slots), *args)
+
+
+def test_link_items_odd_arguments_agree():
+    slots = bytes(28 + 8 * 4)
+    keys, offsets, sizes, diffs = [["a", "b"], [], ["c\U0001F600", "\ud800x"]], [1, 2, 3], [10, 20, 30], [0, 1, 2]
+    same("link_items", slots, 4, 0, "T", 1, 2, keys, offsets, sizes, diffs)
+    same("link_items", slots, 4, (1 << 31) - 2, "T", 1, 2, keys, offsets, sizes, diffs)
+    same("link_items", slots, 0, 0, "T", 1, 2, keys, offsets, sizes, diffs)
+    same("link_items", slots, 400, 0, "T", 1, 2, keys, offsets, sizes, diffs)
+    same("link_items", slots, 4, 0, "T", 1 << 40, 2, keys, offsets, sizes, diffs)
+    same("link_items", slots, 4, 0, "T", 1, 2, keys, [1, 2, 1 << 64], sizes, diffs)
+    same("link_items", slots, 4, 0, "T", 1, 2, keys, offsets, [10, 20, 1.5], diffs)
+    same("link_items", slots, 4, 0, "T", 1, 2, keys, offsets, sizes, diffs[:2])
+    same("link_items", slots, 4, 0, "T", 1, 2, [["a", 3]], offsets, sizes, diffs)
+    same("link_items", slots, 4, 0, b"T", 1, 2, keys, offsets, sizes, diffs)
+    same("link_items", slots, 4, 0, "T", 1, 2, (("a",),), (1,), (2,), (3,))
+    same("link_items", "not a buffer", 4, 0, "T", 1, 2, keys, offsets, sizes, diffs)
+    same("link_items", slots, 4, 0, "T", 1, 2, iter(keys), offsets, sizes, diffs)

@@ -1585,3 +1585,121 @@ def lazy_message_ext(raw, topic=None):
     ts_set_slot_borrowed(o, ext_off[X_RAW], raw)
     ts_set_slot_borrowed(o, ext_off[X_LAYOUT], None)
     return o
+
+
+# -- the key index insert loop (codec.index_batch) ---------------------------------------------
+
+cdef object p_link_items = None
+
+
+def bind_index(ns):
+    """Take link_items's oracle from ``ns`` (a mapping). Idempotent."""
+    global p_link_items
+    p_link_items = ns["link_items"]
+
+
+cdef inline uint32_t hash_units(uint32_t h, str s) except? 0xFFFFFFFF:
+    """Java's hashCode continued from ``h`` over the UTF-16 code units of ``s``."""
+    cdef Py_UCS4 ch
+    cdef uint32_t c
+    for ch in s:
+        c = <uint32_t>ch
+        if c > 0xFFFF:
+            c -= 0x10000
+            h = 31 * h + (0xD800 + (c >> 10))
+            h = 31 * h + (0xDC00 + (c & 0x3FF))
+        else:
+            h = 31 * h + c
+    return h
+
+
+def link_items(slots, slot_count, count, topic, topic_id, queue_id, keys, offsets, sizes, diffs):
+    """Twin of codec.index_batch.link_items (all or nothing: any doubt hands the call over)."""
+    cdef Py_buffer view
+    cdef Py_ssize_t m, nm, k, nk, total = 0, at
+    cdef int64_t c_slot_count, c_count, off, slot
+    cdef int32_t tid, qid, size, diff, prev, hash_code
+    cdef uint32_t prefix, h
+    cdef uint8_t* o
+    cdef const uint8_t* b
+    cdef dict heads
+    cdef int64_t new_slots = 0
+    if type(topic) is not str or type(slot_count) is not int or type(count) is not int \
+            or type(topic_id) is not int or type(queue_id) is not int \
+            or type(keys) is not list and type(keys) is not tuple \
+            or type(offsets) is not list and type(offsets) is not tuple \
+            or type(sizes) is not list and type(sizes) is not tuple \
+            or type(diffs) is not list and type(diffs) is not tuple:
+        return p_link_items(slots, slot_count, count, topic, topic_id, queue_id, keys, offsets, sizes, diffs)
+    try:
+        nm = len(keys)
+        if len(offsets) < nm or len(sizes) < nm or len(diffs) < nm:
+            raise IndexError
+        for m in range(nm):
+            ks = keys[m]
+            if type(ks) is not list and type(ks) is not tuple:
+                raise TypeError
+            for key in ks:
+                if type(key) is not str:
+                    raise TypeError
+            total += len(ks)
+        c_slot_count = slot_count
+        c_count = count
+        tid = topic_id
+        qid = queue_id
+        if c_slot_count <= 0 or c_count < -0x80000000 or c_count > 0x7FFFFFFF - total:
+            raise OverflowError
+        PyObject_GetBuffer(slots, &view, PyBUF_SIMPLE)
+    except Exception:
+        return p_link_items(slots, slot_count, count, topic, topic_id, queue_id, keys, offsets, sizes, diffs)
+    items = bytearray(32 * total)
+    o = <uint8_t*>(<char*>items)
+    heads = {}
+    at = 0
+    try:
+        b = <const uint8_t*>view.buf
+        prefix = hash_units(hash_units(0, topic), "#")
+        for m in range(nm):
+            ks = keys[m]
+            if not len(ks):
+                continue
+            o_off, o_size, o_diff = offsets[m], sizes[m], diffs[m]
+            if type(o_off) is not int or type(o_size) is not int or type(o_diff) is not int:
+                raise TypeError
+            off = o_off
+            size = o_size
+            diff = o_diff
+            for key in ks:
+                h = hash_units(prefix, key)
+                hash_code = <int32_t>h
+                if hash_code == <int32_t>0x80000000:
+                    hash_code = 0
+                elif hash_code < 0:
+                    hash_code = -hash_code
+                slot = hash_code % c_slot_count
+                got = heads.get(slot)
+                if got is None:
+                    if 28 + slot * 8 + 4 > view.len:
+                        raise IndexError
+                    prev = r32(b + 28 + slot * 8)
+                    if not 0 <= prev <= c_count:
+                        prev = 0
+                    if prev == 0:
+                        new_slots += 1
+                else:
+                    prev = got
+                c_count += 1
+                w32(o + at, <uint32_t>hash_code)
+                w32(o + at + 4, <uint32_t>tid)
+                w32(o + at + 8, <uint32_t>qid)
+                w64(o + at + 12, <uint64_t>off)
+                w32(o + at + 20, <uint32_t>size)
+                w32(o + at + 24, <uint32_t>diff)
+                w32(o + at + 28, <uint32_t>prev)
+                at += 32
+                heads[slot] = c_count
+    except Exception:
+        return p_link_items(slots, slot_count, count, topic, topic_id, queue_id, keys, offsets, sizes, diffs)
+    finally:
+        PyBuffer_Release(&view)
+    return items, heads, new_slots

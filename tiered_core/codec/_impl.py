@@ -21,6 +21,7 @@ from tiered_core.codec import (
     consume_queue,
     dispatch_batch,
     hashing,
+    index_batch,
     keys,
     message,
     prop_crc,
@@ -52,6 +53,7 @@ ORACLES = {
     "scan_units": batch.scan_units,
     "build_group": dispatch_batch.build_group,
     "lazy_message_ext": message.lazy_message_ext,
+    "link_items": index_batch.link_items,
 }
 KERNELS = tuple(ORACLES)
 
@@ -98,6 +100,7 @@ def load_compiled() -> SimpleNamespace | None:
         "V1": message.MessageVersion.V1,
         "V2": message.MessageVersion.V2,
     })
+    _core.bind_index(ORACLES)
     return SimpleNamespace(**{name: getattr(_core, name) for name in KERNELS})
 
 
@@ -127,6 +130,7 @@ java_crc32 = _chosen.java_crc32
 scan_units = _chosen.scan_units
 build_group = _chosen.build_group
 lazy_message_ext = _chosen.lazy_message_ext
+link_items = _chosen.link_items
 
 
 def pure_python_line() -> str | None:

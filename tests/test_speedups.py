@@ -688,3 +688,31 @@ def test_link_items_odd_arguments_agree():
     same("link_items", slots, 4, 0, "T", 1, 2, (("a",),), (1,), (2,), (3,))
     same("link_items", "not a buffer", 4, 0, "T", 1, 2, keys, offsets, sizes, diffs)
     same("link_items", slots, 4, 0, "T", 1, 2, iter(keys), offsets, sizes, diffs)
+
+
+# -- the units of a read ---------------------------------------------------------------------------
+
+
+@SETTINGS
+@given(st.data(), st.lists(st.tuples(st.one_of(st.integers(0, 1 << 40), int64), int32, int64), max_size=12))
+def test_cq_span_agrees(data, units):
+    if units and data.draw(st.booleans()):  # mostly ascending, back to back, as a queue holds them
+        off = units[0][0] % (1 << 40)
+        units = [(off + 100 * i, 100, t) for i, (_o, _s, t) in enumerate(units)]
+        if data.draw(st.booleans()):
+            i = data.draw(st.integers(0, len(units) - 1))
+            units[i] = (units[i][0] + data.draw(st.integers(-300, 300)), units[i][1], units[i][2])
+    cq = pure.encode_cq_units([ConsumeQueueUnit(*u) for u in units]) if all(
+        0 <= o and 0 < s for o, s, _ in units) else b"".join(
+        o.to_bytes(8, "big", signed=True) + s.to_bytes(4, "big", signed=True) + t.to_bytes(8, "big", signed=True)
+        for o, s, t in units)
+    cq += bytes(data.draw(st.integers(0, 19)))  # a partial unit at the end is not one
+    max_bytes = data.draw(st.one_of(st.integers(-10, 5000), st.just(1 << 70), st.just(-(1 << 70)), int64))
+    same("cq_span", cq, max_bytes)
+    same("cq_span", data.draw(st.sampled_from([bytearray, memoryview]))(cq), max_bytes)
+
+
+def test_cq_span_odd_arguments_agree():
+    cq = pure.encode_cq_units([ConsumeQueueUnit(10, 100, 1), ConsumeQueueUnit(110, 100, 2)])
+    for args in [(cq, 1.5), (cq, None), ("x", 10), (memoryview(cq).cast("I"), 500), (b"", 10), (cq[:19], 10)]:
+        same("cq_span", *args)

@@ -1703,3 +1703,60 @@ def link_items(slots, slot_count, count, topic, topic_id, queue_id, keys, offset
     finally:
         PyBuffer_Release(&view)
     return items, heads, new_slots
+
+
+# -- the units of a read (codec.batch.cq_span) ---------------------------------------------------
+
+cdef object p_cq_span = None
+
+
+def bind_span(ns):
+    """Take cq_span's oracle from ``ns`` (a mapping). Idempotent."""
+    global p_cq_span
+    p_cq_span = ns["cq_span"]
+
+
+def cq_span(cq, max_bytes):
+    """Twin of codec.batch.cq_span."""
+    cdef Py_buffer view
+    cdef const uint8_t* b
+    cdef Py_ssize_t n, i, keep
+    cdef int64_t first, limit, off, size, end = 0, mb
+    cdef list units
+    if type(max_bytes) is not int or (isinstance(cq, memoryview) and (cq.format != "B" or cq.ndim != 1)):
+        return p_cq_span(cq, max_bytes)
+    try:
+        mb = max_bytes
+        PyObject_GetBuffer(cq, &view, PyBUF_SIMPLE)
+    except Exception:
+        return p_cq_span(cq, max_bytes)
+    try:
+        b = <const uint8_t*>view.buf
+        n = view.len // 20
+        if n == 0:
+            return [], 0
+        first = r64(b)
+        if (mb > 0 and first > 0x7FFFFFFFFFFFFFFF - mb) or (mb < 0 and first < -0x7FFFFFFFFFFFFFFF - mb):
+            return p_cq_span(cq, max_bytes)
+        limit = first + mb
+        keep = n
+        for i in range(n):
+            off = r64(b + 20 * i)
+            size = r32(b + 20 * i + 8)
+            if off > 0x7FFFFFFFFFFFFFFF - 0x80000000 or off < -0x7FFFFFFFFFFFFFFF + 0x80000000:
+                return p_cq_span(cq, max_bytes)  # off + size could overflow: Python ints decide
+            if i and off + size > limit:
+                keep = i
+                break
+            if i == 0 or off + size > end:
+                end = off + size
+            if off < first:
+                keep = i + 1
+                break
+        units = []
+        for i in range(keep):
+            units.append((PyLong_FromLongLong(r64(b + 20 * i)), PyLong_FromLong(r32(b + 20 * i + 8)),
+                          PyLong_FromLongLong(r64(b + 20 * i + 12))))
+        return units, end
+    finally:
+        PyBuffer_Release(&view)

@@ -51,6 +51,7 @@ ORACLES = {
     "pack_item": tiered_index.pack_item,
     "java_crc32": prop_crc.java_crc32,
     "scan_units": batch.scan_units,
+    "cq_span": batch.cq_span,
     "build_group": dispatch_batch.build_group,
     "lazy_message_ext": message.lazy_message_ext,
     "link_items": index_batch.link_items,
@@ -101,6 +102,7 @@ def load_compiled() -> SimpleNamespace | None:
         "V2": message.MessageVersion.V2,
     })
     _core.bind_index(ORACLES)
+    _core.bind_span(ORACLES)
     return SimpleNamespace(**{name: getattr(_core, name) for name in KERNELS})
 
 
@@ -128,6 +130,7 @@ decode_cq_units = _chosen.decode_cq_units
 pack_item = _chosen.pack_item
 java_crc32 = _chosen.java_crc32
 scan_units = _chosen.scan_units
+cq_span = _chosen.cq_span
 build_group = _chosen.build_group
 lazy_message_ext = _chosen.lazy_message_ext
 link_items = _chosen.link_items

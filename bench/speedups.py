@@ -64,6 +64,7 @@ def _cases(batch: int, body: int):
         ("encode_cq_units", "encode_cq_units", (units,), {}, batch),
         ("decode_cq_units", "decode_cq_units", (cq,), {}, batch),
         ("cq_span", "cq_span", (cq, 16 << 20), {}, batch),
+        ("batch_items", "batch_items", ([tuple(u) for u in units], buf, 1 << 30, 1000), {}, batch),
         ("pack_item", "pack_item", (123456789, 7, 3, 1 << 30, 1200, 3600, 42), {}, 1),
         (f"java_crc32 ({body} B)", "java_crc32", (m0.body,), {}, 1),
         ("scan_units", "scan_units", (scan_units, buf, 1 << 30, b"BenchTopic", 3, 1000,

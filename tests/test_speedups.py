@@ -716,3 +716,20 @@ def test_cq_span_odd_arguments_agree():
     cq = pure.encode_cq_units([ConsumeQueueUnit(10, 100, 1), ConsumeQueueUnit(110, 100, 2)])
     for args in [(cq, 1.5), (cq, None), ("x", 10), (memoryview(cq).cast("I"), 500), (b"", 10), (cq[:19], 10)]:
         same("cq_span", *args)
+
+
+@SETTINGS
+@given(st.data(), st.binary(max_size=200), st.integers(-5, 1 << 40))
+def test_batch_items_agrees(data, buf, base):
+    units = data.draw(st.lists(st.tuples(st.integers(base - 3, base + 210), st.integers(-2, 60), int64), max_size=8))
+    q0 = data.draw(st.one_of(st.integers(0, 1 << 40), st.just((1 << 63) - 2), int64))
+    same("batch_items", units, buf, base, q0)
+    same("batch_items", [ConsumeQueueUnit(*u) for u in units], buf, base, q0)
+    same("batch_items", units, data.draw(st.sampled_from([bytearray, memoryview]))(buf), base, q0)
+
+
+def test_batch_items_odd_arguments_agree():
+    for args in [([(0, 1, 2)], b"ab", 0, 0.5), ([(0, 1)], b"ab", 0, 0), ([(0, 1, 2)], b"ab", 0.0, 0),
+                 ((((0, 1, 2)),), b"ab", 0, 0), ([[0, 1, 2]], b"ab", 0, 0), ([(1 << 70, 1, 2)], b"ab", 0, 0),
+                 ([(0, 1, True)], b"ab", 0, 0), ([], b"", 0, 0)]:
+        same("batch_items", *args)

@@ -1708,12 +1708,14 @@ def link_items(slots, slot_count, count, topic, topic_id, queue_id, keys, offset
 # -- the units of a read (codec.batch.cq_span) ---------------------------------------------------
 
 cdef object p_cq_span = None
+cdef object p_cq_span_items = None
 
 
 def bind_span(ns):
-    """Take cq_span's oracle from ``ns`` (a mapping). Idempotent."""
-    global p_cq_span
+    """Take cq_span's and batch_items's oracles from ``ns`` (a mapping). Idempotent."""
+    global p_cq_span, p_cq_span_items
     p_cq_span = ns["cq_span"]
+    p_cq_span_items = ns["batch_items"]
 
 
 def cq_span(cq, max_bytes):
@@ -1760,3 +1762,37 @@ def cq_span(cq, max_bytes):
         return units, end
     finally:
         PyBuffer_Release(&view)
+
+
+def batch_items(units, data, base, queue_offset):
+    """Twin of codec.batch.batch_items (bytes data and plain (int, int, int) tuples only)."""
+    cdef Py_ssize_t i, n, limit
+    cdef int64_t c_base, q, off, size, tags
+    cdef const char* b
+    cdef list out
+    if type(units) is not list or type(data) is not bytes or type(base) is not int \
+            or type(queue_offset) is not int:
+        return p_cq_span_items(units, data, base, queue_offset)
+    n = len(units)
+    try:
+        c_base = base
+        q = queue_offset
+        if q > 0x7FFFFFFFFFFFFFFF - n or q < -0x7FFFFFFFFFFFFFFF:
+            raise OverflowError
+    except Exception:
+        return p_cq_span_items(units, data, base, queue_offset)
+    b = PyBytes_AS_STRING(data)
+    limit = PyBytes_GET_SIZE(data)
+    out = []
+    for i in range(n):
+        unit = units[i]
+        try:
+            if not unpack3(unit, &off, &size, &tags):
+                return p_cq_span_items(units, data, base, queue_offset)
+        except Exception:
+            return p_cq_span_items(units, data, base, queue_offset)
+        if off < c_base or size < 0 or off - c_base > limit or size > limit - (off - c_base):
+            return p_cq_span_items(units, data, base, queue_offset)  # a slice Python would clip
+        out.append((PyLong_FromLongLong(q + i), PyBytes_FromStringAndSize(b + (off - c_base), size),
+                    <object>PyTuple_GET_ITEM(unit, 2)))
+    return out

@@ -159,7 +159,7 @@ class MessageStoreFetcher:
     def read(self, flat: CompositeAccess, offset: int, count: int) -> list[tuple[int, bytes, int]]:
         """Up to ``count`` validated messages from ``offset``: ``(queue_offset, bytes, tags_code)``
         (:meth:`read_batch`, unpacked)."""
-        return list(self.read_batch(flat, offset, count))
+        return self.read_batch(flat, offset, count).items()
 
     def _corrupt(self, flat: CompositeAccess, error: CorruptData) -> None:
         self.corrupt_messages += 1

@@ -52,6 +52,7 @@ ORACLES = {
     "java_crc32": prop_crc.java_crc32,
     "scan_units": batch.scan_units,
     "cq_span": batch.cq_span,
+    "batch_items": batch.batch_items,
     "build_group": dispatch_batch.build_group,
     "lazy_message_ext": message.lazy_message_ext,
     "link_items": index_batch.link_items,
@@ -131,6 +132,7 @@ pack_item = _chosen.pack_item
 java_crc32 = _chosen.java_crc32
 scan_units = _chosen.scan_units
 cq_span = _chosen.cq_span
+batch_items = _chosen.batch_items
 build_group = _chosen.build_group
 lazy_message_ext = _chosen.lazy_message_ext
 link_items = _chosen.link_items

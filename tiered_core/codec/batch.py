@@ -6,6 +6,7 @@ other than ``bytes``/``memoryview``, ``int``, ``str`` and tuples/lists of those.
 
 * :func:`cq_span` -- the consume-queue units of a read, trimmed to a byte budget, and the
   end of the commit-log span they point at.
+* :func:`batch_items` -- ``(queue offset, bytes, tags code)`` of each message of a batch.
 * :func:`scan_units` -- split + validate a commit-log span along its consume-queue units in
   one pass (the checks and their order are those documented in
   :mod:`tiered_core.codec.checks`, whose :func:`~tiered_core.codec.checks.check_units`
@@ -104,6 +105,14 @@ def cq_span(cq: Buffer, max_bytes: int) -> tuple[list[tuple[int, int, int]], int
             units = units[:n + 1]
             break
     return units, max(off + size for off, size, _ in units)
+
+
+def batch_items(units: list[tuple[int, int, int]], data: Buffer, base: int,
+                queue_offset: int) -> list[tuple[int, bytes, int]]:
+    """``(queue_offset + i, data[off - base:off - base + size], tags_code)`` for each unit
+    ``(off, size, tags_code)`` (``data`` holds the commit log from ``base``)."""
+    return [(queue_offset + i, data[off - base:off - base + size], tags)
+            for i, (off, size, tags) in enumerate(units)]
 
 
 def scan_units(
@@ -243,5 +252,5 @@ def scan_units(
 
 __all__ = [
     "VERIFY_CRC", "CHECK_TAGS", "CHECK_QUEUE_OFFSET", "PROP_CRC_IF_PRESENT", "PROP_CRC_REQUIRE",
-    "MIN_SIZE", "HEADER_SIZES", "cq_span", "scan_units",
+    "MIN_SIZE", "HEADER_SIZES", "batch_items", "cq_span", "scan_units",
 ]

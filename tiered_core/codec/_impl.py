@@ -62,6 +62,8 @@ KERNELS = tuple(ORACLES)
 pure = SimpleNamespace(**ORACLES)
 
 PURE_ENV = "TIERED_PURE_PYTHON"
+#: Why a present extension was not used (it predates some kernels: rebuild it), else None.
+STALE: str | None = None
 
 
 def forced_pure() -> bool:
@@ -75,6 +77,12 @@ def load_compiled() -> SimpleNamespace | None:
     try:
         from tiered_core._speedups import _core
     except ImportError:
+        return None
+    missing = [name for name in (*KERNELS, "bind", "bind_batch", "bind_index", "bind_span")
+               if not hasattr(_core, name)]
+    if missing:  # a stale build from older sources: its twins would not match these oracles
+        global STALE
+        STALE = f"{_core.__file__} lacks {', '.join(missing)}"
         return None
     _core.bind({
         **ORACLES,
@@ -144,6 +152,9 @@ def pure_python_line() -> str | None:
         return None
     if forced_pure():
         return f"tiered-core: {PURE_ENV} is set; using the pure-Python path"
+    if STALE:
+        return (f"tiered-core: the compiled core is out of date ({STALE}); rebuild it (`make setup`); "
+                "using the pure-Python path")
     return ("tiered-core: the compiled core (tiered_core._speedups) is not built; "
             "using the pure-Python path")
 

@@ -40,7 +40,11 @@ class OptionalBuildExt(build_ext):
             path = self.get_ext_fullpath(ext.name)
             inplace = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                    *ext.name.split(".")[:-1], os.path.basename(path))
-            for stale in {path, inplace} if self.inplace else {inplace}:
+            # ... and so would the copy an earlier build left in build_lib, which an in-place
+            # build copies back into the source tree after building.
+            built = os.path.join(os.path.abspath(self.build_lib), *ext.name.split(".")[:-1],
+                                 os.path.basename(path))
+            for stale in {path, inplace, built} if self.inplace else {inplace, built}:
                 if os.path.exists(stale):
                     os.remove(stale)
 

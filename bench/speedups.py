@@ -39,6 +39,11 @@ def _cases(batch: int, body: int):
     first = bytes(buf[:units[0].size])
     cq = pure.encode_cq_units(units)
     m0 = msgs[0]
+    from tiered_core.codec.checks import scan_flags
+    scan_units = [tuple(u) for u in units]
+    positions = [u.commitlog_offset - (1 << 30) for u in units]
+    group = (buf, positions, [u.commitlog_offset for u in units], [u.size for u in units],
+             [u.tags_code for u in units], 1 << 33)
     # name, kernel, args, kwargs, messages per call
     return [
         ("check_units", "check_units", (units, buf, 1 << 30),
@@ -58,8 +63,20 @@ def _cases(batch: int, body: int):
         ("encode_cq_unit", "encode_cq_unit", (1 << 30, 1200, -123456), {}, 1),
         ("encode_cq_units", "encode_cq_units", (units,), {}, batch),
         ("decode_cq_units", "decode_cq_units", (cq,), {}, batch),
+        ("cq_span", "cq_span", (cq, 16 << 20), {}, batch),
+        ("batch_items", "batch_items", ([tuple(u) for u in units], buf, 1 << 30, 1000), {}, batch),
         ("pack_item", "pack_item", (123456789, 7, 3, 1 << 30, 1200, 3600, 42), {}, 1),
         (f"java_crc32 ({body} B)", "java_crc32", (m0.body,), {}, 1),
+        ("scan_units", "scan_units", (scan_units, buf, 1 << 30, b"BenchTopic", 3, 1000,
+                                      scan_flags("BenchTopic")), {}, batch),
+        ("build_group", "build_group", group, {}, batch),
+        ("build_group (no keys)", "build_group", group + (False,), {}, batch),
+        ("lazy_message_ext", "lazy_message_ext", (first, "BenchTopic"), {}, 1),
+        ("lazy_message_ext (topic)", "lazy_message_ext", (first,), {}, 1),
+        ("link_items (2 keys/msg)", "link_items",
+         (bytes(28 + 8 * 5_000_000), 5_000_000, 1000, "BenchTopic", 7, 3,
+          [[f"{i:032X}", f"key-{i}"] for i in range(batch)], [u.commitlog_offset for u in units],
+          [u.size for u in units], list(range(batch))), {}, batch),
     ]
 
 

@@ -23,7 +23,9 @@ from tiered_core.codec import _impl
 from tiered_core.codec.checks import PropCrcPolicy, UnitCheck
 from tiered_core.codec.consume_queue import ConsumeQueueUnit
 from tiered_core.codec.hashing import tags_hash_code
-from tiered_core.codec.message import MAGIC_V1, MAGIC_V2, Message, MessageVersion
+from tiered_core.codec.checks import scan_flags
+from tiered_core.codec.dispatch_batch import GroupBuild
+from tiered_core.codec.message import _EXT_FIELDS, MAGIC_V1, MAGIC_V2, Message, MessageExt, MessageVersion
 
 pure = _impl.pure
 compiled = _impl.load_compiled()
@@ -69,9 +71,21 @@ def _norm_exc(exc: BaseException | None):
     return (type(exc), str(exc), getattr(exc, "context", None))
 
 
+def _field(obj, name):
+    try:
+        return ("ok", getattr(obj, name))
+    except Exception as exc:  # a lazy field of bad bytes
+        return ("raise", _norm_exc(exc))
+
+
 def _norm(value):
     if isinstance(value, UnitCheck):
         return ("UnitCheck", list(value.positions), _norm_exc(value.error))
+    if isinstance(value, GroupBuild):
+        return ("GroupBuild", value.count, type(value.data), bytes(value.data), type(value.units),
+                bytes(value.units), value.timestamps, value.keys, _norm_exc(value.error))
+    if isinstance(value, MessageExt):
+        return ("MessageExt", type(value), tuple(_field(value, name) for name in (*_EXT_FIELDS, "uniq_key", "msg_id")))
     return value
 
 
@@ -434,3 +448,288 @@ def test_java_crc32_odd_buffers_agree():
     same("java_crc32", memoryview(b"abcdefgh").cast("I"), 1)
     same("java_crc32", memoryview(b"abcdefgh")[::2])
     same("java_crc32", b"abc", 1.0)
+
+
+# -- the batch kernels: scan_units, build_group, lazy_message_ext -----------------------------
+
+
+def _scan_args(units, buf, base, topic, queue_id, queue_offset, verify_crc=True,
+               prop_crc=PropCrcPolicy.IGNORE, check_tags=True):
+    flags = scan_flags(topic, queue_offset is not None, verify_crc, prop_crc, check_tags)
+    return ([tuple(u) for u in units], buf, base, topic.encode("utf-8", "surrogatepass"), queue_id,
+            -1 if queue_offset is None else queue_offset, flags)
+
+
+def _group_args(units, base, tiered):
+    return (list(u[0] - base for u in units), [u[0] for u in units], [u[1] for u in units],
+            [u[2] for u in units], tiered)
+
+
+@SETTINGS
+@given(batches())
+def test_scan_units_valid_batches_agree(batch):
+    topic, queue_id, q0, base, units, buf = batch
+    for prop_crc in PropCrcPolicy:
+        result = same("scan_units", *_scan_args(units, buf, base, topic, queue_id, q0, prop_crc=prop_crc))
+        if prop_crc is not PropCrcPolicy.REQUIRE:
+            assert result[1] == (len(units), None, "")
+
+
+@SETTINGS
+@given(st.data(), batches())
+def test_scan_units_corruptions_agree(data, batch):
+    topic, queue_id, q0, base, units, buf = batch
+    buf = data.draw(corrupted(buf))
+    units = data.draw(bent_units(units))
+    asked = data.draw(st.sampled_from([topic, topic + "x", "SCHEDULE_TOPIC_XXXX"]))
+    args = _scan_args(units, data.draw(st.sampled_from([bytes, bytearray, memoryview]))(buf),
+                      data.draw(st.sampled_from([base, base - 1, base + 1])), asked,
+                      data.draw(st.sampled_from([queue_id, queue_id + 1, 1 << 40])),
+                      data.draw(st.sampled_from([q0, q0 + 1, None])), verify_crc=data.draw(st.booleans()),
+                      prop_crc=data.draw(policies), check_tags=data.draw(st.booleans()))
+    same("scan_units", *args)
+    same("scan_units", Fresh(lambda: iter(args[0])), *args[1:])
+
+
+def test_scan_units_odd_arguments_agree():
+    raw = pure.encode_message(Message("T", b"x"), queue_id=0, queue_offset=0, store_timestamp=1)
+    unit = (0, len(raw), 0)
+    same("scan_units", [unit], raw, 0, b"T", 0, 0, 7)
+    same("scan_units", [], raw, 0, b"T", 0, 0, 7)
+    same("scan_units", [unit], raw, 0, "T", 0, 0, 7)
+    same("scan_units", [unit, (0, len(raw))], raw, 0, b"T", 0, 0, 7)
+    same("scan_units", [unit, (len(raw), 1 << 70, 0)], raw, 0, b"T", 0, 0, 7)
+    same("scan_units", [unit], "not a buffer", 0, b"T", 0, 0, 7)
+    same("scan_units", [unit], memoryview(raw[:len(raw) // 4 * 4]).cast("I"), 0, b"T", 0, 0, 7)
+    same("scan_units", [unit], raw, 0.0, b"T", 0, 0, 7)
+    same("scan_units", [unit], raw, 0, b"T", 0, 1 << 64, 7)
+    same("scan_units", [unit], raw, 0, b"T", 1 << 40, 0, 7)
+    same("scan_units", [unit], raw, 0, b"T", 0, 0, 1 << 40)
+
+
+def _big_batch(n=90, body=1000, prop_crc=False):
+    buf = bytearray()
+    units = []
+    for i in range(n):
+        msg = Message("Big", bytes([i % 251]) * body, keys=[f"k{i}"], tags="t\u00e9" if i % 7 == 0 else "tg",
+                      properties={"UNIQ_KEY": f"U{i}", "p\u00e9" if i % 5 == 0 else "p": "v"})
+        raw = pure.encode_message(msg, queue_id=1, queue_offset=10 + i, store_timestamp=99 + i,
+                                  physical_offset=500 + len(buf), prop_crc=prop_crc)
+        units.append(ConsumeQueueUnit(500 + len(buf), len(raw), tags_hash_code(msg.tags)))
+        buf += raw
+    return units, bytes(buf)
+
+
+@pytest.mark.parametrize("prop_crc", [False, True])
+def test_scan_units_long_batches_agree(prop_crc):
+    """Batches long enough to be checked with the GIL released, one byte bad at a time."""
+    units, buf = _big_batch(prop_crc=prop_crc)
+    policy = PropCrcPolicy.IF_PRESENT if prop_crc else PropCrcPolicy.IGNORE
+    assert same("scan_units", *_scan_args(units, buf, 500, "Big", 1, 10, prop_crc=policy))[1][1] is None
+    for i in range(7, len(buf), len(buf) // 97):
+        bad = bytearray(buf)
+        bad[i] ^= 0x10
+        same("scan_units", *_scan_args(units, bytes(bad), 500, "Big", 1, 10, prop_crc=policy))
+
+
+@SETTINGS
+@given(st.data(), batches())
+def test_build_group_agrees(data, batch):
+    _topic, _queue_id, _q0, base, units, buf = batch
+    tiered = data.draw(st.integers(0, 1 << 50))
+    want_keys = data.draw(st.booleans())
+    same("build_group", buf, *_group_args(units, base, tiered), want_keys)
+    buf = data.draw(corrupted(buf))
+    positions, offsets, sizes, tags, tiered = _group_args(data.draw(bent_units(units)), base, tiered)
+    view = data.draw(st.sampled_from([bytes, bytearray, memoryview]))(buf)
+    same("build_group", view, positions, offsets, sizes, tags, tiered, want_keys)
+
+
+def test_build_group_odd_arguments_agree():
+    units, buf = _big_batch(n=3, body=10, prop_crc=True)
+    positions, offsets, sizes, tags, tiered = _group_args(units, 500, 7)
+    same("build_group", buf, positions, offsets, sizes, tags, tiered)
+    same("build_group", buf, tuple(positions), offsets, sizes, tags, tiered, 0)
+    same("build_group", buf, positions, offsets, sizes, tags, (1 << 63) - 10)
+    same("build_group", buf, positions, offsets, sizes, tags, 7.0)
+    same("build_group", buf, positions, offsets, sizes, [0, 1 << 64, 0], tiered)
+    same("build_group", buf, positions, offsets, [sizes[0], -1, sizes[2]], tags, tiered)
+    same("build_group", buf, positions, offsets, sizes[:2], tags, tiered)
+    same("build_group", buf, [0, "x", 0], offsets, sizes, tags, tiered)
+    same("build_group", buf, iter(positions), offsets, sizes, tags, tiered)
+    same("build_group", "not a buffer", positions, offsets, sizes, tags, tiered)
+    same("build_group", memoryview(buf[:len(buf) // 4 * 4]).cast("I"), positions, offsets, sizes, tags, tiered)
+    same("build_group", buf, [], [], [], [], tiered)
+
+
+@pytest.mark.parametrize("prop_crc", [False, True])
+def test_every_single_bit_flip_agrees_for_the_batch_kernels(prop_crc):
+    units, buf = _three_messages(prop_crc)
+    for i in range(len(buf)):
+        for bit in (0, 7):
+            bad = bytearray(buf)
+            bad[i] ^= 1 << bit
+            bad = bytes(bad)
+            for policy in (PropCrcPolicy.IGNORE, PropCrcPolicy.IF_PRESENT, PropCrcPolicy.REQUIRE):
+                same("scan_units", *_scan_args(units, bad, 1000, "TopicA", 5, 100, prop_crc=policy))
+            same("build_group", bad, *_group_args(units, 1000, 1 << 33))
+            same("build_group", bad, *_group_args(units, 1000, 0), False)
+    for cut in range(len(buf) + 1):
+        same("scan_units", *_scan_args(units, buf[:cut], 1000, "TopicA", 5, 100))
+        same("build_group", buf[:cut], *_group_args(units, 1000, 3))
+
+
+@SETTINGS
+@given(st.data(), batches())
+def test_lazy_message_ext_agrees(data, batch):
+    topic, _queue_id, _q0, base, units, buf = batch
+    for unit in units:
+        raw = buf[unit[0] - base:unit[0] - base + unit[1]]
+        same("lazy_message_ext", raw)
+        same("lazy_message_ext", raw, topic)
+        assert pure.lazy_message_ext(raw) == pure.decode_message(raw)
+        assert compiled.lazy_message_ext(raw, topic) == pure.decode_message(raw)
+        bad = data.draw(corrupted(raw))  # not validated: whatever the oracle does, the twin does
+        same("lazy_message_ext", bad)
+        same("lazy_message_ext", bad, data.draw(st.sampled_from([None, topic, b"x", 3])))
+        same("lazy_message_ext", bytearray(raw))
+
+
+def test_lazy_message_ext_fields_stay_assignable():
+    units, buf = _three_messages(True)
+    for unit in units:
+        raw = buf[unit[0] - 1000:unit[0] - 1000 + unit[1]]
+        m = compiled.lazy_message_ext(raw)
+        assert m._layout is None  # the fast path filled the slots (the header is unpacked on need)
+        m.topic = "other"
+        m.properties = {"a": "b"}
+        p = pure.lazy_message_ext(raw)
+        p.topic = "other"
+        p.properties = {"a": "b"}
+        assert m == p and m.born_host == p.born_host and m.store_host == p.store_host
+        import pickle
+        assert pickle.loads(pickle.dumps(m)) == p
+
+
+_KEY_TEXTS = ["", " ", "a", "a b", " a  b a ", "\x1c", "a\x1fb", "\t", "k\u00e9", "u", "u u", "x\u00a0"]
+
+
+@pytest.mark.parametrize("uniq", [None, "", "u", " ", "\x1f", "a", "k\u00e9"])
+def test_build_group_index_keys_agree(uniq):
+    """Every mix of KEYS and UNIQ_KEY values (blank, repeated, whitespace, non-ASCII), also
+    repeated or emptied pairs: the index keys are those of the oracle."""
+    buf = bytearray()
+    for keys_text in [None, *_KEY_TEXTS]:
+        props = {"a": "b"}
+        if keys_text:
+            props["KEYS"] = keys_text
+        if uniq:
+            props["UNIQ_KEY"] = uniq
+        msg = Message("T", b"body", properties=props)
+        buf += pure.encode_message(msg, queue_id=0, queue_offset=0, store_timestamp=1, physical_offset=len(buf))
+    # hand-made property texts: repeated names, empty values, a name that ends another
+    for text in ["KEYS\x01a\x02KEYS\x01b", "KEYS\x01a\x02KEYS\x01", "XKEYS\x01a", "UNIQ_KEY\x01u\x02KEYS\x01u",
+                 "UNIQ_KEY\x01\x02KEYS\x01a b", "KEYS\x01a\x02", "\x02KEYS\x01a", "KEYS\x01a\x01b"]:
+        raw = bytearray(pure.encode_message(Message("T", b"body"), queue_id=0, queue_offset=0, store_timestamp=1,
+                                            physical_offset=len(buf)))
+        props_b = text.encode()
+        raw[-2:] = len(props_b).to_bytes(2, "big") + props_b
+        raw[0:4] = len(raw).to_bytes(4, "big")
+        buf += raw
+    buf = bytes(buf)
+    positions, sizes = [], []
+    pos = 0
+    while pos < len(buf):
+        size = int.from_bytes(buf[pos:pos + 4], "big")
+        positions.append(pos)
+        sizes.append(size)
+        pos += size
+    got = same("build_group", buf, positions, positions, sizes, [0] * len(sizes), 0)
+    assert got[1][8] is None and got[1][1] == len(sizes)
+
+
+# -- the key index insert loop -------------------------------------------------------------------
+
+index_keys_st = st.text(st.characters(min_codepoint=1, max_codepoint=0x10FFFF, blacklist_categories=()),
+                        min_size=1, max_size=6)
+
+
+@SETTINGS
+@given(st.data(), st.integers(1, 40), st.integers(0, 60))
+def test_link_items_agrees(data, slot_count, count):
+    slots = bytearray(28 + 8 * slot_count)
+    for s in range(slot_count):  # empty, a valid head, garbage past the count, negative
+        slots[28 + 8 * s:32 + 8 * s] = data.draw(st.sampled_from(
+            [0, data.draw(st.integers(0, max(count, 0))), count + 5, -3])).to_bytes(4, "big", signed=True)
+    n = data.draw(st.integers(0, 6))
+    keys = [data.draw(st.lists(st.one_of(words, uwords, index_keys_st), max_size=4, unique=True)) for _ in range(n)]
+    offsets = [data.draw(int64) for _ in range(n)]
+    sizes = [data.draw(int32) for _ in range(n)]
+    diffs = [data.draw(int32) for _ in range(n)]
+    topic = data.draw(st.one_of(words, uwords, index_keys_st))
+    args = (slot_count, count, topic, data.draw(int32), data.draw(int32), keys, offsets, sizes, diffs)
+    same("link_items", bytes(slots), *args)
+    same("link_items", data.draw(st.sampled_from([bytearray, memoryview]))(slots), *args)
+
+
+def test_link_items_odd_arguments_agree():
+    slots = bytes(28 + 8 * 4)
+    keys, offsets, sizes, diffs = [["a", "b"], [], ["c\U0001F600", "\ud800x"]], [1, 2, 3], [10, 20, 30], [0, 1, 2]
+    same("link_items", slots, 4, 0, "T", 1, 2, keys, offsets, sizes, diffs)
+    same("link_items", slots, 4, (1 << 31) - 2, "T", 1, 2, keys, offsets, sizes, diffs)
+    same("link_items", slots, 0, 0, "T", 1, 2, keys, offsets, sizes, diffs)
+    same("link_items", slots, 400, 0, "T", 1, 2, keys, offsets, sizes, diffs)
+    same("link_items", slots, 4, 0, "T", 1 << 40, 2, keys, offsets, sizes, diffs)
+    same("link_items", slots, 4, 0, "T", 1, 2, keys, [1, 2, 1 << 64], sizes, diffs)
+    same("link_items", slots, 4, 0, "T", 1, 2, keys, offsets, [10, 20, 1.5], diffs)
+    same("link_items", slots, 4, 0, "T", 1, 2, keys, offsets, sizes, diffs[:2])
+    same("link_items", slots, 4, 0, "T", 1, 2, [["a", 3]], offsets, sizes, diffs)
+    same("link_items", slots, 4, 0, b"T", 1, 2, keys, offsets, sizes, diffs)
+    same("link_items", slots, 4, 0, "T", 1, 2, (("a",),), (1,), (2,), (3,))
+    same("link_items", "not a buffer", 4, 0, "T", 1, 2, keys, offsets, sizes, diffs)
+    same("link_items", slots, 4, 0, "T", 1, 2, iter(keys), offsets, sizes, diffs)
+
+
+# -- the units of a read ---------------------------------------------------------------------------
+
+
+@SETTINGS
+@given(st.data(), st.lists(st.tuples(st.one_of(st.integers(0, 1 << 40), int64), int32, int64), max_size=12))
+def test_cq_span_agrees(data, units):
+    if units and data.draw(st.booleans()):  # mostly ascending, back to back, as a queue holds them
+        off = units[0][0] % (1 << 40)
+        units = [(off + 100 * i, 100, t) for i, (_o, _s, t) in enumerate(units)]
+        if data.draw(st.booleans()):
+            i = data.draw(st.integers(0, len(units) - 1))
+            units[i] = (units[i][0] + data.draw(st.integers(-300, 300)), units[i][1], units[i][2])
+    cq = pure.encode_cq_units([ConsumeQueueUnit(*u) for u in units]) if all(
+        0 <= o and 0 < s for o, s, _ in units) else b"".join(
+        o.to_bytes(8, "big", signed=True) + s.to_bytes(4, "big", signed=True) + t.to_bytes(8, "big", signed=True)
+        for o, s, t in units)
+    cq += bytes(data.draw(st.integers(0, 19)))  # a partial unit at the end is not one
+    max_bytes = data.draw(st.one_of(st.integers(-10, 5000), st.just(1 << 70), st.just(-(1 << 70)), int64))
+    same("cq_span", cq, max_bytes)
+    same("cq_span", data.draw(st.sampled_from([bytearray, memoryview]))(cq), max_bytes)
+
+
+def test_cq_span_odd_arguments_agree():
+    cq = pure.encode_cq_units([ConsumeQueueUnit(10, 100, 1), ConsumeQueueUnit(110, 100, 2)])
+    for args in [(cq, 1.5), (cq, None), ("x", 10), (memoryview(cq).cast("I"), 500), (b"", 10), (cq[:19], 10)]:
+        same("cq_span", *args)
+
+
+@SETTINGS
+@given(st.data(), st.binary(max_size=200), st.integers(-5, 1 << 40))
+def test_batch_items_agrees(data, buf, base):
+    units = data.draw(st.lists(st.tuples(st.integers(base - 3, base + 210), st.integers(-2, 60), int64), max_size=8))
+    q0 = data.draw(st.one_of(st.integers(0, 1 << 40), st.just((1 << 63) - 2), int64))
+    same("batch_items", units, buf, base, q0)
+    same("batch_items", [ConsumeQueueUnit(*u) for u in units], buf, base, q0)
+    same("batch_items", units, data.draw(st.sampled_from([bytearray, memoryview]))(buf), base, q0)
+
+
+def test_batch_items_odd_arguments_agree():
+    for args in [([(0, 1, 2)], b"ab", 0, 0.5), ([(0, 1)], b"ab", 0, 0), ([(0, 1, 2)], b"ab", 0.0, 0),
+                 ((((0, 1, 2)),), b"ab", 0, 0), ([[0, 1, 2]], b"ab", 0, 0), ([(1 << 70, 1, 2)], b"ab", 0, 0),
+                 ([(0, 1, True)], b"ab", 0, 0), ([], b"", 0, 0)]:
+        same("batch_items", *args)

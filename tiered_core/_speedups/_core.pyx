@@ -1034,3 +1034,765 @@ def java_crc32(buf, start=0, end=None):
             finally:
                 PyBuffer_Release(&view)
     return p_java_crc32(buf, start, end)
+
+
+# -- batch kernels (codec.batch, codec.dispatch_batch, codec.message) ----------------------
+
+cdef object p_scan_units = None
+cdef object p_build_group = None
+cdef object p_lazy_message_ext = None
+cdef object GroupBuild = None
+cdef object index_keys_of = None  # keys.message_index_keys_from_properties
+
+
+def bind_batch(ns):
+    """Take the batch kernels' oracles and helpers from ``ns`` (a mapping). Idempotent."""
+    global p_scan_units, p_build_group, p_lazy_message_ext, GroupBuild, index_keys_of
+    p_scan_units = ns["scan_units"]
+    p_build_group = ns["build_group"]
+    p_lazy_message_ext = ns["lazy_message_ext"]
+    GroupBuild = ns["GroupBuild"]
+    index_keys_of = ns["message_index_keys_from_properties"]
+    bind_ext(ns["MessageExt"], ns["UNSET"], ns["V1"], ns["V2"])
+
+
+# scan_units flags (codec.batch)
+cdef enum:
+    F_VERIFY_CRC = 1
+    F_CHECK_TAGS = 2
+    F_CHECK_Q = 4
+    F_PROP_IF_PRESENT = 8
+    F_PROP_REQUIRE = 16
+
+# scan_loop outcomes
+cdef enum:
+    S_DONE = 0      # every unit passed
+    S_DOUBT = 1     # the oracle must judge unit *i
+    S_UTF8 = 2      # unit *i passed all but the checks that need the GIL (UTF-8, non-ASCII tags)
+
+
+cdef struct ScanArgs:
+    const uint8_t* b
+    Py_ssize_t limit
+    int64_t base
+    const char* topic
+    Py_ssize_t topic_len
+    int64_t queue_id
+    int64_t q
+    int flags
+    const int64_t* units  # (offset, size, tags) triples
+    Py_ssize_t n
+    # where the last looked-at unit's properties lie (for S_UTF8)
+    Py_ssize_t props_start
+    Py_ssize_t props_end
+    Py_ssize_t tags_start
+    Py_ssize_t tags_end
+    bint tags_need_hash   # the tags value is not ASCII: the caller hashes it
+    bint props_need_utf8  # the properties are not ASCII: the caller checks UTF-8
+
+
+cdef int scan_loop(ScanArgs* a, Py_ssize_t* at) noexcept nogil:
+    """codec.batch.scan_units's accept path from unit *at on: S_DONE, or where it stopped."""
+    cdef Py_ssize_t i = at[0], vstart, vend
+    cdef int64_t cl_off, size, tags_code, pos, stored
+    cdef Parsed m
+    cdef const uint8_t* b = a.b
+    cdef int flags = a.flags
+    cdef bint prop_crc = (flags & (F_PROP_IF_PRESENT | F_PROP_REQUIRE)) != 0
+    cdef int32_t expected
+    while i < a.n:
+        cl_off = a.units[3 * i]
+        size = a.units[3 * i + 1]
+        tags_code = a.units[3 * i + 2]
+        at[0] = i
+        pos = cl_off - a.base
+        if pos < 0 or size < MIN_SIZE or size > a.limit - pos:
+            return S_DOUBT
+        stored = stored_prop_crc(b, pos, size) if prop_crc else NO_PROP_CRC
+        if stored == -1:
+            return S_DOUBT
+        if frame_parse(b, a.limit, pos, (flags & F_VERIFY_CRC) != 0 and stored == NO_PROP_CRC, &m) != 0 \
+                or m.total != size:
+            return S_DOUBT
+        if m.topic_end - m.topic_start != a.topic_len \
+                or memcmp(b + m.topic_start, a.topic, a.topic_len) != 0:
+            return S_DOUBT
+        if r32(b + pos + 12) != a.queue_id:
+            return S_DOUBT
+        if flags & F_CHECK_Q and r64(b + pos + 20) != a.q + i:
+            return S_DOUBT
+        if r64(b + pos + 28) != cl_off:
+            return S_DOUBT
+        if stored != NO_PROP_CRC:
+            if jcrc(b + pos, size - RESERVED) != stored:
+                return S_DOUBT
+        elif flags & F_PROP_REQUIRE:
+            return S_DOUBT
+        a.props_need_utf8 = not is_ascii(b + m.props_start, m.end - m.props_start)
+        a.tags_need_hash = False
+        if flags & F_CHECK_TAGS and tags_code != 0 and -0x80000000 <= tags_code <= 0x7FFFFFFF:
+            vend = find_tags(b + m.props_start, m.end - m.props_start, &vstart)
+            if vend < 0:
+                expected = 0
+            elif is_ascii(b + m.props_start + vstart, vend - vstart):
+                expected = java_hash_ascii(b + m.props_start + vstart, vend - vstart)
+            else:
+                a.tags_need_hash = True
+                a.tags_start = m.props_start + vstart
+                a.tags_end = m.props_start + vend
+                expected = 0
+            if not a.tags_need_hash and expected != tags_code:
+                return S_DOUBT
+        if a.props_need_utf8 or a.tags_need_hash:
+            a.props_start = m.props_start
+            a.props_end = m.end
+            return S_UTF8
+        i += 1
+    at[0] = i
+    return S_DONE
+
+
+cdef extern from "stdlib.h":
+    void* malloc(size_t n) nogil
+    void free(void* p) nogil
+
+
+#: A batch spanning at least this many bytes is checked with the GIL released.
+cdef Py_ssize_t NOGIL_SPAN = 65536
+
+
+def scan_units(units, data, base, topic, queue_id, queue_offset, flags):
+    """Twin of codec.batch.scan_units."""
+    cdef Py_buffer view
+    cdef ScanArgs a
+    cdef int64_t* arr = NULL
+    cdef Py_ssize_t i = 0, n, k
+    cdef int64_t c_off, c_size, c_tags, span_lo, span_hi
+    cdef int rc = S_DOUBT
+    cdef bint released
+    if type(units) is not list:
+        units = list(units)
+    n = len(units)
+    if n == 0 or type(topic) is not bytes or type(flags) is not int or type(base) is not int \
+            or type(queue_id) is not int or type(queue_offset) is not int \
+            or (isinstance(data, memoryview) and (data.format != "B" or data.ndim != 1)):
+        return p_scan_units(units, data, base, topic, queue_id, queue_offset, flags)
+    try:
+        a.base = base
+        a.queue_id = queue_id
+        a.q = queue_offset
+        a.flags = flags
+        if a.q < -1 or a.q > 0x7FFFFFFFFFFFFFFF - n or a.flags < 0 or a.flags > 31:
+            raise OverflowError
+        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    except Exception:
+        return p_scan_units(units, data, base, topic, queue_id, queue_offset, flags)
+    try:
+        arr = <int64_t*>malloc(sizeof(int64_t) * 3 * n)
+        if arr == NULL:
+            raise MemoryError
+        # the units as C ints, up to the first that is not three Python int64s
+        k = 0
+        span_lo = 0x7FFFFFFFFFFFFFFF
+        span_hi = -0x7FFFFFFFFFFFFFFF
+        while k < n:
+            try:
+                if not unpack3(units[k], &c_off, &c_size, &c_tags):
+                    break
+            except Exception:
+                break
+            arr[3 * k] = c_off
+            arr[3 * k + 1] = c_size
+            arr[3 * k + 2] = c_tags
+            if c_off < span_lo:
+                span_lo = c_off
+            if c_size > 0 and c_off < 0x7FFFFFFFFFFFFFFF - c_size and c_off + c_size > span_hi:
+                span_hi = c_off + c_size
+            k += 1
+        a.b = <const uint8_t*>view.buf
+        a.limit = view.len
+        a.topic = PyBytes_AS_STRING(topic)
+        a.topic_len = PyBytes_GET_SIZE(topic)
+        a.units = arr
+        a.n = k
+        released = k > 1 and span_hi > span_lo and <uint64_t>span_hi - <uint64_t>span_lo >= <uint64_t>NOGIL_SPAN
+        while True:
+            if released:
+                with nogil:
+                    rc = scan_loop(&a, &i)
+            else:
+                rc = scan_loop(&a, &i)
+            if rc != S_UTF8:
+                break
+            # the checks that need Python objects, for unit i
+            try:
+                if a.props_need_utf8:
+                    utf8(a.b + a.props_start, a.props_end - a.props_start)
+                if a.tags_need_hash:
+                    if tags_hash_code(utf8(a.b + a.tags_start, a.tags_end - a.tags_start)) != arr[3 * i + 2]:
+                        rc = S_DOUBT
+                        break
+            except Exception:
+                rc = S_DOUBT
+                break
+            i += 1
+        if rc == S_DONE and k < n:
+            rc = S_DOUBT  # i == k: the unit that was not three ints
+    finally:
+        free(arr)
+        PyBuffer_Release(&view)
+    if rc == S_DONE:
+        return (i, None, "")
+    valid, reason, detail = p_scan_units(units[i:], data, base, topic, queue_id, queue_offset + i, flags)
+    return (valid + i, reason, detail)
+
+
+
+# -- the dispatch group loop ----------------------------------------------------------------
+
+
+cdef extern from "string.h":
+    void* memmem(const void* hay, size_t hn, const void* needle, size_t nn) nogil
+    void* memchr(const void* p, int c, size_t n) nogil
+
+
+cdef inline Py_ssize_t find_value(const uint8_t* p, Py_ssize_t n, const char* name, Py_ssize_t ln,
+                                  Py_ssize_t* vstart) noexcept nogil:
+    """keys._last_value: the end of the value parse_properties keeps for ``name`` (``NAME\\x01``,
+    ln bytes) in properties p[0:n] (its start in *vstart), or -1 when there is none."""
+    cdef Py_ssize_t k = n - ln, stop
+    while k >= 0:
+        if (k == 0 or p[k - 1] == 2) and memcmp(p + k, name, ln) == 0:
+            stop = k + ln
+            while stop < n and p[stop] != 2:
+                stop += 1
+            if stop > k + ln:
+                vstart[0] = k + ln
+                return stop
+            k -= ln + 1
+        else:
+            k -= 1
+    return -1
+
+
+cdef inline bint ascii_blank(const uint8_t* p, Py_ssize_t n) noexcept nogil:
+    """str.strip() of ASCII p[0:n] is empty (str.isspace: \\t..\\r, \\x1c..\\x1f, space)."""
+    cdef Py_ssize_t i
+    for i in range(n):
+        if not (9 <= p[i] <= 13 or 28 <= p[i] <= 32):
+            return False
+    return True
+
+
+cdef object ascii_index_keys(const uint8_t* p, Py_ssize_t n):
+    """keys.message_index_keys_from_properties of ASCII properties p[0:n]."""
+    cdef Py_ssize_t ks = 0, ke, us = 0, ue
+    cdef bint u_ok
+    cdef dict keys
+    ke = find_value(p, n, b"KEYS\x01", 5, &ks)
+    ue = find_value(p, n, b"UNIQ_KEY\x01", 9, &us)
+    if ke >= 0 and memchr(p + ks, 32, ke - ks) == NULL:  # one key (or none)
+        if ue < 0:
+            return () if ascii_blank(p + ks, ke - ks) else (utf8(p + ks, ke - ks),)
+        u_ok = not ascii_blank(p + us, ue - us)
+        if ascii_blank(p + ks, ke - ks):
+            return (utf8(p + us, ue - us),) if u_ok else ()
+        if not u_ok:
+            return (utf8(p + ks, ke - ks),)
+        if ke - ks == ue - us and memcmp(p + ks, p + us, ke - ks) == 0:
+            return (utf8(p + us, ue - us),)
+        return (utf8(p + us, ue - us), utf8(p + ks, ke - ks))
+    if ke < 0:
+        if ue < 0 or ascii_blank(p + us, ue - us):
+            return ()
+        return (utf8(p + us, ue - us),)
+    keys = {}
+    if ue >= 0 and not ascii_blank(p + us, ue - us):
+        keys[utf8(p + us, ue - us)] = None
+    for key in utf8(p + ks, ke - ks).split(" "):
+        if key.strip():
+            keys[key] = None
+    return tuple(keys)
+
+
+def build_group(buf, positions, offsets, sizes, tags_codes, tiered_offset, want_keys=True):
+    """Twin of codec.dispatch_batch.build_group."""
+    cdef Py_buffer view
+    cdef Py_ssize_t n, i = 0, out = 0, k, props_n
+    cdef int64_t total_size = 0, sz, size, pos, tags, tiered, stored
+    cdef int64_t* c_sizes = NULL
+    cdef const uint8_t* b
+    cdef uint8_t* d
+    cdef uint8_t* u
+    cdef Parsed m
+    cdef int32_t crc
+    cdef list timestamps, keys
+    cdef bint with_keys = bool(want_keys), doubt = False
+    cdef bytes last_topic = None
+    if type(positions) is not list and type(positions) is not tuple \
+            or type(offsets) is not list and type(offsets) is not tuple \
+            or type(sizes) is not list and type(sizes) is not tuple \
+            or type(tags_codes) is not list and type(tags_codes) is not tuple \
+            or type(tiered_offset) is not int \
+            or (isinstance(buf, memoryview) and (buf.format != "B" or buf.ndim != 1)):
+        return p_build_group(buf, positions, offsets, sizes, tags_codes, tiered_offset, want_keys)
+    n = len(positions)
+    if len(sizes) < n:
+        return p_build_group(buf, positions, offsets, sizes, tags_codes, tiered_offset, want_keys)
+    c_sizes = <int64_t*>malloc(sizeof(int64_t) * (n + 1))
+    if c_sizes == NULL:
+        raise MemoryError
+    try:
+        try:
+            for k in range(n):
+                sz = i64(sizes[k])
+                if sz < 0 or sz > 0x7FFFFFFF:
+                    raise OverflowError
+                c_sizes[k] = sz
+                total_size += sz
+            tiered = i64(tiered_offset)
+            PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+        except Exception:
+            return p_build_group(buf, positions, offsets, sizes, tags_codes, tiered_offset, want_keys)
+        try:
+            data = bytearray(total_size)
+            units = bytearray(20 * n)
+            d = <uint8_t*>(<char*>data)
+            u = <uint8_t*>(<char*>units)
+            timestamps = []
+            keys = [] if with_keys else None
+            b = <const uint8_t*>view.buf
+            while i < n:
+                size = c_sizes[i]
+                try:
+                    pos = i64(positions[i])
+                    tags = i64(tags_codes[i])
+                except Exception:
+                    break
+                if size < 40 or pos < 0 or pos > view.len - size or tiered > 0x7FFFFFFFFFFFFFFF - size:
+                    break
+                if frame_parse(b, view.len, pos, True, &m) != 0 or m.total != size:
+                    break
+                props_n = m.end - m.props_start
+                try:
+                    if not is_ascii(b + m.topic_start, m.topic_end - m.topic_start):
+                        topic = PyBytes_FromStringAndSize(<const char*>b + m.topic_start, m.topic_end - m.topic_start)
+                        if topic != last_topic:
+                            utf8(b + m.topic_start, m.topic_end - m.topic_start)
+                            last_topic = topic
+                    if not is_ascii(b + m.props_start, props_n):
+                        utf8(b + m.props_start, props_n)
+                except UnicodeDecodeError:
+                    break
+                stored = stored_prop_crc(b, pos, size)
+                if stored == -1:
+                    break
+                if stored != NO_PROP_CRC and jcrc(b + pos, size - RESERVED) != stored:
+                    break
+                if with_keys:
+                    if props_n >= 3 and memmem(b + m.props_start, props_n, b"KEY", 3) != NULL:
+                        try:
+                            if is_ascii(b + m.props_start, props_n):
+                                item = ascii_index_keys(b + m.props_start, props_n)
+                            else:
+                                item = index_keys_of(utf8(b + m.props_start, props_n))
+                        except Exception:
+                            break
+                    else:
+                        item = ()
+                memcpy(d + out, b + pos, size)
+                w64(d + out + 28, <uint64_t>tiered)
+                if stored != NO_PROP_CRC:
+                    crc = jcrc(d + out, size - RESERVED)
+                    for k in range(10):
+                        d[out + size - 11 + k] = <uint8_t>(48 + crc % 10)
+                        crc //= 10
+                w64(u + 20 * i, <uint64_t>tiered)
+                w32(u + 20 * i + 8, <uint32_t>size)
+                w64(u + 20 * i + 12, <uint64_t>tags)
+                timestamps.append(PyLong_FromLongLong(r64(b + pos + 48 + m.bh)))
+                if with_keys:
+                    keys.append(item)
+                out += size
+                tiered += size
+                i += 1
+        finally:
+            PyBuffer_Release(&view)
+    finally:
+        free(c_sizes)
+    if i == n:
+        return GroupBuild(n, data, units, timestamps, keys, None)
+    rest = p_build_group(buf, positions[i:], offsets[i:], sizes[i:], tags_codes[i:], tiered, want_keys)
+    del data[out:]
+    del units[20 * i:]
+    data += rest[1]
+    units += rest[2]
+    timestamps.extend(rest[3])
+    if keys is not None:
+        keys.extend(rest[4])
+    return GroupBuild(i + rest[0], data, units, timestamps, keys, rest[5])
+
+
+# -- the lazy decode -------------------------------------------------------------------------
+
+cdef extern from *:
+    """
+    #include "structmember.h"
+    static Py_ssize_t ts_slot_offset(PyObject* descr) {
+        PyMemberDef* d;
+        if (Py_TYPE(descr) != &PyMemberDescr_Type) return -1;
+        d = ((PyMemberDescrObject*)descr)->d_member;
+        if (d->type != T_OBJECT_EX || (d->flags & READONLY)) return -1;
+        return d->offset;
+    }
+    /* Store v (a new reference, stolen) in the slot at off of o. */
+    static void ts_set_slot(PyObject* o, Py_ssize_t off, PyObject* v) {
+        PyObject** p = (PyObject**)((char*)o + off);
+        PyObject* old = *p;
+        *p = v;
+        Py_XDECREF(old);
+    }
+    static void ts_set_slot_borrowed(PyObject* o, Py_ssize_t off, PyObject* v) {
+        Py_INCREF(v);
+        ts_set_slot(o, off, v);
+    }
+    static PyObject* ts_alloc(PyObject* cls) {
+        PyTypeObject* t = (PyTypeObject*)cls;
+        return t->tp_alloc(t, 0);
+    }
+    """
+    Py_ssize_t ts_slot_offset(object descr)
+    void ts_set_slot(object o, Py_ssize_t off, PyObject* v)
+    void ts_set_slot_borrowed(object o, Py_ssize_t off, object v)
+    object ts_alloc(object cls)
+
+
+cdef enum:
+    X_TOPIC = 0
+    X_QUEUE_ID
+    X_QUEUE_OFFSET
+    X_COMMITLOG_OFFSET
+    X_STORE_TIMESTAMP
+    X_BORN_TIMESTAMP
+    X_BODY
+    X_SYS_FLAG
+    X_BODY_CRC
+    X_STORE_SIZE
+    X_RECONSUME
+    X_PREP
+    X_FLAG
+    X_VERSION
+    X_KEYS
+    X_TAGS
+    X_PROPERTIES
+    X_BORN_HOST
+    X_STORE_HOST
+    X_RAW
+    X_LAYOUT
+    X_COUNT
+
+_EXT_SLOTS = ("topic", "queue_id", "queue_offset", "commitlog_offset", "store_timestamp", "born_timestamp",
+              "body", "sys_flag", "body_crc", "store_size", "reconsume_times", "prepared_transaction_offset",
+              "flag", "version", "_keys", "_tags", "_properties", "_born_host", "_store_host", "_raw", "_layout")
+
+cdef Py_ssize_t ext_off[X_COUNT]
+cdef bint ext_ok = False
+cdef object ExtClass = None
+cdef object UNSET = None
+
+
+cdef bind_ext(cls, unset, v1, v2):
+    """Find the slot offsets of MessageExt; without them lazy_message_ext is the oracle."""
+    global ext_ok, ExtClass, UNSET
+    cdef int k
+    ext_ok = False
+    ExtClass = cls
+    UNSET = unset
+    if type(cls) is not type or "__dict__" in cls.__dict__ or "__weakref__" in cls.__dict__ \
+            or cls.__new__ is not object.__new__ or len(_EXT_SLOTS) != X_COUNT \
+            or sorted(cls.__dict__.get("__slots__", ())) != sorted(_EXT_SLOTS):  # every slot filled
+        return
+    for k in range(X_COUNT):
+        descr = cls.__dict__.get(_EXT_SLOTS[k])
+        if descr is None:
+            return
+        ext_off[k] = ts_slot_offset(descr)
+        if ext_off[k] < 0:
+            return
+    ext_ok = True
+
+
+def lazy_message_ext(raw, topic=None):
+    """Twin of codec.message.lazy_message_ext."""
+    cdef const uint8_t* b
+    cdef Py_ssize_t n, bh, sh, hs, sp, tl, t_start, t_end
+    cdef int32_t sys_flag, body_len
+    cdef bint v2
+    if not ext_ok or type(raw) is not bytes or (topic is not None and type(topic) is not str):
+        return p_lazy_message_ext(raw, topic)
+    b = <const uint8_t*>PyBytes_AS_STRING(raw)
+    n = PyBytes_GET_SIZE(raw)
+    if n < 40:
+        return p_lazy_message_ext(raw, topic)
+    sys_flag = r32(b + 36)
+    bh = 20 if sys_flag & 0x10 else 8
+    sh = 20 if sys_flag & 0x20 else 8
+    hs = 72 + bh + sh
+    if n < hs:
+        return p_lazy_message_ext(raw, topic)
+    body_len = r32(b + hs - 4)
+    if body_len < 0 or body_len > n - hs:
+        return p_lazy_message_ext(raw, topic)
+    v2 = ru32(b + 4) == MAGIC_V2
+    if topic is None:
+        tl = 2 if v2 else 1
+        if hs + body_len + tl > n:
+            return p_lazy_message_ext(raw, topic)
+        if v2:
+            t_start = hs + body_len + 2
+            t_end = t_start + ((<Py_ssize_t>b[hs + body_len] << 8) | b[hs + body_len + 1])
+        else:
+            t_start = hs + body_len + 1
+            t_end = t_start + b[hs + body_len]
+        if t_end > n:
+            return p_lazy_message_ext(raw, topic)
+        try:
+            topic = utf8(b + t_start, t_end - t_start)
+        except UnicodeDecodeError:
+            return p_lazy_message_ext(raw, None)
+    sp = 48 + bh
+    body = PyBytes_FromStringAndSize(<const char*>b + hs, body_len)
+    o = ts_alloc(ExtClass)
+    ts_set_slot_borrowed(o, ext_off[X_TOPIC], topic)
+    ts_set_slot_borrowed(o, ext_off[X_QUEUE_ID], PyLong_FromLong(r32(b + 12)))
+    ts_set_slot_borrowed(o, ext_off[X_QUEUE_OFFSET], PyLong_FromLongLong(r64(b + 20)))
+    ts_set_slot_borrowed(o, ext_off[X_COMMITLOG_OFFSET], PyLong_FromLongLong(r64(b + 28)))
+    ts_set_slot_borrowed(o, ext_off[X_STORE_TIMESTAMP], PyLong_FromLongLong(r64(b + sp)))
+    ts_set_slot_borrowed(o, ext_off[X_BORN_TIMESTAMP], PyLong_FromLongLong(r64(b + 40)))
+    ts_set_slot_borrowed(o, ext_off[X_BODY], body)
+    ts_set_slot_borrowed(o, ext_off[X_SYS_FLAG], PyLong_FromLong(sys_flag))
+    ts_set_slot_borrowed(o, ext_off[X_BODY_CRC], PyLong_FromLong(r32(b + 8)))
+    ts_set_slot_borrowed(o, ext_off[X_STORE_SIZE], PyLong_FromLong(r32(b)))
+    ts_set_slot_borrowed(o, ext_off[X_RECONSUME], PyLong_FromLong(r32(b + sp + 8 + sh)))
+    ts_set_slot_borrowed(o, ext_off[X_PREP], PyLong_FromLongLong(r64(b + sp + 8 + sh + 4)))
+    ts_set_slot_borrowed(o, ext_off[X_FLAG], PyLong_FromLong(r32(b + 16)))
+    ts_set_slot_borrowed(o, ext_off[X_VERSION], V2 if v2 else V1)
+    ts_set_slot_borrowed(o, ext_off[X_KEYS], UNSET)
+    ts_set_slot_borrowed(o, ext_off[X_TAGS], UNSET)
+    ts_set_slot_borrowed(o, ext_off[X_PROPERTIES], UNSET)
+    ts_set_slot_borrowed(o, ext_off[X_BORN_HOST], UNSET)
+    ts_set_slot_borrowed(o, ext_off[X_STORE_HOST], UNSET)
+    ts_set_slot_borrowed(o, ext_off[X_RAW], raw)
+    ts_set_slot_borrowed(o, ext_off[X_LAYOUT], None)
+    return o
+
+
+# -- the key index insert loop (codec.index_batch) ---------------------------------------------
+
+cdef object p_link_items = None
+
+
+def bind_index(ns):
+    """Take link_items's oracle from ``ns`` (a mapping). Idempotent."""
+    global p_link_items
+    p_link_items = ns["link_items"]
+
+
+cdef inline uint32_t hash_units(uint32_t h, str s) except? 0xFFFFFFFF:
+    """Java's hashCode continued from ``h`` over the UTF-16 code units of ``s``."""
+    cdef Py_UCS4 ch
+    cdef uint32_t c
+    for ch in s:
+        c = <uint32_t>ch
+        if c > 0xFFFF:
+            c -= 0x10000
+            h = 31 * h + (0xD800 + (c >> 10))
+            h = 31 * h + (0xDC00 + (c & 0x3FF))
+        else:
+            h = 31 * h + c
+    return h
+
+
+def link_items(slots, slot_count, count, topic, topic_id, queue_id, keys, offsets, sizes, diffs):
+    """Twin of codec.index_batch.link_items (all or nothing: any doubt hands the call over)."""
+    cdef Py_buffer view
+    cdef Py_ssize_t m, nm, k, nk, total = 0, at
+    cdef int64_t c_slot_count, c_count, off, slot
+    cdef int32_t tid, qid, size, diff, prev, hash_code
+    cdef uint32_t prefix, h
+    cdef uint8_t* o
+    cdef const uint8_t* b
+    cdef dict heads
+    cdef int64_t new_slots = 0
+    if type(topic) is not str or type(slot_count) is not int or type(count) is not int \
+            or type(topic_id) is not int or type(queue_id) is not int \
+            or type(keys) is not list and type(keys) is not tuple \
+            or type(offsets) is not list and type(offsets) is not tuple \
+            or type(sizes) is not list and type(sizes) is not tuple \
+            or type(diffs) is not list and type(diffs) is not tuple:
+        return p_link_items(slots, slot_count, count, topic, topic_id, queue_id, keys, offsets, sizes, diffs)
+    try:
+        nm = len(keys)
+        if len(offsets) < nm or len(sizes) < nm or len(diffs) < nm:
+            raise IndexError
+        for m in range(nm):
+            ks = keys[m]
+            if type(ks) is not list and type(ks) is not tuple:
+                raise TypeError
+            for key in ks:
+                if type(key) is not str:
+                    raise TypeError
+            total += len(ks)
+        c_slot_count = slot_count
+        c_count = count
+        tid = topic_id
+        qid = queue_id
+        if c_slot_count <= 0 or c_count < -0x80000000 or c_count > 0x7FFFFFFF - total:
+            raise OverflowError
+        PyObject_GetBuffer(slots, &view, PyBUF_SIMPLE)
+    except Exception:
+        return p_link_items(slots, slot_count, count, topic, topic_id, queue_id, keys, offsets, sizes, diffs)
+    items = bytearray(32 * total)
+    o = <uint8_t*>(<char*>items)
+    heads = {}
+    at = 0
+    try:
+        b = <const uint8_t*>view.buf
+        prefix = hash_units(hash_units(0, topic), "#")
+        for m in range(nm):
+            ks = keys[m]
+            if not len(ks):
+                continue
+            o_off, o_size, o_diff = offsets[m], sizes[m], diffs[m]
+            if type(o_off) is not int or type(o_size) is not int or type(o_diff) is not int:
+                raise TypeError
+            off = o_off
+            size = o_size
+            diff = o_diff
+            for key in ks:
+                h = hash_units(prefix, key)
+                hash_code = <int32_t>h
+                if hash_code == <int32_t>0x80000000:
+                    hash_code = 0
+                elif hash_code < 0:
+                    hash_code = -hash_code
+                slot = hash_code % c_slot_count
+                got = heads.get(slot)
+                if got is None:
+                    if 28 + slot * 8 + 4 > view.len:
+                        raise IndexError
+                    prev = r32(b + 28 + slot * 8)
+                    if not 0 <= prev <= c_count:
+                        prev = 0
+                    if prev == 0:
+                        new_slots += 1
+                else:
+                    prev = got
+                c_count += 1
+                w32(o + at, <uint32_t>hash_code)
+                w32(o + at + 4, <uint32_t>tid)
+                w32(o + at + 8, <uint32_t>qid)
+                w64(o + at + 12, <uint64_t>off)
+                w32(o + at + 20, <uint32_t>size)
+                w32(o + at + 24, <uint32_t>diff)
+                w32(o + at + 28, <uint32_t>prev)
+                at += 32
+                heads[slot] = c_count
+    except Exception:
+        return p_link_items(slots, slot_count, count, topic, topic_id, queue_id, keys, offsets, sizes, diffs)
+    finally:
+        PyBuffer_Release(&view)
+    return items, heads, new_slots
+
+
+# -- the units of a read (codec.batch.cq_span) ---------------------------------------------------
+
+cdef object p_cq_span = None
+cdef object p_cq_span_items = None
+
+
+def bind_span(ns):
+    """Take cq_span's and batch_items's oracles from ``ns`` (a mapping). Idempotent."""
+    global p_cq_span, p_cq_span_items
+    p_cq_span = ns["cq_span"]
+    p_cq_span_items = ns["batch_items"]
+
+
+def cq_span(cq, max_bytes):
+    """Twin of codec.batch.cq_span."""
+    cdef Py_buffer view
+    cdef const uint8_t* b
+    cdef Py_ssize_t n, i, keep
+    cdef int64_t first, limit, off, size, end = 0, mb
+    cdef list units
+    if type(max_bytes) is not int or (isinstance(cq, memoryview) and (cq.format != "B" or cq.ndim != 1)):
+        return p_cq_span(cq, max_bytes)
+    try:
+        mb = max_bytes
+        PyObject_GetBuffer(cq, &view, PyBUF_SIMPLE)
+    except Exception:
+        return p_cq_span(cq, max_bytes)
+    try:
+        b = <const uint8_t*>view.buf
+        n = view.len // 20
+        if n == 0:
+            return [], 0
+        first = r64(b)
+        if (mb > 0 and first > 0x7FFFFFFFFFFFFFFF - mb) or (mb < 0 and first < -0x7FFFFFFFFFFFFFFF - mb):
+            return p_cq_span(cq, max_bytes)
+        limit = first + mb
+        keep = n
+        for i in range(n):
+            off = r64(b + 20 * i)
+            size = r32(b + 20 * i + 8)
+            if off > 0x7FFFFFFFFFFFFFFF - 0x80000000 or off < -0x7FFFFFFFFFFFFFFF + 0x80000000:
+                return p_cq_span(cq, max_bytes)  # off + size could overflow: Python ints decide
+            if i and off + size > limit:
+                keep = i
+                break
+            if i == 0 or off + size > end:
+                end = off + size
+            if off < first:
+                keep = i + 1
+                break
+        units = []
+        for i in range(keep):
+            units.append((PyLong_FromLongLong(r64(b + 20 * i)), PyLong_FromLong(r32(b + 20 * i + 8)),
+                          PyLong_FromLongLong(r64(b + 20 * i + 12))))
+        return units, end
+    finally:
+        PyBuffer_Release(&view)
+
+
+def batch_items(units, data, base, queue_offset):
+    """Twin of codec.batch.batch_items (bytes data and plain (int, int, int) tuples only)."""
+    cdef Py_ssize_t i, n, limit
+    cdef int64_t c_base, q, off, size, tags
+    cdef const char* b
+    cdef list out
+    if type(units) is not list or type(data) is not bytes or type(base) is not int \
+            or type(queue_offset) is not int:
+        return p_cq_span_items(units, data, base, queue_offset)
+    n = len(units)
+    try:
+        c_base = base
+        q = queue_offset
+        if q > 0x7FFFFFFFFFFFFFFF - n or q < -0x7FFFFFFFFFFFFFFF:
+            raise OverflowError
+    except Exception:
+        return p_cq_span_items(units, data, base, queue_offset)
+    b = PyBytes_AS_STRING(data)
+    limit = PyBytes_GET_SIZE(data)
+    out = []
+    for i in range(n):
+        unit = units[i]
+        try:
+            if not unpack3(unit, &off, &size, &tags):
+                return p_cq_span_items(units, data, base, queue_offset)
+        except Exception:
+            return p_cq_span_items(units, data, base, queue_offset)
+        if off < c_base or size < 0 or off - c_base > limit or size > limit - (off - c_base):
+            return p_cq_span_items(units, data, base, queue_offset)  # a slice Python would clip
+        out.append((PyLong_FromLongLong(q + i), PyBytes_FromStringAndSize(b + (off - c_base), size),
+                    <object>PyTuple_GET_ITEM(unit, 2)))
+    return out

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
-from tiered_core.codec.dispatch_batch import build_group
+from tiered_core.codec._impl import build_group
 from tiered_core.codec._impl import peek_store_timestamp
 from tiered_core.configdef import KEYS, bound_fields
 from tiered_core.errors import Fenced, TieredStoreError

@@ -19,7 +19,8 @@ from typing import Callable
 from tiered_core.access.cache import ReadAheadCache
 from tiered_core.access.results import GetMessageResult, GetMessageStatus, StoreTier
 from tiered_core.codec.checks import PropCrcPolicy
-from tiered_core.codec.message import MessageExt, lazy_message_ext
+from tiered_core.codec._impl import lazy_message_ext
+from tiered_core.codec.message import MessageExt
 from tiered_core.codec.message_batch import MessageBatch
 from tiered_core.errors import CorruptData, TieredStoreError
 from tiered_core.flat.file_store import FlatFileStore
@@ -158,7 +159,7 @@ class MessageStoreFetcher:
     def read(self, flat: CompositeAccess, offset: int, count: int) -> list[tuple[int, bytes, int]]:
         """Up to ``count`` validated messages from ``offset``: ``(queue_offset, bytes, tags_code)``
         (:meth:`read_batch`, unpacked)."""
-        return list(self.read_batch(flat, offset, count))
+        return self.read_batch(flat, offset, count).items()
 
     def _corrupt(self, flat: CompositeAccess, error: CorruptData) -> None:
         self.corrupt_messages += 1

@@ -15,7 +15,19 @@ from __future__ import annotations
 import os
 from types import SimpleNamespace
 
-from tiered_core.codec import checks, consume_queue, hashing, message, prop_crc, split, tiered_index
+from tiered_core.codec import (
+    batch,
+    checks,
+    consume_queue,
+    dispatch_batch,
+    hashing,
+    index_batch,
+    keys,
+    message,
+    prop_crc,
+    split,
+    tiered_index,
+)
 from tiered_core.errors import CorruptData
 
 #: Kernel name -> its pure-Python oracle.
@@ -38,12 +50,20 @@ ORACLES = {
     "decode_cq_units": consume_queue.decode_cq_units,
     "pack_item": tiered_index.pack_item,
     "java_crc32": prop_crc.java_crc32,
+    "scan_units": batch.scan_units,
+    "cq_span": batch.cq_span,
+    "batch_items": batch.batch_items,
+    "build_group": dispatch_batch.build_group,
+    "lazy_message_ext": message.lazy_message_ext,
+    "link_items": index_batch.link_items,
 }
 KERNELS = tuple(ORACLES)
 
 pure = SimpleNamespace(**ORACLES)
 
 PURE_ENV = "TIERED_PURE_PYTHON"
+#: Why a present extension was not used (it predates some kernels: rebuild it), else None.
+STALE: str | None = None
 
 
 def forced_pure() -> bool:
@@ -57,6 +77,12 @@ def load_compiled() -> SimpleNamespace | None:
     try:
         from tiered_core._speedups import _core
     except ImportError:
+        return None
+    missing = [name for name in (*KERNELS, "bind", "bind_batch", "bind_index", "bind_span")
+               if not hasattr(_core, name)]
+    if missing:  # a stale build from older sources: its twins would not match these oracles
+        global STALE
+        STALE = f"{_core.__file__} lacks {', '.join(missing)}"
         return None
     _core.bind({
         **ORACLES,
@@ -75,6 +101,17 @@ def load_compiled() -> SimpleNamespace | None:
         "host_parts": message._cached_host_parts,
         "tags_hash_code": hashing.tags_hash_code,
     })
+    _core.bind_batch({
+        **ORACLES,
+        "GroupBuild": dispatch_batch.GroupBuild,
+        "message_index_keys_from_properties": keys.message_index_keys_from_properties,
+        "MessageExt": message.MessageExt,
+        "UNSET": message._UNSET,
+        "V1": message.MessageVersion.V1,
+        "V2": message.MessageVersion.V2,
+    })
+    _core.bind_index(ORACLES)
+    _core.bind_span(ORACLES)
     return SimpleNamespace(**{name: getattr(_core, name) for name in KERNELS})
 
 
@@ -101,6 +138,12 @@ encode_cq_units = _chosen.encode_cq_units
 decode_cq_units = _chosen.decode_cq_units
 pack_item = _chosen.pack_item
 java_crc32 = _chosen.java_crc32
+scan_units = _chosen.scan_units
+cq_span = _chosen.cq_span
+batch_items = _chosen.batch_items
+build_group = _chosen.build_group
+lazy_message_ext = _chosen.lazy_message_ext
+link_items = _chosen.link_items
 
 
 def pure_python_line() -> str | None:
@@ -109,6 +152,9 @@ def pure_python_line() -> str | None:
         return None
     if forced_pure():
         return f"tiered-core: {PURE_ENV} is set; using the pure-Python path"
+    if STALE:
+        return (f"tiered-core: the compiled core is out of date ({STALE}); rebuild it (`make setup`); "
+                "using the pure-Python path")
     return ("tiered-core: the compiled core (tiered_core._speedups) is not built; "
             "using the pure-Python path")
 

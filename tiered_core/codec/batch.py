@@ -4,6 +4,9 @@ Each function here is the pure-Python reference of a compiled twin (the optional
 core may supply one with the same signature and results); keep them free of objects
 other than ``bytes``/``memoryview``, ``int``, ``str`` and tuples/lists of those.
 
+* :func:`cq_span` -- the consume-queue units of a read, trimmed to a byte budget, and the
+  end of the commit-log span they point at.
+* :func:`batch_items` -- ``(queue offset, bytes, tags code)`` of each message of a batch.
 * :func:`scan_units` -- split + validate a commit-log span along its consume-queue units in
   one pass (the checks and their order are those documented in
   :mod:`tiered_core.codec.checks`, whose :func:`~tiered_core.codec.checks.check_units`
@@ -44,6 +47,7 @@ _HEAD40 = struct.Struct(">iIiiiqqi")
 _I32 = struct.Struct(">i")
 _U16 = struct.Struct(">H")
 _CRC_NAME = b"__CRC32#\x01"
+_UNIT = struct.Struct(">qiq")
 _DIGITS = frozenset(b"0123456789")
 
 
@@ -77,6 +81,38 @@ def _tags_value(props: bytes) -> bytes | None:
         if stop > start:
             return hay[start:stop]
         end = j
+
+
+def cq_span(cq: Buffer, max_bytes: int) -> tuple[list[tuple[int, int, int]], int]:
+    """The units to read from the consume-queue bytes ``cq`` and where their span ends.
+
+    ``units``: ``(commitlog_offset, size, tags_code)`` of each whole 20-byte unit of ``cq``,
+    then only the longest prefix (at least one unit) whose span from the first unit's offset
+    stays within ``max_bytes``; a unit pointing before the first one ends the prefix after
+    itself (validation then reports it). ``end``: the commit-log offset after the furthest
+    message those units point at (0 when there is none)."""
+    whole = len(cq) - len(cq) % _UNIT.size
+    units = list(_UNIT.iter_unpack(memoryview(cq)[:whole] if whole != len(cq) else cq))
+    if not units:
+        return units, 0
+    first = units[0][0]
+    limit = first + max_bytes
+    for n, (off, size, _tags) in enumerate(units):
+        if n and off + size > limit:
+            units = units[:n]
+            break
+        if off < first:
+            units = units[:n + 1]
+            break
+    return units, max(off + size for off, size, _ in units)
+
+
+def batch_items(units: list[tuple[int, int, int]], data: Buffer, base: int,
+                queue_offset: int) -> list[tuple[int, bytes, int]]:
+    """``(queue_offset + i, data[off - base:off - base + size], tags_code)`` for each unit
+    ``(off, size, tags_code)`` (``data`` holds the commit log from ``base``)."""
+    return [(queue_offset + i, data[off - base:off - base + size], tags)
+            for i, (off, size, tags) in enumerate(units)]
 
 
 def scan_units(
@@ -216,5 +252,5 @@ def scan_units(
 
 __all__ = [
     "VERIFY_CRC", "CHECK_TAGS", "CHECK_QUEUE_OFFSET", "PROP_CRC_IF_PRESENT", "PROP_CRC_REQUIRE",
-    "MIN_SIZE", "HEADER_SIZES", "scan_units",
+    "MIN_SIZE", "HEADER_SIZES", "batch_items", "cq_span", "scan_units",
 ]

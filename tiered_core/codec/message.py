@@ -305,11 +305,11 @@ class MessageExt:
 
     # -- the lazy fields (decoded from the raw bytes on first access) ----------------------
 
-    properties = _lazy("_properties", lambda m: _lazy_properties(m._raw, m._layout))
+    properties = _lazy("_properties", lambda m: _lazy_properties(m._raw, _ext_layout(m)))
     keys = _lazy("_keys", lambda m: _split_keys(m.properties.get(PROPERTY_KEYS)))
     tags = _lazy("_tags", lambda m: m.properties.get(PROPERTY_TAGS))
-    born_host = _lazy("_born_host", lambda m: _host(m._layout[9], m._layout[10]))
-    store_host = _lazy("_store_host", lambda m: _host(m._layout[12], m._layout[13]))
+    born_host = _lazy("_born_host", lambda m: _host(*_ext_layout(m)[9:11]))
+    store_host = _lazy("_store_host", lambda m: _host(*_ext_layout(m)[12:14]))
 
     # -- value semantics ---------------------------------------------------------------------
 
@@ -372,6 +372,16 @@ def lazy_message_ext(raw: bytes, topic: str | None = None) -> MessageExt:
     m._raw = raw
     m._layout = f
     return m
+
+
+def _ext_layout(m: MessageExt) -> tuple:
+    """The header fields of a lazy ``MessageExt`` (``_layout``), unpacked on first need when the
+    maker left them to later (the compiled twin of :func:`lazy_message_ext` does)."""
+    f = m._layout
+    if f is None:
+        raw = m._raw
+        f = m._layout = _LAYOUT_BY_HOSTS[(raw[39] & 0x30) >> 4][0].unpack_from(raw)
+    return f
 
 
 def _topic_span(raw: bytes, f: tuple, hs: int) -> tuple[int, int]:

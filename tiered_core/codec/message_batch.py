@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from tiered_core.codec.message import MessageExt, lazy_message_ext
+from tiered_core.codec._impl import batch_items, lazy_message_ext
+from tiered_core.codec.message import MessageExt
 from tiered_core.errors import CorruptData
 
 
@@ -72,6 +73,10 @@ class MessageBatch:
     def messages(self, start: int = 0, stop: int | None = None) -> list[MessageExt]:
         data, base, topic = self.data, self.base, self.topic
         return [lazy_message_ext(data[off - base:off - base + size], topic) for off, size, _ in self.units[start:stop]]
+
+    def items(self) -> list[tuple[int, bytes, int]]:
+        """``list(batch)`` in one call: ``(queue_offset, bytes, tags_code)`` of each message."""
+        return batch_items(self.units, self.data, self.base, self.queue_offset)
 
     def __iter__(self) -> Iterator[tuple[int, bytes, int]]:
         """``(queue_offset, bytes, tags_code)`` of each message."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 import struct
 from typing import Callable, Sequence
 
-from tiered_core.codec.batch import scan_units
+from tiered_core.codec._impl import cq_span, scan_units
 from tiered_core.codec.checks import PropCrcPolicy, scan_flags, unit_error
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
 from tiered_core.codec.message_batch import MessageBatch
@@ -90,11 +90,10 @@ def read_batch(read_consume_queue: Callable[[int, int], bytes], read_commit_log:
     of commit log (at least one message), the span they point at read once
     (``read_commit_log(offset, length)``, which may return fewer bytes: the units beyond
     them are then out of range), then :func:`check_batch`."""
-    units = trim_units(decode_units(read_consume_queue(queue_offset, count)) if count > 0 else [], max_bytes)
-    if not units:
+    units, end = cq_span(read_consume_queue(queue_offset, count), max_bytes) if count > 0 else ([], 0)
+    if not units:  # (cq_span: decode_units, trim_units and span_end in one pass)
         return MessageBatch(topic, queue_id, queue_offset, b"", 0, [])
     first = units[0][0]
-    end = span_end(units)
     data = read_commit_log(first, end - first) if end > first else b""
     return check_batch(units, data, first, topic=topic, queue_id=queue_id, queue_offset=queue_offset,
                        prop_crc=prop_crc, verify_crc=verify_crc, check_tags=check_tags)

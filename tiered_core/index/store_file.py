@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterable, Sequence
 
 from tiered_core.codec.hashing import index_key_hash
-from tiered_core.codec.index_batch import link_items
+from tiered_core.codec._impl import link_items
 from tiered_core.errors import CorruptData, DriverError, IllegalParam, TieredStoreError
 from tiered_core.common import INT_MAX, INT_MIN, LONG_MAX, AppendResult, unlink_if_exists
 from tiered_core.codec.tiered_index import (

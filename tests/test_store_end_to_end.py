@@ -60,7 +60,9 @@ def test_put_dispatch_expire_locally_and_read_back(driver_setup, tmp_path):
 
     with TieredMessageStore.open(config) as store:
         workload.put(store, 3000)
-        # Before any dispatch everything is served locally.
+        # Before any dispatch everything is served locally (once the background reput has
+        # indexed the puts: it runs on its own thread, as RocketMQ's ReputMessageService does).
+        store.local.reput()
         first = store.get_message("g", "orders", 0, 0, 8)
         assert first.found and first.tier is StoreTier.LOCAL
         stats = store.dispatch(force=True)

@@ -18,6 +18,7 @@ from tiered_core.access.cache import ReadAheadCache
 from tiered_core.access.paths import make_store_dir
 from tiered_core.access.dispatcher import DispatchConfig, DispatchStats, MessageStoreDispatcher
 from tiered_core.access.fetcher import MessageFilter, MessageStoreFetcher
+from tiered_core.access.key_query import tiered_key_hits
 from tiered_core.access.policy import ReadPolicy
 from tiered_core.access.results import (
     GetMessageResult,
@@ -27,12 +28,10 @@ from tiered_core.access.results import (
     QueryMessageResult,
     StoreTier,
 )
-from tiered_core.codec.consume_queue import decode_cq_unit
 from tiered_core.codec.message import Message, MessageExt
 from tiered_core.codec.naming import validate_topic
 from tiered_core.config import StoreConfig
 from tiered_core.errors import IllegalParam, StateConflict, TieredStoreError
-from tiered_core.flat.batch import check_batch
 from tiered_core.flat.file_store import FlatFileStore
 from tiered_core.flat.ownership import PrefixOwnership, load_store_id
 from tiered_core.ops.reconcile import open_checked_metadata
@@ -324,43 +323,8 @@ class TieredMessageStore:
         return QueryMessageResult(found[:max_count])
 
     def _query_tiered(self, topic: str, key: str, max_count: int, begin: int, end: int) -> list[MessageExt]:
-        """Tiered index hits, each checked against its queue: an entry counts only when the
-        consume-queue unit at the message's queue offset points at that very copy (an
-        entry of a copy a crash left unreferenced, or of one indexed twice, does not)."""
-        meta = self.metadata.get_topic(topic)
-        if meta is None:
-            return []
-        out: list[MessageExt] = []
-        seen: set[tuple[int, int]] = set()
-        # The index keeps whole seconds: widen the window by one, then filter exactly.
-        for entry in self.index.query(topic, key, max_count * 2, begin - 999, end, topic_id=meta.topic_id):
-            flat = self.flat_files.get(topic, entry.queue_id)
-            if flat is None:
-                continue
-            try:
-                raw = flat.get_commit_log(entry.offset, entry.size)
-                # The read path's checks, for a message no unit was read for (yet): the queue
-                # offset and tags code are compared with its unit below.
-                checked = check_batch([(entry.offset, entry.size, 0)], raw, entry.offset, topic=topic,
-                                      queue_id=entry.queue_id, queue_offset=None,
-                                      prop_crc=self.fetcher.prop_crc, check_tags=False)
-                if checked.error is not None:
-                    raise checked.error
-                msg = checked.message(0)
-                if not ((key in msg.keys or msg.uniq_key == key) and begin <= msg.store_timestamp <= end
-                        and (msg.queue_id, msg.queue_offset) not in seen
-                        and flat.consume_queue_min_offset() <= msg.queue_offset < flat.consume_queue_commit_offset()):
-                    continue
-                unit = decode_cq_unit(flat.get_consume_queue(msg.queue_offset), 0)
-            except TieredStoreError:
-                continue
-            if (unit.commitlog_offset, unit.size) != (entry.offset, entry.size):
-                continue
-            seen.add((msg.queue_id, msg.queue_offset))
-            out.append(msg)
-            if len(out) >= max_count:
-                break
-        return out
+        return tiered_key_hits(self.index, self.metadata, self.flat_files, self.fetcher.prop_crc,
+                               topic, key, max_count, begin, end)
 
     # -- maintenance ----------------------------------------------------------------------------
 

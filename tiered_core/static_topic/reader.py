@@ -27,12 +27,11 @@ import threading
 
 from tiered_core.access.cache import ReadAheadCache
 from tiered_core.access.fetcher import MessageFilter, MessageStoreFetcher
+from tiered_core.access.key_query import tiered_key_hits
 from tiered_core.access.results import GetMessageResult
-from tiered_core.codec.consume_queue import decode_cq_unit
 from tiered_core.codec.message import MessageExt
 from tiered_core.config import StoreConfig
 from tiered_core.errors import StateConflict, TieredStoreError
-from tiered_core.flat.batch import check_batch
 from tiered_core.flat.file_store import FlatFileStore
 from tiered_core.index.service import IndexStoreService
 from tiered_core.metadata.sqlite import SqliteMetadataStore
@@ -145,37 +144,10 @@ class TieredBrokerReader:
         """Messages of ``topic`` with ``key`` stored in ``[begin, end]``, found through the broker's
         uploaded key index; each hit is validated and must be the copy its consume-queue unit
         points at (as :meth:`TieredMessageStore.query_message` checks tiered hits)."""
-        meta = self.metadata.get_topic(topic) if self.metadata is not None else None
-        if self.index is None or meta is None:
+        if self.index is None or self.metadata is None:
             return []
-        out: list[MessageExt] = []
-        seen: set[tuple[int, int]] = set()
-        for entry in self.index.query(topic, key, max_count * 2, begin - 999, end, topic_id=meta.topic_id):
-            flat = self.flat_files.get(topic, entry.queue_id)
-            if flat is None:
-                continue
-            try:
-                raw = flat.get_commit_log(entry.offset, entry.size)
-                checked = check_batch([(entry.offset, entry.size, 0)], raw, entry.offset, topic=topic,
-                                      queue_id=entry.queue_id, queue_offset=None, prop_crc=self.fetcher.prop_crc,
-                                      check_tags=False)
-                if checked.error is not None:
-                    raise checked.error
-                msg = checked.message(0)
-                if not ((key in msg.keys or msg.uniq_key == key) and begin <= msg.store_timestamp <= end
-                        and (msg.queue_id, msg.queue_offset) not in seen
-                        and flat.consume_queue_min_offset() <= msg.queue_offset < flat.consume_queue_commit_offset()):
-                    continue
-                unit = decode_cq_unit(flat.get_consume_queue(msg.queue_offset), 0)
-            except TieredStoreError:
-                continue
-            if (unit.commitlog_offset, unit.size) != (entry.offset, entry.size):
-                continue
-            seen.add((msg.queue_id, msg.queue_offset))
-            out.append(msg)
-            if len(out) >= max_count:
-                break
-        return out
+        return tiered_key_hits(self.index, self.metadata, self.flat_files, self.fetcher.prop_crc,
+                               topic, key, max_count, begin, end)
 
     def close(self) -> None:
         if self.cache is not None:

@@ -22,11 +22,13 @@ from __future__ import annotations
 import functools
 import inspect
 import random
+import threading
 import uuid
-from typing import Any, ClassVar, Iterator
+from typing import Any, Callable, ClassVar, Iterator
 
 import pytest
 
+from tiered_core.segment import FileSegment
 from tiered_core.spi.capabilities import Capabilities
 from tiered_core.spi.driver import SegmentDriver
 from tiered_core.spi.layer import backend_of, layered
@@ -115,6 +117,23 @@ def _in_standard_layers(fixture: Any) -> Any:
 def backend_class(driver: SegmentDriver) -> type[SegmentDriver]:
     """The class of the driver under ``driver``'s layers (its options, secrets, coercion)."""
     return type(backend_of(driver))
+
+
+def run_threads(target: Callable[[int], None], count: int) -> None:
+    """``target(i)`` for ``i`` in ``range(count)``, each on its own thread, all started, then joined."""
+    threads = [threading.Thread(target=target, args=(i,)) for i in range(count)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+
+
+def segment_holding(driver: SegmentDriver, path: str, *parts: bytes, **options: Any) -> FileSegment:
+    """A :class:`FileSegment` on ``path`` with ``parts`` appended (nothing committed yet)."""
+    seg = FileSegment(driver, path, **options)
+    for part in parts:
+        seg.append(part)
+    return seg
 
 
 def payload(size: int, seed: Any) -> bytes:

@@ -19,7 +19,7 @@ from tiered_core.spi.capabilities import Capabilities
 from tiered_core.spi.driver import SegmentDriver
 from tiered_conformance import areas
 from tiered_conformance.requirements import requires
-from tiered_conformance.suite.base import ConformanceBase, backend_class, payload, read_all, write_chunks
+from tiered_conformance.suite.base import ConformanceBase, backend_class, payload, read_all, run_threads, write_chunks
 
 MIB = 1 << 20
 
@@ -71,11 +71,7 @@ def _race(pair: tuple[SegmentDriver, SegmentDriver], attempt: Callable[[int, Seg
         except BaseException as exc:  # reported by the caller's assertions
             outcome[idx] = exc
 
-    threads = [threading.Thread(target=run, args=(idx,)) for idx in (0, 1)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    run_threads(run, 2)
     return outcome
 
 
@@ -466,11 +462,7 @@ class DriverContractTests(ConformanceBase):
             except BaseException as exc:
                 errors.append(exc)
 
-        pool = [threading.Thread(target=worker, args=(t,)) for t in range(threads)]
-        for th in pool:
-            th.start()
-        for th in pool:
-            th.join()
+        run_threads(worker, threads)
         assert not errors, errors
         for t in range(threads):
             expected = b"".join(payload(1 + (t * 131 + i * 17) % 5000, (t, i)) for i in range(writes))

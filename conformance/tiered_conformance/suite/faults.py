@@ -20,7 +20,7 @@ from tiered_core.spi.layer import RetryPolicy, backend_of, layered
 from tiered_conformance.faults import Fault, FaultKind, FaultLayer
 from tiered_conformance import areas
 from tiered_conformance.requirements import requires
-from tiered_conformance.suite.base import ConformanceBase, payload, read_all
+from tiered_conformance.suite.base import ConformanceBase, payload, read_all, segment_holding
 
 #: The three ways a write can fail, as (id, fault factory).
 WRITE_FAULTS = {
@@ -87,8 +87,7 @@ class FaultTests(ConformanceBase):
     @pytest.mark.parametrize("kind", list(WRITE_FAULTS))
     def test_failed_bytes_go_before_newer_ones(self, faulty, prefix, kind):
         path = prefix + "seg"
-        seg = FileSegment(faulty, path)
-        seg.append(b"A" * 1000)
+        seg = segment_holding(faulty, path, b"A" * 1000)
         faulty.inject(WRITE_FAULTS[kind]())
         seg.commit()
         seg.append(b"B" * 500)
@@ -99,8 +98,7 @@ class FaultTests(ConformanceBase):
 
     def test_lost_ack_is_not_written_twice(self, faulty, prefix):
         path = prefix + "seg"
-        seg = FileSegment(faulty, path)
-        seg.append(b"exactly once")
+        seg = segment_holding(faulty, path, b"exactly once")
         faulty.inject(Fault.after())
         seg.commit()
         assert faulty.inner.size(path) == 12
@@ -110,9 +108,8 @@ class FaultTests(ConformanceBase):
 
     def test_partial_write_resumes_where_it_stopped(self, faulty, prefix):
         path = prefix + "seg"
-        seg = FileSegment(faulty, path)
         data = payload(10_000, "partial")
-        seg.append(data)
+        seg = segment_holding(faulty, path, data)
         faulty.inject(Fault.partial(keep=3_333))
         assert seg.commit() is False
         assert faulty.inner.size(path) == 3_333, "the wrapper lands the prefix through the driver"
@@ -145,8 +142,7 @@ class FaultTests(ConformanceBase):
 
     def test_size_unavailable_during_recovery(self, faulty, prefix):
         path = prefix + "seg"
-        seg = FileSegment(faulty, path)
-        seg.append(b"x" * 100)
+        seg = segment_holding(faulty, path, b"x" * 100)
         faulty.inject(Fault.partial(keep=40), Fault.size_error(), Fault.size_error())
         assert seg.commit() is False
         commit_until_done(seg)
@@ -154,8 +150,7 @@ class FaultTests(ConformanceBase):
 
     def test_non_retryable_fault_raises_then_recovers(self, faulty, prefix):
         path = prefix + "seg"
-        seg = FileSegment(faulty, path)
-        seg.append(b"important")
+        seg = segment_holding(faulty, path, b"important")
         faulty.inject(Fault.before(retryable=False))
         with pytest.raises(DriverError) as info:
             seg.commit()
@@ -167,8 +162,7 @@ class FaultTests(ConformanceBase):
 
     def test_seal_after_fault_commits_everything_once(self, faulty, prefix):
         path = prefix + "seg"
-        seg = FileSegment(faulty, path)
-        seg.append(b"sealed after a fault")
+        seg = segment_holding(faulty, path, b"sealed after a fault")
         faulty.inject(Fault.partial(keep=5), Fault.after())
         seg.seal()
         assert seg.sealed
@@ -179,9 +173,8 @@ class FaultTests(ConformanceBase):
     def test_restart_after_partial_write_trusts_backend_size(self, faulty, prefix):
         # The process dies after a partial write: the next one sees exactly the prefix.
         path = prefix + "seg"
-        seg = FileSegment(faulty, path)
         data = payload(5000, "restart")
-        seg.append(data)
+        seg = segment_holding(faulty, path, data)
         faulty.inject(Fault.partial(keep=1234))
         assert seg.commit() is False
         seg.close()
@@ -250,8 +243,7 @@ class FaultTests(ConformanceBase):
             stack.write(path, 9, b"never")
         assert stack.read(path, 0, stack.size(path)) == b"base-once"
         # FileSegment over the stack: the size says what landed, nothing is written twice.
-        seg = FileSegment(stack, path)
-        seg.append(b"-and-more")
+        seg = segment_holding(stack, path, b"-and-more")
         faults.inject(Fault.partial(keep=4, path=path), Fault.after(path=path))
         commit_until_done(seg)
         assert stack.read(path, 0, stack.size(path)) == b"base-once-and-more"

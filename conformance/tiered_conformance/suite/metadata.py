@@ -29,6 +29,7 @@ import pytest
 
 from tiered_core.common import NO_TIMESTAMP, FileSegmentType, SegmentStatus, now_ms
 from tiered_core.errors import IllegalParam, InvalidOption, MetadataError
+from tiered_conformance.suite.base import run_threads
 from tiered_core.spi.metadata import FileSegmentMetadata, QueueMetadata, TieredMetadataStore, TopicMetadata
 from tiered_conformance.areas import METADATA_STORE
 from tiered_conformance.plugin import NO_METADATA_STORE_MESSAGE, suite_settings
@@ -426,11 +427,7 @@ class MetadataStoreConformance:
             except Exception as exc:  # reported below
                 errors.append(exc)
 
-        workers = [threading.Thread(target=work, args=(n,)) for n in range(threads)]
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
+        run_threads(work, threads)
         assert errors == []
         store = self.reopen(store)
         for n in range(threads):

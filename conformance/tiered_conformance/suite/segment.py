@@ -12,7 +12,7 @@ from tiered_core.common import AppendResult, FileSegmentType
 from tiered_conformance.faults import Fault, FaultLayer
 from tiered_conformance import areas
 from tiered_conformance.requirements import requires
-from tiered_conformance.suite.base import ConformanceBase, payload, read_all
+from tiered_conformance.suite.base import ConformanceBase, payload, read_all, segment_holding
 
 
 class FileSegmentTests(ConformanceBase):
@@ -153,8 +153,7 @@ class FileSegmentTests(ConformanceBase):
         path = prefix + "seg"
         release = threading.Event()
         faulty = FaultLayer(driver, [Fault.hold(release, path=path)])
-        seg = FileSegment(faulty, path)
-        seg.append(b"first")
+        seg = segment_holding(faulty, path, b"first")
         results: list[bool] = []
         first = threading.Thread(target=lambda: results.append(seg.commit()))
         first.start()
@@ -176,8 +175,7 @@ class FileSegmentTests(ConformanceBase):
 
     def test_commit_fails_when_backend_object_changed(self, driver, prefix):
         path = prefix + "seg"
-        seg = FileSegment(driver, path)
-        seg.append(b"mine")
+        seg = segment_holding(driver, path, b"mine")
         assert seg.commit()
         driver.write(path, 4, b"someone else's")
         seg.append(b"more")
@@ -187,8 +185,7 @@ class FileSegmentTests(ConformanceBase):
 
     def test_destroy_deletes_object(self, driver, prefix):
         path = prefix + "seg"
-        seg = FileSegment(driver, path)
-        seg.append(b"abc")
+        seg = segment_holding(driver, path, b"abc")
         seg.commit()
         seg.destroy()
         assert not driver.exists(path)
@@ -198,8 +195,7 @@ class FileSegmentTests(ConformanceBase):
 
     def test_seal_commits_buffered_bytes(self, driver, prefix):
         path = prefix + "seg"
-        seg = FileSegment(driver, path)
-        seg.append(b"buffered ")
+        seg = segment_holding(driver, path, b"buffered ")
         seg.append(b"then sealed")
         seg.seal()
         assert seg.sealed
@@ -221,8 +217,7 @@ class FileSegmentTests(ConformanceBase):
     @requires.seal
     def test_seal_reaches_backend(self, driver, prefix):
         path = prefix + "seg"
-        seg = FileSegment(driver, path)
-        seg.append(b"abc")
+        seg = segment_holding(driver, path, b"abc")
         seg.seal()
         assert driver.is_sealed(path)
         seg2 = FileSegment(driver, path)
@@ -234,8 +229,7 @@ class FileSegmentTests(ConformanceBase):
     @requires.persistent
     def test_reopen_recovers_position_from_driver_size(self, driver, prefix):
         path = prefix + "seg"
-        seg = FileSegment(driver, path, base_offset=500)
-        seg.append(b"committed")
+        seg = segment_holding(driver, path, b"committed", base_offset=500)
         seg.commit()
         seg.append(b"lost on restart")
         seg.close()
@@ -255,8 +249,7 @@ class FileSegmentTests(ConformanceBase):
     @requires.seal
     def test_reopen_of_sealed_segment(self, driver, prefix):
         path = prefix + "seg"
-        seg = FileSegment(driver, path)
-        seg.append(b"final")
+        seg = segment_holding(driver, path, b"final")
         seg.seal()
         fresh_driver = driver.reopen()
         try:

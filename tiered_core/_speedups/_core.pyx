@@ -663,36 +663,28 @@ cdef object peek(str name, int kind, Py_ssize_t rel, buf, offset):
     return result
 
 
-def peek_total_size(buf, offset=0):
-    return peek("peek_total_size", K_TOTAL, 0, buf, offset)
+cdef class _Peeker:
+    """``peek_<field>(buf, offset=0)``: one fixed-position header field (the pure
+    ``codec.message.peek_<field>`` on anything :func:`peek` doubts)."""
+    cdef str name
+    cdef int kind
+    cdef Py_ssize_t rel
+
+    def __init__(self, str name, int kind, Py_ssize_t rel):
+        self.name, self.kind, self.rel = name, kind, rel
+
+    def __call__(self, buf, offset=0):
+        return peek(self.name, self.kind, self.rel, buf, offset)
 
 
-def peek_magic(buf, offset=0):
-    return peek("peek_magic", K_MAGIC, 4, buf, offset)
-
-
-def peek_queue_id(buf, offset=0):
-    return peek("peek_queue_id", K_I32, 12, buf, offset)
-
-
-def peek_queue_offset(buf, offset=0):
-    return peek("peek_queue_offset", K_I64, 20, buf, offset)
-
-
-def peek_physical_offset(buf, offset=0):
-    return peek("peek_physical_offset", K_I64, 28, buf, offset)
-
-
-def peek_sys_flag(buf, offset=0):
-    return peek("peek_sys_flag", K_I32, 36, buf, offset)
-
-
-def peek_born_timestamp(buf, offset=0):
-    return peek("peek_born_timestamp", K_I64, 40, buf, offset)
-
-
-def peek_store_timestamp(buf, offset=0):
-    return peek("peek_store_timestamp", K_STORE_TS, 0, buf, offset)
+peek_total_size = _Peeker("peek_total_size", K_TOTAL, 0)
+peek_magic = _Peeker("peek_magic", K_MAGIC, 4)
+peek_queue_id = _Peeker("peek_queue_id", K_I32, 12)
+peek_queue_offset = _Peeker("peek_queue_offset", K_I64, 20)
+peek_physical_offset = _Peeker("peek_physical_offset", K_I64, 28)
+peek_sys_flag = _Peeker("peek_sys_flag", K_I32, 36)
+peek_born_timestamp = _Peeker("peek_born_timestamp", K_I64, 40)
+peek_store_timestamp = _Peeker("peek_store_timestamp", K_STORE_TS, 0)
 
 
 # -- encode --------------------------------------------------------------------------------

@@ -161,6 +161,14 @@ class CommitLog:
         if prop_crc and not has_prop_crc_slot(message, 0, size):
             raise IllegalParam("append with prop_crc needs a message ending with a __CRC32# property "
                                "slot (encode_message(prop_crc=True))", size=size)
+        return self.append_encoded(message, store_timestamp, prop_crc=prop_crc)
+
+    def append_encoded(self, message: bytearray, store_timestamp: int, *,
+                       prop_crc: bool = False) -> AppendMessageResult:
+        """:meth:`append` for a message the store encoded itself, so known to be whole, to fit
+        a file (``LocalStoreConfig.max_message_size``) and to hold a ``__CRC32#`` slot when
+        ``prop_crc``: the same write, without checking all that again (the put path)."""
+        size = len(message)
         with self._lock:
             if self._closed:
                 raise SegmentClosed(f"commit log {self.directory!r} is closed", path=self.directory)

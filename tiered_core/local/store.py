@@ -521,7 +521,7 @@ class LocalMessageStore:
                 ts = self._last_store_ts
             _I64.pack_into(data, QUEUE_OFFSET_POS, queue_offset)
             _I64.pack_into(data, ts_pos, ts)
-            res = self._commit_log.append(data, ts, prop_crc=prop_crc)
+            res = self._commit_log.append_encoded(data, ts, prop_crc=prop_crc)  # encoded above, size checked
             self._queue_offsets[key] = queue_offset + 1
             self._last_store_ts = ts
         if self._reput_idle:

@@ -95,6 +95,19 @@ class TopicView:
         return hit
 
 
+class _ReadState:
+    """What :meth:`Cluster.get_message` keeps per logic queue between calls (see ``_read_state``)."""
+
+    __slots__ = ("view", "readable", "starts", "ends", "lo", "lo_at", "hi", "hi_at", "hi_mark")
+
+    def __init__(self, view: TopicView, readable: list[LogicQueueMappingItem], starts: list[int],
+                 ends: list[int | None]) -> None:
+        self.view, self.readable, self.starts, self.ends = view, readable, starts, ends
+        self.lo = self.hi = 0
+        self.lo_at = self.hi_at = -math.inf
+        self.hi_mark: int | None = None  # the leader's commit-log max offset when ``hi`` was fresh
+
+
 def _merge_items(topic: str, queue: int, lists: Iterable[tuple[str, list[LogicQueueMappingItem]]]
                  ) -> list[LogicQueueMappingItem]:
     """Merge one logic queue's items as several brokers know them: one item per ``gen``;
@@ -153,6 +166,8 @@ class Cluster:
         self._views: dict[str, tuple[tuple, TopicView]] = {}
         self._min_cache: dict[tuple[str, int, int], tuple[int, float]] = {}
         self._max_cache: dict[tuple[str, int, int], tuple[int, float]] = {}
+        self._read_states: dict[tuple[str, int], _ReadState] = {}
+        self._valid_topics: set[str] = set()
         self._lock = threading.RLock()
         try:
             for c in configs:
@@ -272,6 +287,22 @@ class Cluster:
             raise MappingError(f"static topic {topic!r}: logic queue {queue_id} has no mapping on any open broker",
                                topic=topic, queue=queue_id, field="hostedQueues", broker=None)
         return view, items
+
+    def _read_state(self, topic: str, queue_id: int) -> "_ReadState":
+        """The per-view read plan of one logic queue (decided items, their logic starts, the
+        closed items' logic ends) and its cached bounds; rebuilt whenever the merged mapping
+        view changes (a remap step, a broker closed), so nothing outlives the mapping it came from."""
+        view = self._view(topic)
+        key = (topic, queue_id)
+        st = self._read_states.get(key)
+        if st is not None and st.view is view:
+            return st
+        self._items(topic, queue_id)  # raises on a bad queue id or an unmapped queue
+        readable, starts = view.readable(queue_id)
+        ends = [i.logic_end() if i.closed else None for i in readable]
+        st = self._read_states[key] = _ReadState(view, readable, starts, ends)
+        self._valid_topics.add(topic)
+        return st
 
     def _next_queue_id(self, topic: str, broker: str) -> int:
         """A physical queue id of ``broker`` never used by ``topic`` (no physical queue reuse)."""
@@ -608,17 +639,40 @@ class Cluster:
         generation is OFFSET_FOUND_NULL with ``next_begin_offset`` = ``offset`` (retry; never
         a reset). The leader's messages are not readable while its ``logicOffset`` is -1.
         """
-        validate_topic(topic)
+        if topic not in self._valid_topics:  # a topic already served needs no re-check
+            validate_topic(topic)
         if max_count <= 0:
             raise IllegalParam(f"max_count must be > 0, got {max_count}", max_count=max_count)
         if offset < 0:
             raise IllegalParam(f"offset must be >= 0, got {offset}", offset=offset, topic=topic, queue=queue_id)
         with self._lock:
-            view, _ = self._items(topic, queue_id)
-            readable, starts = view.readable(queue_id)
-            lo = self._min_offset(topic, queue_id, readable[0], fresh=len(starts) < 2 or offset < starts[1])
-            # reput (all acknowledged puts visible) only when the read may reach the leader
-            hi = self._max_offset(topic, queue_id, readable[-1], fresh=offset >= starts[-1])
+            st = self._read_state(topic, queue_id)
+            readable, starts, ends = st.readable, st.starts, st.ends
+            now = time.monotonic()
+            # a read past the earliest item reports its min only: a value up to a second old
+            # will do (the min only grows); likewise the leader's max for a read below it
+            if len(starts) > 1 and offset >= starts[1] and now - st.lo_at < 1.0:
+                lo = st.lo
+            else:
+                lo = st.lo = self._min_offset(topic, queue_id, readable[0], fresh=True)
+                st.lo_at = now
+            if offset >= starts[-1]:  # the read may reach the leader: every acknowledged put visible
+                # unchanged while nothing was appended to the leader's open store since the last
+                # fresh value (its max only moves by a put; the reput is what makes it visible)
+                leader = readable[-1]
+                store = self.stores.get(leader.bname)
+                mark = store.local.commit_log.max_offset if store is not None and not leader.closed else None
+                if mark is not None and mark == st.hi_mark:
+                    hi = st.hi
+                else:
+                    hi = st.hi = self._max_offset(topic, queue_id, leader, fresh=True)
+                    st.hi_mark = mark
+                st.hi_at = now
+            elif now - st.hi_at < 1.0:
+                hi = st.hi
+            else:
+                hi = st.hi = self._max_offset(topic, queue_id, readable[-1], fresh=False)
+                st.hi_at, st.hi_mark = now, None
             if offset < lo:
                 return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, next_begin_offset=lo, min_offset=lo,
                                         max_offset=hi)
@@ -629,7 +683,9 @@ class Cluster:
             idx = bisect.bisect_right(starts, offset) - 1
             item = readable[idx]
             nxt_item = readable[idx + 1] if idx + 1 < len(readable) else None
-            end = self._logic_end(topic, item) if item.closed or nxt_item is not None else hi
+            end = ends[idx]
+            if end is None:
+                end = self._logic_end(topic, item) if nxt_item is not None else hi
             if offset >= end:  # a hole between generations: move on, no stall
                 return GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, next_begin_offset=nxt_item.logicOffset
                                         if nxt_item is not None else hi, min_offset=lo, max_offset=hi)
@@ -640,10 +696,15 @@ class Cluster:
             messages = [m for m in messages if m.queue_offset < item.endOffset]
         # the stores build fresh MessageExt objects on every read (the read-ahead cache keeps
         # bytes, not objects), so rewriting them in place changes nothing anyone else holds
+        # (a stored message's queue id is its physical queue's, item.queueId)
         delta = item.logicOffset - item.startOffset
-        for m in messages:
-            m.queue_offset += delta
-            m.queue_id = queue_id
+        if item.queueId != queue_id:
+            for m in messages:
+                m.queue_offset += delta
+                m.queue_id = queue_id
+        elif delta:
+            for m in messages:
+                m.queue_offset += delta
         if messages:
             nxt = messages[-1].queue_offset + 1
             if nxt >= end and nxt_item is not None:

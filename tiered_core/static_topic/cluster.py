@@ -95,6 +95,10 @@ class TopicView:
         return hit
 
 
+_PAST_TIER = frozenset({GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.OFFSET_OVERFLOW_BADLY,
+                        GetMessageStatus.NO_MESSAGE_IN_QUEUE})
+
+
 class _ReadState:
     """What :meth:`Cluster.get_message` keeps per logic queue between calls (see ``_read_state``)."""
 
@@ -168,6 +172,7 @@ class Cluster:
         self._max_cache: dict[tuple[str, int, int], tuple[int, float]] = {}
         self._read_states: dict[tuple[str, int], _ReadState] = {}
         self._valid_topics: set[str] = set()
+        self.skipped_reads = 0  # reads answered with a skip past a partly tiered generation
         self._lock = threading.RLock()
         try:
             for c in configs:
@@ -367,6 +372,39 @@ class Cluster:
             return item.logic_end()
         return item.to_logic(max(self._phys_max(topic, item, fresh), item.startOffset))
 
+    def _tier_gap(self, topic: str, item: LogicQueueMappingItem) -> tuple[int, int] | None:
+        """The logic range ``[first, end)`` of a closed, decided generation that no read can ever
+        serve: its broker is not open and the tier holds only its first part (the rest never
+        left that broker's local store). ``None`` when nothing is missing or the broker is open."""
+        if item.bname in self.stores or not (item.decided and item.closed):
+            return None
+        end = item.logic_end()
+        held = item.to_logic(max(self._reader(item.bname).max_offset(topic, item.queueId), item.startOffset))
+        first = max(item.logicOffset, min(held, end))
+        return (first, end) if first < end else None
+
+    def skipped_offsets(self, topic: str | None = None) -> list[dict[str, Any]]:
+        """Every generation boundary a reader skips (see :meth:`get_message`): one entry per
+        middle generation on a broker that is not open whose data was only partly tiered --
+        topic, logic queue, gen, broker, the skipped logic range ``[from, to)`` and ``count``.
+        Only generations followed by another one are listed (the newest is never skipped)."""
+        out: list[dict[str, Any]] = []
+        with self._lock:
+            topics = [topic] if topic is not None else sorted({t for m in self.mappings.values() for t in m.topics()})
+            for t in topics:
+                try:
+                    view = self._view(t)
+                except MappingError:
+                    continue
+                for q in range(view.total_queues):
+                    readable, _ = view.readable(q)
+                    for item in readable[:-1]:
+                        gap = self._tier_gap(t, item)
+                        if gap is not None:
+                            out.append({"topic": t, "queue": q, "gen": item.gen, "bname": item.bname,
+                                        "from": gap[0], "to": gap[1], "count": gap[1] - gap[0]})
+        return out
+
     # -- admin ------------------------------------------------------------------------------
 
     def create_static_topic(self, topic: str, total_queues: int, brokers: Sequence[str]) -> dict[str, Any]:
@@ -525,7 +563,9 @@ class Cluster:
                                               hostedQueues=hosted))
 
     def static_topic_status(self, topic: str) -> dict[str, Any]:
-        """Per logic queue: its items (oldest first), leader, min and max logic offsets."""
+        """Per logic queue: its items (oldest first), leader, min and max logic offsets, and
+        ``skippedOffsets``: how many logic offsets readers skip at generation boundaries
+        (:meth:`skipped_offsets`; 0 normally)."""
         with self._lock:
             view = self._view(topic)
             queues = []
@@ -536,6 +576,7 @@ class Cluster:
                     entry["leader"] = {"bname": items[-1].bname, "queueId": items[-1].queueId}
                     entry["minOffset"] = self.get_min_offset_in_queue(topic, q)
                     entry["maxOffset"] = self.get_max_offset_in_queue(topic, q)
+                    entry["skippedOffsets"] = sum(g["count"] for g in self.skipped_offsets(topic) if g["queue"] == q)
                 queues.append(entry)
             return {"topic": topic, "totalQueues": view.total_queues, "epoch": view.epoch, "epochs": view.epochs,
                     "queues": queues}
@@ -638,6 +679,14 @@ class Cluster:
         above the leader's max; a read the physical queue cannot serve inside a middle
         generation is OFFSET_FOUND_NULL with ``next_begin_offset`` = ``offset`` (retry; never
         a reset). The leader's messages are not readable while its ``logicOffset`` is -1.
+
+        The one documented skip: a generation followed by another whose broker is not open and
+        whose data was only partly tiered (its tail never left the gone broker's local store)
+        can never be served past what the tier holds; a read there answers NO_MATCHED_MESSAGE
+        with ``next_begin_offset`` = the next generation's first logic offset instead of
+        stalling. The skipped offsets are counted: :meth:`skipped_offsets`, ``skippedOffsets``
+        in :meth:`static_topic_status`, ``skipped`` in ``tiered static-topic verify``; each such
+        read adds one to :attr:`skipped_reads`.
         """
         if topic not in self._valid_topics:  # a topic already served needs no re-check
             validate_topic(topic)
@@ -717,6 +766,15 @@ class Cluster:
         if res.status is GetMessageStatus.NO_MATCHED_MESSAGE:
             return GetMessageResult(res.status, next_begin_offset=item.to_logic(res.next_begin_offset),
                                     min_offset=lo, max_offset=hi, tier=res.tier)
+        if nxt_item is not None and res.status in _PAST_TIER:
+            gap = self._tier_gap(topic, item)
+            if gap is not None and offset >= gap[0]:
+                # the generation's broker is gone and its tail never reached the tier: nothing
+                # will ever fill [gap): skip to the next generation (counted, see skipped_offsets)
+                with self._lock:
+                    self.skipped_reads += 1
+                return GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, next_begin_offset=nxt_item.logicOffset,
+                                        min_offset=lo, max_offset=hi, tier=res.tier)
         return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, next_begin_offset=offset, min_offset=lo,
                                 max_offset=hi, tier=res.tier)
 

@@ -24,7 +24,8 @@ mapping write: (1) the new leader gets the new item with ``logicOffset`` -1 (und
 races it); (3) the new leader's item gets ``logicOffset`` = the old item's logic end
 (so logic offsets stay contiguous: no skip at a generation boundary); (4) every broker's
 file gets the new ``epoch``, and brokers that are neither leader nor previous leader of a
-logic queue drop it (the leader keeps every generation). A crash between steps leaves a
+logic queue drop it once its data has left their local store (the leader keeps every
+generation; :meth:`Cluster.trim_static_mappings` drops it later). A crash between steps leaves a
 state that :meth:`Cluster.verify` reports; running the same remap again finishes it.
 
 In-process puts and admin steps are serialised by one cluster lock (held per logic queue
@@ -555,12 +556,64 @@ class Cluster:
 
     def _sync_epoch(self, topic: str, epoch: int) -> None:
         """Step 4: every open broker gets ``epoch``; a logic queue stays in a broker's file only
-        while that broker holds one of its two newest generations (the leader keeps all)."""
+        while that broker holds one of its two newest generations (the leader keeps all), or
+        an older one whose data is still in its local store (see :meth:`trim_static_mappings`)."""
         view = self._view(topic)
         for b, store in self.mappings.items():
-            hosted = {q: items for q, items in view.queues.items() if b in {i.bname for i in items[-2:]}}
             store.put(TopicQueueMappingDetail(topic=topic, totalQueues=view.total_queues, bname=b, epoch=epoch,
-                                              hostedQueues=hosted))
+                                              hostedQueues=self._hosted_by(b, topic, view)))
+
+    def _holds_locally(self, broker: str, topic: str, item: LogicQueueMappingItem) -> bool:
+        """Whether ``broker``'s local store still has any of ``item``'s physical range."""
+        store = self.stores.get(broker)
+        if store is None:
+            return False
+        store.local.reput()
+        lo = max(store.local.get_min_offset_in_queue(topic, item.queueId), item.startOffset)
+        hi = store.local.get_max_offset_in_queue(topic, item.queueId)
+        if item.closed:
+            hi = min(hi, item.endOffset)
+        return lo < hi
+
+    def _hosted_by(self, broker: str, topic: str, view: TopicView) -> dict[int, list[LogicQueueMappingItem]]:
+        """The logic queues ``broker``'s mapping file keeps: those where it holds one of the two
+        newest generations, or an older generation whose data has not left its local store yet
+        (older generations stay readable from the tier either way)."""
+        hosted = {}
+        for q, items in view.queues.items():
+            if broker in {i.bname for i in items[-2:]} or any(
+                    i.bname == broker and self._holds_locally(broker, topic, i) for i in items[:-2]):
+                hosted[q] = items
+        return hosted
+
+    def trim_static_mappings(self, topic: str | None = None) -> int:
+        """Drop from each open broker's mapping file the logic queues it keeps only for an old
+        generation (older than the two newest) whose data has since left its local store
+        (local retention); returns how many (broker, topic) files were rewritten."""
+        written = 0
+        with self._lock:
+            topics = [topic] if topic is not None else sorted({t for m in self.mappings.values() for t in m.topics()})
+            for t in topics:
+                try:
+                    view = self._view(t)
+                except MappingError:
+                    continue
+                for b, store in list(self.mappings.items()):
+                    d = store.get(t)
+                    if d is None:
+                        continue
+                    hosted = {q: items for q, items in self._hosted_by(b, t, view).items() if q in d.hostedQueues}
+                    if set(hosted) != set(d.hostedQueues):
+                        store.put(dataclasses.replace(d, hostedQueues={q: d.hostedQueues[q] for q in hosted}))
+                        written += 1
+        return written
+
+    def delete_expired_local(self, now_ms: int | None = None) -> int:
+        """Local retention on every open broker (never a message not yet tiered), then
+        :meth:`trim_static_mappings`; returns how many commit-log files were deleted."""
+        deleted = sum(store.delete_expired_local(now_ms) for store in list(self.stores.values()))
+        self.trim_static_mappings()
+        return deleted
 
     def static_topic_status(self, topic: str) -> dict[str, Any]:
         """Per logic queue: its items (oldest first), leader, min and max logic offsets, and

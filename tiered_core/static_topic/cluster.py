@@ -37,6 +37,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
+import operator
 import os
 import threading
 import time
@@ -96,6 +97,7 @@ class TopicView:
         return hit
 
 
+_DATA_VERSION = operator.attrgetter("data_version")
 _PAST_TIER = frozenset({GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.OFFSET_OVERFLOW_BADLY,
                         GetMessageStatus.NO_MESSAGE_IN_QUEUE})
 
@@ -258,8 +260,10 @@ class Cluster:
 
     def _view(self, topic: str, details: dict[str, TopicQueueMappingDetail] | None = None) -> TopicView:
         if details is None:
-            # cached per topic until any open broker's mapping file changes (its dataVersion)
-            key = tuple((b, m.data_version.get("counter", 0)) for b, m in self.mappings.items())
+            # cached per topic until any open broker's mapping file changes: every write
+            # replaces its dataVersion dict (a new counter), so the dicts themselves are the key
+            # (held here, never equal to a later one; a closed broker's is gone from the tuple)
+            key = tuple(map(_DATA_VERSION, self.mappings.values()))
             hit = self._views.get(topic)
             if hit is not None and hit[0] == key:
                 return hit[1]

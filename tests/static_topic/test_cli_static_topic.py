@@ -31,7 +31,8 @@ def test_create_remap_status_verify(tmp_path, capsys):
     assert code == 0 and {q["leader"]["bname"] for q in status["queues"]} == {"broker-b", "broker-c"}
     code, status = run(capsys, "static-topic", "status", "--cluster", f, "--topic", "orders", "--json")
     assert code == 0 and all({"items", "leader", "minOffset", "maxOffset"} <= set(q) for q in status["queues"])
-    assert run(capsys, "static-topic", "verify", "--cluster", f, "--json") == (0, {"ok": True, "violations": []})
+    assert run(capsys, "static-topic", "verify", "--cluster", f, "--json") == (
+        0, {"ok": True, "violations": [], "skipped": []})
     # break it: broker c loses its mapping -> verify names it, exit 1
     path = Path(mapping_path(str(tmp_path / "cluster-data" / "broker-c")))
     path.unlink()

@@ -586,7 +586,13 @@ class LocalMessageStore:
         keys indexed in one batch; anything the scan does not accept (a BLANK record, a
         record larger than a chunk, a bad one) takes the per-record path, which raises the
         error a bad record always raised.
+
+        Caught up (nothing appended past the reput offset, checked without the lock: both
+        offsets only grow, and the reput offset moves only after its messages are dispatched)
+        it returns 0 at once.
         """
+        if not self._closed and self._reput_offset >= self._commit_log.max_offset:
+            return 0
         with self._reput_lock:
             if self._closed:
                 raise SegmentClosed(f"local store {self.root!r} is closed", path=self.root)

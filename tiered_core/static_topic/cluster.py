@@ -24,7 +24,8 @@ mapping write: (1) the new leader gets the new item with ``logicOffset`` -1 (und
 races it); (3) the new leader's item gets ``logicOffset`` = the old item's logic end
 (so logic offsets stay contiguous: no skip at a generation boundary); (4) every broker's
 file gets the new ``epoch``, and brokers that are neither leader nor previous leader of a
-logic queue drop it (the leader keeps every generation). A crash between steps leaves a
+logic queue drop it once its data has left their local store (the leader keeps every
+generation; :meth:`Cluster.trim_static_mappings` drops it later). A crash between steps leaves a
 state that :meth:`Cluster.verify` reports; running the same remap again finishes it.
 
 In-process puts and admin steps are serialised by one cluster lock (held per logic queue
@@ -36,6 +37,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
+import operator
 import os
 import threading
 import time
@@ -93,6 +95,24 @@ class TopicView:
             items = [i for i in self.queues.get(queue, ()) if i.decided]
             hit = self._readable[queue] = (items, [i.logicOffset for i in items])
         return hit
+
+
+_DATA_VERSION = operator.attrgetter("data_version")
+_PAST_TIER = frozenset({GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.OFFSET_OVERFLOW_BADLY,
+                        GetMessageStatus.NO_MESSAGE_IN_QUEUE})
+
+
+class _ReadState:
+    """What :meth:`Cluster.get_message` keeps per logic queue between calls (see ``_read_state``)."""
+
+    __slots__ = ("view", "readable", "starts", "ends", "lo", "lo_at", "hi", "hi_at", "hi_mark")
+
+    def __init__(self, view: TopicView, readable: list[LogicQueueMappingItem], starts: list[int],
+                 ends: list[int | None]) -> None:
+        self.view, self.readable, self.starts, self.ends = view, readable, starts, ends
+        self.lo = self.hi = 0
+        self.lo_at = self.hi_at = -math.inf
+        self.hi_mark: int | None = None  # the leader's commit-log max offset when ``hi`` was fresh
 
 
 def _merge_items(topic: str, queue: int, lists: Iterable[tuple[str, list[LogicQueueMappingItem]]]
@@ -153,6 +173,9 @@ class Cluster:
         self._views: dict[str, tuple[tuple, TopicView]] = {}
         self._min_cache: dict[tuple[str, int, int], tuple[int, float]] = {}
         self._max_cache: dict[tuple[str, int, int], tuple[int, float]] = {}
+        self._read_states: dict[tuple[str, int], _ReadState] = {}
+        self._valid_topics: set[str] = set()
+        self.skipped_reads = 0  # reads answered with a skip past a partly tiered generation
         self._lock = threading.RLock()
         try:
             for c in configs:
@@ -237,8 +260,10 @@ class Cluster:
 
     def _view(self, topic: str, details: dict[str, TopicQueueMappingDetail] | None = None) -> TopicView:
         if details is None:
-            # cached per topic until any open broker's mapping file changes (its dataVersion)
-            key = tuple((b, m.data_version.get("counter", 0)) for b, m in self.mappings.items())
+            # cached per topic until any open broker's mapping file changes: every write
+            # replaces its dataVersion dict (a new counter), so the dicts themselves are the key
+            # (held here, never equal to a later one; a closed broker's is gone from the tuple)
+            key = tuple(map(_DATA_VERSION, self.mappings.values()))
             hit = self._views.get(topic)
             if hit is not None and hit[0] == key:
                 return hit[1]
@@ -272,6 +297,22 @@ class Cluster:
             raise MappingError(f"static topic {topic!r}: logic queue {queue_id} has no mapping on any open broker",
                                topic=topic, queue=queue_id, field="hostedQueues", broker=None)
         return view, items
+
+    def _read_state(self, topic: str, queue_id: int) -> "_ReadState":
+        """The per-view read plan of one logic queue (decided items, their logic starts, the
+        closed items' logic ends) and its cached bounds; rebuilt whenever the merged mapping
+        view changes (a remap step, a broker closed), so nothing outlives the mapping it came from."""
+        view = self._view(topic)
+        key = (topic, queue_id)
+        st = self._read_states.get(key)
+        if st is not None and st.view is view:
+            return st
+        self._items(topic, queue_id)  # raises on a bad queue id or an unmapped queue
+        readable, starts = view.readable(queue_id)
+        ends = [i.logic_end() if i.closed else None for i in readable]
+        st = self._read_states[key] = _ReadState(view, readable, starts, ends)
+        self._valid_topics.add(topic)
+        return st
 
     def _next_queue_id(self, topic: str, broker: str) -> int:
         """A physical queue id of ``broker`` never used by ``topic`` (no physical queue reuse)."""
@@ -335,6 +376,39 @@ class Cluster:
         if item.closed:
             return item.logic_end()
         return item.to_logic(max(self._phys_max(topic, item, fresh), item.startOffset))
+
+    def _tier_gap(self, topic: str, item: LogicQueueMappingItem) -> tuple[int, int] | None:
+        """The logic range ``[first, end)`` of a closed, decided generation that no read can ever
+        serve: its broker is not open and the tier holds only its first part (the rest never
+        left that broker's local store). ``None`` when nothing is missing or the broker is open."""
+        if item.bname in self.stores or not (item.decided and item.closed):
+            return None
+        end = item.logic_end()
+        held = item.to_logic(max(self._reader(item.bname).max_offset(topic, item.queueId), item.startOffset))
+        first = max(item.logicOffset, min(held, end))
+        return (first, end) if first < end else None
+
+    def skipped_offsets(self, topic: str | None = None) -> list[dict[str, Any]]:
+        """Every generation boundary a reader skips (see :meth:`get_message`): one entry per
+        middle generation on a broker that is not open whose data was only partly tiered --
+        topic, logic queue, gen, broker, the skipped logic range ``[from, to)`` and ``count``.
+        Only generations followed by another one are listed (the newest is never skipped)."""
+        out: list[dict[str, Any]] = []
+        with self._lock:
+            topics = [topic] if topic is not None else sorted({t for m in self.mappings.values() for t in m.topics()})
+            for t in topics:
+                try:
+                    view = self._view(t)
+                except MappingError:
+                    continue
+                for q in range(view.total_queues):
+                    readable, _ = view.readable(q)
+                    for item in readable[:-1]:
+                        gap = self._tier_gap(t, item)
+                        if gap is not None:
+                            out.append({"topic": t, "queue": q, "gen": item.gen, "bname": item.bname,
+                                        "from": gap[0], "to": gap[1], "count": gap[1] - gap[0]})
+        return out
 
     # -- admin ------------------------------------------------------------------------------
 
@@ -486,15 +560,69 @@ class Cluster:
 
     def _sync_epoch(self, topic: str, epoch: int) -> None:
         """Step 4: every open broker gets ``epoch``; a logic queue stays in a broker's file only
-        while that broker holds one of its two newest generations (the leader keeps all)."""
+        while that broker holds one of its two newest generations (the leader keeps all), or
+        an older one whose data is still in its local store (see :meth:`trim_static_mappings`)."""
         view = self._view(topic)
         for b, store in self.mappings.items():
-            hosted = {q: items for q, items in view.queues.items() if b in {i.bname for i in items[-2:]}}
             store.put(TopicQueueMappingDetail(topic=topic, totalQueues=view.total_queues, bname=b, epoch=epoch,
-                                              hostedQueues=hosted))
+                                              hostedQueues=self._hosted_by(b, topic, view)))
+
+    def _holds_locally(self, broker: str, topic: str, item: LogicQueueMappingItem) -> bool:
+        """Whether ``broker``'s local store still has any of ``item``'s physical range."""
+        store = self.stores.get(broker)
+        if store is None:
+            return False
+        store.local.reput()
+        lo = max(store.local.get_min_offset_in_queue(topic, item.queueId), item.startOffset)
+        hi = store.local.get_max_offset_in_queue(topic, item.queueId)
+        if item.closed:
+            hi = min(hi, item.endOffset)
+        return lo < hi
+
+    def _hosted_by(self, broker: str, topic: str, view: TopicView) -> dict[int, list[LogicQueueMappingItem]]:
+        """The logic queues ``broker``'s mapping file keeps: those where it holds one of the two
+        newest generations, or an older generation whose data has not left its local store yet
+        (older generations stay readable from the tier either way)."""
+        hosted = {}
+        for q, items in view.queues.items():
+            if broker in {i.bname for i in items[-2:]} or any(
+                    i.bname == broker and self._holds_locally(broker, topic, i) for i in items[:-2]):
+                hosted[q] = items
+        return hosted
+
+    def trim_static_mappings(self, topic: str | None = None) -> int:
+        """Drop from each open broker's mapping file the logic queues it keeps only for an old
+        generation (older than the two newest) whose data has since left its local store
+        (local retention); returns how many (broker, topic) files were rewritten."""
+        written = 0
+        with self._lock:
+            topics = [topic] if topic is not None else sorted({t for m in self.mappings.values() for t in m.topics()})
+            for t in topics:
+                try:
+                    view = self._view(t)
+                except MappingError:
+                    continue
+                for b, store in list(self.mappings.items()):
+                    d = store.get(t)
+                    if d is None:
+                        continue
+                    hosted = {q: items for q, items in self._hosted_by(b, t, view).items() if q in d.hostedQueues}
+                    if set(hosted) != set(d.hostedQueues):
+                        store.put(dataclasses.replace(d, hostedQueues={q: d.hostedQueues[q] for q in hosted}))
+                        written += 1
+        return written
+
+    def delete_expired_local(self, now_ms: int | None = None) -> int:
+        """Local retention on every open broker (never a message not yet tiered), then
+        :meth:`trim_static_mappings`; returns how many commit-log files were deleted."""
+        deleted = sum(store.delete_expired_local(now_ms) for store in list(self.stores.values()))
+        self.trim_static_mappings()
+        return deleted
 
     def static_topic_status(self, topic: str) -> dict[str, Any]:
-        """Per logic queue: its items (oldest first), leader, min and max logic offsets."""
+        """Per logic queue: its items (oldest first), leader, min and max logic offsets, and
+        ``skippedOffsets``: how many logic offsets readers skip at generation boundaries
+        (:meth:`skipped_offsets`; 0 normally)."""
         with self._lock:
             view = self._view(topic)
             queues = []
@@ -505,6 +633,7 @@ class Cluster:
                     entry["leader"] = {"bname": items[-1].bname, "queueId": items[-1].queueId}
                     entry["minOffset"] = self.get_min_offset_in_queue(topic, q)
                     entry["maxOffset"] = self.get_max_offset_in_queue(topic, q)
+                    entry["skippedOffsets"] = sum(g["count"] for g in self.skipped_offsets(topic) if g["queue"] == q)
                 queues.append(entry)
             return {"topic": topic, "totalQueues": view.total_queues, "epoch": view.epoch, "epochs": view.epochs,
                     "queues": queues}
@@ -607,18 +736,49 @@ class Cluster:
         above the leader's max; a read the physical queue cannot serve inside a middle
         generation is OFFSET_FOUND_NULL with ``next_begin_offset`` = ``offset`` (retry; never
         a reset). The leader's messages are not readable while its ``logicOffset`` is -1.
+
+        The one documented skip: a generation followed by another whose broker is not open and
+        whose data was only partly tiered (its tail never left the gone broker's local store)
+        can never be served past what the tier holds; a read there answers NO_MATCHED_MESSAGE
+        with ``next_begin_offset`` = the next generation's first logic offset instead of
+        stalling. The skipped offsets are counted: :meth:`skipped_offsets`, ``skippedOffsets``
+        in :meth:`static_topic_status`, ``skipped`` in ``tiered static-topic verify``; each such
+        read adds one to :attr:`skipped_reads`.
         """
-        validate_topic(topic)
+        if topic not in self._valid_topics:  # a topic already served needs no re-check
+            validate_topic(topic)
         if max_count <= 0:
             raise IllegalParam(f"max_count must be > 0, got {max_count}", max_count=max_count)
         if offset < 0:
             raise IllegalParam(f"offset must be >= 0, got {offset}", offset=offset, topic=topic, queue=queue_id)
         with self._lock:
-            view, _ = self._items(topic, queue_id)
-            readable, starts = view.readable(queue_id)
-            lo = self._min_offset(topic, queue_id, readable[0], fresh=len(starts) < 2 or offset < starts[1])
-            # reput (all acknowledged puts visible) only when the read may reach the leader
-            hi = self._max_offset(topic, queue_id, readable[-1], fresh=offset >= starts[-1])
+            st = self._read_state(topic, queue_id)
+            readable, starts, ends = st.readable, st.starts, st.ends
+            now = time.monotonic()
+            # a read past the earliest item reports its min only: a value up to a second old
+            # will do (the min only grows); likewise the leader's max for a read below it
+            if len(starts) > 1 and offset >= starts[1] and now - st.lo_at < 1.0:
+                lo = st.lo
+            else:
+                lo = st.lo = self._min_offset(topic, queue_id, readable[0], fresh=True)
+                st.lo_at = now
+            if offset >= starts[-1]:  # the read may reach the leader: every acknowledged put visible
+                # unchanged while nothing was appended to the leader's open store since the last
+                # fresh value (its max only moves by a put; the reput is what makes it visible)
+                leader = readable[-1]
+                store = self.stores.get(leader.bname)
+                mark = store.local.commit_log.max_offset if store is not None and not leader.closed else None
+                if mark is not None and mark == st.hi_mark:
+                    hi = st.hi
+                else:
+                    hi = st.hi = self._max_offset(topic, queue_id, leader, fresh=True)
+                    st.hi_mark = mark
+                st.hi_at = now
+            elif now - st.hi_at < 1.0:
+                hi = st.hi
+            else:
+                hi = st.hi = self._max_offset(topic, queue_id, readable[-1], fresh=False)
+                st.hi_at, st.hi_mark = now, None
             if offset < lo:
                 return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, next_begin_offset=lo, min_offset=lo,
                                         max_offset=hi)
@@ -629,7 +789,9 @@ class Cluster:
             idx = bisect.bisect_right(starts, offset) - 1
             item = readable[idx]
             nxt_item = readable[idx + 1] if idx + 1 < len(readable) else None
-            end = self._logic_end(topic, item) if item.closed or nxt_item is not None else hi
+            end = ends[idx]
+            if end is None:
+                end = self._logic_end(topic, item) if nxt_item is not None else hi
             if offset >= end:  # a hole between generations: move on, no stall
                 return GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, next_begin_offset=nxt_item.logicOffset
                                         if nxt_item is not None else hi, min_offset=lo, max_offset=hi)
@@ -640,10 +802,15 @@ class Cluster:
             messages = [m for m in messages if m.queue_offset < item.endOffset]
         # the stores build fresh MessageExt objects on every read (the read-ahead cache keeps
         # bytes, not objects), so rewriting them in place changes nothing anyone else holds
+        # (a stored message's queue id is its physical queue's, item.queueId)
         delta = item.logicOffset - item.startOffset
-        for m in messages:
-            m.queue_offset += delta
-            m.queue_id = queue_id
+        if item.queueId != queue_id:
+            for m in messages:
+                m.queue_offset += delta
+                m.queue_id = queue_id
+        elif delta:
+            for m in messages:
+                m.queue_offset += delta
         if messages:
             nxt = messages[-1].queue_offset + 1
             if nxt >= end and nxt_item is not None:
@@ -656,6 +823,15 @@ class Cluster:
         if res.status is GetMessageStatus.NO_MATCHED_MESSAGE:
             return GetMessageResult(res.status, next_begin_offset=item.to_logic(res.next_begin_offset),
                                     min_offset=lo, max_offset=hi, tier=res.tier)
+        if nxt_item is not None and res.status in _PAST_TIER:
+            gap = self._tier_gap(topic, item)
+            if gap is not None and offset >= gap[0]:
+                # the generation's broker is gone and its tail never reached the tier: nothing
+                # will ever fill [gap): skip to the next generation (counted, see skipped_offsets)
+                with self._lock:
+                    self.skipped_reads += 1
+                return GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, next_begin_offset=nxt_item.logicOffset,
+                                        min_offset=lo, max_offset=hi, tier=res.tier)
         return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, next_begin_offset=offset, min_offset=lo,
                                 max_offset=hi, tier=res.tier)
 

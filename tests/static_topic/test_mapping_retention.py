@@ -1,0 +1,53 @@
+"""Generations older than the two newest leave the old broker's mapping file only once their
+data has left that broker's local store (issue 12); they stay readable from the tier."""
+
+from __future__ import annotations
+
+from static_topic_helpers import broker_configs
+
+from tiered_core import Message
+from tiered_core.static_topic import Cluster
+
+TOPIC = "aging"
+FAR_FUTURE_MS = 1 << 50
+
+
+def test_old_generation_stays_mapped_until_local_retention_removed_it(tmp_path):
+    configs = broker_configs(tmp_path, local_commit_log_file_size=64 << 10)
+    body = b"x" * 1024
+    with Cluster.open(configs) as cluster:
+        cluster.create_static_topic(TOPIC, 1, ["a"])
+        for _ in range(100):
+            cluster.put_message(Message(topic=TOPIC, body=body), 0)
+        cluster.remap_static_topic(TOPIC, ["b"])
+        cluster.put_message(Message(topic=TOPIC, body=body), 0)
+        cluster.remap_static_topic(TOPIC, ["c"])  # a's gen 0 is now older than the two newest
+        assert 0 in cluster.mappings["a"].get(TOPIC).hostedQueues  # its data is still in a's local store
+        assert cluster.trim_static_mappings() == 0
+        # fill a's commit log past gen 0 (another topic), tier everything, expire locally
+        for _ in range(200):
+            cluster.stores["a"].put_message(Message(topic="filler", body=body), 0)
+        cluster.dispatch(force=True)
+        assert cluster.delete_expired_local(FAR_FUTURE_MS) > 0
+        assert cluster.mappings["a"].get(TOPIC).hostedQueues == {}
+        assert cluster.verify() == []
+        res = cluster.get_message("g", TOPIC, 0, 0, 32)  # still readable, from the tier
+        assert res.found and [m.queue_offset for m in res.messages] == list(range(32))
+        assert cluster.get_max_offset_in_queue(TOPIC, 0) == 101
+
+
+def test_fully_tiered_and_expired_old_generation_is_dropped_by_the_remap(tmp_path):
+    configs = broker_configs(tmp_path, local_commit_log_file_size=64 << 10)
+    body = b"x" * 1024
+    with Cluster.open(configs) as cluster:
+        cluster.create_static_topic(TOPIC, 1, ["a"])
+        for _ in range(100):
+            cluster.put_message(Message(topic=TOPIC, body=body), 0)
+        cluster.remap_static_topic(TOPIC, ["b"])
+        for _ in range(200):
+            cluster.stores["a"].put_message(Message(topic="filler", body=body), 0)
+        cluster.dispatch(force=True)
+        assert cluster.delete_expired_local(FAR_FUTURE_MS) > 0
+        assert 0 in cluster.mappings["a"].get(TOPIC).hostedQueues  # previous leader: kept
+        cluster.remap_static_topic(TOPIC, ["c"])
+        assert cluster.mappings["a"].get(TOPIC).hostedQueues == {}  # dropped at once: nothing local

@@ -50,7 +50,7 @@ from typing import NamedTuple
 from tiered_core.codec.consume_queue import ConsumeQueueUnit
 from tiered_core.codec.hashing import tags_hash_code
 from tiered_core.codec.keys import message_index_keys
-from tiered_core.codec._impl import decode_message, encode_message, peek_store_timestamp, validate_message
+from tiered_core.codec._impl import decode_message, encode_message_buffer, peek_store_timestamp, validate_message
 from tiered_core.codec.message import (
     BORNHOST_V6_FLAG,
     KEY_SEPARATOR,
@@ -62,10 +62,8 @@ from tiered_core.codec.message import (
     SYS_FLAG_POS,
     Message,
     MessageExt,
-    encode_message_buffer,
     store_timestamp_position,
 )
-from tiered_core.codec.message import encode_message as _pure_encode_message
 from tiered_core.codec.naming import validate_topic
 from tiered_core.codec.reput_scan import SCAN_OTHER, find_property, index_keys_of, scan_reput_records
 from tiered_core.errors import (
@@ -87,8 +85,6 @@ log = logging.getLogger(__name__)
 
 _I64 = struct.Struct(">q")
 _CQ_UNIT = struct.Struct(">qiq")  # a consume-queue unit (codec.consume_queue)
-#: The compiled core's encoder is in use (else the pure one, as a bytearray).
-_COMPILED_ENCODE = encode_message is not _pure_encode_message
 _STORE_TS_POS = store_timestamp_position(0)
 _STORE_TS_V6_POS = store_timestamp_position(BORNHOST_V6_FLAG)
 _TAGS_AT = PROPERTY_TAGS + NAME_VALUE_SEPARATOR
@@ -185,6 +181,10 @@ class LocalPutResult(NamedTuple):
     queue_offset: int
     commitlog_offset: int
     store_timestamp: int
+
+
+#: LocalPutResult(...) without the generated __new__'s frame (the put path)
+_new_put_result = tuple.__new__
 
 
 class LocalReadResult(NamedTuple):
@@ -290,8 +290,11 @@ class LocalMessageStore:
         self.root = os.fspath(root)
         self.config = config or LocalStoreConfig()
         self._clock = clock or now_ms
+        self._sync_flush = self.config.flush_mode is FlushMode.SYNC
         self._closed = False
-        self._put_lock = threading.Lock()
+        # a put's queue offset, store time and commit-log append; the commit log's appends
+        # hold it too (its append lock), so a put takes one lock
+        self._put_lock = threading.RLock()
         self._reput_lock = threading.RLock()
         self._cq_lock = threading.Lock()
         self._retention_lock = threading.Lock()
@@ -340,7 +343,8 @@ class LocalMessageStore:
     def _open(self) -> None:
         cfg = self.config
         cp = self._read_checkpoint()
-        self._commit_log = CommitLog(os.path.join(self.root, "commitlog"), cfg.commit_log_file_size)
+        self._commit_log = CommitLog(os.path.join(self.root, "commitlog"), cfg.commit_log_file_size,
+                                     append_lock=self._put_lock)
         rec = self._commit_log.recover(cp.commitlog_flushed if cp else None)
         self.recovery = rec
         self._commit_log.flush()
@@ -500,19 +504,15 @@ class LocalMessageStore:
         # physical offset are patched in under it (and then the property CRC, if enabled).
         config = self.config
         prop_crc = config.append_prop_crc
-        if _COMPILED_ENCODE:
-            data = bytearray(encode_message(message, queue_id=queue_id, queue_offset=0, store_timestamp=0,
-                                            store_host=config.store_host, prop_crc=prop_crc))
-        else:  # the pure-Python encoder writes the bytearray itself (one copy less)
-            data = encode_message_buffer(message, queue_id=queue_id, queue_offset=0, store_timestamp=0,
-                                         store_host=config.store_host, prop_crc=prop_crc)
+        data = encode_message_buffer(message, queue_id=queue_id, queue_offset=0, store_timestamp=0,
+                                     store_host=config.store_host, prop_crc=prop_crc)
         if len(data) > config.max_message_size:
             raise IllegalParam(f"message to {topic!r} is {len(data)} bytes encoded; at most "
                                f"{config.max_message_size} are accepted", topic=topic, size=len(data))
         # storeTimestamp follows the born host: 56, or 68 for IPv6 (sysFlag's low byte is at 39)
         ts_pos = _STORE_TS_V6_POS if data[SYS_FLAG_POS + 3] & BORNHOST_V6_FLAG else _STORE_TS_POS
         key = (topic, queue_id)
-        with self._put_lock:
+        with self._put_lock:  # (the commit log's append lock too)
             if self._closed:
                 raise SegmentClosed(f"local store {self.root!r} is closed", path=self.root)
             queue_offset = self._queue_offsets.get(key, 0)
@@ -521,16 +521,16 @@ class LocalMessageStore:
                 ts = self._last_store_ts
             _I64.pack_into(data, QUEUE_OFFSET_POS, queue_offset)
             _I64.pack_into(data, ts_pos, ts)
-            res = self._commit_log.append_encoded(data, ts, prop_crc=prop_crc)  # encoded above, size checked
+            offset = self._commit_log.append_held(data, ts, prop_crc)  # encoded above, size checked
             self._queue_offsets[key] = queue_offset + 1
             self._last_store_ts = ts
         if self._reput_idle:
             # the reput thread waits for work: wake it (a busy one finds this message itself)
             self._reput_idle = False
             self._reput_wakeup.set()
-        if config.flush_mode is FlushMode.SYNC:
-            self._commit_log.flush_to(res.commitlog_offset + res.size)
-        return LocalPutResult(queue_offset, res.commitlog_offset, ts)
+        if self._sync_flush:
+            self._commit_log.flush_to(offset + len(data))
+        return _new_put_result(LocalPutResult, (queue_offset, offset, ts))
 
     # ----------------------------------------------------------------- reput ----
     def add_dispatch_listener(self, listener: DispatchListener) -> None:

@@ -183,15 +183,16 @@ class CommitLog:
             raise SegmentClosed(f"commit log {self.directory!r} is closed", path=self.directory)
         size = len(message)
         mf = self._active
-        if mf is None or mf.closed or mf.is_full():
+        # (the writer's hot path reads the file's state directly: closed, write position)
+        if mf is None or mf._closing or mf._write_pos >= mf.capacity:
             # only appends add files, so the file appended to last stays the last one
             # until it is full (or recovery or close drop it)
             mf = self._active = self._files.last_for_append(0)
-        pos = mf.write_position
+        pos = mf._write_pos
         if size + END_FILE_MIN_BLANK_LENGTH > mf.capacity - pos:
             self._end_file(mf)
             mf = self._active = self._files.last_for_append(0)
-            pos = mf.write_position
+            pos = mf._write_pos
         offset = mf.start + pos
         _I64.pack_into(message, PHYSICAL_OFFSET_POS, offset)
         if prop_crc:

@@ -84,6 +84,8 @@ from tiered_core.configdef import HOUR_MS, KEYS
 log = logging.getLogger(__name__)
 
 _I64 = struct.Struct(">q")
+_time_ns = time.time_ns
+_NOW_MS = now_ms  # (as imported: a test may patch this module's now_ms)
 _CQ_UNIT = struct.Struct(">qiq")  # a consume-queue unit (codec.consume_queue)
 _STORE_TS_POS = store_timestamp_position(0)
 _STORE_TS_V6_POS = store_timestamp_position(BORNHOST_V6_FLAG)
@@ -290,6 +292,8 @@ class LocalMessageStore:
         self.root = os.fspath(root)
         self.config = config or LocalStoreConfig()
         self._clock = clock or now_ms
+        # the put path reads time.time_ns itself for common.now_ms (not for another clock)
+        self._default_clock = self._clock is _NOW_MS
         self._sync_flush = self.config.flush_mode is FlushMode.SYNC
         self._closed = False
         # a put's queue offset, store time and commit-log append; the commit log's appends
@@ -489,7 +493,8 @@ class LocalMessageStore:
         flush the message is fsynced before this returns. IllegalParam for a bad
         topic, queue id or message (nothing is stored).
         """
-        self._check_open()
+        if self._closed:
+            raise SegmentClosed(f"local store {self.root!r} is closed", path=self.root)
         if topic not in self._valid_topics:
             validate_topic(topic)
             self._valid_topics.add(topic)
@@ -516,7 +521,7 @@ class LocalMessageStore:
             if self._closed:
                 raise SegmentClosed(f"local store {self.root!r} is closed", path=self.root)
             queue_offset = self._queue_offsets.get(key, 0)
-            ts = int(self._clock())
+            ts = _time_ns() // 1_000_000 if self._default_clock else int(self._clock())  # (now_ms)
             if ts < self._last_store_ts:
                 ts = self._last_store_ts
             _I64.pack_into(data, QUEUE_OFFSET_POS, queue_offset)

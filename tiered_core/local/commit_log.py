@@ -33,6 +33,7 @@ from tiered_core.codec.message import (
     MAGIC_V1,
     MAGIC_V2,
     PHYSICAL_OFFSET_POS,
+    QUEUE_OFFSET_POS,
 )
 from tiered_core.codec.prop_crc import has_prop_crc_slot, write_prop_crc
 from tiered_core.errors import CorruptData, IllegalOffset, IllegalParam, SegmentClosed
@@ -48,6 +49,9 @@ SCAN_CHUNK = 4 << 20
 
 _HEAD = struct.Struct(">iI")
 _I64 = struct.Struct(">q")
+#: queueOffset and physicalOffset, next to each other in every record
+_QUEUE_AND_PHYSICAL_OFFSET = struct.Struct(">qq")
+assert PHYSICAL_OFFSET_POS == QUEUE_OFFSET_POS + 8
 _MESSAGE_MAGICS = (MAGIC_V1, MAGIC_V2)
 
 
@@ -175,10 +179,12 @@ class CommitLog:
             offset = self.append_held(message, store_timestamp, prop_crc)
         return AppendMessageResult(offset, len(message), store_timestamp)
 
-    def append_held(self, message: bytearray, store_timestamp: int, prop_crc: bool = False) -> int:
+    def append_held(self, message: bytearray, store_timestamp: int, prop_crc: bool = False,
+                    queue_offset: int | None = None) -> int:
         """:meth:`append_encoded` for a caller that holds the append lock it gave the
         constructor (the local store's put lock); returns the message's offset. The bytes
-        are written (``pwrite``) before it returns."""
+        are written (``pwrite``) before it returns. A ``queue_offset`` is set in the
+        message too (with the physical offset, which it precedes)."""
         if self._closed:
             raise SegmentClosed(f"commit log {self.directory!r} is closed", path=self.directory)
         size = len(message)
@@ -194,7 +200,10 @@ class CommitLog:
             mf = self._active = self._files.last_for_append(0)
             pos = mf._write_pos
         offset = mf.start + pos
-        _I64.pack_into(message, PHYSICAL_OFFSET_POS, offset)
+        if queue_offset is None:
+            _I64.pack_into(message, PHYSICAL_OFFSET_POS, offset)
+        else:
+            _QUEUE_AND_PHYSICAL_OFFSET.pack_into(message, QUEUE_OFFSET_POS, queue_offset, offset)
         if prop_crc:
             write_prop_crc(message, 0, size)
         mf.append(message)

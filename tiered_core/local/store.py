@@ -58,7 +58,6 @@ from tiered_core.codec.message import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
-    QUEUE_OFFSET_POS,
     SYS_FLAG_POS,
     Message,
     MessageExt,
@@ -89,6 +88,7 @@ _NOW_MS = now_ms  # (as imported: a test may patch this module's now_ms)
 _CQ_UNIT = struct.Struct(">qiq")  # a consume-queue unit (codec.consume_queue)
 _STORE_TS_POS = store_timestamp_position(0)
 _STORE_TS_V6_POS = store_timestamp_position(BORNHOST_V6_FLAG)
+_SYS_FLAG_LOW = SYS_FLAG_POS + 3  # sysFlag's low byte (big-endian int)
 _TAGS_AT = PROPERTY_TAGS + NAME_VALUE_SEPARATOR
 _KEYS_AT = PROPERTY_KEYS + NAME_VALUE_SEPARATOR
 _UNIQ_AT = PROPERTY_UNIQ_KEY + NAME_VALUE_SEPARATOR
@@ -515,7 +515,7 @@ class LocalMessageStore:
             raise IllegalParam(f"message to {topic!r} is {len(data)} bytes encoded; at most "
                                f"{config.max_message_size} are accepted", topic=topic, size=len(data))
         # storeTimestamp follows the born host: 56, or 68 for IPv6 (sysFlag's low byte is at 39)
-        ts_pos = _STORE_TS_V6_POS if data[SYS_FLAG_POS + 3] & BORNHOST_V6_FLAG else _STORE_TS_POS
+        ts_pos = _STORE_TS_V6_POS if data[_SYS_FLAG_LOW] & BORNHOST_V6_FLAG else _STORE_TS_POS
         key = (topic, queue_id)
         with self._put_lock:  # (the commit log's append lock too)
             if self._closed:
@@ -524,9 +524,9 @@ class LocalMessageStore:
             ts = _time_ns() // 1_000_000 if self._default_clock else int(self._clock())  # (now_ms)
             if ts < self._last_store_ts:
                 ts = self._last_store_ts
-            _I64.pack_into(data, QUEUE_OFFSET_POS, queue_offset)
             _I64.pack_into(data, ts_pos, ts)
-            offset = self._commit_log.append_held(data, ts, prop_crc)  # encoded above, size checked
+            # encoded above, size checked; it sets the queue offset with the physical offset
+            offset = self._commit_log.append_held(data, ts, prop_crc, queue_offset)
             self._queue_offsets[key] = queue_offset + 1
             self._last_store_ts = ts
         if self._reput_idle:

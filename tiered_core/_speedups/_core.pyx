@@ -13,6 +13,7 @@ The module imports nothing from tiered_core: :func:`bind` (called by
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.ref cimport PyObject
 from cpython.long cimport PyLong_Check, PyLong_FromLong, PyLong_FromLongLong
@@ -69,6 +70,7 @@ cdef object p_split_by_units = None
 cdef object p_decode_message = None
 cdef object p_validate_message = None
 cdef object p_encode_message = None
+cdef object p_encode_message_buffer = None
 cdef object p_encode_cq_unit = None
 cdef object p_encode_cq_units = None
 cdef object p_decode_cq_units = None
@@ -93,7 +95,7 @@ def bind(ns):
     global CorruptData, MessageExt, ConsumeQueueUnit, UnitCheck, UnitSlice, Message, V1, V2
     global DEFAULT_HOST, IGNORE, REQUIRE, PropCrcPolicy, host_of, host_parts, tags_hash_code
     global p_check_units, p_split_by_units, p_decode_message, p_validate_message
-    global p_encode_message, p_encode_cq_unit, p_encode_cq_units, p_decode_cq_units
+    global p_encode_message, p_encode_message_buffer, p_encode_cq_unit, p_encode_cq_units, p_decode_cq_units
     global p_pack_item, p_java_crc32, p_peek, SCHEDULE_TOPIC, bound
     CorruptData = ns["CorruptData"]
     MessageExt = ns["MessageExt"]
@@ -116,6 +118,7 @@ def bind(ns):
     p_decode_message = ns["decode_message"]
     p_validate_message = ns["validate_message"]
     p_encode_message = ns["encode_message"]
+    p_encode_message_buffer = ns["encode_message_buffer"]
     p_encode_cq_unit = ns["encode_cq_unit"]
     p_encode_cq_units = ns["encode_cq_units"]
     p_decode_cq_units = ns["decode_cq_units"]
@@ -725,8 +728,9 @@ cdef inline bint has_sep(const char* p, Py_ssize_t n) noexcept nogil:
 
 
 cdef object encode_fast(msg, o_queue_id, o_queue_offset, o_store_timestamp, o_physical_offset,
-                        store_host, sys_flag_arg, version, bint prop_crc):
-    """encode_message for a plain Message with in-range fields; None to let the oracle decide."""
+                        store_host, sys_flag_arg, version, bint prop_crc, bint buffer=False):
+    """encode_message (a bytearray when ``buffer``) for a plain Message with in-range fields;
+    None to let the oracle decide."""
     cdef Py_ssize_t topic_len, props_len = 0, ln, lv, body_len, total, hdr, w
     cdef const char* tp
     cdef const char* kp
@@ -808,8 +812,12 @@ cdef object encode_fast(msg, o_queue_id, o_queue_offset, o_store_timestamp, o_ph
     total = hdr + body_len + (2 if v2 else 1) + topic_len + 2 + props_len
     if total > 0x7FFFFFFF:
         return None
-    out = PyBytes_FromStringAndSize(NULL, total)
-    o = <uint8_t*>PyBytes_AS_STRING(out)
+    if buffer:
+        out = PyByteArray_FromStringAndSize(NULL, total)
+        o = <uint8_t*>PyByteArray_AS_STRING(out)
+    else:
+        out = PyBytes_FromStringAndSize(NULL, total)
+        o = <uint8_t*>PyBytes_AS_STRING(out)
     w32(o, <uint32_t>total)
     w32(o + 4, MAGIC_V2 if v2 else MAGIC_V1)
     w32(o + 8, <uint32_t>jcrc(<const uint8_t*>PyBytes_AS_STRING(body), body_len))
@@ -881,6 +889,24 @@ def encode_message(msg, *, queue_id, queue_offset, store_timestamp, physical_off
                                 store_timestamp=store_timestamp, physical_offset=physical_offset,
                                 store_host=store_host, sys_flag=sys_flag, version=version,
                                 prop_crc=prop_crc)
+    return out
+
+
+def encode_message_buffer(msg, *, queue_id, queue_offset, store_timestamp, physical_offset=0,
+                          store_host=MISSING, sys_flag=None, version=None, prop_crc=False):
+    """Twin of codec.message.encode_message_buffer (a new bytearray, the put path)."""
+    if store_host is MISSING:
+        store_host = DEFAULT_HOST
+    try:
+        out = encode_fast(msg, queue_id, queue_offset, store_timestamp, physical_offset, store_host,
+                          sys_flag, version, bool(prop_crc), True)
+    except Exception:
+        out = None
+    if out is None:
+        return p_encode_message_buffer(msg, queue_id=queue_id, queue_offset=queue_offset,
+                                       store_timestamp=store_timestamp, physical_offset=physical_offset,
+                                       store_host=store_host, sys_flag=sys_flag, version=version,
+                                       prop_crc=prop_crc)
     return out
 
 

@@ -40,6 +40,7 @@ from tiered_core.local.store import LocalMessageStore, LocalStoreConfig
 from tiered_core.common import LONG_MAX, BoundaryType, now_ms
 
 log = logging.getLogger(__name__)
+_PUT_OK = PutMessageStatus.PUT_OK
 
 #: NOT_IN_MEM treats the newest this-many bytes of the local commit log as "in memory"
 #: (RocketMQ asks the OS page cache; a bounded window is the portable stand-in).
@@ -151,9 +152,8 @@ class TieredMessageStore:
         """
         if self.ownership.fenced is not None:
             raise self.ownership.fenced
-        res = self.local.put_message(message.topic, queue_id, message)
-        return PutMessageResult(PutMessageStatus.PUT_OK, res.queue_offset, res.commitlog_offset,
-                                res.store_timestamp)
+        queue_offset, commitlog_offset, store_timestamp = self.local.put_message(message.topic, queue_id, message)
+        return PutMessageResult(_PUT_OK, queue_offset, commitlog_offset, store_timestamp)
 
     def dispatch(self, force: bool = True) -> DispatchStats:
         """One synchronous dispatch round (tests, tools): reput, copy, upload the index.

@@ -45,6 +45,7 @@ ORACLES = {
     "peek_born_timestamp": message.peek_born_timestamp,
     "peek_store_timestamp": message.peek_store_timestamp,
     "encode_message": message.encode_message,
+    "encode_message_buffer": message.encode_message_buffer,
     "encode_cq_unit": consume_queue.encode_cq_unit,
     "encode_cq_units": consume_queue.encode_cq_units,
     "decode_cq_units": consume_queue.decode_cq_units,
@@ -133,6 +134,7 @@ peek_sys_flag = _chosen.peek_sys_flag
 peek_born_timestamp = _chosen.peek_born_timestamp
 peek_store_timestamp = _chosen.peek_store_timestamp
 encode_message = _chosen.encode_message
+encode_message_buffer = _chosen.encode_message_buffer
 encode_cq_unit = _chosen.encode_cq_unit
 encode_cq_units = _chosen.encode_cq_units
 decode_cq_units = _chosen.decode_cq_units

@@ -33,6 +33,7 @@ from tiered_core.codec.message import (
     MAGIC_V1,
     MAGIC_V2,
     PHYSICAL_OFFSET_POS,
+    QUEUE_OFFSET_POS,
 )
 from tiered_core.codec.prop_crc import has_prop_crc_slot, write_prop_crc
 from tiered_core.errors import CorruptData, IllegalOffset, IllegalParam, SegmentClosed
@@ -48,6 +49,9 @@ SCAN_CHUNK = 4 << 20
 
 _HEAD = struct.Struct(">iI")
 _I64 = struct.Struct(">q")
+#: queueOffset and physicalOffset, next to each other in every record
+_QUEUE_AND_PHYSICAL_OFFSET = struct.Struct(">qq")
+assert PHYSICAL_OFFSET_POS == QUEUE_OFFSET_POS + 8
 _MESSAGE_MAGICS = (MAGIC_V1, MAGIC_V2)
 
 
@@ -87,13 +91,16 @@ class CommitLog:
     reads outside ``[min_offset, max_offset)``, :class:`SegmentClosed` after close.
     """
 
-    def __init__(self, directory: str, file_size: int = DEFAULT_FILE_SIZE) -> None:
+    def __init__(self, directory: str, file_size: int = DEFAULT_FILE_SIZE, *,
+                 append_lock: threading.RLock | None = None) -> None:
         if file_size < 64 + END_FILE_MIN_BLANK_LENGTH:
             raise IllegalParam(f"commit-log file size {file_size} is too small", file_size=file_size)
         self.directory = directory
         self.file_size = file_size
         self._files = MappedFileQueue(directory, file_size)
-        self._lock = threading.Lock()
+        # Appends and close hold it. An owner that numbers messages as it appends them
+        # passes its own reentrant lock and calls append_held under it: one lock per put.
+        self._lock = append_lock if append_lock is not None else threading.Lock()
         self._flush_lock = threading.Lock()
         self._last_store_timestamp = 0
         self._closed = False
@@ -167,28 +174,41 @@ class CommitLog:
                        prop_crc: bool = False) -> AppendMessageResult:
         """:meth:`append` for a message the store encoded itself, so known to be whole, to fit
         a file (``LocalStoreConfig.max_message_size``) and to hold a ``__CRC32#`` slot when
-        ``prop_crc``: the same write, without checking all that again (the put path)."""
-        size = len(message)
+        ``prop_crc``: the same write, without checking all that again."""
         with self._lock:
-            if self._closed:
-                raise SegmentClosed(f"commit log {self.directory!r} is closed", path=self.directory)
-            mf = self._active
-            if mf is None or mf.closed or mf.is_full():
-                # only appends add files, so the file appended to last stays the last one
-                # until it is full (or recovery or close drop it)
-                mf = self._active = self._files.last_for_append(0)
-            pos = mf.write_position
-            if size + END_FILE_MIN_BLANK_LENGTH > mf.capacity - pos:
-                self._end_file(mf)
-                mf = self._active = self._files.last_for_append(0)
-                pos = mf.write_position
-            offset = mf.start + pos
+            offset = self.append_held(message, store_timestamp, prop_crc)
+        return AppendMessageResult(offset, len(message), store_timestamp)
+
+    def append_held(self, message: bytearray, store_timestamp: int, prop_crc: bool = False,
+                    queue_offset: int | None = None) -> int:
+        """:meth:`append_encoded` for a caller that holds the append lock it gave the
+        constructor (the local store's put lock); returns the message's offset. The bytes
+        are written (``pwrite``) before it returns. A ``queue_offset`` is set in the
+        message too (with the physical offset, which it precedes)."""
+        if self._closed:
+            raise SegmentClosed(f"commit log {self.directory!r} is closed", path=self.directory)
+        size = len(message)
+        mf = self._active
+        # (the writer's hot path reads the file's state directly: closed, write position)
+        if mf is None or mf._closing or mf._write_pos >= mf.capacity:
+            # only appends add files, so the file appended to last stays the last one
+            # until it is full (or recovery or close drop it)
+            mf = self._active = self._files.last_for_append(0)
+        pos = mf._write_pos
+        if size + END_FILE_MIN_BLANK_LENGTH > mf.capacity - pos:
+            self._end_file(mf)
+            mf = self._active = self._files.last_for_append(0)
+            pos = mf._write_pos
+        offset = mf.start + pos
+        if queue_offset is None:
             _I64.pack_into(message, PHYSICAL_OFFSET_POS, offset)
-            if prop_crc:
-                write_prop_crc(message, 0, size)
-            mf.append(message)
-            self._last_store_timestamp = store_timestamp
-            return AppendMessageResult(offset, size, store_timestamp)
+        else:
+            _QUEUE_AND_PHYSICAL_OFFSET.pack_into(message, QUEUE_OFFSET_POS, queue_offset, offset)
+        if prop_crc:
+            write_prop_crc(message, 0, size)
+        mf.append(message)
+        self._last_store_timestamp = store_timestamp
+        return offset
 
     def _end_file(self, mf: MappedFile) -> None:
         """Fill the rest of ``mf`` with a BLANK record and stamp its mtime."""

@@ -50,7 +50,7 @@ from typing import NamedTuple
 from tiered_core.codec.consume_queue import ConsumeQueueUnit
 from tiered_core.codec.hashing import tags_hash_code
 from tiered_core.codec.keys import message_index_keys
-from tiered_core.codec._impl import decode_message, encode_message, peek_store_timestamp, validate_message
+from tiered_core.codec._impl import decode_message, encode_message_buffer, peek_store_timestamp, validate_message
 from tiered_core.codec.message import (
     BORNHOST_V6_FLAG,
     KEY_SEPARATOR,
@@ -58,14 +58,11 @@ from tiered_core.codec.message import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
-    QUEUE_OFFSET_POS,
     SYS_FLAG_POS,
     Message,
     MessageExt,
-    encode_message_buffer,
     store_timestamp_position,
 )
-from tiered_core.codec.message import encode_message as _pure_encode_message
 from tiered_core.codec.naming import validate_topic
 from tiered_core.codec.reput_scan import SCAN_OTHER, find_property, index_keys_of, scan_reput_records
 from tiered_core.errors import (
@@ -86,11 +83,12 @@ from tiered_core.configdef import HOUR_MS, KEYS
 log = logging.getLogger(__name__)
 
 _I64 = struct.Struct(">q")
+_time_ns = time.time_ns
+_NOW_MS = now_ms  # (as imported: a test may patch this module's now_ms)
 _CQ_UNIT = struct.Struct(">qiq")  # a consume-queue unit (codec.consume_queue)
-#: The compiled core's encoder is in use (else the pure one, as a bytearray).
-_COMPILED_ENCODE = encode_message is not _pure_encode_message
 _STORE_TS_POS = store_timestamp_position(0)
 _STORE_TS_V6_POS = store_timestamp_position(BORNHOST_V6_FLAG)
+_SYS_FLAG_LOW = SYS_FLAG_POS + 3  # sysFlag's low byte (big-endian int)
 _TAGS_AT = PROPERTY_TAGS + NAME_VALUE_SEPARATOR
 _KEYS_AT = PROPERTY_KEYS + NAME_VALUE_SEPARATOR
 _UNIQ_AT = PROPERTY_UNIQ_KEY + NAME_VALUE_SEPARATOR
@@ -185,6 +183,10 @@ class LocalPutResult(NamedTuple):
     queue_offset: int
     commitlog_offset: int
     store_timestamp: int
+
+
+#: LocalPutResult(...) without the generated __new__'s frame (the put path)
+_new_put_result = tuple.__new__
 
 
 class LocalReadResult(NamedTuple):
@@ -290,8 +292,13 @@ class LocalMessageStore:
         self.root = os.fspath(root)
         self.config = config or LocalStoreConfig()
         self._clock = clock or now_ms
+        # the put path reads time.time_ns itself for common.now_ms (not for another clock)
+        self._default_clock = self._clock is _NOW_MS
+        self._sync_flush = self.config.flush_mode is FlushMode.SYNC
         self._closed = False
-        self._put_lock = threading.Lock()
+        # a put's queue offset, store time and commit-log append; the commit log's appends
+        # hold it too (its append lock), so a put takes one lock
+        self._put_lock = threading.RLock()
         self._reput_lock = threading.RLock()
         self._cq_lock = threading.Lock()
         self._retention_lock = threading.Lock()
@@ -340,7 +347,8 @@ class LocalMessageStore:
     def _open(self) -> None:
         cfg = self.config
         cp = self._read_checkpoint()
-        self._commit_log = CommitLog(os.path.join(self.root, "commitlog"), cfg.commit_log_file_size)
+        self._commit_log = CommitLog(os.path.join(self.root, "commitlog"), cfg.commit_log_file_size,
+                                     append_lock=self._put_lock)
         rec = self._commit_log.recover(cp.commitlog_flushed if cp else None)
         self.recovery = rec
         self._commit_log.flush()
@@ -485,7 +493,8 @@ class LocalMessageStore:
         flush the message is fsynced before this returns. IllegalParam for a bad
         topic, queue id or message (nothing is stored).
         """
-        self._check_open()
+        if self._closed:
+            raise SegmentClosed(f"local store {self.root!r} is closed", path=self.root)
         if topic not in self._valid_topics:
             validate_topic(topic)
             self._valid_topics.add(topic)
@@ -500,37 +509,33 @@ class LocalMessageStore:
         # physical offset are patched in under it (and then the property CRC, if enabled).
         config = self.config
         prop_crc = config.append_prop_crc
-        if _COMPILED_ENCODE:
-            data = bytearray(encode_message(message, queue_id=queue_id, queue_offset=0, store_timestamp=0,
-                                            store_host=config.store_host, prop_crc=prop_crc))
-        else:  # the pure-Python encoder writes the bytearray itself (one copy less)
-            data = encode_message_buffer(message, queue_id=queue_id, queue_offset=0, store_timestamp=0,
-                                         store_host=config.store_host, prop_crc=prop_crc)
+        data = encode_message_buffer(message, queue_id=queue_id, queue_offset=0, store_timestamp=0,
+                                     store_host=config.store_host, prop_crc=prop_crc)
         if len(data) > config.max_message_size:
             raise IllegalParam(f"message to {topic!r} is {len(data)} bytes encoded; at most "
                                f"{config.max_message_size} are accepted", topic=topic, size=len(data))
         # storeTimestamp follows the born host: 56, or 68 for IPv6 (sysFlag's low byte is at 39)
-        ts_pos = _STORE_TS_V6_POS if data[SYS_FLAG_POS + 3] & BORNHOST_V6_FLAG else _STORE_TS_POS
+        ts_pos = _STORE_TS_V6_POS if data[_SYS_FLAG_LOW] & BORNHOST_V6_FLAG else _STORE_TS_POS
         key = (topic, queue_id)
-        with self._put_lock:
+        with self._put_lock:  # (the commit log's append lock too)
             if self._closed:
                 raise SegmentClosed(f"local store {self.root!r} is closed", path=self.root)
             queue_offset = self._queue_offsets.get(key, 0)
-            ts = int(self._clock())
+            ts = _time_ns() // 1_000_000 if self._default_clock else int(self._clock())  # (now_ms)
             if ts < self._last_store_ts:
                 ts = self._last_store_ts
-            _I64.pack_into(data, QUEUE_OFFSET_POS, queue_offset)
             _I64.pack_into(data, ts_pos, ts)
-            res = self._commit_log.append_encoded(data, ts, prop_crc=prop_crc)  # encoded above, size checked
+            # encoded above, size checked; it sets the queue offset with the physical offset
+            offset = self._commit_log.append_held(data, ts, prop_crc, queue_offset)
             self._queue_offsets[key] = queue_offset + 1
             self._last_store_ts = ts
         if self._reput_idle:
             # the reput thread waits for work: wake it (a busy one finds this message itself)
             self._reput_idle = False
             self._reput_wakeup.set()
-        if config.flush_mode is FlushMode.SYNC:
-            self._commit_log.flush_to(res.commitlog_offset + res.size)
-        return LocalPutResult(queue_offset, res.commitlog_offset, ts)
+        if self._sync_flush:
+            self._commit_log.flush_to(offset + len(data))
+        return _new_put_result(LocalPutResult, (queue_offset, offset, ts))
 
     # ----------------------------------------------------------------- reput ----
     def add_dispatch_listener(self, listener: DispatchListener) -> None:

@@ -931,7 +931,8 @@ class LocalMessageStore:
         ``[]`` at the max offset or for an unknown queue; IllegalOffset below the min
         offset or past the max offset (``min_offset``/``max_offset`` attributes);
         ``max_bytes`` bounds the total size (at least one message is returned).
-        Messages whose commit-log bytes expired meanwhile are left out; CorruptData
+        A read stops before a message whose commit-log bytes expired meanwhile
+        (IllegalOffset when that is the first one); CorruptData
         (naming the commit-log offset) when a message fails validation.
         """
         return self.read_messages(topic, queue_id, offset, max_count, max_bytes=max_bytes).messages
@@ -977,8 +978,11 @@ class LocalMessageStore:
                 try:
                     data = self._commit_log.read(unit.commitlog_offset, unit.size)
                 except IllegalOffset:
-                    if unit.commitlog_offset < self._commit_log.min_offset:
-                        continue  # expired while we read
+                    if unit.commitlog_offset < self._commit_log.min_offset and out:
+                        # Expired while we read: stop before it, so a result is always a
+                        # contiguous run (the next read, from ``here``, is below the min and
+                        # goes to the tiered store, or is told the new min).
+                        return LocalReadResult(out, here, lo, hi)
                     raise
                 msg = decode_message(data, base_offset=unit.commitlog_offset)
                 if msg.topic != topic or msg.queue_id != queue_id or msg.queue_offset != here:

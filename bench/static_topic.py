@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 from tiered_core import Message, StoreConfig
 from tiered_core.access.results import GetMessageStatus
@@ -45,11 +46,13 @@ def configs(root: Path) -> list[StoreConfig]:
             for b in ("a", "b", "c")]
 
 
-def read_logic(cluster: Cluster, expected: int) -> float:
+def read_all(get_message: Callable[[int, int], Any], expected: int) -> float:
+    """Messages/s reading a queue from offset 0 to its end, ``BATCH`` a call, with
+    ``get_message(offset, count)`` (a logic or a physical queue)."""
     start = time.perf_counter()
     offset = n = 0
     while True:
-        res = cluster.get_message("bench", TOPIC, 0, offset, BATCH)
+        res = get_message(offset, BATCH)
         if res.status is not GetMessageStatus.FOUND:
             break
         n += len(res.messages)
@@ -57,21 +60,15 @@ def read_logic(cluster: Cluster, expected: int) -> float:
     elapsed = time.perf_counter() - start
     assert n == expected, (n, expected)
     return n / elapsed
+
+
+def read_logic(cluster: Cluster, expected: int) -> float:
+    return read_all(lambda offset, count: cluster.get_message("bench", TOPIC, 0, offset, count), expected)
 
 
 def read_physical(cluster: Cluster, expected: int) -> float:
     store = cluster.stores["c"]
-    start = time.perf_counter()
-    offset = n = 0
-    while True:
-        res = store.get_message("bench", BASE, 0, offset, BATCH)
-        if res.status is not GetMessageStatus.FOUND:
-            break
-        n += len(res.messages)
-        offset = res.next_begin_offset
-    elapsed = time.perf_counter() - start
-    assert n == expected, (n, expected)
-    return n / elapsed
+    return read_all(lambda offset, count: store.get_message("bench", BASE, 0, offset, count), expected)
 
 
 def main(argv: list[str] | None = None) -> int:

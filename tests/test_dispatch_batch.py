@@ -236,6 +236,9 @@ def test_index_file_put_keys_writes_the_bytes_of_put_key(tmp_path, seed):
 
 
 def test_index_service_put_keys_rolls_like_put_key(tmp_path):
+    # The service's put_key is a batch of one, so this checks what batching adds -- many
+    # messages across file rolls -- against batches of one; the item bytes themselves are
+    # checked against IndexStoreFile.put_key (its own code) in the test above.
     def service(name):
         return IndexStoreService(open_driver("memory", namespace=f"dispatch-batch-{name}-{os.getpid()}"),
                                  SqliteMetadataStore(str(tmp_path / f"{name}.db")), str(tmp_path / name),

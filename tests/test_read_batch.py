@@ -23,50 +23,20 @@ from tiered_core.codec.message import (
     lazy_message_ext,
 )
 from tiered_core.codec.message_batch import MessageBatch
-from tiered_core.codec.prop_crc import compute_prop_crc, stored_prop_crc
 from tiered_core.common import AppendResult, BoundaryType, offset_by_time
-from tiered_core.errors import CorruptData
 from tiered_core.flat import FlatMessageFile
 from tiered_core.flat.batch import check_batch, read_batch
 from tiered_core.metadata.sqlite import SqliteMetadataStore
 from tiered_core.plugins import open_driver
 from tiered_core.spi.access import CompositeAccess, ConsumeQueueRequest
+from test_store_validation import reference_check  # tests/ is on sys.path under pytest
 
 _names = st.text(alphabet="abcdeKTAGS_#x\u00e9", min_size=1, max_size=6)
 
 
-def reference(units, buf, base, *, topic, queue_id, queue_offset, policy):
-    """Each unit on its own: slice its bytes, decode_message, compare the fields.
-    Returns (index of the first bad unit, its reason) -- (len(units), None) when all pass."""
-    for i, (offset, size, tags_code) in enumerate(units):
-        pos = offset - base
-        if size <= 0 or pos < 0 or pos + size > len(buf):
-            return i, "unit_out_of_range"
-        raw = buf[pos:pos + size]
-        stored = None if policy is PropCrcPolicy.IGNORE else stored_prop_crc(raw, 0, size)
-        try:
-            m = decode_message(raw, verify_crc=stored is None)
-        except CorruptData as exc:
-            return i, exc.reason
-        if m.store_size != size:
-            return i, "size_mismatch"
-        if m.topic != topic:
-            return i, "topic_mismatch"
-        if m.queue_id != queue_id:
-            return i, "queue_id_mismatch"
-        if m.queue_offset != queue_offset + i:
-            return i, "queue_offset_mismatch"
-        if m.commitlog_offset != offset:
-            return i, "physical_offset_mismatch"
-        if tags_code and topic != SCHEDULE_TOPIC and -(1 << 31) <= tags_code < (1 << 31) \
-                and tags_hash_code(m.tags) != tags_code:
-            return i, "tags_mismatch"
-        if stored is not None:
-            if compute_prop_crc(raw, 0, size) != stored:
-                return i, "prop_crc_mismatch"
-        elif policy is PropCrcPolicy.REQUIRE:
-            return i, "prop_crc_missing"
-    return len(units), None
+# The per-unit oracle of the batch check (decode_message on each unit, then compare fields).
+reference = reference_check
+
 
 
 @st.composite

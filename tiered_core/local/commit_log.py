@@ -20,6 +20,7 @@ before it stays.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import mmap
 import struct
@@ -236,12 +237,11 @@ class CommitLog:
             return self._files.flush()
 
     # ---- reading -------------------------------------------------------------------
-    def read(self, offset: int, length: int) -> bytes:
-        """Exactly ``length`` bytes at ``offset``, inside one file.
-
-        IllegalOffset when they are not all stored (expired, beyond the end, or
-        crossing a file end).
-        """
+    @contextlib.contextmanager
+    def _stored(self, offset: int, length: int) -> Iterator[tuple[MappedFile, int]]:
+        """The file holding all of ``[offset, offset + length)``, held for reading, and where
+        ``offset`` lies in it. IllegalOffset when the range is not all stored (expired,
+        beyond the end, or crossing a file end)."""
         if length <= 0:
             raise IllegalParam(f"read length must be > 0, got {length}", offset=offset, length=length)
         with self._files.reading(offset) as mf:
@@ -251,6 +251,12 @@ class CommitLog:
                     f"commit-log range {offset}+{length} is not stored (the file ends at {mf.end})",
                     offset=offset, length=length,
                 )
+            yield mf, pos
+
+    def read(self, offset: int, length: int) -> bytes:
+        """Exactly ``length`` bytes at ``offset``, inside one file. IllegalOffset when they
+        are not all stored (expired, beyond the end, or crossing a file end)."""
+        with self._stored(offset, length) as (mf, pos):
             try:
                 return mf.read(pos, length)
             except SegmentClosed:
@@ -261,18 +267,10 @@ class CommitLog:
         and where ``offset`` lies in it: ``(map, position)``. Nothing is copied until read;
         the map stays valid after the file is deleted (it holds its own descriptor). The
         caller closes it. IllegalOffset as :meth:`read`."""
-        if length <= 0:
-            raise IllegalParam(f"read length must be > 0, got {length}", offset=offset, length=length)
-        with self._files.reading(offset) as mf:
-            pos = offset - mf.start
-            if pos + length > mf.write_position:
-                raise IllegalOffset(
-                    f"commit-log range {offset}+{length} is not stored (the file ends at {mf.end})",
-                    offset=offset, length=length,
-                )
+        with self._stored(offset, length) as (mf, pos):
             start = pos - pos % mmap.ALLOCATIONGRANULARITY
             try:
-                view = mmap.mmap(mf._fd, pos + length - start, access=mmap.ACCESS_READ, offset=start)
+                view = mmap.mmap(mf.fileno(), pos + length - start, access=mmap.ACCESS_READ, offset=start)
             except (OSError, ValueError) as exc:
                 raise IllegalOffset(f"commit-log range {offset}+{length} cannot be mapped: {exc}",
                                     offset=offset, length=length) from None

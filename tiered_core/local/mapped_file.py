@@ -195,6 +195,11 @@ class MappedFile:
             os.ftruncate(self._fd, self.capacity)
             self._write_pos = self.capacity
 
+    def fileno(self) -> int:
+        """The file's descriptor (for a read-only map of a stored range; hold the file while
+        mapping)."""
+        return self._fd
+
     def read(self, position: int, length: int) -> bytes:
         """``length`` bytes at ``position``, clamped to the write position."""
         if position < 0 or length < 0:

@@ -43,7 +43,7 @@ import threading
 import time
 import tomllib
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from tiered_core.access.results import GetMessageResult, GetMessageStatus, PutMessageResult, QueryMessageResult
 from tiered_core.access.store import TieredMessageStore
@@ -258,6 +258,19 @@ class Cluster:
     def _details(self, topic: str) -> dict[str, TopicQueueMappingDetail]:
         return {b: d for b, m in self.mappings.items() if (d := m.get(topic)) is not None}
 
+    def _static_topics(self) -> list[str]:
+        """Every topic some open broker has a mapping of (call with the lock held)."""
+        return sorted({t for m in self.mappings.values() for t in m.topics()})
+
+    def _readable_views(self, topic: str | None) -> Iterator[tuple[str, TopicView]]:
+        """``(topic, view)`` of ``topic`` (None: every static topic) whose mappings agree
+        enough to read; the others are skipped (``verify`` reports them). Lock held."""
+        for t in [topic] if topic is not None else self._static_topics():
+            try:
+                yield t, self._view(t)
+            except MappingError:
+                continue
+
     def _view(self, topic: str, details: dict[str, TopicQueueMappingDetail] | None = None) -> TopicView:
         if details is None:
             # cached per topic until any open broker's mapping file changes: every write
@@ -395,12 +408,7 @@ class Cluster:
         Only generations followed by another one are listed (the newest is never skipped)."""
         out: list[dict[str, Any]] = []
         with self._lock:
-            topics = [topic] if topic is not None else sorted({t for m in self.mappings.values() for t in m.topics()})
-            for t in topics:
-                try:
-                    view = self._view(t)
-                except MappingError:
-                    continue
+            for t, view in self._readable_views(topic):
                 for q in range(view.total_queues):
                     readable, _ = view.readable(q)
                     for item in readable[:-1]:
@@ -596,12 +604,7 @@ class Cluster:
         (local retention); returns how many (broker, topic) files were rewritten."""
         written = 0
         with self._lock:
-            topics = [topic] if topic is not None else sorted({t for m in self.mappings.values() for t in m.topics()})
-            for t in topics:
-                try:
-                    view = self._view(t)
-                except MappingError:
-                    continue
+            for t, view in self._readable_views(topic):
                 for b, store in list(self.mappings.items()):
                     d = store.get(t)
                     if d is None:
@@ -646,8 +649,7 @@ class Cluster:
         previous leader is fenced."""
         out: list[Violation] = []
         with self._lock:
-            topics = sorted({t for m in self.mappings.values() for t in m.topics()})
-            for topic in topics:
+            for topic in self._static_topics():
                 details = self._details(topic)
                 for b in self.mappings:
                     if b not in details:

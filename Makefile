@@ -34,7 +34,7 @@ $(PY):
 # Cython first: setup.py builds the optional compiled core (tiered_core/_speedups) with the
 # machine's C compiler; without one (try CC=false) the install goes on, pure Python, and
 # the last command prints one line saying so.
-SPEEDUPS := setup.py $(wildcard tiered_core/_speedups/*.pyx)
+SPEEDUPS := setup.py $(wildcard tiered_core/_speedups/*.pyx tiered_core/_speedups/*.h)
 
 $(STAMP): $(PY) $(PYPROJECTS) $(SPEEDUPS)
 	$(PY) -m pip install -q "Cython>=3.0,<4"

@@ -15,6 +15,8 @@ from setuptools.command.build_ext import build_ext
 
 NAME = "tiered_core._speedups._core"
 SOURCE = os.path.join("tiered_core", "_speedups", "_core.pyx")
+#: C included by the Cython source (the CRC-32 kernel).
+HEADERS = [os.path.join("tiered_core", "_speedups", "crc32_clmul.h")]
 
 
 def _say_pure(why: str) -> None:
@@ -70,7 +72,7 @@ def _extensions() -> list[Extension]:
     except ImportError:
         _say_pure("Cython is not installed")
         return []
-    ext = Extension(NAME, [SOURCE], libraries=["z"], extra_compile_args=["-O2"])
+    ext = Extension(NAME, [SOURCE], libraries=["z"], extra_compile_args=["-O2"], depends=HEADERS)
     try:
         return cythonize([ext], compiler_directives={"language_level": "3"}, quiet=True)
     except Exception as exc:  # pragma: no cover - a Cython too old or broken

@@ -29,6 +29,10 @@ over ``--queues`` queues of one topic):
   ``MessageExt``s (storage level FORCE, read-ahead cache emptied first).
   Floor of both: ``driver.read`` of the same commit-log bytes in the same batches,
   ``zlib.crc32`` of every body and one ``bytes`` slice per message.
+  The floor computes the CRC with ``zlib.crc32``; the compiled core uses its own kernel
+  (carry-less multiplication where the CPU has PCLMULQDQ, ``_speedups/crc32_clmul.h``),
+  about 4x faster per KiB, so a compiled ratio above 1 is expected and honest: the work
+  (every body's CRC-32 checked) is the same, done faster.
 * ``warm_read_msgs_per_s``: every message again, now from the read-ahead cache;
   ``group_commit_speedup``: dispatch msg/s with the default grouping over the same with
   one commit per message (``--single-messages``).

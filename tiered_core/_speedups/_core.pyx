@@ -22,8 +22,10 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
 
-cdef extern from "zlib.h":
-    unsigned long zcrc32 "crc32" (unsigned long crc, const unsigned char *buf, unsigned int len) nogil
+cdef extern from "crc32_clmul.h":
+    uint32_t tiered_crc32(uint32_t crc, const unsigned char *p, size_t n) nogil
+    uint32_t tiered_crc32_with(uint32_t crc, const unsigned char *p, size_t n, int use_clmul) nogil
+    int tiered_crc32_has_clmul() nogil
 
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
@@ -176,13 +178,7 @@ cdef inline void w64(uint8_t* p, uint64_t v) noexcept nogil:
 
 cdef inline int32_t jcrc(const uint8_t* p, Py_ssize_t n) noexcept nogil:
     """Java UtilAll.crc32: zlib crc32 & 0x7FFFFFFF."""
-    cdef unsigned long c = zcrc32(0, NULL, 0)
-    while n > 0x40000000:
-        c = zcrc32(c, p, 0x40000000)
-        p += 0x40000000
-        n -= 0x40000000
-    c = zcrc32(c, p, <unsigned int>n)
-    return <int32_t>(c & 0x7FFFFFFF)
+    return <int32_t>(tiered_crc32(0, p, <size_t>n) & 0x7FFFFFFF)
 
 
 cdef inline bint is_ascii(const uint8_t* p, Py_ssize_t n) noexcept nogil:
@@ -1814,3 +1810,21 @@ def batch_items(units, data, base, queue_offset):
         out.append((PyLong_FromLongLong(q + i), PyBytes_FromStringAndSize(b + (off - c_base), size),
                     <object>PyTuple_GET_ITEM(unit, 2)))
     return out
+
+
+def zlib_crc32(data, unsigned int crc=0, bint clmul=True):
+    """zlib.crc32(data, crc) computed by the core's CRC kernel (``clmul=False``: zlib's code
+    only). For the oracle tests: both must equal ``zlib.crc32`` on every input."""
+    cdef Py_buffer view
+    cdef uint32_t out
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        out = tiered_crc32_with(crc, <const unsigned char*>view.buf, <size_t>view.len, 1 if clmul else 0)
+    finally:
+        PyBuffer_Release(&view)
+    return out
+
+
+def crc32_uses_clmul():
+    """True when this CPU runs the carry-less-multiplication CRC path."""
+    return bool(tiered_crc32_has_clmul())

@@ -79,7 +79,7 @@ def load_compiled() -> SimpleNamespace | None:
         from tiered_core._speedups import _core
     except ImportError:
         return None
-    missing = [name for name in (*KERNELS, "bind", "bind_batch", "bind_index", "bind_span")
+    missing = [name for name in (*KERNELS, "bind", "bind_batch", "bind_index", "bind_span", "zlib_crc32")
                if not hasattr(_core, name)]
     if missing:  # a stale build from older sources: its twins would not match these oracles
         global STALE

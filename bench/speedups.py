@@ -48,7 +48,6 @@ def _cases(batch: int, body: int):
     return [
         ("check_units", "check_units", (units, buf, 1 << 30),
          dict(topic="BenchTopic", queue_id=3, queue_offset=1000), batch),
-        ("split_by_units", "split_by_units", (units, buf, 1 << 30), {}, batch),
         ("decode_message", "decode_message", (first,), dict(verify_crc=False), 1),
         ("decode_message+crc", "decode_message", (first,), {}, 1),
         ("validate_message", "validate_message", (first,), {}, 1),

@@ -51,7 +51,7 @@ from tiered_core.codec import message as mc
 from tiered_core.codec import naming
 from tiered_core.codec.checks import PropCrcPolicy, check_units
 from tiered_core.codec.prop_crc import stored_prop_crc
-from tiered_core.codec.split import split_by_units
+from tiered_core.flat.batch import check_batch
 from tiered_core.codec.java_properties import parse_java_properties as parse_properties
 from tiered_core.config import parse_bool, parse_duration_ms, parse_size
 from tiered_core.errors import ConfigError, IllegalParam, MetadataError, StateConflict, TieredStoreError
@@ -390,12 +390,12 @@ def run_cq(data: bytes) -> None:
         assert len(data) % 20
 
 
-# ---- codec/split.py
+# ---- flat/batch.py (the one validated read path) and codec/checks.py
 
 
 @functools.lru_cache(maxsize=None)
-def split_seeds() -> tuple[tuple[bytes, bytes], ...]:
-    """(consume-queue units, commit-log bytes) pairs that split cleanly."""
+def unit_seeds() -> tuple[tuple[bytes, bytes], ...]:
+    """(consume-queue units, commit-log bytes) pairs that read back whole."""
     out = []
     msgs = message_seeds()[:20]
     for start in (0, 3, 9):
@@ -408,11 +408,11 @@ def split_seeds() -> tuple[tuple[bytes, bytes], ...]:
     return tuple(out)
 
 
-def gen_split(rng: random.Random) -> tuple[bytes, bytes, int | None, bool, bool]:
+def gen_units(rng: random.Random) -> tuple[bytes, bytes, int | None, bool, bool]:
     flags = (rng.random() < 0.5, rng.random() < 0.3)
     if rng.random() < 0.2:
         return (random_bytes(rng, 100), random_bytes(rng, 400), rng.choice((None, 0, rng.randrange(-50, 50))), *flags)
-    units, buf = rng.choice(split_seeds())
+    units, buf = rng.choice(unit_seeds())
     r = rng.random()
     if r < 0.4:
         units = mutate_bytes(rng, units)
@@ -424,28 +424,34 @@ def gen_split(rng: random.Random) -> tuple[bytes, bytes, int | None, bool, bool]
     return units, buf, shift, *flags
 
 
-def run_split(arg: tuple[bytes, bytes, int | None, bool, bool]) -> None:
-    """split_by_units over units decoded from the first bytes and a buffer from the second."""
-    units_raw, buf, shift, verify, skip = arg
+def run_batch(arg: tuple[bytes, bytes, int | None, bool, bool]) -> None:
+    """check_batch (scan_units) over units decoded from the first bytes and a buffer from the
+    second: it never raises for bad bytes, serves exactly the units check_units passes, and
+    reports the same first bad unit; every served message validates on its own."""
+    units_raw, buf, shift, verify, strict = arg
     units = list(cq.iter_cq_units(units_raw[:len(units_raw) - len(units_raw) % 20]))
-    buf_offset = None if shift is None or not units else units[0].commitlog_offset + shift
-    slices, err = typed(split_by_units, units, buf, buf_offset, verify_crc=verify, skip_corrupt=skip)
-    if slices is None:
-        assert not skip and err.code.value == "CORRUPT_DATA"
-        return
-    last = -1
-    for s in slices:
-        assert s.index > last and s.unit == units[s.index]
-        last = s.index
-        assert 0 <= s.position and s.position + s.unit.size <= len(buf)
-        assert mc.validate_message(buf, s.position, verify_crc=verify) == s.unit.size
+    base = (units[0].commitlog_offset if units else 0) + (shift or 0)
+    policy = PropCrcPolicy.REQUIRE if strict else PropCrcPolicy.IGNORE
+    batch, err = typed(check_batch, [tuple(u) for u in units], buf, base, topic="TopicTest", queue_id=0,
+                       queue_offset=0, verify_crc=verify, prop_crc=policy)
+    assert err is None, err
+    oracle, err = typed(check_units, units, buf, base, topic="TopicTest", queue_id=0, queue_offset=0,
+                        verify_crc=verify, prop_crc=policy)
+    assert err is None, err
+    assert len(batch) == len(oracle.positions)
+    assert (batch.error is None) == (oracle.error is None)
+    if batch.error is not None:
+        assert (batch.error.code, batch.error.offset) == (oracle.error.code, oracle.error.offset)
+    for (off, size, _tags), position in zip(batch.units, oracle.positions):
+        assert off - base == position
+        assert mc.validate_message(buf, position, verify_crc=verify) == size
 
 
 # ---- codec/checks.py and codec/prop_crc.py (the shared validation of every tiered read)
 
 
 def run_checks(arg: tuple[bytes, bytes, int | None, bool, bool]) -> None:
-    """check_units over the same inputs as split_by_units, under each property-CRC policy:
+    """check_units over the same inputs as check_batch, under each property-CRC policy:
     it never raises for bad bytes, the good units come first, and the first bad one is a
     CorruptData naming its commit-log offset."""
     units_raw, buf, shift, verify, strict = arg
@@ -999,11 +1005,11 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
            "decode/validate/split/peek/rewrite of commit-log records"),
     Target("codec.consume_queue", run_cq, gen_cq_bytes, st.binary(max_size=100),
            "consume-queue units"),
-    Target("codec.split", run_split, gen_split,
-           st.tuples(st.binary(max_size=80), st.binary(max_size=300), st.none() | st.integers(-2**64, 2**64),
+    Target("flat.batch", run_batch, gen_units,
+           st.tuples(st.binary(max_size=80), st.binary(max_size=300), st.none() | st.integers(-300, 300),
                      st.booleans(), st.booleans()),
-           "split_by_units"),
-    Target("codec.checks", run_checks, gen_split,
+           "check_batch: the one validated read path, against check_units"),
+    Target("codec.checks", run_checks, gen_units,
            st.tuples(st.binary(max_size=80), st.binary(max_size=300), st.none() | st.integers(-2**64, 2**64),
                      st.booleans(), st.booleans()),
            "check_units and the __CRC32# property readers"),
@@ -1061,7 +1067,7 @@ def test_fuzz_arbitrary_input(name: str, data: st.DataObject) -> None:
 #: Targets whose mutations start from a seed corpus (the others build inputs field by field).
 SEEDS: dict[str, Callable[[], Sequence[Any]]] = {
     "codec.message": message_seeds,
-    "codec.split": lambda: [(u, b, None, True, False) for u, b in split_seeds()],
+    "flat.batch": lambda: [(u, b, None, True, False) for u, b in unit_seeds()],
     "codec.naming": lambda: naming_seeds()[:4],
     "index.store_file": index_file_seeds,
     "index.uploaded": compacted_seeds,
@@ -1075,9 +1081,10 @@ def test_seeds_are_valid(name: str) -> None:
     for seed in SEEDS[name]():
         if name == "codec.message":
             assert mc.validate_message(seed) > 0
-        elif name == "codec.split":
+        elif name == "flat.batch":
             units = cq.decode_cq_units(seed[0])
-            assert len(split_by_units(units, seed[1])) == len(units)
+            first = units[0].commitlog_offset
+            assert all(mc.validate_message(seed[1], u.commitlog_offset - first) == u.size for u in units)
         elif name == "codec.naming":
             naming.parse_segment_path(seed)
         elif name == "index.store_file":

@@ -294,8 +294,6 @@ def test_every_single_bit_flip_agrees(prop_crc):
                            prop_crc=policy)
                 if got[1][2]:
                     reasons.add(got[1][2][2]["reason"])
-            same("split_by_units", units, bad, 1000)
-            same("split_by_units", units, bad, 1000, skip_corrupt=True)
             for unit in units:
                 same("decode_message", bad, unit.commitlog_offset - 1000, base_offset=1000)
                 same("validate_message", bad, unit.commitlog_offset - 1000, base_offset=1000)
@@ -306,7 +304,6 @@ def test_every_single_bit_flip_agrees(prop_crc):
     assert expected - reasons <= {"blank"}, expected - reasons
     for cut in range(len(buf) + 1):  # every truncation
         same("check_units", units, buf[:cut], 1000, topic="TopicA", queue_id=5, queue_offset=100)
-        same("split_by_units", units, buf[:cut], 1000)
 
 
 def test_check_units_odd_arguments_agree():
@@ -321,17 +318,6 @@ def test_check_units_odd_arguments_agree():
     same("check_units", [unit], memoryview(raw[:len(raw) // 4 * 4]).cast("I"), topic="T", queue_id=0,
          queue_offset=0)
     same("check_units", [unit], raw, topic="T", queue_id=0.0, queue_offset=0.0)
-
-
-@SETTINGS
-@given(st.data(), batches())
-def test_split_by_units_agrees(data, batch):
-    _topic, _queue_id, _q0, base, units, buf = batch
-    buf = data.draw(corrupted(buf))
-    units = data.draw(bent_units(units))
-    for skip in (False, True):
-        same("split_by_units", units, buf, data.draw(st.sampled_from([base, None])),
-             verify_crc=data.draw(st.booleans()), skip_corrupt=skip)
 
 
 # -- decode, validate, peek --------------------------------------------------------------------

@@ -20,9 +20,6 @@ kernel (``_core.``)        pure-Python oracle                          signature
                                                                        queue_id, queue_offset, verify_crc=True,
                                                                        prop_crc=IGNORE, check_tags=True)
                                                                        -> UnitCheck``
-``split_by_units``         ``codec.split.split_by_units``              ``(units, buf, buf_offset=None, *,
-                                                                       verify_crc=True, skip_corrupt=False)
-                                                                       -> list[UnitSlice]``
 ``decode_message``         ``codec.message.decode_message``            ``(buf, offset=0, *, verify_crc=True,
                                                                        base_offset=0) -> MessageExt``
 ``validate_message``       ``codec.message.validate_message``          ``(buf, offset=0, *, verify_crc=True,
@@ -51,5 +48,5 @@ kernel (``_core.``)        pure-Python oracle                          signature
 =========================  ==========================================  =========================================
 
 ``_core.bind(namespace)`` hands the extension its oracles and value types (CorruptData,
-MessageExt, ConsumeQueueUnit, UnitCheck, UnitSlice...); ``codec._impl`` does it once.
+MessageExt, ConsumeQueueUnit, UnitCheck...); ``codec._impl`` does it once.
 """

@@ -56,7 +56,6 @@ cdef object CorruptData = None
 cdef object MessageExt = None
 cdef object ConsumeQueueUnit = None
 cdef object UnitCheck = None
-cdef object UnitSlice = None
 cdef object Message = None
 cdef object V1 = None
 cdef object V2 = None
@@ -68,7 +67,6 @@ cdef object host_of = None  # message._host (lru-cached Host)
 cdef object host_parts = None  # message._cached_host_parts
 cdef object tags_hash_code = None
 cdef object p_check_units = None
-cdef object p_split_by_units = None
 cdef object p_decode_message = None
 cdef object p_validate_message = None
 cdef object p_encode_message = None
@@ -94,16 +92,15 @@ cdef object MISSING = _Missing()
 
 def bind(ns):
     """Take the pure oracles and value types from ``ns`` (a mapping). Idempotent."""
-    global CorruptData, MessageExt, ConsumeQueueUnit, UnitCheck, UnitSlice, Message, V1, V2
+    global CorruptData, MessageExt, ConsumeQueueUnit, UnitCheck, Message, V1, V2
     global DEFAULT_HOST, IGNORE, REQUIRE, PropCrcPolicy, host_of, host_parts, tags_hash_code
-    global p_check_units, p_split_by_units, p_decode_message, p_validate_message
+    global p_check_units, p_decode_message, p_validate_message
     global p_encode_message, p_encode_message_buffer, p_encode_cq_unit, p_encode_cq_units, p_decode_cq_units
     global p_pack_item, p_java_crc32, p_peek, SCHEDULE_TOPIC, bound
     CorruptData = ns["CorruptData"]
     MessageExt = ns["MessageExt"]
     ConsumeQueueUnit = ns["ConsumeQueueUnit"]
     UnitCheck = ns["UnitCheck"]
-    UnitSlice = ns["UnitSlice"]
     Message = ns["Message"]
     V1 = ns["V1"]
     V2 = ns["V2"]
@@ -116,7 +113,6 @@ def bind(ns):
     tags_hash_code = ns["tags_hash_code"]
     SCHEDULE_TOPIC = ns["SCHEDULE_TOPIC"]
     p_check_units = ns["check_units"]
-    p_split_by_units = ns["split_by_units"]
     p_decode_message = ns["decode_message"]
     p_validate_message = ns["validate_message"]
     p_encode_message = ns["encode_message"]
@@ -126,7 +122,7 @@ def bind(ns):
     p_decode_cq_units = ns["decode_cq_units"]
     p_pack_item = ns["pack_item"]
     p_java_crc32 = ns["java_crc32"]
-    for cls in (ConsumeQueueUnit, UnitSlice):  # ts_new3 builds them as bare tuples
+    for cls in (ConsumeQueueUnit,):  # ts_new3 builds it as a bare tuple
         if not issubclass(cls, tuple) or cls.__basicsize__ != tuple.__basicsize__ or hasattr(cls, "__dict__") and "__dict__" in cls.__dict__:
             raise TypeError(f"{cls!r} is not a plain NamedTuple")
     p_peek = {name: ns[name] for name in (
@@ -439,53 +435,6 @@ def check_units(units, buf, buf_offset=None, *, topic, queue_id, queue_offset, v
                          prop_crc=prop_crc, check_tags=check_tags)
     positions.extend(rest[0])
     return UnitCheck(positions, rest[1])
-
-
-def split_by_units(units, buf, buf_offset=None, *, verify_crc=True, skip_corrupt=False):
-    """Twin of codec.split.split_by_units."""
-    units = list(units)
-    if not units:
-        return []
-    cdef Py_buffer view
-    cdef int64_t base, cl_off = 0, size = 0, pos, tags = 0
-    cdef Py_ssize_t limit, i = 0, n = len(units)
-    cdef const uint8_t* b
-    cdef Parsed m
-    cdef list out = []
-    cdef bint vcrc = bool(verify_crc)
-    try:
-        base = i64(units[0].commitlog_offset if buf_offset is None else buf_offset)
-        PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
-    except Exception:
-        return p_split_by_units(units, buf, buf_offset, verify_crc=verify_crc, skip_corrupt=skip_corrupt)
-    b = <const uint8_t*>view.buf
-    limit = view.len
-    try:
-        while i < n:
-            unit = units[i]
-            if type(unit) is not ConsumeQueueUnit:
-                break
-            if not unpack3(unit, &cl_off, &size, &tags):
-                break
-            if base < 0 or cl_off < 0:
-                break
-            pos = cl_off - base
-            if pos < 0 or size <= 0 or size > limit - pos:
-                i = n  # a trimmed read: stop here (not a corruption)
-                break
-            if frame_parse(b, limit, pos, vcrc, &m) != 0 or m.total != size:
-                break
-            out.append(ts_new3(UnitSlice, i, unit, pos))
-            i += 1
-    except Exception:
-        pass
-    finally:
-        PyBuffer_Release(&view)
-    if i >= n:
-        return out
-    for s in p_split_by_units(units[i:], buf, base, verify_crc=verify_crc, skip_corrupt=skip_corrupt):
-        out.append(ts_new3(UnitSlice, s[0] + i, s[1], s[2]))
-    return out
 
 
 # -- decode --------------------------------------------------------------------------------

@@ -25,7 +25,6 @@ from tiered_core.codec import (
     keys,
     message,
     prop_crc,
-    split,
     tiered_index,
 )
 from tiered_core.errors import CorruptData
@@ -33,7 +32,6 @@ from tiered_core.errors import CorruptData
 #: Kernel name -> its pure-Python oracle.
 ORACLES = {
     "check_units": checks.check_units,
-    "split_by_units": split.split_by_units,
     "decode_message": message.decode_message,
     "validate_message": message.validate_message,
     "peek_total_size": message.peek_total_size,
@@ -92,7 +90,6 @@ def load_compiled() -> SimpleNamespace | None:
         "Message": message.Message,
         "ConsumeQueueUnit": consume_queue.ConsumeQueueUnit,
         "UnitCheck": checks.UnitCheck,
-        "UnitSlice": split.UnitSlice,
         "V1": message.MessageVersion.V1,
         "V2": message.MessageVersion.V2,
         "DEFAULT_HOST": message.DEFAULT_HOST,
@@ -122,7 +119,6 @@ _chosen = compiled or pure
 IMPLEMENTATION = "compiled" if compiled is not None else "pure-python"
 
 check_units = _chosen.check_units
-split_by_units = _chosen.split_by_units
 decode_message = _chosen.decode_message
 validate_message = _chosen.validate_message
 peek_total_size = _chosen.peek_total_size

@@ -13,11 +13,10 @@ import os
 import shlex
 import shutil
 import subprocess
-import sys
 import zlib
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tiered_core.codec import _impl

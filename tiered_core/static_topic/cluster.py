@@ -56,6 +56,7 @@ from tiered_core.static_topic.mapping import LogicQueueMappingItem, TopicQueueMa
 from tiered_core.static_topic.offsets import ConsumerOffsetStore
 from tiered_core.static_topic.reader import TieredBrokerReader
 from tiered_core.static_topic.store import TopicQueueMappingStore
+from tiered_core.static_topic.topic_config import TopicConfigStore
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,13 @@ def _merge_items(topic: str, queue: int, lists: Iterable[tuple[str, list[LogicQu
     return [by_gen[g] for g in sorted(by_gen)]
 
 
+def physical_queue_count(queues: dict[int, list[LogicQueueMappingItem]], broker: str) -> int:
+    """How many physical queues of the topic ``broker``'s topic config must count: its highest
+    physical queue id in any generation of ``queues`` + 1 (0: it hosts none). Ids are never
+    reused, so a topic config of at least this many read and write queues covers them all."""
+    return max((i.queueId + 1 for items in queues.values() for i in items if i.bname == broker), default=0)
+
+
 class Cluster:
     """Brokers of one cluster on one shared tiered backend, opened in this process.
 
@@ -169,6 +177,7 @@ class Cluster:
         self.stores: dict[str, TieredMessageStore] = {}
         self.mappings: dict[str, TopicQueueMappingStore] = {}
         self.offsets: dict[str, ConsumerOffsetStore] = {}
+        self.topic_configs: dict[str, TopicConfigStore] = {}
         self._readers: dict[str, TieredBrokerReader] = {}
         self._views: dict[str, tuple[tuple, TopicView]] = {}
         self._min_cache: dict[tuple[str, int, int], tuple[int, float]] = {}
@@ -181,6 +190,7 @@ class Cluster:
             for c in configs:
                 self.mappings[c.broker] = TopicQueueMappingStore(c.store_path, c.broker)
                 self.offsets[c.broker] = ConsumerOffsetStore(c.store_path)
+                self.topic_configs[c.broker] = TopicConfigStore(c.store_path, c.broker)
                 self.stores[c.broker] = TieredMessageStore.open(c, background=background)
         except BaseException:
             self.close()
@@ -229,6 +239,7 @@ class Cluster:
             self.stores.pop(name, None)
             self.mappings.pop(name, None)
             self.offsets.pop(name, None)
+            self.topic_configs.pop(name, None)
             reader = self._readers.pop(name, None)
         if reader is not None:
             reader.close()
@@ -426,8 +437,10 @@ class Cluster:
 
         Writes the mapping to every open broker of the cluster (brokers hosting nothing get one
         with ``epoch`` and ``totalQueues``: the seed's "No Target Brokers"), hosting brokers
-        first. Idempotent: re-running after a crash completes a half-done create. Refuses a
-        topic that already has data as a normal topic (:class:`StateConflict`) and a
+        first; then, mapping before topic config, the topic config (``topics.json``, its
+        physical queue count) on every broker hosting a physical queue. Idempotent:
+        re-running after a crash completes a half-done create. Refuses a topic that already
+        has data or a topic config as a normal topic (:class:`StateConflict`) and a
         ``total_queues`` that disagrees with an existing mapping (:class:`MappingError`,
         field ``totalQueues``). Returns :meth:`static_topic_status`.
         """
@@ -447,6 +460,11 @@ class Cluster:
                 epoch = view.epoch
                 queues = dict(view.queues)
             else:
+                for name, configs in self.topic_configs.items():
+                    if configs.get(topic) is not None:  # a mapping is always written before its topic config
+                        raise StateConflict(f"{topic!r} is already a normal topic (broker {name!r} has its topic "
+                                            "config, no broker a mapping); a static topic needs a new name",
+                                            topic=topic, broker=name, field="topicConfigTable")
                 for name, store in self.stores.items():
                     store.local.reput()  # puts not yet in a consume queue count too
                     if any(t == topic for t, _ in store.local.list_queues()) or any(
@@ -467,6 +485,11 @@ class Cluster:
                 hosted = {q: items for q, items in queues.items() if b in {i.bname for i in items[-2:]}}
                 self.mappings[b].put(TopicQueueMappingDetail(topic=topic, totalQueues=total_queues, bname=b,
                                                              epoch=epoch, hostedQueues=hosted))
+            # the seed's order: every mapping (the source of truth) first, then the topic configs
+            for b in self.topic_configs:
+                count = physical_queue_count(queues, b)
+                if count:
+                    self.topic_configs[b].ensure_queues(topic, count)
         return self.static_topic_status(topic)
 
     def _next_queue_id_with(self, topic: str, broker: str, queues: dict[int, list[LogicQueueMappingItem]]) -> int:
@@ -492,7 +515,11 @@ class Cluster:
 
         An old leader that is closed cannot be fenced in its own file; its item is then ended
         at what the tier holds of its queue (messages it never dispatched are not mapped).
-        Consumer offsets are not moved (seed: double-read-check on query instead).
+        The new leader's topic config grows to count its new physical queue once the new item is
+        durable in its mapping. Consumer offsets: queries double-read-check (leader, then the
+        previous leader), and each move also carries the fenced leader's committed offsets of
+        the moved logic queue forward to the new leader (never lowering one it already has), so
+        they outlive the broker two leaders back.
         """
         validate_topic(topic)
         brokers = self._check_targets(topic, brokers)
@@ -538,6 +565,7 @@ class Cluster:
         items = view.queues[queue]
         last = items[-1]
         if last.decided and last.bname == target:
+            self.topic_configs[target].ensure_queues(topic, last.queueId + 1)  # no write when complete
             return
         if last.bname != target:
             if not last.decided:  # an unfinished move elsewhere: finish it first
@@ -550,6 +578,8 @@ class Cluster:
             self._write_queue(target, topic, queue, items + [new], epoch, view.total_queues)
             items = items + [new]
         new, prev = items[-1], items[-2]
+        # the new physical queue in the topic config, after the mapping that names it is durable
+        self.topic_configs[target].ensure_queues(topic, new.queueId + 1)
         # step 2: fence the old leader (no more puts to it), recording where it ends
         if not prev.closed:
             old_store = self.stores.get(prev.bname)
@@ -562,9 +592,22 @@ class Cluster:
             old_leader = old.leader(queue) if old is not None else None
             if old_leader is None or old_leader.gen < new.gen:
                 self._write_queue(prev.bname, topic, queue, items[:-2] + [prev, new], epoch, view.total_queues)
+        # the fenced leader takes no more commits (they go to the new one since step 1): carry
+        # its offsets of this logic queue forward, so a query finds them once it is gone
+        carried = self._offsets_of(prev.bname)
+        if carried is not None:
+            self.offsets[target].raise_offsets(topic, queue, carried.queue_offsets(topic, queue))
         # step 3: decide the new item's logic offset: contiguous with the old item's end
         new = dataclasses.replace(new, logicOffset=prev.logic_end())
         self._write_queue(target, topic, queue, items[:-2] + [prev, new], epoch, view.total_queues)
+
+    def _offsets_of(self, broker: str) -> ConsumerOffsetStore | None:
+        """``broker``'s consumer offsets: its open store's, else read from its ``store_path`` while
+        that still exists (a closed broker); None when it is gone."""
+        store = self.offsets.get(broker)
+        if store is None and broker in self.configs and os.path.isdir(self.configs[broker].store_path):
+            store = ConsumerOffsetStore(self.configs[broker].store_path)
+        return store
 
     def _sync_epoch(self, topic: str, epoch: int) -> None:
         """Step 4: every open broker gets ``epoch``; a logic queue stays in a broker's file only
@@ -643,7 +686,9 @@ class Cluster:
 
     def verify(self) -> list[Violation]:
         """Check every static topic across the open brokers; one :class:`Violation` per broken rule
-        (an empty list: consistent). Rules: every open broker has a mapping of the topic;
+        (an empty list: consistent). Rules: every open broker has a mapping of the topic (a
+        topic config without one is named as such); every open broker hosting physical queues
+        of it has a topic config counting at least them (``topics.json``);
         epochs and ``totalQueues`` agree; generations agree between brokers; every logic queue
         has items; its leader's broker knows it leads; no undecided (-1) leader item; the
         previous leader is fenced."""
@@ -653,8 +698,11 @@ class Cluster:
                 details = self._details(topic)
                 for b in self.mappings:
                     if b not in details:
+                        has_config = b in self.topic_configs and self.topic_configs[b].get(topic) is not None
+                        why = (" but has its topic config: the mapping must come first" if has_config
+                               else " (create/remap incomplete)")
                         out.append(Violation(topic, None, b, "topicQueueMappingInfoMap",
-                                             f"broker {b!r} has no mapping of {topic!r} (create/remap incomplete)"))
+                                             f"broker {b!r} has no mapping of {topic!r}{why}"))
                 if len({d.epoch for d in details.values()}) > 1:
                     out.append(Violation(topic, None, None, "epoch", "brokers disagree on the epoch: "
                                          f"{ {b: d.epoch for b, d in details.items()} } (remap incomplete)"))
@@ -664,6 +712,20 @@ class Cluster:
                     out.append(Violation(topic, getattr(exc, "queue", None), getattr(exc, "broker", None),
                                          getattr(exc, "field", "mapping"), exc.message))
                     continue
+                for b, configs in self.topic_configs.items():
+                    need = physical_queue_count(view.queues, b)
+                    config = configs.get(topic)
+                    if b not in details or not need:
+                        continue
+                    if config is None:
+                        out.append(Violation(topic, None, b, "topicConfigTable",
+                                             f"broker {b!r} maps {need} physical queue(s) of {topic!r} but has no "
+                                             "topic config (create/remap incomplete: re-run it)"))
+                    elif config.queue_nums < need:
+                        out.append(Violation(topic, None, b, "writeQueueNums",
+                                             f"broker {b!r}'s topic config of {topic!r} counts {config.readQueueNums} "
+                                             f"read / {config.writeQueueNums} write queues, its mapping {need} "
+                                             "(create/remap incomplete: re-run it)"))
                 for q in range(view.total_queues):
                     items = view.queues.get(q)
                     if not items:

@@ -185,13 +185,16 @@ class Cluster:
         self._read_states: dict[tuple[str, int], _ReadState] = {}
         self._valid_topics: set[str] = set()
         self.skipped_reads = 0  # reads answered with a skip past a partly tiered generation
+        self._closing = False
         self._lock = threading.RLock()
         try:
             for c in configs:
                 self.mappings[c.broker] = TopicQueueMappingStore(c.store_path, c.broker)
                 self.offsets[c.broker] = ConsumerOffsetStore(c.store_path)
                 self.topic_configs[c.broker] = TopicConfigStore(c.store_path, c.broker)
-                self.stores[c.broker] = TieredMessageStore.open(c, background=background)
+                self.stores[c.broker] = store = TieredMessageStore.open(c, background=background)
+                # every local retention run that deleted files, the store's own timer included
+                store.add_local_expiry_listener(self._on_local_expiry)
         except BaseException:
             self.close()
             raise
@@ -252,6 +255,7 @@ class Cluster:
             store.dispatch(force=force)
 
     def close(self) -> None:
+        self._closing = True  # a retention run finishing meanwhile trims nothing
         for reader in list(self._readers.values()):
             reader.close()
         self._readers.clear()
@@ -658,12 +662,17 @@ class Cluster:
                         written += 1
         return written
 
+    def _on_local_expiry(self, deleted_files: int) -> None:
+        """A broker's local retention deleted files (called by its store, on the thread that ran
+        it: the background timer of a store opened with ``background=True``): trim."""
+        if not self._closing:
+            self.trim_static_mappings()
+
     def delete_expired_local(self, now_ms: int | None = None) -> int:
-        """Local retention on every open broker (never a message not yet tiered), then
-        :meth:`trim_static_mappings`; returns how many commit-log files were deleted."""
-        deleted = sum(store.delete_expired_local(now_ms) for store in list(self.stores.values()))
-        self.trim_static_mappings()
-        return deleted
+        """Local retention on every open broker now (never a message not yet tiered); each run
+        that deletes files trims the mappings (:meth:`trim_static_mappings`), as the brokers'
+        own background retention does. Returns how many commit-log files were deleted."""
+        return sum(store.delete_expired_local(now_ms) for store in list(self.stores.values()))
 
     def static_topic_status(self, topic: str) -> dict[str, Any]:
         """Per logic queue: its items (oldest first), leader, min and max logic offsets, and

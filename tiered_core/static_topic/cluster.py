@@ -104,13 +104,19 @@ _PAST_TIER = frozenset({GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.O
 
 
 class _ReadState:
-    """What :meth:`Cluster.get_message` keeps per logic queue between calls (see ``_read_state``)."""
+    """What :meth:`Cluster.get_message` keeps per logic queue between calls (see ``_read_state``):
+    per decided item (oldest first) its logic start, its logic end (closed items), the open
+    store that serves it (None: read through the tier-only reader) and the offset delta
+    ``logicOffset - startOffset`` applied to a whole batch; and the cached bounds."""
 
-    __slots__ = ("view", "readable", "starts", "ends", "lo", "lo_at", "hi", "hi_at", "hi_mark")
+    __slots__ = ("view", "readable", "starts", "ends", "stores", "deltas", "lo", "lo_at", "hi", "hi_at",
+                 "hi_mark")
 
     def __init__(self, view: TopicView, readable: list[LogicQueueMappingItem], starts: list[int],
-                 ends: list[int | None]) -> None:
+                 ends: list[int | None], stores: list[TieredMessageStore | None]) -> None:
         self.view, self.readable, self.starts, self.ends = view, readable, starts, ends
+        self.stores = stores
+        self.deltas = [i.logicOffset - i.startOffset for i in readable]
         self.lo = self.hi = 0
         self.lo_at = self.hi_at = -math.inf
         self.hi_mark: int | None = None  # the leader's commit-log max offset when ``hi`` was fresh
@@ -338,7 +344,10 @@ class Cluster:
         self._items(topic, queue_id)  # raises on a bad queue id or an unmapped queue
         readable, starts = view.readable(queue_id)
         ends = [i.logic_end() if i.closed else None for i in readable]
-        st = self._read_states[key] = _ReadState(view, readable, starts, ends)
+        # a broker opens or closes only with a change of the mapping view (close_broker drops
+        # its mapping store), which rebuilds this state: the resolved stores stay right
+        st = self._read_states[key] = _ReadState(view, readable, starts, ends,
+                                                 [self.stores.get(i.bname) for i in readable])
         self._valid_topics.add(topic)
         return st
 
@@ -792,13 +801,6 @@ class Cluster:
             logic = leader.to_logic(res.queue_offset) if leader.decided else -1
             return PutMessageResult(res.status, logic, res.commitlog_offset, res.store_timestamp)
 
-    def _read_physical(self, group: str, topic: str, item: LogicQueueMappingItem, offset: int,
-                       max_count: int) -> GetMessageResult:
-        store = self.stores.get(item.bname)
-        if store is not None:
-            return store.get_message(group, topic, item.queueId, offset, max_count)
-        return self._reader(item.bname).get_message(topic, item.queueId, offset, max_count)
-
     def get_message(self, group: str, topic: str, queue_id: int, offset: int,
                     max_count: int = 32) -> GetMessageResult:
         """Up to ``max_count`` messages of logic queue ``queue_id`` from logic ``offset``.
@@ -828,9 +830,11 @@ class Cluster:
             st = self._read_state(topic, queue_id)
             readable, starts, ends = st.readable, st.starts, st.ends
             now = time.monotonic()
-            # a read past the earliest item reports its min only: a value up to a second old
-            # will do (the min only grows); likewise the leader's max for a read below it
-            if len(starts) > 1 and offset >= starts[1] and now - st.lo_at < 1.0:
+            # the earliest item's min, up to a second old: it only grows, so a stale value is
+            # never above the true one (an offset below it is too small for sure; one that fell
+            # below the true min meanwhile gets the physical queue's OFFSET_TOO_SMALL, answered
+            # with a fresh min after the read); likewise the leader's max for a read below it
+            if now - st.lo_at < 1.0:
                 lo = st.lo
             else:
                 lo = st.lo = self._min_offset(topic, queue_id, readable[0], fresh=True)
@@ -869,27 +873,41 @@ class Cluster:
                 return GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, next_begin_offset=nxt_item.logicOffset
                                         if nxt_item is not None else hi, min_offset=lo, max_offset=hi)
             count = min(max_count, end - offset)
-        res = self._read_physical(group, topic, item, item.to_physical(offset), count)
+            delta = st.deltas[idx]
+            store = st.stores[idx]
+        # one translation per batch: the physical offset of the first message, then the
+        # delta onto each message's own offset (no per-message item lookup)
+        res = (store.get_message(group, topic, item.queueId, offset - delta, count) if store is not None
+               else self._reader(item.bname).get_message(topic, item.queueId, offset - delta, count))
         messages: list[MessageExt] = res.messages
-        if item.closed and messages and messages[-1].queue_offset >= item.endOffset:
-            messages = [m for m in messages if m.queue_offset < item.endOffset]
-        # the stores build fresh MessageExt objects on every read (the read-ahead cache keeps
-        # bytes, not objects), so rewriting them in place changes nothing anyone else holds
-        # (a stored message's queue id is its physical queue's, item.queueId)
-        delta = item.logicOffset - item.startOffset
-        if item.queueId != queue_id:
-            for m in messages:
-                m.queue_offset += delta
-                m.queue_id = queue_id
-        elif delta:
-            for m in messages:
-                m.queue_offset += delta
         if messages:
+            if item.endOffset >= 0 and messages[-1].queue_offset >= item.endOffset:  # closed item
+                messages = res.messages = [m for m in messages if m.queue_offset < item.endOffset]
+        if messages:
+            # the stores build fresh MessageExt objects and results on every read (the read-ahead
+            # cache keeps bytes, not objects), so rewriting them in place changes nothing anyone
+            # else holds (a stored message's queue id is its physical queue's, item.queueId)
+            if item.queueId != queue_id:
+                for m in messages:
+                    m.queue_offset += delta
+                    m.queue_id = queue_id
+            elif delta:
+                for m in messages:
+                    m.queue_offset += delta
             nxt = messages[-1].queue_offset + 1
             if nxt >= end and nxt_item is not None:
                 nxt = nxt_item.logicOffset
-            return GetMessageResult(GetMessageStatus.FOUND, messages, nxt, lo, hi, res.tier)
-        if res.status in (GetMessageStatus.OFFSET_TOO_SMALL,) and idx > 0:
+            res.status, res.next_begin_offset, res.min_offset, res.max_offset = GetMessageStatus.FOUND, nxt, lo, hi
+            return res
+        if res.status is GetMessageStatus.OFFSET_TOO_SMALL and idx == 0:
+            # the earliest item's min moved past ``offset`` since ``lo`` was cached: report it fresh
+            with self._lock:
+                lo = st.lo = self._min_offset(topic, queue_id, item, fresh=True)
+                st.lo_at = time.monotonic()
+            if offset < lo:
+                return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, next_begin_offset=lo, min_offset=lo,
+                                        max_offset=hi, tier=res.tier)
+        if res.status is GetMessageStatus.OFFSET_TOO_SMALL and idx > 0:
             # truncated middle generation: its remaining data starts later; never reset the consumer
             return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, next_begin_offset=max(
                 offset, item.to_logic(res.next_begin_offset)), min_offset=lo, max_offset=hi, tier=res.tier)

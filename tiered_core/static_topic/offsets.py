@@ -21,8 +21,7 @@ import threading
 
 from tiered_core.common import now_ms
 from tiered_core.errors import MetadataError
-from tiered_core.metadata.json_store import parse_json
-from tiered_core.static_topic.store import write_json_atomically
+from tiered_core.static_topic.store import read_json_document, write_json_atomically
 
 FILE_NAME = "consumerOffset.json"
 
@@ -35,13 +34,8 @@ class ConsumerOffsetStore:
         self._lock = threading.Lock()
         self._table: dict[str, dict[int, int]] = {}
         self.data_version = {"counter": 0, "stateVersion": 0, "timestamp": now_ms()}
-        try:
-            with open(self.path, "rb") as fh:
-                raw = fh.read()
-        except FileNotFoundError:
-            return
-        if raw.strip():
-            doc = parse_json(raw.decode("utf-8"), self.path)
+        doc = read_json_document(self.path, "consumer offsets")
+        if doc is not None:
             table = doc.get("offsetTable", {}) if isinstance(doc, dict) else None
             if not isinstance(table, dict):
                 raise MetadataError(f"{self.path!r}: offsetTable must be an object", path=self.path)

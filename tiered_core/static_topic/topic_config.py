@@ -30,8 +30,7 @@ from typing import Any
 
 from tiered_core.common import now_ms
 from tiered_core.errors import MappingError, MetadataError
-from tiered_core.metadata.json_store import parse_json
-from tiered_core.static_topic.store import write_json_atomically
+from tiered_core.static_topic.store import read_json_document, write_json_atomically
 
 FILE_NAME = "topics.json"
 #: RocketMQ's ``PermName.PERM_READ | PermName.PERM_WRITE``.
@@ -115,19 +114,9 @@ class TopicConfigStore:
         self._lock = threading.RLock()
         self._table: dict[str, TopicConfig] = {}
         self.data_version = {"counter": 0, "stateVersion": 0, "timestamp": now_ms()}
-        try:
-            with open(self.path, "rb") as fh:
-                raw = fh.read()
-        except FileNotFoundError:
+        doc = read_json_document(self.path, "topic configs")
+        if doc is None:
             return
-        except OSError as exc:
-            raise MetadataError(f"cannot read topic configs {self.path!r}: {exc}", path=self.path) from exc
-        if not raw.strip():
-            return
-        try:
-            doc = parse_json(raw.decode("utf-8"), self.path)
-        except UnicodeDecodeError as exc:
-            raise MetadataError(f"{self.path!r} is not UTF-8 text", path=self.path) from exc
         table = doc.get("topicConfigTable", {}) if isinstance(doc, dict) else None
         if not isinstance(table, dict):
             raise MetadataError(f"{self.path!r}: topicConfigTable must be an object", path=self.path)

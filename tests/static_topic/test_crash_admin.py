@@ -9,7 +9,7 @@ Create makes 5: one mapping per broker (a, b, c), then the topic configs of a an
 before topic config). The remap of 4 logic queues from a,b to b,c moves queues 0 and 2 to c
 and makes 13: 5 per moved queue (c's new item, c's topic config, a fenced, the offsets
 carried from a to c, c's item decided), then 3 epoch writes. Each run is killed after one
-write or in the middle of one (temp file fsynced, not renamed): 30 runs on POSIX, and a
+write or in the middle of one (temp file fsynced, not renamed): 35 runs on POSIX, and a
 representative 6 on the GCS emulator (the tier on fake-gcs-server; the mapping, topic-config
 and offset files are local files either way).
 """

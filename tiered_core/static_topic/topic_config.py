@@ -84,8 +84,9 @@ class TopicConfig:
         if name != topic:
             raise bad("topicName", f"names {name!r} but is stored under {topic!r}")
         values: dict[str, Any] = {}
-        for key in ("readQueueNums", "writeQueueNums", "perm", "topicSysFlag"):
-            v = doc.get(key, 0 if key == "topicSysFlag" else PERM_READ_WRITE if key == "perm" else None)
+        for key, default in (("readQueueNums", None), ("writeQueueNums", None), ("perm", PERM_READ_WRITE),
+                             ("topicSysFlag", 0)):
+            v = doc.get(key, default)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise bad(key, f"must be an integer >= 0, got {v!r}")
             values[key] = v

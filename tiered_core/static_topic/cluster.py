@@ -106,16 +106,17 @@ _PAST_TIER = frozenset({GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.O
 class _ReadState:
     """What :meth:`Cluster.get_message` keeps per logic queue between calls (see ``_read_state``):
     per decided item (oldest first) its logic start, its logic end (closed items), the open
-    store that serves it (None: read through the tier-only reader) and the offset delta
+    store that serves it or else the tier-only reader of its broker, and the offset delta
     ``logicOffset - startOffset`` applied to a whole batch; and the cached bounds."""
 
-    __slots__ = ("view", "readable", "starts", "ends", "stores", "deltas", "lo", "lo_at", "hi", "hi_at",
-                 "hi_mark")
+    __slots__ = ("view", "readable", "starts", "ends", "stores", "readers", "deltas", "lo", "lo_at", "hi",
+                 "hi_at", "hi_mark")
 
     def __init__(self, view: TopicView, readable: list[LogicQueueMappingItem], starts: list[int],
-                 ends: list[int | None], stores: list[TieredMessageStore | None]) -> None:
+                 ends: list[int | None], stores: list[TieredMessageStore | None],
+                 readers: list[TieredBrokerReader | None]) -> None:
         self.view, self.readable, self.starts, self.ends = view, readable, starts, ends
-        self.stores = stores
+        self.stores, self.readers = stores, readers
         self.deltas = [i.logicOffset - i.startOffset for i in readable]
         self.lo = self.hi = 0
         self.lo_at = self.hi_at = -math.inf
@@ -346,8 +347,9 @@ class Cluster:
         ends = [i.logic_end() if i.closed else None for i in readable]
         # a broker opens or closes only with a change of the mapping view (close_broker drops
         # its mapping store), which rebuilds this state: the resolved stores stay right
-        st = self._read_states[key] = _ReadState(view, readable, starts, ends,
-                                                 [self.stores.get(i.bname) for i in readable])
+        stores = [self.stores.get(i.bname) for i in readable]
+        readers = [self._reader(i.bname) if s is None else None for i, s in zip(readable, stores)]
+        st = self._read_states[key] = _ReadState(view, readable, starts, ends, stores, readers)
         self._valid_topics.add(topic)
         return st
 
@@ -843,7 +845,7 @@ class Cluster:
                 # unchanged while nothing was appended to the leader's open store since the last
                 # fresh value (its max only moves by a put; the reput is what makes it visible)
                 leader = readable[-1]
-                store = self.stores.get(leader.bname)
+                store = st.stores[-1]
                 mark = store.local.commit_log.max_offset if store is not None and not leader.closed else None
                 if mark is not None and mark == st.hi_mark:
                     hi = st.hi
@@ -875,10 +877,11 @@ class Cluster:
             count = min(max_count, end - offset)
             delta = st.deltas[idx]
             store = st.stores[idx]
+            reader = st.readers[idx]
         # one translation per batch: the physical offset of the first message, then the
         # delta onto each message's own offset (no per-message item lookup)
-        res = (store.get_message(group, topic, item.queueId, offset - delta, count) if store is not None
-               else self._reader(item.bname).get_message(topic, item.queueId, offset - delta, count))
+        res = (store.get_message(group, topic, item.queueId, offset - delta, count) if reader is None
+               else reader.get_message(topic, item.queueId, offset - delta, count))
         messages: list[MessageExt] = res.messages
         if messages:
             if item.endOffset >= 0 and messages[-1].queue_offset >= item.endOffset:  # closed item

@@ -18,14 +18,18 @@ straight to the shared tiered backend through a read-only view of that broker's 
 the other broker's prefix.
 
 Remap follows the seed's high-availability order ("切新禁旧再切新"), each step a durable
-mapping write: (1) the new leader gets the new item with ``logicOffset`` -1 (undecided);
+mapping write: (1) the new leader gets the new item with ``logicOffset`` -1 (undecided),
+then (mapping before topic config) its ``topics.json`` counts the new physical queue;
 (2) the old leader is fenced: its file gets the new item too, and the old item's
 ``endOffset`` (its physical max at that moment, taken under the cluster lock so no put
-races it); (3) the new leader's item gets ``logicOffset`` = the old item's logic end
+races it); the old leader's committed consumer offsets of the logic queue are carried to
+the new leader's ``consumerOffset.json`` (never lowering one there); (3) the new leader's
+item gets ``logicOffset`` = the old item's logic end
 (so logic offsets stay contiguous: no skip at a generation boundary); (4) every broker's
 file gets the new ``epoch``, and brokers that are neither leader nor previous leader of a
 logic queue drop it once its data has left their local store (the leader keeps every
-generation; :meth:`Cluster.trim_static_mappings` drops it later). A crash between steps leaves a
+generation; :meth:`Cluster.trim_static_mappings` drops it later, after any local
+retention run that deletes files, a broker's own background one included). A crash between steps leaves a
 state that :meth:`Cluster.verify` reports; running the same remap again finishes it.
 
 In-process puts and admin steps are serialised by one cluster lock (held per logic queue

@@ -385,6 +385,7 @@ BROKER_KEYS = {
     "mappedFileSizeCommitLog": ("65536", "local_commit_log_file_size", 65536),
     "flushDiskType": ("SYNC_FLUSH", "local_flush", "sync"),
     "fileReservedTime": ("12", "local_retention_hours", 12),
+    "cleanResourceInterval": ("2500", "local_retention_interval_ms", 2500),
     "tieredStoreFilePath": ("tiered", "driver_options", {"root": "<base>/tiered"}),
     "tieredStoreFilepath": ("tiered", "driver_options", {"root": "<base>/tiered"}),  # an old spelling
     "readAheadCacheEnable": ("false", "read_ahead_cache_bytes", 0),
@@ -416,6 +417,7 @@ BAD_BROKER_VALUES = {
     "mappedFileSizeCommitLog": ("1024", "local_commit_log_file_size", "size >= 4096"),
     "flushDiskType": ("NEVER_FLUSH", "local_flush", "async | sync"),
     "fileReservedTime": ("-1", "local_retention_hours", "int >= 0"),
+    "cleanResourceInterval": ("-5", "local_retention_interval_ms", "duration >= 0"),
     "tieredStoreFilePath": ("a\\u0000b", "options.root", "NUL"),
     "tieredStoreFilepath": ("\\uD800", "options.root", "lone surrogate"),
     "readAheadCacheEnable": ("perhaps", "readAheadCacheEnable", "true | false"),

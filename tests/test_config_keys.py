@@ -162,6 +162,7 @@ ENV_SAMPLES = {
     "local_commit_log_file_size": ("64KiB", 64 << 10),
     "local_flush": ("SYNC_FLUSH", "sync"),
     "local_retention_hours": ("12", 12),
+    "local_retention_interval_ms": ("5s", 5000),
     "metadata_recovery": ("rebuild", "rebuild"),
     "append_prop_crc": ("true", True),
     "verify_prop_crc": ("on", True),

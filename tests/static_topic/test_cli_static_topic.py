@@ -9,6 +9,7 @@ from pathlib import Path
 from tiered_core.cli import main
 from tiered_core.static_topic import Cluster
 from tiered_core.static_topic.store import mapping_path
+from tiered_core.static_topic.topic_config import topic_config_path
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cluster.toml"
 
@@ -45,3 +46,19 @@ def test_create_remap_status_verify(tmp_path, capsys):
     assert code == 2 and doc["error"]["code"] == "MAPPING" and doc["error"]["field"] == "totalQueues"
     with Cluster.load(f) as cluster:
         assert cluster.static_topic_status("orders")["totalQueues"] == 4
+
+
+def test_verify_names_a_missing_topic_config_and_rerunning_create_completes_it(tmp_path, capsys):
+    shutil.copy(EXAMPLE, tmp_path / "cluster.toml")
+    f = str(tmp_path / "cluster.toml")
+    argv = ("static-topic", "create", "--cluster", f, "--topic", "orders", "--queues", "4",
+            "--brokers", "broker-a,broker-b", "--json")
+    assert run(capsys, *argv)[0] == 0
+    Path(topic_config_path(str(tmp_path / "cluster-data" / "broker-a"))).unlink()  # as a crash between the two
+    code, doc = run(capsys, "static-topic", "verify", "--cluster", f, "--json")
+    assert code == 1 and [(v["broker"], v["field"]) for v in doc["violations"]] == [("broker-a", "topicConfigTable")]
+    code, text = run(capsys, "static-topic", "verify", "--cluster", f)
+    assert code == 1 and "broker broker-a topicConfigTable" in text
+    assert run(capsys, *argv)[0] == 0
+    assert run(capsys, "static-topic", "verify", "--cluster", f, "--json") == (
+        0, {"ok": True, "violations": [], "skipped": []})

@@ -77,3 +77,26 @@ def test_caught_up_reput_returns_at_once_and_picks_up_new_puts(configs):
         assert local.reput() == 0 and local.reput_offset == local.commit_log.max_offset
         cluster.stores["a"].put_message(Message(topic="t", body=b"x"), 0)
         assert local.reput() == 1 and local.reput() == 0
+
+
+def test_a_min_that_moved_under_the_cached_bounds_is_reported_at_once(tmp_path):
+    """The earliest item's min is cached for up to a second; an offset that local retention
+    removed meanwhile still gets OFFSET_TOO_SMALL with the fresh min, never a retry loop."""
+    from static_topic_helpers import broker_configs
+
+    configs = broker_configs(tmp_path, storage_level="DISABLE", local_commit_log_file_size=64 << 10)
+    with Cluster.open(configs) as cluster:
+        cluster.create_static_topic(TOPIC, 1, ["a"])
+        for i in range(200):
+            cluster.put_message(Message(topic=TOPIC, body=b"x" * 1024), 0)
+        first = cluster.get_message("g", TOPIC, 0, 0, 8)  # caches the min (0)
+        assert first.status is GetMessageStatus.FOUND and first.min_offset == 0
+        cluster.dispatch(force=True)
+        assert cluster.delete_expired_local(1 << 50) > 0
+        fresh_min = cluster.get_min_offset_in_queue(TOPIC, 0)
+        assert fresh_min > 8
+        res = cluster.get_message("g", TOPIC, 0, 8, 8)
+        assert res.status is GetMessageStatus.OFFSET_TOO_SMALL, res
+        assert res.next_begin_offset == res.min_offset == fresh_min
+        again = cluster.get_message("g", TOPIC, 0, fresh_min, 8)
+        assert again.status is GetMessageStatus.FOUND and again.messages[0].queue_offset == fresh_min

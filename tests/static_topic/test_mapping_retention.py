@@ -3,6 +3,8 @@ data has left that broker's local store (issue 12); they stay readable from the 
 
 from __future__ import annotations
 
+import time
+
 from static_topic_helpers import broker_configs
 
 from tiered_core import Message
@@ -51,3 +53,30 @@ def test_fully_tiered_and_expired_old_generation_is_dropped_by_the_remap(tmp_pat
         assert 0 in cluster.mappings["a"].get(TOPIC).hostedQueues  # previous leader: kept
         cluster.remap_static_topic(TOPIC, ["c"])
         assert cluster.mappings["a"].get(TOPIC).hostedQueues == {}  # dropped at once: nothing local
+
+
+def test_background_local_retention_trims_the_mapping_by_itself(tmp_path):
+    """Nothing calls trim or retention here: the brokers' own retention timers (background
+    stores) delete a's expired local files, and the cluster's listener trims a's mapping."""
+    configs = broker_configs(tmp_path, local_commit_log_file_size=64 << 10, local_retention_hours=0,
+                             local_retention_interval_ms=50, group_commit_interval_ms=0)
+    body = b"x" * 1024
+    with Cluster.open(configs, background=True) as cluster:
+        cluster.create_static_topic(TOPIC, 1, ["a"])
+        for _ in range(100):
+            cluster.put_message(Message(topic=TOPIC, body=body), 0)
+        cluster.remap_static_topic(TOPIC, ["b"])
+        cluster.put_message(Message(topic=TOPIC, body=body), 0)
+        cluster.remap_static_topic(TOPIC, ["c"])
+        # the tail of gen 0 is in a's active local file, which retention never deletes
+        assert 0 in cluster.mappings["a"].get(TOPIC).hostedQueues
+        for _ in range(200):  # a's commit log moves on: gen 0's files become deletable once tiered
+            cluster.stores["a"].put_message(Message(topic="filler", body=body), 0)
+        deadline = time.monotonic() + 60
+        while cluster.mappings["a"].get(TOPIC).hostedQueues and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert cluster.mappings["a"].get(TOPIC).hostedQueues == {}
+        assert cluster.stores["a"].local.get_min_offset_in_queue(TOPIC, 0) == 100  # gone locally
+        assert cluster.verify() == []
+        res = cluster.get_message("g", TOPIC, 0, 0, 32)  # still readable, from the tier
+        assert res.found and [m.queue_offset for m in res.messages] == list(range(32))

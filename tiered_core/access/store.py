@@ -31,7 +31,7 @@ from tiered_core.access.results import (
 from tiered_core.codec.message import Message, MessageExt
 from tiered_core.codec.naming import validate_topic
 from tiered_core.config import StoreConfig
-from tiered_core.errors import IllegalParam, StateConflict, TieredStoreError
+from tiered_core.errors import IllegalParam, SegmentClosed, StateConflict, TieredStoreError
 from tiered_core.flat.file_store import FlatFileStore
 from tiered_core.flat.ownership import PrefixOwnership, load_store_id
 from tiered_core.ops.reconcile import open_checked_metadata
@@ -120,15 +120,23 @@ class TieredMessageStore:
         self.local.add_queue_listener(self.dispatcher.on_new_queue)
         self._closed = False
         self._lock = threading.Lock()
+        self._expiry_listeners: list[Callable[[int], None]] = []
+        self._retention_stop = threading.Event()
+        self._retention_thread: threading.Thread | None = None
         if background:
             self.dispatcher.start()
             self.index.start()
+            if config.local_retention_interval_ms > 0:
+                self._retention_thread = threading.Thread(target=self._retention_loop, daemon=True,
+                                                          name=f"local-retention:{config.broker}")
+                self._retention_thread.start()
 
     @classmethod
     def open(cls, config: StoreConfig, *, background: bool = False, take_over: bool = False,
              clock: Callable[[], int] | None = None) -> "TieredMessageStore":
         """Open (or create) the store ``config`` describes; ``background`` runs the dispatcher
-        and index upload threads (otherwise call :meth:`dispatch` yourself).
+        and index upload threads and, every ``local_retention_interval_ms``, local retention
+        (:meth:`delete_expired_local`); otherwise call :meth:`dispatch` yourself.
 
         The store claims its tier prefix (``{cluster}/{broker}/``) first: when another store
         owns it, :class:`~tiered_core.errors.PrefixOwned` names both. ``take_over=True`` is a
@@ -329,9 +337,37 @@ class TieredMessageStore:
     # -- maintenance ----------------------------------------------------------------------------
 
     def delete_expired_local(self, now_ms: int | None = None) -> int:
-        """Local retention: delete expired commit-log files, never a message not yet tiered."""
+        """Local retention: delete expired commit-log files, never a message not yet tiered.
+
+        Returns how many commit-log files were deleted; when that is more than 0, every
+        listener added by :meth:`add_local_expiry_listener` is called with the count after the
+        files are gone (a listener's exception is logged, never raised here). A store opened
+        with ``background=True`` runs this every ``local_retention_interval_ms``."""
         keep = self.dispatcher.untiered_local_offset()
-        return self.local.delete_expired(now_ms, keep_from=keep)
+        deleted = self.local.delete_expired(now_ms, keep_from=keep)
+        if deleted:
+            for listener in list(self._expiry_listeners):
+                try:
+                    listener(deleted)
+                except Exception:  # noqa: BLE001 - retention is done; the listener's failure is its own
+                    log.exception("local expiry listener %r failed", listener)
+        return deleted
+
+    def add_local_expiry_listener(self, listener: Callable[[int], None]) -> None:
+        """Call ``listener(deleted_files)`` after each local retention run that deleted files
+        (explicit or background), on the thread that ran it, with no store lock held."""
+        self._expiry_listeners.append(listener)
+
+    def _retention_loop(self) -> None:
+        """The background local retention (RocketMQ's clean-commit-log service)."""
+        interval = self.config.local_retention_interval_ms / 1000
+        while not self._retention_stop.wait(interval):
+            try:
+                self.delete_expired_local()
+            except SegmentClosed:
+                return
+            except Exception:  # noqa: BLE001 - keep the service alive, report it
+                log.exception("local retention of %s failed", self.config.store_path)
 
     def delete_expired_tiered(self, now_ms: int | None = None) -> None:
         """Tiered retention: delete segments older than each topic's reserve time.
@@ -361,6 +397,9 @@ class TieredMessageStore:
                 return
             self._closed = True
         try:
+            self._retention_stop.set()
+            if self._retention_thread is not None:
+                self._retention_thread.join()
             self.dispatcher.shutdown()
             self.index.shutdown()
             self.flat_files.shutdown()

@@ -115,6 +115,10 @@ KEYS = Keys(
             "(RocketMQ's `ASYNC_FLUSH` / `SYNC_FLUSH` are accepted)."),
     Key("local_retention_hours", HOURS, 72, unit="hours", minimum=0, rocketmq="fileReservedTime",
         doc="Local files older than this are deleted, once everything in them is tiered."),
+    Key("local_retention_interval_ms", DURATION_MS, 10_000, unit="ms", minimum=0,
+        rocketmq="cleanResourceInterval",
+        doc="How often a store opened with background services runs local retention (and tells its "
+            "listeners, e.g. a static-topic cluster trimming its mappings); 0: only when called."),
     # -- safety -------------------------------------------------------------------------------------
     Key("metadata_recovery", RECOVERY, "refuse",
         doc="When the metadata does not list what the backend holds: `refuse` stops with an error "

@@ -15,6 +15,7 @@ from tiered_core.static_topic.cluster import (
 from tiered_core.static_topic.mapping import LogicQueueMappingItem, TopicQueueMappingDetail
 from tiered_core.static_topic.reader import ReadOnlyDriver, TieredBrokerReader
 from tiered_core.static_topic.store import TopicQueueMappingStore
+from tiered_core.static_topic.topic_config import TopicConfig, TopicConfigStore
 
 __all__ = ["Cluster", "Violation", "cluster_configs_from_text", "load_cluster_configs", "read_static_topic_items", "LogicQueueMappingItem", "TopicQueueMappingDetail",
-           "ReadOnlyDriver", "TieredBrokerReader", "TopicQueueMappingStore"]
+           "ReadOnlyDriver", "TieredBrokerReader", "TopicQueueMappingStore", "TopicConfig", "TopicConfigStore"]

@@ -18,14 +18,18 @@ straight to the shared tiered backend through a read-only view of that broker's 
 the other broker's prefix.
 
 Remap follows the seed's high-availability order ("切新禁旧再切新"), each step a durable
-mapping write: (1) the new leader gets the new item with ``logicOffset`` -1 (undecided);
+mapping write: (1) the new leader gets the new item with ``logicOffset`` -1 (undecided),
+then (mapping before topic config) its ``topics.json`` counts the new physical queue;
 (2) the old leader is fenced: its file gets the new item too, and the old item's
 ``endOffset`` (its physical max at that moment, taken under the cluster lock so no put
-races it); (3) the new leader's item gets ``logicOffset`` = the old item's logic end
+races it); the old leader's committed consumer offsets of the logic queue are carried to
+the new leader's ``consumerOffset.json`` (never lowering one there); (3) the new leader's
+item gets ``logicOffset`` = the old item's logic end
 (so logic offsets stay contiguous: no skip at a generation boundary); (4) every broker's
 file gets the new ``epoch``, and brokers that are neither leader nor previous leader of a
 logic queue drop it once its data has left their local store (the leader keeps every
-generation; :meth:`Cluster.trim_static_mappings` drops it later). A crash between steps leaves a
+generation; :meth:`Cluster.trim_static_mappings` drops it later, after any local
+retention run that deletes files, a broker's own background one included). A crash between steps leaves a
 state that :meth:`Cluster.verify` reports; running the same remap again finishes it.
 
 In-process puts and admin steps are serialised by one cluster lock (held per logic queue
@@ -56,6 +60,7 @@ from tiered_core.static_topic.mapping import LogicQueueMappingItem, TopicQueueMa
 from tiered_core.static_topic.offsets import ConsumerOffsetStore
 from tiered_core.static_topic.reader import TieredBrokerReader
 from tiered_core.static_topic.store import TopicQueueMappingStore
+from tiered_core.static_topic.topic_config import TopicConfigStore
 
 
 @dataclass(frozen=True)
@@ -103,13 +108,20 @@ _PAST_TIER = frozenset({GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.O
 
 
 class _ReadState:
-    """What :meth:`Cluster.get_message` keeps per logic queue between calls (see ``_read_state``)."""
+    """What :meth:`Cluster.get_message` keeps per logic queue between calls (see ``_read_state``):
+    per decided item (oldest first) its logic start, its logic end (closed items), the open
+    store that serves it or else the tier-only reader of its broker, and the offset delta
+    ``logicOffset - startOffset`` applied to a whole batch; and the cached bounds."""
 
-    __slots__ = ("view", "readable", "starts", "ends", "lo", "lo_at", "hi", "hi_at", "hi_mark")
+    __slots__ = ("view", "readable", "starts", "ends", "stores", "readers", "deltas", "lo", "lo_at", "hi",
+                 "hi_at", "hi_mark")
 
     def __init__(self, view: TopicView, readable: list[LogicQueueMappingItem], starts: list[int],
-                 ends: list[int | None]) -> None:
+                 ends: list[int | None], stores: list[TieredMessageStore | None],
+                 readers: list[TieredBrokerReader | None]) -> None:
         self.view, self.readable, self.starts, self.ends = view, readable, starts, ends
+        self.stores, self.readers = stores, readers
+        self.deltas = [i.logicOffset - i.startOffset for i in readable]
         self.lo = self.hi = 0
         self.lo_at = self.hi_at = -math.inf
         self.hi_mark: int | None = None  # the leader's commit-log max offset when ``hi`` was fresh
@@ -136,6 +148,13 @@ def _merge_items(topic: str, queue: int, lists: Iterable[tuple[str, list[LogicQu
                 endOffset=old.endOffset if old.closed else item.endOffset,
                 timeOfEnd=old.timeOfEnd if old.timeOfEnd >= 0 else item.timeOfEnd)
     return [by_gen[g] for g in sorted(by_gen)]
+
+
+def physical_queue_count(queues: dict[int, list[LogicQueueMappingItem]], broker: str) -> int:
+    """How many physical queues of the topic ``broker``'s topic config must count: its highest
+    physical queue id in any generation of ``queues`` + 1 (0: it hosts none). Ids are never
+    reused, so a topic config of at least this many read and write queues covers them all."""
+    return max((i.queueId + 1 for items in queues.values() for i in items if i.bname == broker), default=0)
 
 
 class Cluster:
@@ -169,6 +188,7 @@ class Cluster:
         self.stores: dict[str, TieredMessageStore] = {}
         self.mappings: dict[str, TopicQueueMappingStore] = {}
         self.offsets: dict[str, ConsumerOffsetStore] = {}
+        self.topic_configs: dict[str, TopicConfigStore] = {}
         self._readers: dict[str, TieredBrokerReader] = {}
         self._views: dict[str, tuple[tuple, TopicView]] = {}
         self._min_cache: dict[tuple[str, int, int], tuple[int, float]] = {}
@@ -176,12 +196,16 @@ class Cluster:
         self._read_states: dict[tuple[str, int], _ReadState] = {}
         self._valid_topics: set[str] = set()
         self.skipped_reads = 0  # reads answered with a skip past a partly tiered generation
+        self._closing = False
         self._lock = threading.RLock()
         try:
             for c in configs:
                 self.mappings[c.broker] = TopicQueueMappingStore(c.store_path, c.broker)
                 self.offsets[c.broker] = ConsumerOffsetStore(c.store_path)
-                self.stores[c.broker] = TieredMessageStore.open(c, background=background)
+                self.topic_configs[c.broker] = TopicConfigStore(c.store_path, c.broker)
+                self.stores[c.broker] = store = TieredMessageStore.open(c, background=background)
+                # every local retention run that deleted files, the store's own timer included
+                store.add_local_expiry_listener(self._on_local_expiry)
         except BaseException:
             self.close()
             raise
@@ -229,6 +253,7 @@ class Cluster:
             self.stores.pop(name, None)
             self.mappings.pop(name, None)
             self.offsets.pop(name, None)
+            self.topic_configs.pop(name, None)
             reader = self._readers.pop(name, None)
         if reader is not None:
             reader.close()
@@ -241,6 +266,7 @@ class Cluster:
             store.dispatch(force=force)
 
     def close(self) -> None:
+        self._closing = True  # a retention run finishing meanwhile trims nothing
         for reader in list(self._readers.values()):
             reader.close()
         self._readers.clear()
@@ -323,7 +349,11 @@ class Cluster:
         self._items(topic, queue_id)  # raises on a bad queue id or an unmapped queue
         readable, starts = view.readable(queue_id)
         ends = [i.logic_end() if i.closed else None for i in readable]
-        st = self._read_states[key] = _ReadState(view, readable, starts, ends)
+        # a broker opens or closes only with a change of the mapping view (close_broker drops
+        # its mapping store), which rebuilds this state: the resolved stores stay right
+        stores = [self.stores.get(i.bname) for i in readable]
+        readers = [self._reader(i.bname) if s is None else None for i, s in zip(readable, stores)]
+        st = self._read_states[key] = _ReadState(view, readable, starts, ends, stores, readers)
         self._valid_topics.add(topic)
         return st
 
@@ -426,8 +456,10 @@ class Cluster:
 
         Writes the mapping to every open broker of the cluster (brokers hosting nothing get one
         with ``epoch`` and ``totalQueues``: the seed's "No Target Brokers"), hosting brokers
-        first. Idempotent: re-running after a crash completes a half-done create. Refuses a
-        topic that already has data as a normal topic (:class:`StateConflict`) and a
+        first; then, mapping before topic config, the topic config (``topics.json``, its
+        physical queue count) on every broker hosting a physical queue. Idempotent:
+        re-running after a crash completes a half-done create. Refuses a topic that already
+        has data or a topic config as a normal topic (:class:`StateConflict`) and a
         ``total_queues`` that disagrees with an existing mapping (:class:`MappingError`,
         field ``totalQueues``). Returns :meth:`static_topic_status`.
         """
@@ -447,6 +479,11 @@ class Cluster:
                 epoch = view.epoch
                 queues = dict(view.queues)
             else:
+                for name, configs in self.topic_configs.items():
+                    if configs.get(topic) is not None:  # a mapping is always written before its topic config
+                        raise StateConflict(f"{topic!r} is already a normal topic (broker {name!r} has its topic "
+                                            "config, no broker a mapping); a static topic needs a new name",
+                                            topic=topic, broker=name, field="topicConfigTable")
                 for name, store in self.stores.items():
                     store.local.reput()  # puts not yet in a consume queue count too
                     if any(t == topic for t, _ in store.local.list_queues()) or any(
@@ -467,6 +504,11 @@ class Cluster:
                 hosted = {q: items for q, items in queues.items() if b in {i.bname for i in items[-2:]}}
                 self.mappings[b].put(TopicQueueMappingDetail(topic=topic, totalQueues=total_queues, bname=b,
                                                              epoch=epoch, hostedQueues=hosted))
+            # the seed's order: every mapping (the source of truth) first, then the topic configs
+            for b in self.topic_configs:
+                count = physical_queue_count(queues, b)
+                if count:
+                    self.topic_configs[b].ensure_queues(topic, count)
         return self.static_topic_status(topic)
 
     def _next_queue_id_with(self, topic: str, broker: str, queues: dict[int, list[LogicQueueMappingItem]]) -> int:
@@ -492,7 +534,11 @@ class Cluster:
 
         An old leader that is closed cannot be fenced in its own file; its item is then ended
         at what the tier holds of its queue (messages it never dispatched are not mapped).
-        Consumer offsets are not moved (seed: double-read-check on query instead).
+        The new leader's topic config grows to count its new physical queue once the new item is
+        durable in its mapping. Consumer offsets: queries double-read-check (leader, then the
+        previous leader), and each move also carries the fenced leader's committed offsets of
+        the moved logic queue forward to the new leader (never lowering one it already has), so
+        they outlive the broker two leaders back.
         """
         validate_topic(topic)
         brokers = self._check_targets(topic, brokers)
@@ -538,6 +584,7 @@ class Cluster:
         items = view.queues[queue]
         last = items[-1]
         if last.decided and last.bname == target:
+            self.topic_configs[target].ensure_queues(topic, last.queueId + 1)  # no write when complete
             return
         if last.bname != target:
             if not last.decided:  # an unfinished move elsewhere: finish it first
@@ -550,6 +597,8 @@ class Cluster:
             self._write_queue(target, topic, queue, items + [new], epoch, view.total_queues)
             items = items + [new]
         new, prev = items[-1], items[-2]
+        # the new physical queue in the topic config, after the mapping that names it is durable
+        self.topic_configs[target].ensure_queues(topic, new.queueId + 1)
         # step 2: fence the old leader (no more puts to it), recording where it ends
         if not prev.closed:
             old_store = self.stores.get(prev.bname)
@@ -562,9 +611,22 @@ class Cluster:
             old_leader = old.leader(queue) if old is not None else None
             if old_leader is None or old_leader.gen < new.gen:
                 self._write_queue(prev.bname, topic, queue, items[:-2] + [prev, new], epoch, view.total_queues)
+        # the fenced leader takes no more commits (they go to the new one since step 1): carry
+        # its offsets of this logic queue forward, so a query finds them once it is gone
+        carried = self._offsets_of(prev.bname)
+        if carried is not None:
+            self.offsets[target].raise_offsets(topic, queue, carried.queue_offsets(topic, queue))
         # step 3: decide the new item's logic offset: contiguous with the old item's end
         new = dataclasses.replace(new, logicOffset=prev.logic_end())
         self._write_queue(target, topic, queue, items[:-2] + [prev, new], epoch, view.total_queues)
+
+    def _offsets_of(self, broker: str) -> ConsumerOffsetStore | None:
+        """``broker``'s consumer offsets: its open store's, else read from its ``store_path`` while
+        that still exists (a closed broker); None when it is gone."""
+        store = self.offsets.get(broker)
+        if store is None and broker in self.configs and os.path.isdir(self.configs[broker].store_path):
+            store = ConsumerOffsetStore(self.configs[broker].store_path)
+        return store
 
     def _sync_epoch(self, topic: str, epoch: int) -> None:
         """Step 4: every open broker gets ``epoch``; a logic queue stays in a broker's file only
@@ -615,12 +677,17 @@ class Cluster:
                         written += 1
         return written
 
+    def _on_local_expiry(self, deleted_files: int) -> None:
+        """A broker's local retention deleted files (called by its store, on the thread that ran
+        it: the background timer of a store opened with ``background=True``): trim."""
+        if not self._closing:
+            self.trim_static_mappings()
+
     def delete_expired_local(self, now_ms: int | None = None) -> int:
-        """Local retention on every open broker (never a message not yet tiered), then
-        :meth:`trim_static_mappings`; returns how many commit-log files were deleted."""
-        deleted = sum(store.delete_expired_local(now_ms) for store in list(self.stores.values()))
-        self.trim_static_mappings()
-        return deleted
+        """Local retention on every open broker now (never a message not yet tiered); each run
+        that deletes files trims the mappings (:meth:`trim_static_mappings`), as the brokers'
+        own background retention does. Returns how many commit-log files were deleted."""
+        return sum(store.delete_expired_local(now_ms) for store in list(self.stores.values()))
 
     def static_topic_status(self, topic: str) -> dict[str, Any]:
         """Per logic queue: its items (oldest first), leader, min and max logic offsets, and
@@ -643,7 +710,9 @@ class Cluster:
 
     def verify(self) -> list[Violation]:
         """Check every static topic across the open brokers; one :class:`Violation` per broken rule
-        (an empty list: consistent). Rules: every open broker has a mapping of the topic;
+        (an empty list: consistent). Rules: every open broker has a mapping of the topic (a
+        topic config without one is named as such); every open broker hosting physical queues
+        of it has a topic config counting at least them (``topics.json``);
         epochs and ``totalQueues`` agree; generations agree between brokers; every logic queue
         has items; its leader's broker knows it leads; no undecided (-1) leader item; the
         previous leader is fenced."""
@@ -653,8 +722,11 @@ class Cluster:
                 details = self._details(topic)
                 for b in self.mappings:
                     if b not in details:
+                        has_config = b in self.topic_configs and self.topic_configs[b].get(topic) is not None
+                        why = (" but has its topic config: the mapping must come first" if has_config
+                               else " (create/remap incomplete)")
                         out.append(Violation(topic, None, b, "topicQueueMappingInfoMap",
-                                             f"broker {b!r} has no mapping of {topic!r} (create/remap incomplete)"))
+                                             f"broker {b!r} has no mapping of {topic!r}{why}"))
                 if len({d.epoch for d in details.values()}) > 1:
                     out.append(Violation(topic, None, None, "epoch", "brokers disagree on the epoch: "
                                          f"{ {b: d.epoch for b, d in details.items()} } (remap incomplete)"))
@@ -664,6 +736,20 @@ class Cluster:
                     out.append(Violation(topic, getattr(exc, "queue", None), getattr(exc, "broker", None),
                                          getattr(exc, "field", "mapping"), exc.message))
                     continue
+                for b, configs in self.topic_configs.items():
+                    need = physical_queue_count(view.queues, b)
+                    config = configs.get(topic)
+                    if b not in details or not need:
+                        continue
+                    if config is None:
+                        out.append(Violation(topic, None, b, "topicConfigTable",
+                                             f"broker {b!r} maps {need} physical queue(s) of {topic!r} but has no "
+                                             "topic config (create/remap incomplete: re-run it)"))
+                    elif config.queue_nums < need:
+                        out.append(Violation(topic, None, b, "writeQueueNums",
+                                             f"broker {b!r}'s topic config of {topic!r} counts {config.readQueueNums} "
+                                             f"read / {config.writeQueueNums} write queues, its mapping {need} "
+                                             "(create/remap incomplete: re-run it)"))
                 for q in range(view.total_queues):
                     items = view.queues.get(q)
                     if not items:
@@ -721,13 +807,6 @@ class Cluster:
             logic = leader.to_logic(res.queue_offset) if leader.decided else -1
             return PutMessageResult(res.status, logic, res.commitlog_offset, res.store_timestamp)
 
-    def _read_physical(self, group: str, topic: str, item: LogicQueueMappingItem, offset: int,
-                       max_count: int) -> GetMessageResult:
-        store = self.stores.get(item.bname)
-        if store is not None:
-            return store.get_message(group, topic, item.queueId, offset, max_count)
-        return self._reader(item.bname).get_message(topic, item.queueId, offset, max_count)
-
     def get_message(self, group: str, topic: str, queue_id: int, offset: int,
                     max_count: int = 32) -> GetMessageResult:
         """Up to ``max_count`` messages of logic queue ``queue_id`` from logic ``offset``.
@@ -757,9 +836,11 @@ class Cluster:
             st = self._read_state(topic, queue_id)
             readable, starts, ends = st.readable, st.starts, st.ends
             now = time.monotonic()
-            # a read past the earliest item reports its min only: a value up to a second old
-            # will do (the min only grows); likewise the leader's max for a read below it
-            if len(starts) > 1 and offset >= starts[1] and now - st.lo_at < 1.0:
+            # the earliest item's min, up to a second old: it only grows, so a stale value is
+            # never above the true one (an offset below it is too small for sure; one that fell
+            # below the true min meanwhile gets the physical queue's OFFSET_TOO_SMALL, answered
+            # with a fresh min after the read); likewise the leader's max for a read below it
+            if now - st.lo_at < 1.0:
                 lo = st.lo
             else:
                 lo = st.lo = self._min_offset(topic, queue_id, readable[0], fresh=True)
@@ -768,7 +849,7 @@ class Cluster:
                 # unchanged while nothing was appended to the leader's open store since the last
                 # fresh value (its max only moves by a put; the reput is what makes it visible)
                 leader = readable[-1]
-                store = self.stores.get(leader.bname)
+                store = st.stores[-1]
                 mark = store.local.commit_log.max_offset if store is not None and not leader.closed else None
                 if mark is not None and mark == st.hi_mark:
                     hi = st.hi
@@ -798,27 +879,42 @@ class Cluster:
                 return GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, next_begin_offset=nxt_item.logicOffset
                                         if nxt_item is not None else hi, min_offset=lo, max_offset=hi)
             count = min(max_count, end - offset)
-        res = self._read_physical(group, topic, item, item.to_physical(offset), count)
+            delta = st.deltas[idx]
+            store = st.stores[idx]
+            reader = st.readers[idx]
+        # one translation per batch: the physical offset of the first message, then the
+        # delta onto each message's own offset (no per-message item lookup)
+        res = (store.get_message(group, topic, item.queueId, offset - delta, count) if reader is None
+               else reader.get_message(topic, item.queueId, offset - delta, count))
         messages: list[MessageExt] = res.messages
-        if item.closed and messages and messages[-1].queue_offset >= item.endOffset:
-            messages = [m for m in messages if m.queue_offset < item.endOffset]
-        # the stores build fresh MessageExt objects on every read (the read-ahead cache keeps
-        # bytes, not objects), so rewriting them in place changes nothing anyone else holds
-        # (a stored message's queue id is its physical queue's, item.queueId)
-        delta = item.logicOffset - item.startOffset
-        if item.queueId != queue_id:
-            for m in messages:
-                m.queue_offset += delta
-                m.queue_id = queue_id
-        elif delta:
-            for m in messages:
-                m.queue_offset += delta
         if messages:
+            if item.endOffset >= 0 and messages[-1].queue_offset >= item.endOffset:  # closed item
+                messages = res.messages = [m for m in messages if m.queue_offset < item.endOffset]
+        if messages:
+            # the stores build fresh MessageExt objects and results on every read (the read-ahead
+            # cache keeps bytes, not objects), so rewriting them in place changes nothing anyone
+            # else holds (a stored message's queue id is its physical queue's, item.queueId)
+            if item.queueId != queue_id:
+                for m in messages:
+                    m.queue_offset += delta
+                    m.queue_id = queue_id
+            elif delta:
+                for m in messages:
+                    m.queue_offset += delta
             nxt = messages[-1].queue_offset + 1
             if nxt >= end and nxt_item is not None:
                 nxt = nxt_item.logicOffset
-            return GetMessageResult(GetMessageStatus.FOUND, messages, nxt, lo, hi, res.tier)
-        if res.status in (GetMessageStatus.OFFSET_TOO_SMALL,) and idx > 0:
+            res.status, res.next_begin_offset, res.min_offset, res.max_offset = GetMessageStatus.FOUND, nxt, lo, hi
+            return res
+        if res.status is GetMessageStatus.OFFSET_TOO_SMALL and idx == 0:
+            # the earliest item's min moved past ``offset`` since ``lo`` was cached: report it fresh
+            with self._lock:
+                lo = st.lo = self._min_offset(topic, queue_id, item, fresh=True)
+                st.lo_at = time.monotonic()
+            if offset < lo:
+                return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, next_begin_offset=lo, min_offset=lo,
+                                        max_offset=hi, tier=res.tier)
+        if res.status is GetMessageStatus.OFFSET_TOO_SMALL and idx > 0:
             # truncated middle generation: its remaining data starts later; never reset the consumer
             return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, next_begin_offset=max(
                 offset, item.to_logic(res.next_begin_offset)), min_offset=lo, max_offset=hi, tier=res.tier)

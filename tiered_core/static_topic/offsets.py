@@ -7,7 +7,10 @@
 
 For a static topic the queue id is the logic queue id and the offset a logic offset: the
 seed stores them unconverted on the logic queue's leader and reads them back with a
-double-read-check (leader, then previous leader), so a remap never resets a consumer.
+double-read-check (leader, then previous leader), so a remap never resets a consumer. A
+remap also carries the fenced leader's offsets of the moved logic queue forward to the new
+leader (:meth:`ConsumerOffsetStore.raise_offsets`), so they survive the loss of a broker two
+leaders back.
 Writes are atomic (:func:`~tiered_core.static_topic.store.write_json_atomically`).
 """
 
@@ -18,8 +21,7 @@ import threading
 
 from tiered_core.common import now_ms
 from tiered_core.errors import MetadataError
-from tiered_core.metadata.json_store import parse_json
-from tiered_core.static_topic.store import write_json_atomically
+from tiered_core.static_topic.store import read_json_document, write_json_atomically
 
 FILE_NAME = "consumerOffset.json"
 
@@ -32,13 +34,8 @@ class ConsumerOffsetStore:
         self._lock = threading.Lock()
         self._table: dict[str, dict[int, int]] = {}
         self.data_version = {"counter": 0, "stateVersion": 0, "timestamp": now_ms()}
-        try:
-            with open(self.path, "rb") as fh:
-                raw = fh.read()
-        except FileNotFoundError:
-            return
-        if raw.strip():
-            doc = parse_json(raw.decode("utf-8"), self.path)
+        doc = read_json_document(self.path, "consumer offsets")
+        if doc is not None:
             table = doc.get("offsetTable", {}) if isinstance(doc, dict) else None
             if not isinstance(table, dict):
                 raise MetadataError(f"{self.path!r}: offsetTable must be an object", path=self.path)
@@ -55,13 +52,43 @@ class ConsumerOffsetStore:
         covering data, the newest commit wins)."""
         with self._lock:
             self._table.setdefault(f"{topic}@{group}", {})[queue_id] = offset
-            self.data_version = {**self.data_version, "counter": self.data_version.get("counter", 0) + 1,
-                                 "timestamp": now_ms()}
-            write_json_atomically(self.path, {
-                "dataVersion": self.data_version,
-                "offsetTable": {k: {str(q): o for q, o in sorted(v.items())} for k, v in sorted(self._table.items())}})
+            self._persist()
 
     def query(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset, or -1 when none."""
         with self._lock:
             return self._table.get(f"{topic}@{group}", {}).get(queue_id, -1)
+
+    def queue_offsets(self, topic: str, queue_id: int) -> dict[str, int]:
+        """Every group's committed offset of (``topic``, ``queue_id``): group -> offset."""
+        suffix = len(topic) + 1
+        with self._lock:
+            return {key[suffix:]: table[queue_id] for key, table in self._table.items()
+                    if key.startswith(f"{topic}@") and queue_id in table}
+
+    def raise_offsets(self, topic: str, queue_id: int, offsets: dict[str, int]) -> bool:
+        """Carry ``offsets`` (group -> offset of (``topic``, ``queue_id``)) into this store in one
+        durable write, never lowering an offset it already has (a commit made here wins when
+        it is further on). Idempotent: nothing is written when nothing would change; returns
+        whether it wrote."""
+        with self._lock:
+            raised = {g: o for g, o in offsets.items()
+                      if o > self._table.get(f"{topic}@{g}", {}).get(queue_id, -1)}
+            if not raised:
+                return False
+            old = {k: dict(v) for k, v in self._table.items()}
+            for g, o in raised.items():
+                self._table.setdefault(f"{topic}@{g}", {})[queue_id] = o
+            try:
+                self._persist()
+            except BaseException:
+                self._table = old
+                raise
+            return True
+
+    def _persist(self) -> None:  # lock held
+        self.data_version = {**self.data_version, "counter": self.data_version.get("counter", 0) + 1,
+                             "timestamp": now_ms()}
+        write_json_atomically(self.path, {
+            "dataVersion": self.data_version,
+            "offsetTable": {k: {str(q): o for q, o in sorted(v.items())} for k, v in sorted(self._table.items())}})

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from typing import Any
 
 from tiered_core.common import fsync_dir, now_ms
 from tiered_core.errors import MappingError, MetadataError
@@ -53,19 +54,9 @@ class TopicQueueMappingStore:
     # -- loading ------------------------------------------------------------------------
 
     def _load(self) -> None:
-        try:
-            with open(self.path, "rb") as fh:
-                raw = fh.read()
-        except FileNotFoundError:
+        doc = read_json_document(self.path, "static-topic mapping")
+        if doc is None:
             return
-        except OSError as exc:
-            raise MetadataError(f"cannot read static-topic mapping {self.path!r}: {exc}", path=self.path) from exc
-        if not raw.strip():
-            return
-        try:
-            doc = parse_json(raw.decode("utf-8"), self.path)
-        except UnicodeDecodeError as exc:
-            raise MetadataError(f"{self.path!r} is not UTF-8 text", path=self.path) from exc
         if not isinstance(doc, dict):
             raise MappingError(f"{self.path!r}: the document must be an object", topic=None, queue=None,
                                field="topicQueueMappingInfoMap", broker=self.broker, path=self.path)
@@ -139,6 +130,25 @@ class TopicQueueMappingStore:
         self.data_version = {**self.data_version, "counter": self.data_version.get("counter", 0) + 1,
                              "timestamp": now_ms()}
         write_json_atomically(self.path, self.document())
+
+
+def read_json_document(path: str, what: str) -> Any:
+    """The JSON document of a broker config file (``what`` names it in errors), or None when
+    the file is absent or blank. fastjson's bare integer keys are accepted. An unreadable
+    file, one that is not UTF-8 or not JSON raises :class:`MetadataError` naming the path."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise MetadataError(f"cannot read {what} {path!r}: {exc}", path=path) from exc
+    if not raw.strip():
+        return None
+    try:
+        return parse_json(raw.decode("utf-8"), path)
+    except UnicodeDecodeError as exc:
+        raise MetadataError(f"{path!r} is not UTF-8 text", path=path) from exc
 
 
 def write_json_atomically(path: str, doc: dict) -> None:

@@ -29,6 +29,20 @@ def test_demo_json(tmp_path):
     assert summary["result"] == "OK" and summary["verified"] == 20000 and summary["wrong"] == 0
     assert summary["local_files_deleted"] > 0
     assert summary["config"] == str(tmp_path / "demo-data" / "tiered.toml")
+    # the static-topic step: two generations, the first broker's store gone, all read back
+    static = summary["static_topic"]
+    assert static == {"cluster": str(tmp_path / "demo-data" / "cluster" / "cluster.toml"), "put": 4000,
+                      "verified": 4000, "wrong": 0, "generations": 2}
+    assert not (tmp_path / "demo-data" / "cluster" / "broker-a").exists()
+    proc = run("static-topic", "status", "--cluster", static["cluster"], "--topic", "demo-static", "--json",
+               cwd=tmp_path)
+    assert proc.returncode == ExitCode.OK, proc.stderr
+    status = json.loads(proc.stdout)
+    assert status["totalQueues"] == 4 and len(status["queues"]) == 4
+    moved = [q for q in status["queues"] if len(q["items"]) == 2]
+    assert moved and all(q["items"][0]["bname"] == "broker-a" and q["items"][1]["logicOffset"] > 0 for q in moved)
+    assert sum(q["maxOffset"] for q in status["queues"]) == 4000
+    assert {q["leader"]["bname"] for q in status["queues"]} == {"broker-b", "broker-c"}
 
 
 def test_demo_verification_failure_is_check_failed(tmp_path):

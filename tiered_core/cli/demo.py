@@ -6,6 +6,7 @@
 4. reopen the store reading from the tiered store only, read every message back and
    verify it byte for byte;
 5. run key and time lookups;
+6. on the embedded default, a static topic over three brokers (:mod:`tiered_core.cli.demo_static`);
 then print a summary. Without ``--config`` it runs on the embedded default: POSIX
 driver and SQLite metadata under ``./demo-data`` (recreated), and writes the config it
 used to ``./demo-data/tiered.toml``.
@@ -62,6 +63,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--topics", type=int, default=4, metavar="N", help="topics to spread them over (default 4)")
     p.add_argument("--queues", type=int, default=4, metavar="N", help="queues per topic (default 4)")
     p.add_argument("--lookups", type=int, default=200, metavar="N", help="key and time lookups to run (default 200)")
+    p.add_argument("--static-messages", type=int, default=4000, metavar="N",
+                   help="messages for the static-topic step on the embedded default (default 4000; 0 skips it)")
     add_json_option(p, "the summary")
     p.set_defaults(func=run)
 
@@ -86,6 +89,9 @@ def body_of(topic: str, queue_id: int, seq: int, size: int) -> bytes:
 
 def run(args: argparse.Namespace) -> int:
     """``tiered demo``: the main job end to end; raises a typed error on any failure."""
+    if args.static_messages < 0:
+        raise IllegalParam(f"--static-messages must be >= 0, got {args.static_messages}", option="--static-messages",
+                           value=args.static_messages)
     for name in ("messages", "size", "topics", "queues"):
         if getattr(args, name) <= 0:
             raise IllegalParam(f"--{name} must be > 0, got {getattr(args, name)}", option=f"--{name}",
@@ -239,8 +245,20 @@ def run(args: argparse.Namespace) -> int:
     rows.append(("time lookups", f"{time_ok}/{len(samples)} correct ({lookup_s:.1f} s for both kinds)"))
     store.close()
 
+    # 6. a static topic over three brokers (embedded default only: it needs its own cluster)
+    static = None
+    if not args.config and args.static_messages > 0:
+        from tiered_core.cli.demo_static import TOPIC, run_static_demo
+
+        static = run_static_demo(os.path.join(config.store_path, "cluster"), args.static_messages)
+        rows.append(("static topic", f"{TOPIC}: {static.verified:,}/{static.put:,} read back in order over "
+                                     f"{static.generations} generations, leaders now {', '.join(sorted(set(static.leaders)))}, "
+                                     f"the first broker's store deleted"))
+        rows.append(("  inspect it", f"tiered static-topic status --cluster {os.path.relpath(static.cluster_file)} "
+                                     f"--topic {TOPIC} --json"))
+
     success = (verified == args.messages and wrong == 0 and deleted_files > 0
-               and key_ok == len(samples) and time_ok == len(samples))
+               and key_ok == len(samples) and time_ok == len(samples) and (static is None or static.ok))
     rows.append(("result", "OK: every message verified from the tiered store after the local copy was deleted"
                  if success else "FAILED"))
     summary = {"driver": config.driver, "metadata": config.metadata, "config": config_path,
@@ -248,6 +266,9 @@ def run(args: argparse.Namespace) -> int:
                "local_files_deleted": deleted_files, "key_lookups": len(samples), "key_lookups_ok": key_ok,
                "time_lookups_ok": time_ok,
                "rates_msgs_per_s": {"put": round(put_rate), "dispatch": round(dispatch_rate), "read": round(read_rate)},
+               "static_topic": None if static is None else {
+                   "cluster": static.cluster_file, "put": static.put, "verified": static.verified,
+                   "wrong": static.wrong, "generations": static.generations},
                "rows": dict(rows), "result": "OK" if success else "FAILED"}
     if args.json and success:
         print_json(summary)

@@ -15,8 +15,9 @@ from tiered_core.spark.options import (
     ConfigSource, ReadOptions, config_source, parse_read_options, require_shared_backend,
 )
 from tiered_core.spark.plan import QueuePartition, plan_partitions
-from tiered_core.spark.reader import read_messages
-from tiered_core.spark.schema import arrow_schema, messages_to_batch, spark_schema
+from tiered_core.spark.arrow_batch import batch_to_arrow
+from tiered_core.spark.reader import read_batches
+from tiered_core.spark.schema import arrow_schema, spark_schema
 
 #: The format name: ``spark.read.format("tiered")``.
 FORMAT = "tiered"
@@ -70,8 +71,12 @@ class TieredReader(DataSourceReader):
         if not isinstance(partition, QueuePartition):
             return
         schema = arrow_schema()
-        for messages in read_messages(self.source, partition, self.read_options):
-            yield messages_to_batch(messages, schema)
+        read = self.read_options
+        wants_time = read.wants_time if read.start_time is not None or read.end_time is not None else None
+        for batch in read_batches(self.source, partition):
+            rows = batch_to_arrow(batch, schema, wants_time)
+            if rows.num_rows:
+                yield rows
 
 
 class _EmptyPartition(InputPartition):

@@ -44,6 +44,14 @@ class TieredDataSource(DataSource):
     def schema(self):
         return spark_schema()
 
+    def streamReader(self, schema):
+        """``spark.readStream.format("tiered")``: :class:`~tiered_core.spark.stream_source.TieredStreamReader`
+        (options in :mod:`tiered_core.spark.stream_options`; bad ones raise InvalidOption here)."""
+        from tiered_core.spark.stream_options import parse_stream_options
+        from tiered_core.spark.stream_source import TieredStreamReader
+
+        return TieredStreamReader(*parse_stream_options(dict(self.options)))
+
     def reader(self, schema) -> "TieredReader":
         options = dict(self.options)
         if any(str(k).lower() == "static_topic" for k in options):

@@ -114,6 +114,22 @@ def test_columnar_builder_equals_messages_to_batch():
     assert kept.equals(messages_to_batch([batch.message(2)], schema))
 
 
+def test_properties_are_parsed_like_parse_properties_even_when_odd():
+    from tiered_core.codec.message import parse_properties
+    from tiered_core.spark.arrow_batch import properties_columns
+
+    schema = arrow_schema()
+    for texts in (
+        ["", "a\x01b", "\x01x\x02k\x01\x02z\x01v\x01w\x02KEYS\x01 a  b \x02", "TAGS\x01t\x02", "q", "ü\x01ö\x02"],
+        ["a\x011\x02b\x012\x02a\x013\x02", "KEYS\x01x\x02KEYS\x01y z\x02TAGS\x01p\x02TAGS\x01q"],  # repeated names
+    ):
+        props, keys, tags = properties_columns(texts, schema)
+        parsed = [parse_properties(t) for t in texts]
+        assert props.to_pylist() == [list(p.items()) for p in parsed]
+        assert keys.to_pylist() == [[k for k in (p.get("KEYS") or "").split(" ") if k] for p in parsed]
+        assert tags.to_pylist() == [p.get("TAGS") for p in parsed]
+
+
 # -- fair sharing ------------------------------------------------------------------------------
 
 

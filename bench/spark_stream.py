@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import json
 import os
 import shutil
 import statistics
@@ -47,13 +46,12 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 from pyspark.sql.datasource import DataSource, DataSourceReader  # noqa: E402
+from spark_export import add_store_arguments, print_report, write_store  # noqa: E402  (bench/ is on sys.path)
 
-from tiered_core.config import StoreConfig  # noqa: E402
 from tiered_core.spark.datasource import planned_partitions  # noqa: E402
 from tiered_core.spark.options import config_source, parse_read_options  # noqa: E402
 from tiered_core.spark.plan import QueuePartition  # noqa: E402
 from tiered_core.spark.reader import read_batches  # noqa: E402
-from tiered_core.spark.sample import SampleSpec, write_sample  # noqa: E402
 from tiered_core.spark.schema import spark_schema  # noqa: E402
 
 TARGETS = {"stream_vs_parquet": 0.5, "arrow_vs_rows": 3.0}
@@ -108,14 +106,9 @@ def timed(fn, rounds: int) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--topics", type=int, default=2)
-    parser.add_argument("--queues", type=int, default=2, help="queues per topic")
-    parser.add_argument("--messages", type=int, default=50_000, help="messages per queue")
-    parser.add_argument("--body-size", type=int, default=256)
+    add_store_arguments(parser, queues=2, messages=50_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--workdir", default=None, help="directory for the store and outputs (default: a temp dir)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
 
     from tiered_core.spark import get_session
@@ -124,12 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = args.workdir or tempfile.mkdtemp(prefix="tiered-spark-stream-bench-")
     os.makedirs(workdir, exist_ok=True)
     try:
-        config_path = os.path.join(workdir, "tiered.toml")
-        with open(config_path, "w") as fh:
-            fh.write('[tiered]\nstore_path = "./store"\n[tiered.options]\nfsync = false\n')
-        spec = SampleSpec(topics=tuple(f"bench{i}" for i in range(args.topics)), queues=args.queues,
-                          messages=args.messages, body_size=args.body_size)
-        messages = write_sample(StoreConfig.load(config_path), spec)
+        config_path, _spec, messages = write_store(workdir, args)  # before anything is timed
         spark = get_session(args.master, app_name="bench-spark-stream")
         spark.dataSource.register(RowSource)
         parquet = export(spark, config_path, os.path.join(workdir, "parquet")).path
@@ -177,23 +165,11 @@ def main(argv: list[str] | None = None) -> int:
             "arrow_msgs_per_s": round(messages / arrow_s),
             "rows_msgs_per_s": round(messages / rows_s),
             "arrow_vs_rows": round(rows_s / arrow_s, 3),
-            "cpu_count": os.cpu_count(),
-            "load_average_1m": round(os.getloadavg()[0], 2),
         }
-        report["targets"] = {name: {"target": target, "pass": report[name] >= target}
-                             for name, target in TARGETS.items()}
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
-    if args.json:
-        print(json.dumps(report))
-    else:
-        for key, value in report.items():
-            if key != "targets":
-                print(f"{key:24s} {value}")
-        for name, target in TARGETS.items():
-            verdict = "PASS" if report["targets"][name]["pass"] else "FAIL"
-            print(f"{name:24s} {report[name]} (target >= {target}) {verdict}")
+    print_report(report, args.json, TARGETS)
     return 0
 
 

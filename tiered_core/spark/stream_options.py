@@ -164,7 +164,8 @@ def parse_stream_options(options: Mapping[str, Any]) -> tuple[ConfigSource, Stre
             raise _bad("startingTimestamp", opts["startingTimestamp"], "a time at or after the epoch")
     max_messages = _positive_int("maxMessagesPerTrigger", opts["maxMessagesPerTrigger"]) \
         if "maxMessagesPerTrigger" in opts else None
-    max_bytes = _positive_int("maxBytesPerTrigger", opts["maxBytesPerTrigger"]) if "maxBytesPerTrigger" in opts else None
+    max_bytes = _positive_int("maxBytesPerTrigger", opts["maxBytesPerTrigger"]) \
+        if "maxBytesPerTrigger" in opts else None
     fail = True
     if "failOnDataLoss" in opts:
         flag = str(opts["failOnDataLoss"]).strip().lower()
@@ -206,5 +207,6 @@ def check_source_options(options: Mapping[str, Any]) -> None:
     TieredStreamReader(*parse_stream_options(opts))
 
 
-__all__ = ["EARLIEST", "LATEST", "OffsetMap", "STREAM_OPTION_NAMES", "StreamOptions", "check_source_options", "parse_offsets_json",
+__all__ = ["EARLIEST", "LATEST", "OffsetMap", "STREAM_OPTION_NAMES", "StreamOptions", "check_source_options",
+           "parse_offsets_json",
            "parse_stream_options"]

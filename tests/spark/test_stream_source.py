@@ -11,6 +11,7 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
 from spark_helpers import api_rows, row_tuple, write_config
 
+from tiered_core.codec.consume_queue import decode_cq_unit
 from tiered_core.codec.message import Message, MessageVersion, encode_message
 from tiered_core.common import FileSegmentType
 from tiered_core.config import StoreConfig
@@ -18,7 +19,7 @@ from tiered_core.errors import ConfigError, IllegalOffset, InvalidOption
 from tiered_core.flat import FlatFileStore
 from tiered_core.flat.batch import check_batch
 from tiered_core.spark.arrow_batch import batch_to_arrow
-from tiered_core.spark.offsets import fair_split
+from tiered_core.spark.offsets import fair_split, queue_views
 from tiered_core.spark.sample import SampleSpec, write_sample
 from tiered_core.spark.schema import arrow_schema, messages_to_batch
 from tiered_core.spark.stream_options import parse_stream_options
@@ -315,6 +316,53 @@ def test_fail_on_data_loss_false_skips_ahead_and_logs(spark, tmp_path, caplog):
     assert end["orders"]["0"] == SPEC.messages
     assert any(r.levelno == logging.WARNING and "'orders' queue 0" in r.getMessage()
                and "skipping offsets 40..99" in r.getMessage() for r in caplog.records)
+
+
+def test_messages_whose_commit_log_expired_under_live_units_are_data_loss_too(spark, tmp_path):
+    store = new_store(tmp_path)
+    config = StoreConfig.load(store)
+    driver, metadata = config.open_driver(), config.open_metadata()
+    try:
+        flat_store = FlatFileStore(driver, metadata, config.flat_config())
+        assert flat_store.load()
+        flat = flat_store.get("orders", 1)
+        assert flat.commit_log.destroy_expired(store_time(100)) > 0  # the commit log only (RocketMQ #8076)
+        cl_min = flat.commit_log_min_offset()
+        first_kept = next(i for i in range(SPEC.messages)
+                          if decode_cq_unit(flat.get_consume_queue(i), 0)[0] >= cl_min)
+        assert 0 < first_kept <= 100
+        assert any(m.base_offset == 0 for m in metadata.iterate_file_segments(int(FileSegmentType.CONSUME_QUEUE))
+                   if m.path.endswith("/orders/1"))  # the units of the expired messages are still there
+        flat_store.shutdown()
+    except Exception:
+        metadata.close()
+        driver.close()
+        raise
+    metadata.close()
+    driver.close()
+    # earliest is the first message the tier can still serve
+    expected = expected_rows(SPEC, topics=("orders",), first={("orders", 1): first_kept})
+    assert run_available_now(spark, store, tmp_path / "ck", topics="orders").rows == expected
+    # a start before it is data loss
+    offsets = json.dumps({"orders": {"1": 0}})
+    with pytest.raises(Exception) as info:
+        run_available_now(spark, store, tmp_path / "ck2", topics="orders", startingOffsets=offsets)
+    text = str(info.value)
+    assert "topic 'orders' queue 1" in text and f"min offset {first_kept}" in text and "next offset 0" in text
+    sink = run_available_now(spark, store, tmp_path / "ck3", topics="orders", startingOffsets=offsets,
+                             failOnDataLoss="false")
+    assert sink.rows == expected
+    # units planned before the commit log expired under them are caught where they are read
+    source, opts = parse_stream_options({"config": store, "topics": "orders"})
+    reader = TieredStreamReader(source, opts)
+    metadata = config.open_metadata()
+    try:
+        view = queue_views(config, metadata, opts.wants_topic)[("orders", 1)]  # before the readable-min check
+    finally:
+        metadata.close()
+    with pytest.raises(IllegalOffset, match=f"messages 0..{first_kept - 1} are no longer"):
+        for part in view.partitions(0, SPEC.messages):
+            list(reader.read(part))
 
 
 # -- committed offsets only ------------------------------------------------------------------------

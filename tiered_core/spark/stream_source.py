@@ -123,6 +123,8 @@ class TieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         cache = self._readable
         if key not in cache:
             lo, hi = view.min_offset, view.end_offset  # units point forward: the first one at/after cl_min
+            if self._unit_at(view, lo).commitlog_offset >= cl_min:
+                hi = lo  # the usual case: one read
             while lo < hi:
                 mid = (lo + hi) // 2
                 if self._unit_at(view, mid).commitlog_offset >= cl_min:

@@ -106,32 +106,21 @@ class FloorReader(DataSourceReader):
             yield batch.slice(0, min(batch.num_rows, self.share - start))
 
 
-class FloorSource(DataSource):
-    """``tiered_floor``: :class:`FloorReader` as a data source."""
+def bench_source(format_name: str, reader_class: type) -> type:
+    """A data source ``format_name`` with the tiered schema whose reader is ``reader_class(options)``."""
 
-    @classmethod
-    def name(cls) -> str:
-        return "tiered_floor"
+    class BenchSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return format_name
 
-    def schema(self):
-        return spark_schema()
+        def schema(self):
+            return spark_schema()
 
-    def reader(self, schema):
-        return FloorReader(dict(self.options))
+        def reader(self, schema):
+            return reader_class(dict(self.options))
 
-
-class RowSource(DataSource):
-    """``tiered_rows``: the row-at-a-time baseline as a data source."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "tiered_rows"
-
-    def schema(self):
-        return spark_schema()
-
-    def reader(self, schema):
-        return RowReader(dict(self.options))
+    return BenchSource
 
 
 def timed(fn, rounds: int) -> float:
@@ -160,8 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config_path, _spec, messages = write_store(workdir, args)  # before anything is timed
         spark = get_session(args.master, app_name="bench-spark-stream")
-        spark.dataSource.register(RowSource)
-        spark.dataSource.register(FloorSource)
+        spark.dataSource.register(bench_source("tiered_rows", RowReader))
+        spark.dataSource.register(bench_source("tiered_floor", FloorReader))
         parquet = export(spark, config_path, os.path.join(workdir, "parquet")).path
 
         def check(rows: int, what: str) -> None:

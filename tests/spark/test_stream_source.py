@@ -230,6 +230,16 @@ def test_max_messages_per_trigger_gives_fair_micro_batches_of_at_most_500(spark,
                                + [("small", 0, i) for i in range(100)] + [("tiny", 0, i) for i in range(50)])
 
 
+def test_max_bytes_per_trigger_bounds_micro_batches_through_spark(spark, tmp_path):
+    store = new_store(tmp_path)
+    source, opts = parse_stream_options({"config": store, "topics": "orders"})
+    size = TieredStreamReader(source, opts)._views()[("orders", 0)].average_message_size()
+    sink = run_available_now(spark, store, tmp_path / "ck", topics="orders", maxBytesPerTrigger=str(100 * size))
+    sizes = [len(b) for b in sink.batches if b]
+    assert len(sizes) >= 5 and all(n <= 100 for n in sizes), sizes
+    assert sink.rows == expected_rows(SPEC, topics=("orders",))
+
+
 def test_read_limits_from_the_engine_override_the_options(tmp_path):
     store = uneven_store(tmp_path)
     source, opts = parse_stream_options({"config": store, "maxMessagesPerTrigger": "500",

@@ -8,8 +8,8 @@ anything is timed (``--topics`` x ``--queues`` queues of ``--messages`` messages
 ``--body-size`` body bytes, keys, tags and two properties each), and exported once to
 Parquet with the export job (``tiered_core.spark.jobs.export``). One Spark session
 (``--master``) runs everything; each path runs once to warm up (Python workers started,
-code loaded), then ``--rounds`` rounds run every path once in turn; figures are medians, in messages per second of wall
-time.
+code loaded), then ``--rounds`` rounds run every path once in turn; figures are medians, in
+messages per second of wall time.
 
 1. ``stream_msgs_per_s``: ``spark.readStream.format("tiered")`` of the whole store with
    ``trigger(availableNow=True)`` into the ``noop`` sink (a fresh checkpoint per round:

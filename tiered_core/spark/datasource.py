@@ -7,7 +7,7 @@ text carried by the (pickled) reader.
 
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
@@ -15,8 +15,12 @@ from tiered_core.spark.options import (
     ConfigSource, ReadOptions, config_source, parse_read_options, require_shared_backend,
 )
 from tiered_core.spark.plan import QueuePartition, plan_partitions
-from tiered_core.spark.reader import read_messages
-from tiered_core.spark.schema import arrow_schema, messages_to_batch, spark_schema
+from tiered_core.spark.arrow_batch import batch_to_arrow
+from tiered_core.spark.reader import read_batches
+from tiered_core.spark.schema import arrow_schema, spark_schema
+
+if TYPE_CHECKING:
+    from tiered_core.spark.stream_source import TieredStreamReader
 
 #: The format name: ``spark.read.format("tiered")``.
 FORMAT = "tiered"
@@ -34,6 +38,8 @@ class TieredDataSource(DataSource):
     naming the option. Read-only: the store is read as its metadata describes it.
     With ``static_topic`` (and ``cluster``, a cluster TOML file) it reads a static topic by
     logic queue instead (:mod:`tiered_core.spark.static_topic`).
+    ``spark.readStream.format("tiered")`` streams the same rows
+    (:class:`~tiered_core.spark.stream_source.TieredStreamReader`).
     """
 
     @classmethod
@@ -41,7 +47,18 @@ class TieredDataSource(DataSource):
         return FORMAT
 
     def schema(self):
+        from tiered_core.spark.stream_options import check_source_options
+
+        check_source_options(dict(self.options))  # at load(): bad options fail before any query starts
         return spark_schema()
+
+    def streamReader(self, schema) -> "TieredStreamReader":
+        """``spark.readStream.format("tiered")``: :class:`~tiered_core.spark.stream_source.TieredStreamReader`
+        (options in :mod:`tiered_core.spark.stream_options`; bad ones raise InvalidOption here)."""
+        from tiered_core.spark.stream_options import parse_stream_options
+        from tiered_core.spark.stream_source import TieredStreamReader
+
+        return TieredStreamReader(*parse_stream_options(dict(self.options)))
 
     def reader(self, schema) -> "TieredReader":
         options = dict(self.options)
@@ -70,8 +87,12 @@ class TieredReader(DataSourceReader):
         if not isinstance(partition, QueuePartition):
             return
         schema = arrow_schema()
-        for messages in read_messages(self.source, partition, self.read_options):
-            yield messages_to_batch(messages, schema)
+        read = self.read_options
+        wants_time = read.wants_time if read.start_time is not None or read.end_time is not None else None
+        for batch in read_batches(self.source, partition):
+            rows = batch_to_arrow(batch, schema, wants_time)
+            if rows.num_rows:
+                yield rows
 
 
 class _EmptyPartition(InputPartition):

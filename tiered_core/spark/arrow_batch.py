@@ -35,6 +35,39 @@ def _flat_values(lists):
     return lists.values if lists.offset == 0 else pc.list_flatten(lists)
 
 
+_PAIR = "(?s)^(?P<name>[^\x01]+)\x01(?P<value>.+)$"
+
+
+def _split_pairs(flat):
+    r"""``(keep, names, values)`` of ``name\x01value`` strings: ``keep`` marks the pairs with a
+    non-empty name before the first ``\x01`` and a non-empty value after it; names and values
+    of the kept ones. One split in the usual case; a regex when a kept pair has an empty part."""
+    import pyarrow.compute as pc
+
+    split = pc.split_pattern(flat, "\x01", max_splits=1)
+    keep = pc.equal(pc.list_value_length(split), 2)
+    two = split if pc.all(keep).as_py() is not False else split.filter(keep)
+    names, values = pc.list_element(two, 0), pc.list_element(two, 1)
+    shortest = min((pc.min(pc.binary_length(a)).as_py() or 0) if len(a) else 1 for a in (names, values))
+    if shortest > 0:
+        return keep, names, values
+    parsed = pc.extract_regex(flat, _PAIR)  # "name\x01" or "\x01value": not a property
+    keep = parsed.is_valid()
+    parsed = parsed.filter(keep)
+    return keep, parsed.field("name"), parsed.field("value")
+
+
+def _repeats(owners, names) -> bool:
+    """Whether a name occurs twice among one owner's pairs (``owners`` ascending)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    codes = pc.dictionary_encode(names)
+    key = pc.add(pc.multiply(owners.cast(pa.int64()), max(1, len(codes.dictionary))), codes.indices.cast(pa.int64()))
+    ordered = pc.take(key, pc.sort_indices(key))
+    return len(ordered) > 1 and pc.any(pc.equal(ordered[1:], ordered[:-1])).as_py()
+
+
 def properties_columns(texts: list[str], schema):
     r"""``(properties, keys, tags)`` arrays of properties texts (``key\x01value\x02``), parsed in
     Arrow kernels exactly as :func:`~tiered_core.codec.message.parse_properties` (pairs with an
@@ -44,18 +77,13 @@ def properties_columns(texts: list[str], schema):
     import pyarrow.compute as pc
 
     map_type, keys_type = schema.field("properties").type, schema.field("keys").type
-    pairs = pc.split_pattern(pa.array(texts, pa.string()), "\x02")
+    # the text ends with \x02: trimmed first, so the usual message has no empty pair to skip
+    pairs = pc.split_pattern(pc.utf8_rtrim(pa.array(texts, pa.string()), "\x02"), "\x02")
     flat = _flat_values(pairs)
-    # a pair is "name\x01value": name before the first \x01, both non-empty (else no match: skipped)
-    parsed = pc.extract_regex(flat, "(?s)^(?P<name>[^\x01]+)\x01(?P<value>.+)$")
-    keep = parsed.is_valid()
-    parsed = parsed.filter(keep)
-    names, values = parsed.field("name"), parsed.field("value")
+    # a pair is "name\x01value": name before the first \x01, both non-empty (else skipped)
+    keep, names, values = _split_pairs(flat)
     owners = pc.list_parent_indices(pairs).filter(keep)
-    codes = pc.dictionary_encode(names)  # (message, name code) pairs, all distinct unless a name repeats
-    pairs_seen = pc.add(pc.multiply(owners.cast(pa.int64()), max(1, len(codes.dictionary))),
-                        codes.indices.cast(pa.int64()))
-    if len(names) and pc.count_distinct(pairs_seen).as_py() != len(names):
+    if _repeats(owners, names):
         # a name repeated within a message (rare): the dict semantics of parse_properties
         props = [list(parse_properties(text).items()) for text in texts]
         properties = pa.array(props, type=map_type)

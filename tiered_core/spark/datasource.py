@@ -15,8 +15,9 @@ from tiered_core.spark.options import (
     ConfigSource, ReadOptions, config_source, parse_read_options, require_shared_backend,
 )
 from tiered_core.spark.plan import QueuePartition, plan_partitions
-from tiered_core.spark.reader import read_messages
-from tiered_core.spark.schema import arrow_schema, messages_to_batch, spark_schema
+from tiered_core.spark.arrow_batch import batch_to_arrow
+from tiered_core.spark.reader import read_batches
+from tiered_core.spark.schema import arrow_schema, spark_schema
 
 #: The format name: ``spark.read.format("tiered")``.
 FORMAT = "tiered"
@@ -42,6 +43,14 @@ class TieredDataSource(DataSource):
 
     def schema(self):
         return spark_schema()
+
+    def streamReader(self, schema):
+        """``spark.readStream.format("tiered")``: :class:`~tiered_core.spark.stream_source.TieredStreamReader`
+        (options in :mod:`tiered_core.spark.stream_options`; bad ones raise InvalidOption here)."""
+        from tiered_core.spark.stream_options import parse_stream_options
+        from tiered_core.spark.stream_source import TieredStreamReader
+
+        return TieredStreamReader(*parse_stream_options(dict(self.options)))
 
     def reader(self, schema) -> "TieredReader":
         options = dict(self.options)
@@ -76,8 +85,12 @@ class TieredReader(DataSourceReader):
         if not isinstance(partition, QueuePartition):
             return
         schema = arrow_schema()
-        for messages in read_messages(self.source, partition, self.read_options):
-            yield messages_to_batch(messages, schema)
+        read = self.read_options
+        wants_time = read.wants_time if read.start_time is not None or read.end_time is not None else None
+        for batch in read_batches(self.source, partition):
+            rows = batch_to_arrow(batch, schema, wants_time)
+            if rows.num_rows:
+                yield rows
 
 
 class _EmptyPartition(InputPartition):

@@ -21,6 +21,7 @@ from typing import Iterator
 from tiered_core.codec.checks import PropCrcPolicy
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, ConsumeQueueUnit, iter_cq_units
 from tiered_core.codec.message import MessageExt
+from tiered_core.codec.message_batch import MessageBatch
 from tiered_core.flat.batch import check_batch
 from tiered_core.errors import CorruptData, IllegalOffset
 from tiered_core.spark.options import ConfigSource, ReadOptions
@@ -105,23 +106,24 @@ def _units(driver: SegmentDriver, part: QueuePartition) -> Iterator[tuple[int, C
         pos += length
 
 
-def read_messages(source: ConfigSource, part: QueuePartition, read: ReadOptions) -> Iterator[list[MessageExt]]:
-    """The partition's messages that match ``read``, in queue order, in lists of up to 4096."""
+def read_batches(source: ConfigSource, part: QueuePartition) -> Iterator[MessageBatch]:
+    """The partition's validated messages in queue order, as :class:`MessageBatch` es of up to
+    ``UNITS_PER_READ`` (each one commit-log read). A bad message ends the read: the batch of
+    the messages before it is yielded, then its CorruptData is raised."""
     driver = driver_for(source)
     policy = prop_crc_policy(source)
     log = _CommitLog(driver, part.commit_log)
     pending: list[tuple[int, ConsumeQueueUnit]] = []
     pending_index = -1
 
-    def flush() -> tuple[list[MessageExt], CorruptData | None]:
+    def flush() -> MessageBatch:
         first = pending[0][1].commitlog_offset
         last_end = max(u.commitlog_offset + u.size for _, u in pending)
         buf = log.read(pending_index, first, last_end)
         batch = check_batch([u for _, u in pending], buf, first, topic=part.topic, queue_id=part.queue_id,
                             queue_offset=pending[0][0], prop_crc=policy)
-        out = [msg for msg in batch.messages() if read.wants_time(msg.store_timestamp)]
         pending.clear()
-        return out, batch.error
+        return batch
 
     for queue_offset, unit in _units(driver, part):
         if not unit.is_valid or unit.commitlog_offset < log.min_offset:
@@ -132,16 +134,24 @@ def read_messages(source: ConfigSource, part: QueuePartition, read: ReadOptions)
             if (index != pending_index or unit.commitlog_offset < first
                     or unit.commitlog_offset + unit.size - first > MAX_READ_BYTES
                     or len(pending) >= UNITS_PER_READ or queue_offset != pending[-1][0] + 1):
-                batch, error = flush()
-                if batch:
+                batch = flush()
+                if len(batch):
                     yield batch
-                if error is not None:
-                    raise error
+                if batch.error is not None:
+                    raise batch.error
         pending_index = index
         pending.append((queue_offset, unit))
     if pending:
-        batch, error = flush()
-        if batch:
+        batch = flush()
+        if len(batch):
             yield batch
-        if error is not None:
-            raise error
+        if batch.error is not None:
+            raise batch.error
+
+
+def read_messages(source: ConfigSource, part: QueuePartition, read: ReadOptions) -> Iterator[list[MessageExt]]:
+    """The partition's messages that match ``read``, in queue order, in lists of up to 4096."""
+    for batch in read_batches(source, part):
+        out = [msg for msg in batch.messages() if read.wants_time(msg.store_timestamp)]
+        if out:
+            yield out

@@ -1,0 +1,177 @@
+"""Options of the ``tiered`` streaming source, parsed once into a frozen :class:`StreamOptions`.
+
+Every error is an :class:`~tiered_core.errors.InvalidOption` whose ``option`` (and message)
+names the offending option; they are raised when the query is defined
+(``readStream.format("tiered")...load()``), before it starts. Checks that need the
+store's metadata (JSON offsets naming a queue that does not exist) are made by the
+source itself (:mod:`tiered_core.spark.stream_source`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from tiered_core.codec.naming import validate_topic
+from tiered_core.errors import IllegalParam, InvalidOption
+from tiered_core.spark.options import ConfigSource, config_source, parse_time
+
+#: Accepted option names (Spark hands them over lower-cased; matched case-insensitively).
+STREAM_OPTION_NAMES = (
+    "config", "path", "config_text", "config_format", "config_base_dir",
+    "topics", "subscribePattern", "startingOffsets", "startingTimestamp",
+    "maxMessagesPerTrigger", "maxBytesPerTrigger", "failOnDataLoss",
+)
+_CANONICAL = {name.lower(): name for name in STREAM_OPTION_NAMES}
+
+#: ``startingOffsets`` / per-queue JSON values meaning "the oldest message the tier holds" and "the end".
+EARLIEST, LATEST = "earliest", "latest"
+#: Kafka's per-partition sentinels, accepted in the JSON map too.
+JSON_EARLIEST, JSON_LATEST = -2, -1
+
+#: Offsets as the source exchanges them with Spark: ``{topic: {str(queue_id): next_offset}}``.
+OffsetMap = dict[str, dict[str, int]]
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    """What a streaming query reads and how much per micro-batch.
+
+    ``topics``: exact names (None: any); ``pattern``: a compiled ``subscribePattern`` (None:
+    any; matched with ``fullmatch``); ``starting``: ``"earliest"``, ``"latest"`` or a JSON map
+    (``{topic: {queue id: offset}}``, -2 earliest, -1 latest); ``starting_timestamp``: epoch ms
+    (None: not set); ``max_messages`` / ``max_bytes``: per-trigger limits (None: none);
+    ``fail_on_data_loss``: whether a start below what the tier still holds is an error.
+    """
+
+    topics: frozenset[str] | None = None
+    pattern: "re.Pattern[str] | None" = None
+    starting: str | tuple[tuple[str, tuple[tuple[int, int], ...]], ...] = EARLIEST
+    starting_timestamp: int | None = None
+    max_messages: int | None = None
+    max_bytes: int | None = None
+    fail_on_data_loss: bool = True
+
+    def wants_topic(self, topic: str) -> bool:
+        if self.topics is not None and topic not in self.topics:
+            return False
+        return self.pattern is None or self.pattern.fullmatch(topic) is not None
+
+    @property
+    def starting_map(self) -> dict[str, dict[int, int]] | None:
+        """The JSON ``startingOffsets`` as ``{topic: {queue_id: offset}}``; None for earliest/latest."""
+        if isinstance(self.starting, str):
+            return None
+        return {topic: dict(queues) for topic, queues in self.starting}
+
+
+def _bad(option: str, value: Any, expected: str) -> InvalidOption:
+    return InvalidOption(f"option {option!r} of the 'tiered' streaming source must be {expected}, got {value!r}",
+                         option=option, value=value)
+
+
+def _positive_int(option: str, value: Any) -> int:
+    text = str(value).strip()
+    if isinstance(value, bool) or not text.lstrip("+").isdigit() or int(text) <= 0:
+        raise _bad(option, value, "an integer > 0")
+    return int(text)
+
+
+def _topic(option: str, name: Any) -> str:
+    if not isinstance(name, str):
+        raise _bad(option, name, "a map of topic names")
+    try:
+        return validate_topic(name)
+    except IllegalParam as exc:
+        raise InvalidOption(f"option {option!r}: {exc.message}", option=option, value=name) from None
+
+
+def parse_offsets_json(option: str, text: str) -> tuple[tuple[str, tuple[tuple[int, int], ...]], ...]:
+    """``{"topic": {"0": 12, "1": -2}}`` checked and frozen (sorted); :class:`InvalidOption` naming ``option``."""
+    try:
+        raw = json.loads(text)
+    except ValueError as exc:
+        raise _bad(option, text, f"'earliest', 'latest' or a JSON object {{topic: {{queue_id: offset}}}} ({exc})") \
+            from None
+    if not isinstance(raw, dict) or not raw:
+        raise _bad(option, text, "a non-empty JSON object {topic: {queue_id: offset}}")
+    out = []
+    for topic, queues in raw.items():
+        topic = _topic(option, topic)
+        if not isinstance(queues, dict) or not queues:
+            raise _bad(option, text, f"a non-empty JSON object of queue ids for topic {topic!r}")
+        pairs = []
+        for qid, offset in queues.items():
+            if not str(qid).isdigit():
+                raise _bad(option, text, f"queue ids (ints >= 0) as keys for topic {topic!r}, not {qid!r}")
+            if isinstance(offset, bool) or not isinstance(offset, int) or offset < JSON_EARLIEST:
+                raise _bad(option, text, f"offsets >= 0 (or -2 earliest, -1 latest) for {topic!r} queue {qid}")
+            pairs.append((int(qid), offset))
+        out.append((topic, tuple(sorted(pairs))))
+    return tuple(sorted(out))
+
+
+def parse_stream_options(options: Mapping[str, Any]) -> tuple[ConfigSource, StreamOptions]:
+    """The configuration and the checked streaming options; raises :class:`InvalidOption`
+    (or :class:`~tiered_core.errors.ConfigError` for the config itself) naming the option."""
+    opts: dict[str, Any] = {}
+    for key, value in options.items():
+        name = _CANONICAL.get(str(key).lower())
+        if name is None:
+            if str(key).lower() == "static_topic":
+                raise InvalidOption("option 'static_topic': the 'tiered' streaming source reads physical queues "
+                                    "only; read a static topic with the batch source (spark.read)",
+                                    option="static_topic")
+            raise InvalidOption(f"the 'tiered' streaming source has no option {key!r}; "
+                                f"accepted: {', '.join(STREAM_OPTION_NAMES)}", option=str(key))
+        opts[name] = value
+    present = {k: v for k, v in opts.items() if v is not None and str(v).strip() != ""}
+    topics = pattern = None
+    if "topics" in present and "subscribePattern" in present:
+        raise InvalidOption("give option 'topics' or option 'subscribePattern', not both", option="subscribePattern")
+    if "topics" in opts:
+        names = [part.strip() for part in str(opts["topics"]).split(",") if part.strip()]
+        if not names:
+            raise _bad("topics", opts["topics"], "a comma-separated list of topic names")
+        topics = frozenset(_topic("topics", name) for name in names)
+    if "subscribePattern" in opts:
+        text = str(opts["subscribePattern"])
+        if not text.strip():
+            raise _bad("subscribePattern", text, "a regular expression matching topic names")
+        try:
+            pattern = re.compile(text)
+        except re.error as exc:
+            raise _bad("subscribePattern", text, f"a valid regular expression ({exc})") from None
+    starting: Any = EARLIEST
+    if "startingOffsets" in opts:
+        raw = str(opts["startingOffsets"]).strip()
+        if raw.lower() in (EARLIEST, LATEST):
+            starting = raw.lower()
+        else:
+            starting = parse_offsets_json("startingOffsets", raw)
+    timestamp = None
+    if "startingTimestamp" in opts:
+        if "startingOffsets" in present:
+            raise InvalidOption("give option 'startingOffsets' or option 'startingTimestamp', not both",
+                                option="startingTimestamp")
+        timestamp = parse_time("startingTimestamp", opts["startingTimestamp"])
+        if timestamp < 0:
+            raise _bad("startingTimestamp", opts["startingTimestamp"], "a time at or after the epoch")
+    max_messages = _positive_int("maxMessagesPerTrigger", opts["maxMessagesPerTrigger"]) \
+        if "maxMessagesPerTrigger" in opts else None
+    max_bytes = _positive_int("maxBytesPerTrigger", opts["maxBytesPerTrigger"]) if "maxBytesPerTrigger" in opts else None
+    fail = True
+    if "failOnDataLoss" in opts:
+        flag = str(opts["failOnDataLoss"]).strip().lower()
+        if flag not in ("true", "false"):
+            raise _bad("failOnDataLoss", opts["failOnDataLoss"], "'true' or 'false'")
+        fail = flag == "true"
+    source = config_source({k: v for k, v in opts.items()
+                            if k in ("config", "path", "config_text", "config_format", "config_base_dir")})
+    return source, StreamOptions(topics, pattern, starting, timestamp, max_messages, max_bytes, fail)
+
+
+__all__ = ["EARLIEST", "LATEST", "OffsetMap", "STREAM_OPTION_NAMES", "StreamOptions", "parse_offsets_json",
+           "parse_stream_options"]

@@ -1,0 +1,236 @@
+"""The ``tiered`` Structured Streaming source: ``spark.readStream.format("tiered")``.
+
+Offsets are ``{topic: {str(queue_id): next_offset}}``. The Spark driver plans from the
+store's metadata only (:func:`~tiered_core.spark.offsets.queue_views`): a queue ends where
+the metadata's committed consume-queue size ends, never at units a writer appended to the
+backend but has not committed to the metadata. Executors read the planned ranges from the
+shared backend alone (:func:`~tiered_core.spark.reader.read_batches`: one validated read
+path) and yield Arrow batches (:func:`~tiered_core.spark.arrow_batch.batch_to_arrow`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import logging
+import struct
+from typing import Any, Iterator, Mapping, Sequence
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable, ReadLimit, ReadMaxBytes, ReadMaxRows, SupportsTriggerAvailableNow,
+)
+
+from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, iter_cq_units
+from tiered_core.codec.message import BORNHOST_V6_FLAG
+from tiered_core.common import BoundaryType, offset_by_time
+from tiered_core.errors import IllegalOffset, InvalidOption
+from tiered_core.spark.arrow_batch import batch_to_arrow
+from tiered_core.spark.offsets import QueueKey, QueueView, fair_split, queue_views
+from tiered_core.spark.options import ConfigSource, require_shared_backend
+from tiered_core.spark.plan import QueuePartition
+from tiered_core.spark.reader import driver_for, read_batches
+from tiered_core.spark.schema import arrow_schema
+from tiered_core.spark.stream_options import EARLIEST, JSON_EARLIEST, JSON_LATEST, LATEST, OffsetMap, StreamOptions
+
+log = logging.getLogger(__name__)
+
+#: sysFlag@36; the store timestamp follows the born host (8 bytes IPv4, 20 IPv6) at 56 or 68.
+_SYS_FLAG = struct.Struct(">i")
+_TIMESTAMP = struct.Struct(">q")
+_STORE_TS_POS = (56, 68)
+
+
+def _offsets(positions: Mapping[QueueKey, int]) -> OffsetMap:
+    out: OffsetMap = {}
+    for (topic, queue_id), offset in sorted(positions.items()):
+        out.setdefault(topic, {})[str(queue_id)] = int(offset)
+    return out
+
+
+def _positions(offsets: Mapping[str, Any] | None) -> dict[QueueKey, int]:
+    out: dict[QueueKey, int] = {}
+    for topic, queues in (offsets or {}).items():
+        for queue_id, offset in queues.items():
+            out[(topic, int(queue_id))] = int(offset)
+    return out
+
+
+class TieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """A micro-batch stream of the messages a tiered store's metadata records as committed.
+
+    Guarantees: every message is read once per query (offsets are per queue; a checkpointed
+    query resumes where it stopped); a micro-batch never contains a unit beyond the committed
+    offsets the metadata records when it is planned; queues and topics that appear while the
+    query runs are read from their first message; ``maxMessagesPerTrigger`` /
+    ``maxBytesPerTrigger`` are shared max-min fairly between queues (bytes estimated from each
+    queue's committed commit-log bytes per unit). Raises, before the query starts,
+    :class:`~tiered_core.errors.InvalidOption` for JSON ``startingOffsets`` naming a topic or
+    queue the store does not have (or the subscription excludes), and
+    :class:`~tiered_core.errors.ConfigError` for a process-local backend; while running,
+    :class:`~tiered_core.errors.IllegalOffset` (naming topic, queue, both offsets) when a queue's
+    next offset has expired from the tier, unless ``failOnDataLoss=false``, which skips to the
+    tier's first message and logs a WARNING.
+    """
+
+    def __init__(self, source: ConfigSource, options: StreamOptions) -> None:
+        self.source = source
+        self.options = options
+        self._target: dict[QueueKey, int] | None = None
+        config = source.load()
+        require_shared_backend(config)
+        wanted = options.starting_map
+        if wanted is not None:
+            views = self._views()
+            for topic, queues in wanted.items():
+                if not options.wants_topic(topic):
+                    raise InvalidOption(f"option 'startingOffsets' names topic {topic!r}, which the query does "
+                                        "not subscribe to (options 'topics' / 'subscribePattern')",
+                                        option="startingOffsets", topic=topic)
+                for queue_id in queues:
+                    if (topic, queue_id) not in views:
+                        raise InvalidOption(f"option 'startingOffsets' names topic {topic!r} queue {queue_id}, "
+                                            "which the tiered store does not hold", option="startingOffsets",
+                                            topic=topic, queue_id=queue_id)
+
+    # -- metadata views (driver side) -------------------------------------------------------
+
+    def _views(self) -> dict[QueueKey, QueueView]:
+        config = self.source.load()
+        metadata = config.open_metadata()
+        try:
+            return queue_views(config, metadata, self.options.wants_topic)
+        finally:
+            metadata.close()
+
+    def _offset_by_time(self, view: QueueView, timestamp: int) -> int:
+        driver = driver_for(self.source)
+        cq_bases = [s.base_offset for s in view.consume_queue]
+        cl_bases = [s.base_offset for s in view.commit_log]
+
+        def store_time(offset: int) -> int:
+            pos = offset * CQ_UNIT_SIZE
+            seg = view.consume_queue[bisect.bisect_right(cq_bases, pos) - 1]
+            unit = next(iter_cq_units(driver.read(seg.path, pos - seg.base_offset, CQ_UNIT_SIZE), base_offset=pos))
+            if not unit.is_valid or unit.commitlog_offset < cl_bases[0]:
+                return -1  # expired from the commit log: older than any time asked for
+            cl = view.commit_log[bisect.bisect_right(cl_bases, unit.commitlog_offset) - 1]
+            head = driver.read(cl.path, unit.commitlog_offset - cl.base_offset, min(unit.size, 80))
+            at = _STORE_TS_POS[1 if _SYS_FLAG.unpack_from(head, 36)[0] & BORNHOST_V6_FLAG else 0]
+            return _TIMESTAMP.unpack_from(head, at)[0]
+
+        return offset_by_time(view.min_offset, view.end_offset - 1, timestamp, BoundaryType.LOWER, store_time)
+
+    def _start_of(self, view: QueueView, wanted: dict[str, dict[int, int]] | None) -> int:
+        opts = self.options
+        if opts.starting_timestamp is not None:
+            return self._offset_by_time(view, opts.starting_timestamp)
+        if wanted is not None:
+            offset = wanted.get(view.topic, {}).get(view.queue_id, JSON_EARLIEST)
+            if offset == JSON_LATEST:
+                return view.end_offset
+            return view.min_offset if offset == JSON_EARLIEST else offset
+        return view.end_offset if opts.starting == LATEST else view.min_offset
+
+    def _checked_start(self, view: QueueView, start: int) -> int:
+        """``start``, or the tier's first offset when it expired and ``failOnDataLoss`` is false."""
+        if start >= view.min_offset:
+            return start
+        if self.options.fail_on_data_loss:
+            raise IllegalOffset(
+                f"topic {view.topic!r} queue {view.queue_id}: the stream's next offset {start} is below the "
+                f"tier's min offset {view.min_offset} (messages {start}..{view.min_offset - 1} expired); "
+                "set option failOnDataLoss=false to skip them", topic=view.topic, queue_id=view.queue_id,
+                offset=start, min_offset=view.min_offset)
+        log.warning("tiered stream: topic %r queue %d: skipping offsets %d..%d, expired from the tier "
+                    "(failOnDataLoss=false)", view.topic, view.queue_id, start, view.min_offset - 1)
+        return view.min_offset
+
+    # -- the DataSourceStreamReader contract -------------------------------------------------
+
+    def initialOffset(self) -> dict:
+        wanted = self.options.starting_map
+        starts = {key: self._start_of(view, wanted) for key, view in self._views().items()}
+        if wanted is not None:  # a JSON start may lie beyond what is committed now: keep it
+            starts.update({(t, q): o for t, qs in wanted.items() for q, o in qs.items() if o >= 0})
+        return _offsets(starts)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_messages is not None:
+            return ReadMaxRows(self.options.max_messages)
+        if self.options.max_bytes is not None:
+            return ReadMaxBytes(self.options.max_bytes)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = {key: view.end_offset for key, view in self._views().items()}
+
+    def reportLatestOffset(self) -> dict | None:
+        return _offsets({key: view.end_offset for key, view in self._views().items()})
+
+    def _limits(self, limit: ReadLimit | None) -> tuple[int | None, int | None]:
+        """(max rows, max bytes) of one micro-batch: the engine's limit, else the options'."""
+        if isinstance(limit, ReadAllAvailable):
+            return None, None
+        rows, nbytes = self.options.max_messages, self.options.max_bytes
+        if isinstance(limit, ReadMaxRows):
+            rows = limit.max_rows
+        elif isinstance(limit, ReadMaxBytes):
+            nbytes = limit.max_bytes
+        return rows, nbytes
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        positions = _positions(start)
+        views = self._views()
+        available: dict[QueueKey, int] = {}
+        for key, view in views.items():
+            begin = self._checked_start(view, positions.get(key, view.min_offset))
+            positions[key] = begin
+            end = view.end_offset
+            if self._target is not None:
+                end = min(end, self._target.get(key, begin))
+            available[key] = max(0, end - begin)
+        rows, nbytes = self._limits(limit)
+        take = dict(available)
+        if rows is not None:
+            take = fair_split(take, rows)
+        if nbytes is not None:
+            sizes = {key: views[key].average_message_size() for key in take}
+            by_bytes = fair_split({key: n * sizes[key] for key, n in take.items()}, nbytes)
+            take = {key: min(take[key], by_bytes[key] // sizes[key]) for key in take}
+            if not any(take.values()) and any(available.values()):
+                first = min(key for key, n in available.items() if n > 0)
+                take[first] = 1  # one message bigger than the budget still moves the stream
+        for key, n in take.items():
+            positions[key] += n
+        return _offsets(positions)
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        begin, stop = _positions(start), _positions(end)
+        views = self._views()
+        parts: list[QueuePartition] = []
+        for key in sorted(stop):
+            view = views.get(key)
+            if view is None:
+                continue
+            first = begin.get(key, view.min_offset)
+            if first >= stop[key]:
+                continue
+            first = self._checked_start(view, first)
+            last = min(stop[key], view.end_offset)
+            for part in view.partitions(first, last):
+                parts.append(dataclasses.replace(part, index=len(parts)))
+        return parts
+
+    def read(self, partition: InputPartition) -> Iterator:
+        if not isinstance(partition, QueuePartition):
+            return
+        schema = arrow_schema()
+        for batch in read_batches(self.source, partition):
+            yield batch_to_arrow(batch, schema)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to release: the source holds no reservations on the store."""
+
+
+__all__ = ["TieredStreamReader"]

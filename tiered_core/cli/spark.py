@@ -139,7 +139,10 @@ def run_stream(args) -> int:
         source_options["startingOffsets"] = args.starting_offsets
     parse_stream_options(source_options)
     parse_sink_options({"config": args.to_config, "checkpointLocation": args.checkpoint})
-    result = run_mirror(_session(args), args.config, args.to_config, args.checkpoint, topics=args.topics,
+    from tiered_core.spark import get_session
+
+    spark = get_session(args.master, app_name="tiered-stream", conf={"spark.ui.showConsoleProgress": "false"})
+    result = run_mirror(spark, args.config, args.to_config, args.checkpoint, topics=args.topics,
                         max_messages=args.max_messages_per_trigger, trigger_seconds=args.trigger_interval,
                         available_now=args.available_now, starting_offsets=args.starting_offsets)
     print(f"tiered spark stream: {result.summary()}", file=sys.stderr, flush=True)

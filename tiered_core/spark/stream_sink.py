@@ -59,7 +59,7 @@ OPTIONAL_COLUMNS = ("keys", "tags", "properties", "store_timestamp", "born_times
 IGNORED_COLUMNS = ("commitlog_offset",)
 #: Options of the sink (Spark hands them over lower-cased).
 SINK_OPTION_NAMES = ("config", "path", "config_text", "config_format", "config_base_dir",
-                     "sinkid", "checkpointlocation", "lock_timeout")
+                     "sinkid", "checkpointlocation", "queryname", "lock_timeout")
 #: Ledger entries are store properties named ``LEDGER_PREFIX + sink id``.
 LEDGER_PREFIX = "spark.sink/"
 #: Seconds a commit waits for B's store lock by default.

@@ -1,0 +1,109 @@
+"""Helpers of the streaming tests: a producer process feeding a store, the `tiered spark
+stream` CLI as a subprocess, and reading a store's queues back (flat API) for the
+exactly-once check."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+#: The producer, run as ``python -c PRODUCER config total rounds_pause topics queues``: it puts
+#: ``total`` messages round-robin over topics x queues, bodies ``topic/queue/seq``, and
+#: dispatches to the tier after every round of 100 (so the tier grows while a query reads it).
+PRODUCER = r"""
+import sys, time
+from tiered_core import Message, StoreConfig, TieredMessageStore
+config, total, pause = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+topics, queues = sys.argv[4].split(","), int(sys.argv[5])
+store = TieredMessageStore.open(StoreConfig.load(config))
+seq = {}
+try:
+    for i in range(total):
+        topic, queue = topics[i % len(topics)], (i // len(topics)) % queues
+        n = seq.get((topic, queue), 0)
+        seq[(topic, queue)] = n + 1
+        r = store.put_message(Message(topic=topic, body=f"{topic}/{queue}/{n}".encode(), keys=[f"k{i}"],
+                                      tags="t%d" % (i % 3), properties={"p": str(i)}), queue_id=queue)
+        if (i + 1) % 100 == 0:
+            store.dispatch(force=True)
+            time.sleep(pause)
+    store.dispatch(force=True)
+finally:
+    store.close()
+print("produced", total, flush=True)
+"""
+
+
+def start_producer(config: str, total: int, *, pause: float = 0.2, topics=("orders", "audit"),
+                   queues: int = 2) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", PRODUCER, config, str(total), str(pause), ",".join(topics),
+                             str(queues)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def expected_bodies(total: int, topics=("orders", "audit"), queues: int = 2) -> dict[tuple[str, int], list[bytes]]:
+    """What :data:`PRODUCER` puts, per queue in order."""
+    out: dict[tuple[str, int], list[bytes]] = {}
+    for i in range(total):
+        topic, queue = topics[i % len(topics)], (i // len(topics)) % queues
+        seq = len(out.setdefault((topic, queue), []))
+        out[(topic, queue)].append(f"{topic}/{queue}/{seq}".encode())
+    return out
+
+
+CLI = "import sys; from tiered_core.cli import main; sys.exit(main())"
+
+
+def stream_cli(source: str, target: str, checkpoint: str, *extra: str, log=None) -> subprocess.Popen:
+    """``tiered spark stream`` in its own process group (so a kill takes Spark's JVM and Python workers too)."""
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+               TIERED_SPARK_MASTER="local[2]")
+    return subprocess.Popen([sys.executable, "-c", CLI, "spark", "stream", "--config", source,
+                             "--to-config", target, "--checkpoint", checkpoint, *extra],
+                            stdout=subprocess.PIPE, stderr=log if log is not None else subprocess.PIPE, text=True,
+                            env=env, start_new_session=True)
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the process and everything it started (Spark's JVM, its Python workers)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=60)
+
+
+def queue_bodies(config_path: str) -> dict[tuple[str, int], list[tuple[int, bytes]]]:
+    """Every message the store's flat files serve, per queue: ``(queue_offset, body)`` in offset order."""
+    from tiered_core.codec.message import decode_message
+    from tiered_core.config import StoreConfig
+    from tiered_core.flat import FlatFileStore
+
+    config = StoreConfig.load(config_path)
+    driver, metadata = config.open_driver(), config.open_metadata()
+    try:
+        store = FlatFileStore(driver, metadata, config.flat_config())
+        assert store.load(), store.failures
+        out: dict[tuple[str, int], list[tuple[int, bytes]]] = {}
+        for flat in store.files():
+            rows = out.setdefault((flat.topic, flat.queue_id), [])
+            for offset in range(flat.consume_queue_min_offset(), flat.consume_queue_commit_offset()):
+                m = decode_message(flat.get_message(offset))
+                rows.append((m.queue_offset, bytes(m.body)))
+        store.shutdown()
+        return out
+    finally:
+        metadata.close()
+        driver.close()
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

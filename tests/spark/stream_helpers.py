@@ -75,28 +75,36 @@ def kill_group(proc: subprocess.Popen) -> None:
     proc.wait(timeout=60)
 
 
-def queue_bodies(config_path: str) -> dict[tuple[str, int], list[tuple[int, bytes]]]:
-    """Every message the store's flat files serve, per queue: ``(queue_offset, body)`` in offset order."""
-    from tiered_core.codec.message import decode_message
+def queue_messages(config_path: str, topic: str | None = None, queue_id: int | None = None) -> dict:
+    """Every message the store's metadata records as committed, per queue in offset order,
+    read as the streaming source reads (metadata views with closed ends, then the executors'
+    validated read path, here in-process): nothing beyond the metadata, nothing written."""
     from tiered_core.config import StoreConfig
-    from tiered_core.flat import FlatFileStore
+    from tiered_core.spark.offsets import queue_views
+    from tiered_core.spark.options import ConfigSource, ReadOptions
+    from tiered_core.spark.reader import read_messages
 
+    source, read = ConfigSource.from_file(config_path), ReadOptions()
     config = StoreConfig.load(config_path)
-    driver, metadata = config.open_driver(), config.open_metadata()
+    metadata = config.open_metadata()
     try:
-        store = FlatFileStore(driver, metadata, config.flat_config())
-        assert store.load(), store.failures
-        out: dict[tuple[str, int], list[tuple[int, bytes]]] = {}
-        for flat in store.files():
-            rows = out.setdefault((flat.topic, flat.queue_id), [])
-            for offset in range(flat.consume_queue_min_offset(), flat.consume_queue_commit_offset()):
-                m = decode_message(flat.get_message(offset))
-                rows.append((m.queue_offset, bytes(m.body)))
-        store.shutdown()
-        return out
+        views = queue_views(config, metadata)
     finally:
         metadata.close()
-        driver.close()
+    out: dict = {}
+    for key, view in sorted(views.items()):
+        if (topic is not None and key[0] != topic) or (queue_id is not None and key[1] != queue_id):
+            continue
+        rows = out.setdefault(key, [])
+        for part in view.partitions(view.min_offset, view.end_offset):
+            for messages in read_messages(source, part, read):
+                rows.extend(messages)
+    return out
+
+
+def queue_bodies(config_path: str) -> dict[tuple[str, int], list[tuple[int, bytes]]]:
+    """:func:`queue_messages` as ``(queue_offset, body)`` per queue."""
+    return {k: [(m.queue_offset, bytes(m.body)) for m in v] for k, v in queue_messages(config_path).items()}
 
 
 def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):

@@ -114,4 +114,4 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
         if value:
             return value
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout}s waiting for {what() if callable(what) else what}")

@@ -67,9 +67,15 @@ def _mirror_with_kills(tmp_path, source: str, target: str) -> None:
             # The last run catches up, then stops on SIGTERM, cleanly.
             proc = stream_cli(source, target, checkpoint, "--max-messages-per-trigger", "500",
                               "--trigger-interval", "0.5", "--json", log=log)
+            counts: dict = {}
+
+            def caught_up() -> bool:
+                counts.clear()
+                counts.update({k: len(v) for k, v in queue_bodies(target).items()})
+                return sum(counts.values()) >= TOTAL or proc.poll() is not None
+
             try:
-                wait_for(lambda: sum(len(v) for v in queue_bodies(target).values()) >= TOTAL
-                         or proc.poll() is not None, 300, f"the catch-up run (seed {seed}; log {log_path})")
+                wait_for(caught_up, 240, lambda: f"the catch-up run (seed {seed}; log {log_path}; B holds {counts})")
                 assert proc.poll() is None, f"the stream exited with {proc.returncode}: see {log_path}"
                 proc.send_signal(signal.SIGTERM)
                 out, _ = proc.communicate(timeout=120)

@@ -96,7 +96,7 @@ def test_a_batch_is_invisible_until_its_metadata_transaction(target):
 
 def crash_parts() -> list[list[dict]]:
     """Batch 1 of the crash tests: two partitions, orders/0 continued (2500) and audit/0 new (300)."""
-    return [rows("orders", 0, 100, 1500) + rows("audit", 0, 0, 300), rows("orders", 0, 1600, 1000)]
+    return [rows("orders", 0, 130, 1500) + rows("audit", 0, 0, 300), rows("orders", 0, 1630, 1000)]
 
 
 _CRASHING_COMMIT = textwrap.dedent("""
@@ -134,14 +134,16 @@ _CRASHING_COMMIT = textwrap.dedent("""
     ("append-commit", 2, {("audit", 0): 300, ("orders", 0): 2000}),  # half-way through orders/0
 ])
 def test_sigkill_between_upload_and_metadata_then_replay_stores_each_message_once(target, point, nth, landed):
-    commit_batch(options(target), 0, batch(0, [rows("orders", 0, 0, 100)]))
+    # 130 messages: the last consume-queue segment (50 units each) is recorded 30 units full,
+    # so the crashed attempt fills it, rolls, and the replay must adopt both.
+    commit_batch(options(target), 0, batch(0, [rows("orders", 0, 0, 130)]))
     parts = crash_parts()
     code = _CRASHING_COMMIT.format(tests=os.path.dirname(__file__), point=point, nth=nth, target=target)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == -signal.SIGKILL, done.stdout + done.stderr
 
     # Nothing of batch 1 is readable, yet its bytes lie in the backend beyond the metadata.
-    assert bodies(target) == expected(("orders", 0, 0, 100))
+    assert bodies(target) == expected(("orders", 0, 0, 130))
     ledger = read_ledger(target, SINK)
     assert (ledger.committed, ledger.pending["batch"]) == (0, 1)
     config = StoreConfig.load(target)
@@ -161,7 +163,7 @@ def test_sigkill_between_upload_and_metadata_then_replay_stores_each_message_onc
     replay = commit_batch(options(target), 1, batch(1, parts))
     assert replay.skipped == sum(landed.values())
     assert replay.appended == 2800 - replay.skipped
-    assert bodies(target) == expected(("orders", 0, 0, 2600), ("audit", 0, 0, 300))
+    assert bodies(target) == expected(("orders", 0, 0, 2630), ("audit", 0, 0, 300))
     assert read_ledger(target, SINK) == Ledger(1, QUERY, None)
     timestamps = {m.store_timestamp for m in _messages(target, "audit", 0)}
     assert timestamps == {ledger.pending["timestamp"]}  # the pending time, also for the adopted messages

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from tiered_core.common import FileSegmentType
+from tiered_core.common import FileSegmentType, SegmentStatus
 from tiered_core.errors import ConfigError, IllegalParam, InvalidOption
 from tiered_core.spark.failures import task_error
 from tiered_core.spark.options import ConfigSource, require_shared_backend
@@ -64,8 +64,10 @@ def _seed(metadata, topic: str, queue_id: int, flat_path: str) -> QueueSeed:
 def _adopt_unrecorded(driver, scratch, config, topic: str, queue_id: int) -> None:
     """Record segment objects of this queue that exist in the backend but not in metadata
     (left by an import that failed before its metadata commit), so a re-run continues after
-    them instead of rolling over them. The job holds the store's lock and owns its prefix,
-    so nothing else wrote them."""
+    them instead of rolling over them; and adopt the bytes a recorded segment gained after
+    its last metadata update (that failed run filled it and rolled to a new one: flat-file
+    recovery re-checks only the last segment). The job holds the store's lock and owns its
+    prefix, so nothing else wrote them."""
     from tiered_core.codec.naming import file_name_to_offset, queue_path, segment_dir
     from tiered_core.common import now_ms
 
@@ -77,11 +79,17 @@ def _adopt_unrecorded(driver, scratch, config, topic: str, queue_id: int) -> Non
                 base = file_name_to_offset(path.rsplit("/", 1)[-1], strict=True)
             except Exception:
                 continue
-            if scratch.get_file_segment(int(kind), flat_path, base) is None:
+            recorded = scratch.get_file_segment(int(kind), flat_path, base)
+            if recorded is None:
                 meta = FileSegmentMetadata(flat_path, int(kind), base, size=size, create_timestamp=now_ms())
                 if size and driver.is_sealed(path):
                     meta.mark_sealed()
                 scratch.update_file_segment(meta)
+            elif size > recorded.size and recorded.status != SegmentStatus.DELETED:
+                recorded.size = size
+                if recorded.status != SegmentStatus.SEALED and driver.is_sealed(path):
+                    recorded.mark_sealed()
+                scratch.update_file_segment(recorded)
 
 
 def _import_groups(source: ConfigSource, seeds: dict[tuple[str, int], QueueSeed],

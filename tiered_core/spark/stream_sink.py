@@ -70,10 +70,6 @@ DEFAULT_LOCK_TIMEOUT = 60.0
 FAULT_HOOKS: list[Callable[[str], None]] = []
 
 
-#: Prefixes this process claimed already (store path, cluster, broker).
-_CLAIMED: set[tuple[str, str, str]] = set()
-
-
 def _fault(point: str) -> None:
     for hook in FAULT_HOOKS:
         hook(point)
@@ -379,10 +375,7 @@ def commit_batch(options: SinkOptions, batch_id: int, messages: Sequence[SinkCom
     lock = _acquire_lock(config.store_path, options.lock_timeout)
     try:
         with config.open_driver() as driver:
-            claim = (os.path.realpath(config.store_path), config.cluster, config.broker)
-            if claim not in _CLAIMED:  # once per process: the claim is durable, re-checking costs requests
-                claim_store_prefix(config, driver)
-                _CLAIMED.add(claim)
+            claim_store_prefix(config, driver)  # every commit: a take-over by another store is seen here
             metadata = config.open_metadata()
             try:
                 return _commit(driver, metadata, config, options.sink_id, batch_id, present, query_id)

@@ -101,26 +101,54 @@ def spark_export(master: str, config_path: str, workdir: str, warm_topic: str) -
     return seconds, result.rows, result.partitions
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_store_arguments(parser: argparse.ArgumentParser, *, queues: int, messages: int) -> None:
+    """The options of the sample store a Spark bench writes (and ``--workdir``, ``--json``)."""
     parser.add_argument("--topics", type=int, default=2)
-    parser.add_argument("--queues", type=int, default=4, help="queues per topic")
-    parser.add_argument("--messages", type=int, default=25_000, help="messages per queue")
+    parser.add_argument("--queues", type=int, default=queues, help="queues per topic")
+    parser.add_argument("--messages", type=int, default=messages, help="messages per queue")
     parser.add_argument("--body-size", type=int, default=256)
     parser.add_argument("--workdir", default=None, help="directory for the store and outputs (default: a temp dir)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def write_store(workdir: str, args: argparse.Namespace) -> tuple[str, SampleSpec, int]:
+    """A posix store (fsync off) in ``workdir`` holding the sample ``args`` ask for:
+    (config path, spec, messages written)."""
+    config_path = os.path.join(workdir, "tiered.toml")
+    with open(config_path, "w") as fh:
+        fh.write('[tiered]\nstore_path = "./store"\n[tiered.options]\nfsync = false\n')
+    spec = SampleSpec(topics=tuple(f"bench{i}" for i in range(args.topics)), queues=args.queues,
+                      messages=args.messages, body_size=args.body_size)
+    return config_path, spec, write_sample(StoreConfig.load(config_path), spec)
+
+
+def print_report(report: dict, as_json: bool, targets: dict[str, float] | None = None) -> None:
+    """One JSON object, or one line per figure (the machine's core count and load added);
+    each figure with a target also gets ``targets[name] = {"target", "pass"}`` and a PASS/FAIL line."""
+    targets = targets or {}
+    report.update(cpu_count=os.cpu_count(), load_average_1m=round(os.getloadavg()[0], 2))  # the neighbours
+    if targets:
+        report["targets"] = {name: {"target": limit, "pass": report[name] >= limit} for name, limit in targets.items()}
+    if as_json:
+        print(json.dumps(report))
+        return
+    for key, value in report.items():
+        if key != "targets":
+            print(f"{key:28s} {value}")
+    for name, limit in targets.items():
+        print(f"{name:28s} {report[name]} (target >= {limit}) {'PASS' if report['targets'][name]['pass'] else 'FAIL'}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_store_arguments(parser, queues=4, messages=25_000)
     args = parser.parse_args(argv)
 
     workdir = args.workdir or tempfile.mkdtemp(prefix="tiered-spark-bench-")
     os.makedirs(workdir, exist_ok=True)
     try:
-        config_path = os.path.join(workdir, "tiered.toml")
-        with open(config_path, "w") as fh:
-            fh.write('[tiered]\nstore_path = "./store"\n[tiered.options]\nfsync = false\n')
-        spec = SampleSpec(topics=tuple(f"bench{i}" for i in range(args.topics)), queues=args.queues,
-                          messages=args.messages, body_size=args.body_size)
         started = time.perf_counter()
-        messages = write_sample(StoreConfig.load(config_path), spec)
+        config_path, spec, messages = write_store(workdir, args)
         write_seconds = time.perf_counter() - started
 
         started = time.perf_counter()
@@ -149,17 +177,11 @@ def main(argv: list[str] | None = None) -> int:
             "local2_msgs_per_s": round(rate2),
             "scaling_ratio": round(rate2 / rate1, 3),
             "ratio_vs_single_process": round(rate2 / single_rate, 3),
-            "cpu_count": os.cpu_count(),
-            "load_average_1m": round(os.getloadavg()[0], 2),
         }
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
-    if args.json:
-        print(json.dumps(report))
-    else:
-        for key, value in report.items():
-            print(f"{key:28s} {value}")
+    print_report(report, args.json)
     return 0
 
 

@@ -18,60 +18,101 @@ from tiered_core.codec.message_batch import MessageBatch
 TimeFilter = Callable[[int], bool]
 
 
+def _regroup(lists, keep):
+    """The offsets of ``lists`` (a ListArray) once its values are filtered by ``keep``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kept = pc.cumulative_sum(keep.cast(pa.int32()))
+    return pc.take(pa.concat_arrays([pa.array([0], pa.int32()), kept]), lists.offsets)
+
+
+def _flat_values(lists):
+    import pyarrow.compute as pc
+
+    return lists.values if lists.offset == 0 else pc.list_flatten(lists)
+
+
+def properties_columns(texts: list[str], schema):
+    """``(properties, keys, tags)`` arrays of properties texts (``key\x01value\x02``), parsed in
+    Arrow kernels exactly as :func:`~tiered_core.codec.message.parse_properties` (pairs with an
+    empty name or value skipped, the value after the first ``\x01``, a repeated name keeping
+    its first place and last value) and ``MessageExt.keys`` / ``tags`` from them."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    map_type, keys_type = schema.field("properties").type, schema.field("keys").type
+    pairs = pc.split_pattern(pa.array(texts, pa.string()), "\x02")
+    flat = _flat_values(pairs)
+    # "name\x01value" + "\x01", split once: a pair without "\x01" gets an empty value (skipped)
+    kv = pc.split_pattern(pc.binary_join_element_wise(flat, "", "\x01"), "\x01", max_splits=1)
+    names = pc.list_element(kv, 0)
+    values = pc.utf8_slice_codeunits(pc.list_element(kv, 1), 0, -1)
+    keep = pc.and_(pc.greater(pc.binary_length(names), 0), pc.greater(pc.binary_length(values), 0))
+    names, values = names.filter(keep), values.filter(keep)
+    owners = pc.list_parent_indices(pairs).filter(keep)
+    codes = pc.dictionary_encode(names)  # (message, name code) pairs, all distinct unless a name repeats
+    pairs_seen = pc.add(pc.multiply(owners.cast(pa.int64()), max(1, len(codes.dictionary))),
+                        codes.indices.cast(pa.int64()))
+    if len(names) and pc.count_distinct(pairs_seen).as_py() != len(names):
+        # a name repeated within a message (rare): the dict semantics of parse_properties
+        props = [list(parse_properties(text).items()) for text in texts]
+        properties = pa.array(props, type=map_type)
+    else:
+        properties = pa.MapArray.from_arrays(_regroup(pairs, keep), names, values, type=map_type)
+    tags = pc.map_lookup(properties, PROPERTY_TAGS, "last")
+    split = pc.split_pattern(pc.fill_null(pc.map_lookup(properties, PROPERTY_KEYS, "last"), ""), KEY_SEPARATOR)
+    words = _flat_values(split)
+    nonempty = pc.greater(pc.binary_length(words), 0)
+    keys = pa.ListArray.from_arrays(_regroup(split, nonempty), words.filter(nonempty), type=keys_type)
+    return properties, keys, tags.cast(schema.field("tags").type)
+
+
 def batch_to_arrow(batch: MessageBatch, schema=None, wants_time: TimeFilter | None = None,
                    start: int = 0, stop: int | None = None):
     """Messages ``start:stop`` of ``batch`` (all by default) that ``wants_time`` keeps, as one
     ``pyarrow.RecordBatch`` with ``schema`` (default :func:`arrow_schema`; times ms -> us UTC).
 
     ``batch`` must be validated (built by :func:`~tiered_core.flat.batch.check_batch`): its bytes
-    are not checked again here."""
+    are not checked again here. Per message, Python does one header ``unpack_from`` and two
+    slices (body, properties text); every column is then built by Arrow."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     if schema is None:
         from tiered_core.spark.schema import arrow_schema
 
         schema = arrow_schema()
-    data, base, topic, queue_id = batch.data, batch.base, batch.topic, batch.queue_id
-    queue_offsets: list[int] = []
-    cl_offsets: list[int] = []
-    store_ts: list[int] = []
-    born_ts: list[int] = []
-    keys: list[list[str]] = []
-    tags: list[str | None] = []
-    props: list[list[tuple[str, str]]] = []
-    bodies: list[bytes] = []
-    for off, size, _tags in batch.units[start:stop]:
-        pos = off - base
-        f, hs, props_at = message_fields(data, pos)
-        if wants_time is not None and not wants_time(f[11]):
-            continue
-        queue_offsets.append(f[5])
-        cl_offsets.append(f[6])
-        store_ts.append(f[11] * 1000)
-        born_ts.append(f[8] * 1000)
-        body_at = pos + hs
-        bodies.append(data[body_at:body_at + f[16]])
-        text = data[props_at:pos + f[0]]
-        p = parse_properties(str(text, "utf-8")) if text else {}
-        k = p.get(PROPERTY_KEYS)
-        keys.append([x for x in k.split(KEY_SEPARATOR) if x] if k else [])
-        tags.append(p.get(PROPERTY_TAGS))
-        props.append(list(p.items()))
-    n = len(queue_offsets)
+    data, base = batch.data, batch.base
+    positions = [off - base for off, _size, _tags in batch.units[start:stop]]
+    heads = [message_fields(data, pos) for pos in positions]  # (header fields, header size, properties start)
     types = [field.type for field in schema]
+    n = len(heads)
+    if n == 0:
+        return pa.RecordBatch.from_arrays([pa.array([], type=t) for t in types], schema=schema)
+    fields = list(zip(*[h[0] for h in heads]))  # the header fields as columns (transposed in C)
+    properties, keys, tags = properties_columns(
+        [str(data[at:pos + f[0]], "utf-8") for pos, (f, _hs, at) in zip(positions, heads)], schema)
+
+    def micros(column: tuple, type_):
+        return pc.multiply(pa.array(column, pa.int64()), 1000).cast(type_)
+
     arrays = [
-        pa.array([topic] * n, type=types[0]) if n else pa.array([], type=types[0]),
-        pa.array([queue_id] * n, type=types[1]),
-        pa.array(queue_offsets, type=types[2]),
-        pa.array(cl_offsets, type=types[3]),
-        pa.array(store_ts, type=types[4]),
-        pa.array(born_ts, type=types[5]),
-        pa.array(keys, type=types[6]),
-        pa.array(tags, type=types[7]),
-        pa.array(props, type=types[8]),
-        pa.array(bodies, type=types[9]),
+        pa.array([batch.topic] * n, type=types[0]),
+        pa.array([batch.queue_id] * n, type=types[1]),
+        pa.array(fields[5], type=types[2]),
+        pa.array(fields[6], type=types[3]),
+        micros(fields[11], types[4]),
+        micros(fields[8], types[5]),
+        keys,
+        tags,
+        properties,
+        pa.array([data[pos + hs:pos + hs + f[16]] for pos, (f, hs, _at) in zip(positions, heads)], type=types[9]),
     ]
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    out = pa.RecordBatch.from_arrays(arrays, schema=schema)
+    if wants_time is not None:
+        out = out.filter(pa.array([wants_time(ts) for ts in fields[11]], pa.bool_()))
+    return out
 
 
-__all__ = ["batch_to_arrow"]
+__all__ = ["batch_to_arrow", "properties_columns"]

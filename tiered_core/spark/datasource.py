@@ -42,6 +42,9 @@ class TieredDataSource(DataSource):
         return FORMAT
 
     def schema(self):
+        from tiered_core.spark.stream_options import check_source_options
+
+        check_source_options(dict(self.options))  # at load(): bad options fail before any query starts
         return spark_schema()
 
     def streamReader(self, schema):

@@ -16,7 +16,8 @@ from typing import Any, Mapping
 
 from tiered_core.codec.naming import validate_topic
 from tiered_core.errors import IllegalParam, InvalidOption
-from tiered_core.spark.options import ConfigSource, config_source, parse_time
+from tiered_core.spark.options import OPTION_NAMES as BATCH_OPTION_NAMES
+from tiered_core.spark.options import ConfigSource, config_source, parse_read_options, parse_time
 
 #: Accepted option names (Spark hands them over lower-cased; matched case-insensitively).
 STREAM_OPTION_NAMES = (
@@ -25,6 +26,8 @@ STREAM_OPTION_NAMES = (
     "maxMessagesPerTrigger", "maxBytesPerTrigger", "failOnDataLoss",
 )
 _CANONICAL = {name.lower(): name for name in STREAM_OPTION_NAMES}
+#: Options only the streaming source has: their presence makes a definition a stream.
+_STREAM_ONLY = frozenset(name.lower() for name in STREAM_OPTION_NAMES[6:])
 
 #: ``startingOffsets`` / per-queue JSON values meaning "the oldest message the tier holds" and "the end".
 EARLIEST, LATEST = "earliest", "latest"
@@ -161,7 +164,8 @@ def parse_stream_options(options: Mapping[str, Any]) -> tuple[ConfigSource, Stre
             raise _bad("startingTimestamp", opts["startingTimestamp"], "a time at or after the epoch")
     max_messages = _positive_int("maxMessagesPerTrigger", opts["maxMessagesPerTrigger"]) \
         if "maxMessagesPerTrigger" in opts else None
-    max_bytes = _positive_int("maxBytesPerTrigger", opts["maxBytesPerTrigger"]) if "maxBytesPerTrigger" in opts else None
+    max_bytes = _positive_int("maxBytesPerTrigger", opts["maxBytesPerTrigger"]) \
+        if "maxBytesPerTrigger" in opts else None
     fail = True
     if "failOnDataLoss" in opts:
         flag = str(opts["failOnDataLoss"]).strip().lower()
@@ -173,5 +177,36 @@ def parse_stream_options(options: Mapping[str, Any]) -> tuple[ConfigSource, Stre
     return source, StreamOptions(topics, pattern, starting, timestamp, max_messages, max_bytes, fail)
 
 
-__all__ = ["EARLIEST", "LATEST", "OffsetMap", "STREAM_OPTION_NAMES", "StreamOptions", "parse_offsets_json",
+def check_source_options(options: Mapping[str, Any]) -> None:
+    """Where Spark defines a read (``load()``, through ``DataSource.schema``), before the batch
+    reader or the stream reader exists: raise the :class:`InvalidOption` of options that
+    cannot work. Options naming a streaming-only option are checked as a stream (with the
+    store's metadata, as :class:`~tiered_core.spark.stream_source.TieredStreamReader` does);
+    others must be valid batch options or valid streaming options."""
+    opts = {str(k).lower(): v for k, v in options.items()}
+    if "static_topic" in opts:
+        return  # a static-topic batch read: its reader checks its options
+    if not _STREAM_ONLY & set(opts):
+        try:
+            parse_read_options(opts)
+            return
+        except InvalidOption as batch_error:
+            try:
+                parse_stream_options(opts)
+            except InvalidOption as stream_error:
+                name = str(batch_error.context.get("option"))
+                if name == stream_error.context.get("option") and name.lower() not in _CANONICAL:
+                    raise InvalidOption(
+                        f"data source 'tiered' has no option {name!r}; spark.read accepts: "
+                        f"{', '.join(BATCH_OPTION_NAMES)}; spark.readStream accepts: "
+                        f"{', '.join(STREAM_OPTION_NAMES)}", option=name) from None
+                raise batch_error from None
+            return  # e.g. a stream with its defaults: valid for the streaming source
+    from tiered_core.spark.stream_source import TieredStreamReader
+
+    TieredStreamReader(*parse_stream_options(opts))
+
+
+__all__ = ["EARLIEST", "LATEST", "OffsetMap", "STREAM_OPTION_NAMES", "StreamOptions", "check_source_options",
+           "parse_offsets_json",
            "parse_stream_options"]

@@ -77,6 +77,7 @@ class TieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.source = source
         self.options = options
         self._target: dict[QueueKey, int] | None = None
+        self._readable: dict[tuple, int] = {}  # _readable_min's answers
         config = source.load()
         require_shared_backend(config)
         wanted = options.starting_map
@@ -99,19 +100,46 @@ class TieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         config = self.source.load()
         metadata = config.open_metadata()
         try:
-            return queue_views(config, metadata, self.options.wants_topic)
+            views = queue_views(config, metadata, self.options.wants_topic)
         finally:
             metadata.close()
+        for key, view in views.items():
+            if view.commit_log[0].base_offset > 0 and view.end_offset > view.min_offset:
+                views[key] = dataclasses.replace(view, min_offset=self._readable_min(view))
+        return views
+
+    def _unit_at(self, view: QueueView, offset: int):
+        pos = offset * CQ_UNIT_SIZE
+        seg = view.consume_queue[bisect.bisect_right([s.base_offset for s in view.consume_queue], pos) - 1]
+        buf = driver_for(self.source).read(seg.path, pos - seg.base_offset, CQ_UNIT_SIZE)
+        return next(iter_cq_units(buf, base_offset=pos))
+
+    def _readable_min(self, view: QueueView) -> int:
+        """The first offset whose unit points into the commit log the tier still holds (the
+        commit log may have expired ahead of the consume queue): a bisect of backend reads,
+        remembered while the queue's first segments stay the same."""
+        cl_min = view.commit_log[0].base_offset
+        key = (view.key, view.consume_queue[0].base_offset, cl_min)
+        cache = self._readable
+        if key not in cache:
+            lo, hi = view.min_offset, view.end_offset  # units point forward: the first one at/after cl_min
+            if self._unit_at(view, lo).commitlog_offset >= cl_min:
+                hi = lo  # the usual case: one read
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if self._unit_at(view, mid).commitlog_offset >= cl_min:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            cache[key] = lo
+        return cache[key]
 
     def _offset_by_time(self, view: QueueView, timestamp: int) -> int:
         driver = driver_for(self.source)
-        cq_bases = [s.base_offset for s in view.consume_queue]
         cl_bases = [s.base_offset for s in view.commit_log]
 
         def store_time(offset: int) -> int:
-            pos = offset * CQ_UNIT_SIZE
-            seg = view.consume_queue[bisect.bisect_right(cq_bases, pos) - 1]
-            unit = next(iter_cq_units(driver.read(seg.path, pos - seg.base_offset, CQ_UNIT_SIZE), base_offset=pos))
+            unit = self._unit_at(view, offset)
             if not unit.is_valid or unit.commitlog_offset < cl_bases[0]:
                 return -1  # expired from the commit log: older than any time asked for
             cl = view.commit_log[bisect.bisect_right(cl_bases, unit.commitlog_offset) - 1]
@@ -226,8 +254,25 @@ class TieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not isinstance(partition, QueuePartition):
             return
         schema = arrow_schema()
+        expected = partition.start // CQ_UNIT_SIZE
         for batch in read_batches(self.source, partition):
+            if batch.queue_offset > expected:
+                self._lost(partition, expected, batch.queue_offset)
             yield batch_to_arrow(batch, schema)
+            expected = batch.end_offset
+        if expected < partition.end // CQ_UNIT_SIZE:
+            self._lost(partition, expected, partition.end // CQ_UNIT_SIZE)
+
+    def _lost(self, part: QueuePartition, first: int, end: int) -> None:
+        """Units ``[first, end)`` of a planned range point at commit-log bytes the tier no longer
+        holds (the commit log expired under them): data loss, as an expired start is."""
+        if self.options.fail_on_data_loss:
+            raise IllegalOffset(
+                f"topic {part.topic!r} queue {part.queue_id}: messages {first}..{end - 1} are no longer in the "
+                "tier's commit log (expired under their consume-queue units); set option failOnDataLoss=false "
+                "to skip them", topic=part.topic, queue_id=part.queue_id, offset=first, end_offset=end)
+        log.warning("tiered stream: topic %r queue %d: skipping offsets %d..%d, expired from the tier's commit "
+                    "log (failOnDataLoss=false)", part.topic, part.queue_id, first, end - 1)
 
     def commit(self, end: dict) -> None:
         """Nothing to release: the source holds no reservations on the store."""

@@ -1,0 +1,177 @@
+"""The ``tiered`` streaming source and the Arrow read path, each against a baseline measured in the same run.
+
+    python bench/spark_stream.py [--json] [--topics 2] [--queues 2] [--messages 50000] [--body-size 256]
+                                 [--rounds 3] [--master local[2]]
+
+A posix store (fsync off, SQLite metadata) is written through the container layer before
+anything is timed (``--topics`` x ``--queues`` queues of ``--messages`` messages of
+``--body-size`` body bytes, keys, tags and two properties each), and exported once to
+Parquet with the export job (``tiered_core.spark.jobs.export``). One Spark session
+(``--master``) runs everything; each path runs once to warm up (Python workers started,
+code loaded), then ``--rounds`` times; figures are medians, in messages per second of wall
+time.
+
+1. ``stream_msgs_per_s``: ``spark.readStream.format("tiered")`` of the whole store with
+   ``trigger(availableNow=True)`` into the ``noop`` sink (a fresh checkpoint per round:
+   offsets planned from metadata, executors read the backend).
+   ``parquet_msgs_per_s``: ``spark.read.parquet`` of the exported messages into the
+   ``noop`` sink. ``stream_vs_parquet`` = stream / parquet; target >= 0.5. The stream's wall
+   time includes the query's start (Spark starts a Python process for the source, which
+   plans from metadata); ``stream_in_trigger_msgs_per_s`` counts only the micro-batches'
+   ``triggerExecution`` time (Spark's own progress report), for information.
+2. ``arrow_msgs_per_s``: ``spark.read.format("tiered")`` (record batches built column-wise
+   from the validated ``MessageBatch``) into ``noop``. ``rows_msgs_per_s``: the same
+   partitions read by :class:`RowReader` below -- the row-at-a-time reader the Arrow path
+   replaces: one Python tuple per message from the same validated batches. ``arrow_vs_rows``
+   = arrow / rows; target >= 3.
+
+The machine's core count and load are printed beside the figures: on a shared machine the
+ratios move with the neighbours (both sides of a ratio are measured in the same run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+from pyspark.sql.datasource import DataSource, DataSourceReader  # noqa: E402
+from spark_export import add_store_arguments, print_report, write_store  # noqa: E402  (bench/ is on sys.path)
+
+from tiered_core.spark.datasource import planned_partitions  # noqa: E402
+from tiered_core.spark.options import config_source, parse_read_options  # noqa: E402
+from tiered_core.spark.plan import QueuePartition  # noqa: E402
+from tiered_core.spark.reader import read_batches  # noqa: E402
+from tiered_core.spark.schema import spark_schema  # noqa: E402
+
+TARGETS = {"stream_vs_parquet": 0.5, "arrow_vs_rows": 3.0}
+_UTC = _dt.timezone.utc
+
+
+class RowReader(DataSourceReader):
+    """The baseline: the same planned partitions and validated batches, one Python tuple per message."""
+
+    def __init__(self, options) -> None:
+        self.source = config_source(options)
+        self.read_options = parse_read_options({k: v for k, v in options.items() if k != "format_name"})
+
+    def partitions(self):
+        return planned_partitions(self.source, self.read_options)
+
+    def read(self, partition):
+        if not isinstance(partition, QueuePartition):
+            return
+        for batch in read_batches(self.source, partition):
+            for m in batch.messages():
+                yield (m.topic, m.queue_id, m.queue_offset, m.commitlog_offset,
+                       _dt.datetime.fromtimestamp(m.store_timestamp / 1000, _UTC),
+                       _dt.datetime.fromtimestamp(m.born_timestamp / 1000, _UTC),
+                       m.keys, m.tags, m.properties, m.body)
+
+
+class RowSource(DataSource):
+    """``tiered_rows``: the row-at-a-time baseline as a data source."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "tiered_rows"
+
+    def schema(self):
+        return spark_schema()
+
+    def reader(self, schema):
+        return RowReader(dict(self.options))
+
+
+def timed(fn, rounds: int) -> float:
+    """Median seconds of ``rounds`` calls of ``fn`` (after one untimed warm-up call)."""
+    fn()
+    samples = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_store_arguments(parser, queues=2, messages=50_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--master", default="local[2]")
+    args = parser.parse_args(argv)
+
+    from tiered_core.spark import get_session
+    from tiered_core.spark.jobs import export
+
+    workdir = args.workdir or tempfile.mkdtemp(prefix="tiered-spark-stream-bench-")
+    os.makedirs(workdir, exist_ok=True)
+    try:
+        config_path, _spec, messages = write_store(workdir, args)  # before anything is timed
+        spark = get_session(args.master, app_name="bench-spark-stream")
+        spark.dataSource.register(RowSource)
+        parquet = export(spark, config_path, os.path.join(workdir, "parquet")).path
+
+        def check(rows: int, what: str) -> None:
+            if rows != messages:
+                raise SystemExit(f"{what} read {rows} of {messages} messages")
+
+        check(spark.read.parquet(parquet).count(), "parquet")
+        check(spark.read.format("tiered").option("config", config_path).load().count(), "tiered (arrow)")
+        check(spark.read.format("tiered_rows").option("config", config_path).load().count(), "tiered_rows")
+
+        trigger_ms: list[int] = []
+
+        def stream_all() -> None:
+            checkpoint = os.path.join(workdir, "checkpoints", uuid.uuid4().hex)
+            query = (spark.readStream.format("tiered").option("config", config_path).load()
+                     .writeStream.format("noop").option("checkpointLocation", checkpoint)
+                     .trigger(availableNow=True).start())
+            query.awaitTermination()
+            progress = query.recentProgress
+            check(sum(p["numInputRows"] for p in progress), "the stream")
+            trigger_ms.append(sum(p["durationMs"].get("triggerExecution", 0) for p in progress))
+
+        def noop(df) -> None:
+            df.write.format("noop").mode("overwrite").save()
+
+        stream_s = timed(stream_all, args.rounds)
+        parquet_s = timed(lambda: noop(spark.read.parquet(parquet)), args.rounds)
+        arrow_s = timed(lambda: noop(spark.read.format("tiered").option("config", config_path).load()), args.rounds)
+        rows_s = timed(lambda: noop(spark.read.format("tiered_rows").option("config", config_path).load()),
+                       args.rounds)
+        spark.stop()
+        report = {
+            "messages": messages,
+            "body_size": args.body_size,
+            "queues": args.topics * args.queues,
+            "master": args.master,
+            "rounds": args.rounds,
+            "stream_msgs_per_s": round(messages / stream_s),
+            "parquet_msgs_per_s": round(messages / parquet_s),
+            "stream_vs_parquet": round(parquet_s / stream_s, 3),
+            "stream_in_trigger_msgs_per_s": round(messages * 1000 / statistics.median(trigger_ms[1:])),
+            "stream_in_trigger_vs_parquet": round(parquet_s * 1000 / statistics.median(trigger_ms[1:]), 3),
+            "arrow_msgs_per_s": round(messages / arrow_s),
+            "rows_msgs_per_s": round(messages / rows_s),
+            "arrow_vs_rows": round(rows_s / arrow_s, 3),
+        }
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    print_report(report, args.json, TARGETS)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

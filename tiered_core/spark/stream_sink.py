@@ -23,8 +23,8 @@ micro-batch:
 
 B is written only by the sink while a query runs: no broker, import or second sink on the
 same store (the store lock refuses a concurrent writer on the same machine; the prefix
-claim refuses another store). The key index of B is not built here (``tiered index
-rebuild`` does it).
+claim refuses another store). The sink does not write B's tiered key index (like the import
+job): key lookups on B do not find what it wrote.
 """
 
 from __future__ import annotations

@@ -295,3 +295,35 @@ def test_an_unknown_column_stops_the_query_naming_it(spark, tmp_path, target):
         query.processAllAvailable()
     query.stop()
     assert bodies(target) == {}
+
+
+# -- the pipeline's command line: bad input fails before Spark starts ------------------------
+
+
+def test_stream_cli_refuses_bad_configs_and_options_before_spark(tmp_path, target, capsys, monkeypatch):
+    from tiered_core.cli import main
+
+    def no_spark(*args, **kwargs):
+        raise AssertionError("Spark must not start")
+
+    monkeypatch.setattr("tiered_core.spark.get_session", no_spark)
+    source = write_config(tmp_path / "a.toml", tmp_path / "a")
+    checkpoint = str(tmp_path / "ckpt")
+
+    def run(*argv: str) -> dict:
+        code = main(["spark", "stream", *argv, "--checkpoint", checkpoint, "--json"])
+        out = capsys.readouterr().out
+        assert code != 0
+        return __import__("json").loads(out)["error"]
+
+    missing = run("--config", str(tmp_path / "nope.toml"), "--to-config", target)
+    assert missing["code"] == "CONFIG" and "nope.toml" in missing["message"]
+    (tmp_path / "bad.toml").write_text("[tiered]\ndriver = 'posix'\ncommit_log_max_size = -5\n")
+    bad = run("--config", source, "--to-config", str(tmp_path / "bad.toml"))
+    assert bad["code"] == "CONFIG" and "commit_log_max_size" in bad["message"]
+    same = run("--config", source, "--to-config", source)
+    assert same["code"] == "CONFIG" and "is the source store" in same["message"]
+    topics = run("--config", source, "--to-config", target, "--topics", "no spaces allowed")
+    assert topics["code"] == "INVALID_OPTION" and "topics" in topics["message"]
+    limit = run("--config", source, "--to-config", target, "--max-messages-per-trigger", "0")
+    assert limit["code"] == "INVALID_OPTION" and "max-messages-per-trigger" in limit["message"]

@@ -243,16 +243,19 @@ def _query(spark, source_dir, target, checkpoint, schema="topic string, queue_id
             .start())
 
 
+def _run_until_idle(query) -> None:
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+
+
 def test_a_streaming_query_writes_each_row_once_and_resumes_from_its_checkpoint(spark, tmp_path, target):
     source, checkpoint = tmp_path / "in", tmp_path / "ckpt"
     source.mkdir()
     _write_parquet(source / "0.parquet", rows("orders", 0, 0, 40) + rows("audit", 1, 0, 4))
     _write_parquet(source / "1.parquet", rows("orders", 0, 40, 10))
-    query = _query(spark, source, target, checkpoint)
-    try:
-        query.processAllAvailable()
-    finally:
-        query.stop()
+    _run_until_idle(_query(spark, source, target, checkpoint))
     assert bodies(target) == expected(("orders", 0, 0, 50), ("audit", 1, 0, 4))
     sink_id = "checkpoint:" + str(checkpoint)
     ledger = read_ledger(target, sink_id)
@@ -260,11 +263,7 @@ def test_a_streaming_query_writes_each_row_once_and_resumes_from_its_checkpoint(
 
     # A restart from the checkpoint writes only what is new.
     _write_parquet(source / "2.parquet", rows("orders", 0, 50, 5))
-    query = _query(spark, source, target, checkpoint)
-    try:
-        query.processAllAvailable()
-    finally:
-        query.stop()
+    _run_until_idle(_query(spark, source, target, checkpoint))
     assert bodies(target) == expected(("orders", 0, 0, 55), ("audit", 1, 0, 4))
     assert read_ledger(target, sink_id).committed == 2
 

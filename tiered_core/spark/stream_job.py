@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, TextIO
+from typing import TextIO
 
 from tiered_core.errors import ConfigError
 

@@ -47,7 +47,6 @@ from tiered_core.codec.naming import validate_topic
 from tiered_core.common import FileSegmentType, now_ms
 from tiered_core.errors import IllegalParam, InvalidOption, StateConflict
 from tiered_core.spark.options import ConfigSource, config_source, require_shared_backend
-from tiered_core.spi.metadata import FileSegmentMetadata, QueueMetadata
 
 log = logging.getLogger(__name__)
 
@@ -307,19 +306,13 @@ def _append_queue(driver, metadata, config, topic: str, queue_id: int, rows: lis
     from tiered_core.flat.message_file import FlatMessageFile
     from tiered_core.metadata import open_metadata_store
     from tiered_core.spark.appender import QueueAppender
-    from tiered_core.spark.importer import _adopt_unrecorded, _seed
+    from tiered_core.spark.importer import _seed, queue_outcome, seed_scratch
 
     flat_path = queue_path(config.broker, topic, queue_id)
-    seed = _seed(metadata, topic, queue_id, flat_path)
     before = _cq_end(metadata, flat_path)
     scratch = open_metadata_store("sqlite", os.path.join(scratch_dir, f"{topic}-{queue_id}.db"))
     try:
-        with scratch.transaction():
-            if seed.queue is not None:
-                scratch.update_queue(QueueMetadata(**seed.queue), touch=False)
-            for seg in seed.segments:
-                scratch.update_file_segment(FileSegmentMetadata(**seg))
-        _adopt_unrecorded(driver, scratch, config, topic, queue_id)
+        seed_scratch(scratch, _seed(metadata, topic, queue_id, flat_path), driver, config)
         flat = FlatMessageFile(driver, scratch, topic, queue_id, config.flat_config())
         try:
             appender = QueueAppender(flat)
@@ -341,17 +334,13 @@ def _append_queue(driver, metadata, config, topic: str, queue_id: int, rows: lis
             else:
                 for _, _, offset, store_ts, message in rows:
                     appender.append(offset, message, timestamp if store_ts is None else store_ts)
-            stats = appender.finish()
-            queue = scratch.get_queue(topic, queue_id)
-            segments = [dataclasses.asdict(m) for t in (FileSegmentType.COMMIT_LOG, FileSegmentType.CONSUME_QUEUE)
-                        for m in scratch.iterate_file_segments(t, flat_path)]
+            outcome = queue_outcome(scratch, flat, appender.finish())
         finally:
             flat.shutdown()
     finally:
         scratch.close()
     _fault("uploaded")
-    return {"topic": topic, "queue_id": queue_id, "appended": stats.appended, "skipped": stats.skipped,
-            "queue": dataclasses.asdict(queue), "segments": segments}
+    return outcome
 
 
 def commit_batch(options: SinkOptions, batch_id: int, messages: Sequence[SinkCommitMessage | None]
@@ -387,6 +376,8 @@ def commit_batch(options: SinkOptions, batch_id: int, messages: Sequence[SinkCom
 
 def _commit(driver, metadata, config, sink_id: str, batch_id: int, messages: list[SinkCommitMessage],
             query_id: str | None) -> SinkBatchResult:
+    from tiered_core.spark.importer import record_outcome
+
     ledger = Ledger.read(metadata, sink_id)
     if query_id and ledger.query_id and ledger.query_id != query_id:
         raise StateConflict(f"streaming sink {sink_id!r}: the target's ledger was written by streaming query "
@@ -416,12 +407,7 @@ def _commit(driver, metadata, config, sink_id: str, batch_id: int, messages: lis
         shutil.rmtree(scratch_dir, ignore_errors=True)
     _fault("before_metadata")
     with metadata.transaction():
-        for item in outcome:
-            if metadata.get_topic(item["topic"]) is None:
-                metadata.add_topic(item["topic"])
-            metadata.update_queue(QueueMetadata(**item["queue"]))
-            for seg in item["segments"]:
-                metadata.update_file_segment(FileSegmentMetadata(**seg))
+        record_outcome(metadata, outcome)
         Ledger(batch_id, query_id or ledger.query_id, None).write(metadata, sink_id)
     return SinkBatchResult(batch_id, sum(i["appended"] for i in outcome), sum(i["skipped"] for i in outcome),
                            len(outcome), False)

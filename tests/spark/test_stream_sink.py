@@ -326,3 +326,16 @@ def test_stream_cli_refuses_bad_configs_and_options_before_spark(tmp_path, targe
     assert topics["code"] == "INVALID_OPTION" and "topics" in topics["message"]
     limit = run("--config", source, "--to-config", target, "--max-messages-per-trigger", "0")
     assert limit["code"] == "INVALID_OPTION" and "max-messages-per-trigger" in limit["message"]
+
+
+def test_an_unreadable_ledger_stops_the_commit(target):
+    from tiered_core.errors import MetadataError
+
+    metadata = StoreConfig.load(target).open_metadata()
+    try:
+        metadata.set_property(Ledger.key(SINK), "{not json")
+    finally:
+        metadata.close()
+    with pytest.raises(MetadataError, match="ledger .* is unreadable"):
+        commit_batch(options(target), 0, batch(0, [rows("orders", 0, 0, 3)]))
+    assert bodies(target) == {}

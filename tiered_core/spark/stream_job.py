@@ -115,8 +115,8 @@ def run_mirror(spark, source_config: str | os.PathLike, target_config: str | os.
                 continue
             seen.add(batch)
             n = int(p.get("numInputRows") or 0)
-            if n or not available_now:
-                batches += 1 if n else 0
+            if n:
+                batches += 1
                 rows += n
             if n and progress is not None:
                 print(f"tiered spark stream: batch {batch}: {n} messages (total {rows} in this run)",

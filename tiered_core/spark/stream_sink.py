@@ -45,7 +45,7 @@ from pyspark.sql.datasource import DataSourceStreamWriter, WriterCommitMessage
 from tiered_core.codec.message import Message
 from tiered_core.codec.naming import validate_topic
 from tiered_core.common import FileSegmentType, now_ms
-from tiered_core.errors import IllegalParam, InvalidOption, StateConflict
+from tiered_core.errors import IllegalParam, InvalidOption, MetadataError, StateConflict
 from tiered_core.spark.options import ConfigSource, config_source, require_shared_backend
 
 log = logging.getLogger(__name__)
@@ -241,8 +241,13 @@ class Ledger:
         raw = metadata.get_property(cls.key(sink_id))
         if raw is None:
             return cls()
-        data = json.loads(raw)
-        return cls(int(data.get("committed", -1)), data.get("query_id"), data.get("pending"))
+        try:
+            data = json.loads(raw)
+            return cls(int(data.get("committed", -1)), data.get("query_id"), data.get("pending"))
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise MetadataError(f"streaming sink {sink_id!r}: its ledger in {metadata.path!r} is unreadable "
+                                f"({exc}); refusing to guess which batches were committed",
+                                path=metadata.path, sink_id=sink_id) from None
 
     def write(self, metadata, sink_id: str) -> None:
         metadata.set_property(self.key(sink_id), json.dumps(dataclasses.asdict(self), sort_keys=True))

@@ -134,9 +134,9 @@ def print_report(report: dict, as_json: bool, targets: dict[str, float] | None =
         return
     for key, value in report.items():
         if key != "targets":
-            print(f"{key:28s} {value}")
+            print(f"{key:32s} {value}")
     for name, limit in targets.items():
-        print(f"{name:28s} {report[name]} (target >= {limit}) {'PASS' if report['targets'][name]['pass'] else 'FAIL'}")
+        print(f"{name:32s} {report[name]} (target >= {limit}) {'PASS' if report['targets'][name]['pass'] else 'FAIL'}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,6 +19,10 @@ time.
    time includes the query's start (Spark starts a Python process for the source, which
    plans from metadata); ``stream_in_trigger_msgs_per_s`` counts only the micro-batches'
    ``triggerExecution`` time (Spark's own progress report), for information.
+   ``python_source_floor_msgs_per_s``: a Python data source (:class:`FloorReader`) over the
+   same partitions that yields one prebuilt Arrow batch of real rows again and again -- the
+   cost Spark itself adds to any Python source (Python worker, Arrow to JVM rows), for
+   information: ``floor_vs_parquet`` bounds what ``stream_vs_parquet`` can reach here.
 2. ``arrow_msgs_per_s``: ``spark.read.format("tiered")`` (record batches built column-wise
    from the validated ``MessageBatch``) into ``noop``. ``rows_msgs_per_s``: the same
    partitions read by :class:`RowReader` below -- the row-at-a-time reader the Arrow path
@@ -49,7 +53,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader  # noqa: E402
 from spark_export import add_store_arguments, print_report, write_store  # noqa: E402  (bench/ is on sys.path)
 
 from tiered_core.spark.datasource import planned_partitions  # noqa: E402
-from tiered_core.spark.options import config_source, parse_read_options  # noqa: E402
+from tiered_core.spark.options import ReadOptions, config_source, parse_read_options  # noqa: E402
 from tiered_core.spark.plan import QueuePartition  # noqa: E402
 from tiered_core.spark.reader import read_batches  # noqa: E402
 from tiered_core.spark.schema import spark_schema  # noqa: E402
@@ -79,18 +83,44 @@ class RowReader(DataSourceReader):
                        m.keys, m.tags, m.properties, m.body)
 
 
-class RowSource(DataSource):
-    """``tiered_rows``: the row-at-a-time baseline as a data source."""
+class FloorReader(DataSourceReader):
+    """Spark's own cost of a Python data source: the same partitions, each yielding one real
+    Arrow batch (built once per task) again and again up to its share of the rows. No store
+    read, no per-message Python: what no Python source can beat on this machine."""
 
-    @classmethod
-    def name(cls) -> str:
-        return "tiered_rows"
+    def __init__(self, options) -> None:
+        self.source = config_source(options)
+        self.parts = planned_partitions(self.source, ReadOptions())
+        self.share = int(options["rows"]) // len(self.parts)
 
-    def schema(self):
-        return spark_schema()
+    def partitions(self):
+        return self.parts
 
-    def reader(self, schema):
-        return RowReader(dict(self.options))
+    def read(self, partition):
+        if not isinstance(partition, QueuePartition):
+            return
+        from tiered_core.spark.arrow_batch import batch_to_arrow
+
+        batch = batch_to_arrow(next(read_batches(self.source, partition)))
+        for start in range(0, self.share, batch.num_rows):
+            yield batch.slice(0, min(batch.num_rows, self.share - start))
+
+
+def bench_source(format_name: str, reader_class: type) -> type:
+    """A data source ``format_name`` with the tiered schema whose reader is ``reader_class(options)``."""
+
+    class BenchSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return format_name
+
+        def schema(self):
+            return spark_schema()
+
+        def reader(self, schema):
+            return reader_class(dict(self.options))
+
+    return BenchSource
 
 
 def timed(fn, rounds: int) -> float:
@@ -119,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config_path, _spec, messages = write_store(workdir, args)  # before anything is timed
         spark = get_session(args.master, app_name="bench-spark-stream")
-        spark.dataSource.register(RowSource)
+        spark.dataSource.register(bench_source("tiered_rows", RowReader))
+        spark.dataSource.register(bench_source("tiered_floor", FloorReader))
         parquet = export(spark, config_path, os.path.join(workdir, "parquet")).path
 
         def check(rows: int, what: str) -> None:
@@ -129,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         check(spark.read.parquet(parquet).count(), "parquet")
         check(spark.read.format("tiered").option("config", config_path).load().count(), "tiered (arrow)")
         check(spark.read.format("tiered_rows").option("config", config_path).load().count(), "tiered_rows")
+        check(spark.read.format("tiered_floor").option("config", config_path).option("rows", str(messages))
+              .load().count(), "tiered_floor")
 
         trigger_ms: list[int] = []
 
@@ -148,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         stream_s = timed(stream_all, args.rounds)
         parquet_s = timed(lambda: noop(spark.read.parquet(parquet)), args.rounds)
         arrow_s = timed(lambda: noop(spark.read.format("tiered").option("config", config_path).load()), args.rounds)
+        floor_s = timed(lambda: noop(spark.read.format("tiered_floor").option("config", config_path)
+                                     .option("rows", str(messages)).load()), args.rounds)
         rows_s = timed(lambda: noop(spark.read.format("tiered_rows").option("config", config_path).load()),
                        args.rounds)
         spark.stop()
@@ -162,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
             "stream_vs_parquet": round(parquet_s / stream_s, 3),
             "stream_in_trigger_msgs_per_s": round(messages * 1000 / statistics.median(trigger_ms[1:])),
             "stream_in_trigger_vs_parquet": round(parquet_s * 1000 / statistics.median(trigger_ms[1:]), 3),
+            "python_source_floor_msgs_per_s": round(messages / floor_s),
+            "floor_vs_parquet": round(parquet_s / floor_s, 3),
             "arrow_msgs_per_s": round(messages / arrow_s),
             "rows_msgs_per_s": round(messages / rows_s),
             "arrow_vs_rows": round(rows_s / arrow_s, 3),

@@ -3,6 +3,7 @@ backend) and Spark in local mode; the Arrow read path against the MessageExt one
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shutil
@@ -229,6 +230,16 @@ def test_max_messages_per_trigger_gives_fair_micro_batches_of_at_most_500(spark,
                                + [("small", 0, i) for i in range(100)] + [("tiny", 0, i) for i in range(50)])
 
 
+def test_max_bytes_per_trigger_bounds_micro_batches_through_spark(spark, tmp_path):
+    store = new_store(tmp_path)
+    source, opts = parse_stream_options({"config": store, "topics": "orders"})
+    size = TieredStreamReader(source, opts)._views()[("orders", 0)].average_message_size()
+    sink = run_available_now(spark, store, tmp_path / "ck", topics="orders", maxBytesPerTrigger=str(100 * size))
+    sizes = [len(b) for b in sink.batches if b]
+    assert len(sizes) >= 5 and all(n <= 100 for n in sizes), sizes
+    assert sink.rows == expected_rows(SPEC, topics=("orders",))
+
+
 def test_read_limits_from_the_engine_override_the_options(tmp_path):
     store = uneven_store(tmp_path)
     source, opts = parse_stream_options({"config": store, "maxMessagesPerTrigger": "500",
@@ -271,21 +282,27 @@ def test_subscribe_pattern_picks_up_new_topics_and_queues_while_running(spark, t
 # -- expired data -------------------------------------------------------------------------------
 
 
-def expired_store(tmp_path) -> str:
-    """The sample store with orders/0's messages before offset 100 expired from the tier."""
-    store = new_store(tmp_path)
+@contextlib.contextmanager
+def open_flat(store: str, topic: str, queue_id: int):
+    """(flat file, metadata) of one queue of ``store``, opened through the flat API."""
     config = StoreConfig.load(store)
     driver, metadata = config.open_driver(), config.open_metadata()
     try:
         flat_store = FlatFileStore(driver, metadata, config.flat_config())
         assert flat_store.load()
-        flat = flat_store.get("orders", 0)
-        flat.destroy_expired_file(store_time(100))
-        assert flat.consume_queue_min_offset() == 100
+        yield flat_store.get(topic, queue_id), metadata
         flat_store.shutdown()
     finally:
         metadata.close()
         driver.close()
+
+
+def expired_store(tmp_path) -> str:
+    """The sample store with orders/0's messages before offset 100 expired from the tier."""
+    store = new_store(tmp_path)
+    with open_flat(store, "orders", 0) as (flat, _metadata):
+        flat.destroy_expired_file(store_time(100))
+        assert flat.consume_queue_min_offset() == 100
     return store
 
 
@@ -321,11 +338,7 @@ def test_fail_on_data_loss_false_skips_ahead_and_logs(spark, tmp_path, caplog):
 def test_messages_whose_commit_log_expired_under_live_units_are_data_loss_too(spark, tmp_path):
     store = new_store(tmp_path)
     config = StoreConfig.load(store)
-    driver, metadata = config.open_driver(), config.open_metadata()
-    try:
-        flat_store = FlatFileStore(driver, metadata, config.flat_config())
-        assert flat_store.load()
-        flat = flat_store.get("orders", 1)
+    with open_flat(store, "orders", 1) as (flat, metadata):
         assert flat.commit_log.destroy_expired(store_time(100)) > 0  # the commit log only (RocketMQ #8076)
         cl_min = flat.commit_log_min_offset()
         first_kept = next(i for i in range(SPEC.messages)
@@ -333,13 +346,6 @@ def test_messages_whose_commit_log_expired_under_live_units_are_data_loss_too(sp
         assert 0 < first_kept <= 100
         assert any(m.base_offset == 0 for m in metadata.iterate_file_segments(int(FileSegmentType.CONSUME_QUEUE))
                    if m.path.endswith("/orders/1"))  # the units of the expired messages are still there
-        flat_store.shutdown()
-    except Exception:
-        metadata.close()
-        driver.close()
-        raise
-    metadata.close()
-    driver.close()
     # earliest is the first message the tier can still serve
     expected = expected_rows(SPEC, topics=("orders",), first={("orders", 1): first_kept})
     assert run_available_now(spark, store, tmp_path / "ck", topics="orders").rows == expected

@@ -34,7 +34,7 @@ def _flat_values(lists):
 
 
 def properties_columns(texts: list[str], schema):
-    """``(properties, keys, tags)`` arrays of properties texts (``key\x01value\x02``), parsed in
+    r"""``(properties, keys, tags)`` arrays of properties texts (``key\x01value\x02``), parsed in
     Arrow kernels exactly as :func:`~tiered_core.codec.message.parse_properties` (pairs with an
     empty name or value skipped, the value after the first ``\x01``, a repeated name keeping
     its first place and last value) and ``MessageExt.keys`` / ``tags`` from them."""
@@ -44,12 +44,11 @@ def properties_columns(texts: list[str], schema):
     map_type, keys_type = schema.field("properties").type, schema.field("keys").type
     pairs = pc.split_pattern(pa.array(texts, pa.string()), "\x02")
     flat = _flat_values(pairs)
-    # "name\x01value" + "\x01", split once: a pair without "\x01" gets an empty value (skipped)
-    kv = pc.split_pattern(pc.binary_join_element_wise(flat, "", "\x01"), "\x01", max_splits=1)
-    names = pc.list_element(kv, 0)
-    values = pc.utf8_slice_codeunits(pc.list_element(kv, 1), 0, -1)
-    keep = pc.and_(pc.greater(pc.binary_length(names), 0), pc.greater(pc.binary_length(values), 0))
-    names, values = names.filter(keep), values.filter(keep)
+    # a pair is "name\x01value": name before the first \x01, both non-empty (else no match: skipped)
+    parsed = pc.extract_regex(flat, "(?s)^(?P<name>[^\x01]+)\x01(?P<value>.+)$")
+    keep = parsed.is_valid()
+    parsed = parsed.filter(keep)
+    names, values = parsed.field("name"), parsed.field("value")
     owners = pc.list_parent_indices(pairs).filter(keep)
     codes = pc.dictionary_encode(names)  # (message, name code) pairs, all distinct unless a name repeats
     pairs_seen = pc.add(pc.multiply(owners.cast(pa.int64()), max(1, len(codes.dictionary))),

@@ -7,7 +7,7 @@ text carried by the (pickled) reader.
 
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
@@ -18,6 +18,9 @@ from tiered_core.spark.plan import QueuePartition, plan_partitions
 from tiered_core.spark.arrow_batch import batch_to_arrow
 from tiered_core.spark.reader import read_batches
 from tiered_core.spark.schema import arrow_schema, spark_schema
+
+if TYPE_CHECKING:
+    from tiered_core.spark.stream_source import TieredStreamReader
 
 #: The format name: ``spark.read.format("tiered")``.
 FORMAT = "tiered"
@@ -35,6 +38,8 @@ class TieredDataSource(DataSource):
     naming the option. Read-only: the store is read as its metadata describes it.
     With ``static_topic`` (and ``cluster``, a cluster TOML file) it reads a static topic by
     logic queue instead (:mod:`tiered_core.spark.static_topic`).
+    ``spark.readStream.format("tiered")`` streams the same rows
+    (:class:`~tiered_core.spark.stream_source.TieredStreamReader`).
     """
 
     @classmethod
@@ -47,7 +52,7 @@ class TieredDataSource(DataSource):
         check_source_options(dict(self.options))  # at load(): bad options fail before any query starts
         return spark_schema()
 
-    def streamReader(self, schema):
+    def streamReader(self, schema) -> "TieredStreamReader":
         """``spark.readStream.format("tiered")``: :class:`~tiered_core.spark.stream_source.TieredStreamReader`
         (options in :mod:`tiered_core.spark.stream_options`; bad ones raise InvalidOption here)."""
         from tiered_core.spark.stream_options import parse_stream_options

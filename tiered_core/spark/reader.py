@@ -19,11 +19,11 @@ import threading
 from typing import Iterator
 
 from tiered_core.codec.checks import PropCrcPolicy
-from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, ConsumeQueueUnit, iter_cq_units
+from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
 from tiered_core.codec.message import MessageExt
 from tiered_core.codec.message_batch import MessageBatch
-from tiered_core.flat.batch import check_batch
-from tiered_core.errors import CorruptData, IllegalOffset
+from tiered_core.flat.batch import check_batch, decode_units, span_end
+from tiered_core.errors import IllegalOffset
 from tiered_core.spark.options import ConfigSource, ReadOptions
 from tiered_core.spark.plan import QueuePartition, SegmentRef
 from tiered_core.spi.driver import SegmentDriver
@@ -87,8 +87,8 @@ class _CommitLog:
         return data
 
 
-def _units(driver: SegmentDriver, part: QueuePartition) -> Iterator[tuple[int, ConsumeQueueUnit]]:
-    """(queue offset, unit) for every unit of the partition, read ``UNITS_PER_READ`` at a time."""
+def _unit_end(driver: SegmentDriver, part: QueuePartition) -> int:
+    """Where the partition's units end (absolute consume-queue offset, whole units)."""
     seg = part.consume_queue
     end = part.end
     if part.open_end:
@@ -97,56 +97,55 @@ def _units(driver: SegmentDriver, part: QueuePartition) -> Iterator[tuple[int, C
         end = max(end, seg.base_offset + size - size % CQ_UNIT_SIZE)
         if part.limit >= 0:
             end = min(end, part.limit)
-    pos = part.start
-    while pos < end:
-        length = min(end - pos, UNITS_PER_READ * CQ_UNIT_SIZE)
-        buf = driver.read(seg.path, pos - seg.base_offset, length)
-        for i, unit in enumerate(iter_cq_units(buf, base_offset=pos)):
-            yield (pos // CQ_UNIT_SIZE) + i, unit
-        pos += length
+    return end
 
 
 def read_batches(source: ConfigSource, part: QueuePartition) -> Iterator[MessageBatch]:
     """The partition's validated messages in queue order, as :class:`MessageBatch` es of up to
     ``UNITS_PER_READ`` (each one commit-log read). A bad message ends the read: the batch of
-    the messages before it is yielded, then its CorruptData is raised."""
+    the messages before it is yielded, then its CorruptData is raised.
+
+    Units are read ``UNITS_PER_READ`` at a time and decoded in one call; a batch is a run of
+    them that stays in one commit-log segment, points forward from its first unit and spans
+    at most ``MAX_READ_BYTES`` (a larger message is read alone). Units that point at nothing
+    (never written) or below the commit log's first segment (expired, RocketMQ #8076) are
+    skipped."""
     driver = driver_for(source)
     policy = prop_crc_policy(source)
     log = _CommitLog(driver, part.commit_log)
-    pending: list[tuple[int, ConsumeQueueUnit]] = []
-    pending_index = -1
-
-    def flush() -> MessageBatch:
-        first = pending[0][1].commitlog_offset
-        last_end = max(u.commitlog_offset + u.size for _, u in pending)
-        buf = log.read(pending_index, first, last_end)
-        batch = check_batch([u for _, u in pending], buf, first, topic=part.topic, queue_id=part.queue_id,
-                            queue_offset=pending[0][0], prop_crc=policy)
-        pending.clear()
-        return batch
-
-    for queue_offset, unit in _units(driver, part):
-        if not unit.is_valid or unit.commitlog_offset < log.min_offset:
-            continue  # expired from the commit log already (RocketMQ #8076), or never written
-        index = log.segment_index(unit.commitlog_offset)
-        if pending:
-            first = pending[0][1].commitlog_offset
-            if (index != pending_index or unit.commitlog_offset < first
-                    or unit.commitlog_offset + unit.size - first > MAX_READ_BYTES
-                    or len(pending) >= UNITS_PER_READ or queue_offset != pending[-1][0] + 1):
-                batch = flush()
-                if len(batch):
-                    yield batch
-                if batch.error is not None:
-                    raise batch.error
-        pending_index = index
-        pending.append((queue_offset, unit))
-    if pending:
-        batch = flush()
-        if len(batch):
-            yield batch
-        if batch.error is not None:
-            raise batch.error
+    bases, min_cl = log.bases, log.min_offset
+    seg = part.consume_queue
+    end = _unit_end(driver, part)
+    pos = part.start
+    while pos < end:
+        length = min(end - pos, UNITS_PER_READ * CQ_UNIT_SIZE)
+        units = decode_units(driver.read(seg.path, pos - seg.base_offset, length))
+        first_offset = pos // CQ_UNIT_SIZE
+        pos += length
+        i, n = 0, len(units)
+        while i < n:
+            first, size, _tags = units[i]
+            if first < min_cl or size <= 0:
+                i += 1
+                continue
+            index = bisect.bisect_right(bases, first) - 1
+            limit = first + MAX_READ_BYTES
+            if index + 1 < len(bases):
+                limit = min(limit, bases[index + 1])
+            j = i + 1
+            while j < n:
+                off, size, _tags = units[j]
+                if size <= 0 or off < first or off + size > limit:
+                    break
+                j += 1
+            run = units[i:j]
+            batch = check_batch(run, log.read(index, first, span_end(run)), first, topic=part.topic,
+                                queue_id=part.queue_id, queue_offset=first_offset + i, prop_crc=policy)
+            if len(batch):
+                yield batch
+            if batch.error is not None:
+                raise batch.error
+            i = j
 
 
 def read_messages(source: ConfigSource, part: QueuePartition, read: ReadOptions) -> Iterator[list[MessageExt]]:

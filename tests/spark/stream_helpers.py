@@ -66,12 +66,40 @@ def stream_cli(source: str, target: str, checkpoint: str, *extra: str, log=None)
                             env=env, start_new_session=True)
 
 
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
 def kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the process and everything it started (Spark's JVM, its Python workers)."""
+    """SIGKILL the process and everything it started, as a machine crash would: its process
+    group (the CLI, Spark's JVM) and every descendant (PySpark's daemon and workers run in
+    process groups of their own, and a commit worker would otherwise finish its commit)."""
+    pids = _descendants(proc.pid)
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     proc.wait(timeout=60)
 
 

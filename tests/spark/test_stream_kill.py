@@ -4,7 +4,8 @@ A producer process keeps putting into store A and dispatching to its tier while
 ``tiered spark stream`` (a subprocess in its own process group: the CLI, Spark's JVM and
 its Python workers) mirrors A into store B with ``maxMessagesPerTrigger=500``. The whole
 process group is SIGKILLed at least three times, each time at a random moment after the
-run made progress (so kills land in planning, in tasks, in the sink's commit...), and
+run made progress (so kills land in planning, in tasks, in the sink's commit...; the
+second one is aimed inside a commit, after the sink recorded its pending batch), and
 restarted from its checkpoint. A last run catches up and is stopped with SIGTERM (exit 0).
 B must then hold every produced message exactly once, at A's queue offsets, in per-queue
 order. Variants: posix tiers, and both tiers on the GCS emulator (fake-gcs-server).
@@ -37,6 +38,15 @@ def _committed(target: str, sink_id: str) -> int:
         return -1
 
 
+def _wait_pending(target: str, sink_id: str, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if read_ledger(target, sink_id).pending is not None:
+            return True
+        time.sleep(0.01)
+    return False
+
+
 def _mirror_with_kills(tmp_path, source: str, target: str) -> None:
     seed = int(os.environ.get("TIERED_KILL_SEED", time.time_ns() % 100_000))
     rng = random.Random(seed)
@@ -56,10 +66,14 @@ def _mirror_with_kills(tmp_path, source: str, target: str) -> None:
                     wait_for(lambda: _committed(target, sink_id) > before or proc.poll() is not None, 240,
                              f"a micro-batch of run {len(kills) + 1} (seed {seed}; log {log_path})")
                     assert proc.poll() is None, f"the stream exited with {proc.returncode}: see {log_path}"
-                    time.sleep(rng.uniform(0.0, 2.5))
+                    if len(kills) == 1:
+                        # This kill aims inside a commit: as soon as the sink records a pending batch.
+                        _wait_pending(target, sink_id, 60)
+                    else:
+                        time.sleep(rng.uniform(0.0, 2.5))
                 finally:
                     kill_group(proc)
-                kills.append(_committed(target, sink_id))
+                kills.append(read_ledger(target, sink_id))
             out, err = producer.communicate(timeout=300)
             assert producer.returncode == 0, err
             assert f"produced {TOTAL}" in out
@@ -90,6 +104,8 @@ def _mirror_with_kills(tmp_path, source: str, target: str) -> None:
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["stopped"] == "signal"
     assert len(kills) >= KILLS
+    # The aimed kill interrupted a commit (its batch was pending), so the restart replayed it.
+    assert kills[1].pending is not None, f"kills left these ledgers: {kills} (seed {seed})"
 
     # Every produced message exactly once, at its queue offset, in per-queue order.
     want = expected_bodies(TOTAL, TOPICS, QUEUES)

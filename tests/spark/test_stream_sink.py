@@ -77,6 +77,20 @@ def test_a_replayed_batch_writes_nothing_twice(target):
     assert [o for o, _ in queue_bodies(target)[("orders", 0)]] == list(range(60))
 
 
+def test_the_ledger_lives_in_a_json_metadata_store_too(tmp_path):
+    target = write_config(tmp_path / "b.toml", tmp_path / "b", cl_max=8 << 10, cq_max=1000)
+    with open(target) as f:
+        text = f.read()
+    with open(target, "w") as f:
+        f.write(text.replace("[tiered]\n", "[tiered]\nmetadata = \"json\"\n", 1))
+    assert StoreConfig.load(target).metadata == "json"
+    first = batch(0, [rows("orders", 0, 0, 70)])
+    assert commit_batch(options(target), 0, first).appended == 70
+    assert commit_batch(options(target), 0, first).replay
+    assert read_ledger(target, SINK) == Ledger(0, QUERY, None)
+    assert bodies(target) == expected(("orders", 0, 0, 70))
+
+
 def test_a_batch_is_invisible_until_its_metadata_transaction(target):
     commit_batch(options(target), 0, batch(0, [rows("orders", 0, 0, 10)]))
     seen = []

@@ -8,8 +8,8 @@ anything is timed (``--topics`` x ``--queues`` queues of ``--messages`` messages
 ``--body-size`` body bytes, keys, tags and two properties each), and exported once to
 Parquet with the export job (``tiered_core.spark.jobs.export``). One Spark session
 (``--master``) runs everything; each path runs once to warm up (Python workers started,
-code loaded), then ``--rounds`` times; figures are medians, in messages per second of wall
-time.
+code loaded), then ``--rounds`` rounds run every path once in turn; figures are medians, in
+messages per second of wall time.
 
 1. ``stream_msgs_per_s``: ``spark.readStream.format("tiered")`` of the whole store with
    ``trigger(availableNow=True)`` into the ``noop`` sink (a fresh checkpoint per round:
@@ -123,15 +123,18 @@ def bench_source(format_name: str, reader_class: type) -> type:
     return BenchSource
 
 
-def timed(fn, rounds: int) -> float:
-    """Median seconds of ``rounds`` calls of ``fn`` (after one untimed warm-up call)."""
-    fn()
-    samples = []
-    for _ in range(rounds):
-        start = time.perf_counter()
+def timed(paths: dict, rounds: int) -> dict[str, float]:
+    """Median seconds of each path: one untimed warm-up call each, then ``rounds`` rounds that
+    call every path once in turn (so a noisy neighbour hurts both sides of a ratio alike)."""
+    for fn in paths.values():
         fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+    samples: dict[str, list[float]] = {name: [] for name in paths}
+    for _ in range(rounds):
+        for name, fn in paths.items():
+            start = time.perf_counter()
+            fn()
+            samples[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,13 +181,21 @@ def main(argv: list[str] | None = None) -> int:
         def noop(df) -> None:
             df.write.format("noop").mode("overwrite").save()
 
-        stream_s = timed(stream_all, args.rounds)
-        parquet_s = timed(lambda: noop(spark.read.parquet(parquet)), args.rounds)
-        arrow_s = timed(lambda: noop(spark.read.format("tiered").option("config", config_path).load()), args.rounds)
-        floor_s = timed(lambda: noop(spark.read.format("tiered_floor").option("config", config_path)
-                                     .option("rows", str(messages)).load()), args.rounds)
-        rows_s = timed(lambda: noop(spark.read.format("tiered_rows").option("config", config_path).load()),
-                       args.rounds)
+        def read(fmt: str, **options: str):
+            reader = spark.read.format(fmt).option("config", config_path)
+            for key, value in options.items():
+                reader = reader.option(key, value)
+            return lambda: noop(reader.load())
+
+        seconds = timed({
+            "stream": stream_all,
+            "parquet": lambda: noop(spark.read.parquet(parquet)),
+            "floor": read("tiered_floor", rows=str(messages)),
+            "arrow": read("tiered"),
+            "rows": read("tiered_rows"),
+        }, args.rounds)
+        stream_s, parquet_s, floor_s, arrow_s, rows_s = (seconds[k] for k in ("stream", "parquet", "floor", "arrow",
+                                                                               "rows"))
         spark.stop()
         report = {
             "messages": messages,

@@ -109,6 +109,10 @@ def test_columnar_builder_equals_messages_to_batch():
     reference = messages_to_batch(batch.messages(), schema)
     assert columnar.schema == reference.schema
     assert columnar.equals(reference)
+    # the first three have IPv4 hosts (the header fields read by Arrow kernels); the fourth an
+    # IPv6 born host (another header size: one unpack per message)
+    assert batch_to_arrow(batch, schema, stop=3).equals(messages_to_batch(batch.messages(0, 3), schema))
+    assert batch.message(3).sys_flag & 0x10 and not any(batch.message(i).sys_flag & 0x30 for i in range(3))
     assert columnar.column("keys").to_pylist()[3] == ["spaced", "keys", "here"]
     assert columnar.column("tags").to_pylist()[2] == "标签"
     # the time filter and the slice keep exactly the rows asked for

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from tiered_core.codec.message import KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS, message_fields, parse_properties
+from tiered_core.codec.message import (
+    KEY_SEPARATOR, MAGIC_V2, PROPERTY_KEYS, PROPERTY_TAGS, message_fields, parse_properties,
+)
 from tiered_core.codec.message_batch import MessageBatch
 
 #: ``wants_time(store_timestamp_ms) -> bool``: which messages a read keeps (None: all).
@@ -67,14 +69,67 @@ def properties_columns(texts: list[str], schema):
     return properties, keys, tags.cast(schema.field("tags").type)
 
 
+#: The fixed header of a message whose two hosts are IPv4 (sysFlag & 0x30 == 0): its size and
+#: ``(offset, width)`` of the fields read here (DESIGN.md section 7).
+_V4_HEADER = 88
+_TOTAL, _MAGIC, _QUEUE_OFFSET, _PHYSICAL_OFFSET, _SYS_FLAG = (0, 4), (4, 4), (20, 8), (28, 8), (36, 4)
+_BORN_TS, _STORE_TS, _BODY_LEN = (40, 8), (56, 8), (84, 4)
+_HOST_FLAGS = 0x30
+
+
+def _be_ints(headers, field: tuple[int, int]):
+    """Field ``(offset, width)`` of each fixed-size header, big-endian, as int64 (uint32 for 4 bytes)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    at, width = field
+    little = pc.binary_reverse(pc.binary_slice(headers, at, at + width).cast(pa.binary()))
+    return little.cast(pa.binary(width)).view(pa.int64() if width == 8 else pa.uint32())
+
+
+def _columns_v4(data: bytes, positions: list[int], topic: str):
+    """The header columns, bodies and properties texts of messages with IPv4 hosts, the fixed
+    fields read by Arrow kernels from one copy of the headers; None when a message has an IPv6
+    host (another header size)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = len(positions)
+    joined = b"".join([data[p:p + _V4_HEADER] for p in positions])
+    headers = pa.FixedSizeBinaryArray.from_buffers(pa.binary(_V4_HEADER), n, [None, pa.py_buffer(joined)])
+    if pc.any(pc.not_equal(pc.bit_wise_and(_be_ints(headers, _SYS_FLAG), _HOST_FLAGS), 0)).as_py():
+        return None
+    body_lens = _be_ints(headers, _BODY_LEN).to_pylist()
+    totals = _be_ints(headers, _TOTAL).to_pylist()
+    v2 = pc.equal(_be_ints(headers, _MAGIC), MAGIC_V2).to_pylist()
+    topic_len = len(topic.encode("utf-8", "surrogatepass"))  # the validated topic of every message
+    skip = (_V4_HEADER + 1 + topic_len + 2, _V4_HEADER + 2 + topic_len + 2)  # body end -> properties text
+    bodies = [data[p + _V4_HEADER:p + _V4_HEADER + size] for p, size in zip(positions, body_lens)]
+    texts = [str(data[p + size + skip[m]:p + total], "utf-8")
+             for p, size, m, total in zip(positions, body_lens, v2, totals)]
+    return (_be_ints(headers, _QUEUE_OFFSET), _be_ints(headers, _PHYSICAL_OFFSET), _be_ints(headers, _STORE_TS),
+            _be_ints(headers, _BORN_TS), bodies, texts)
+
+
+def _columns_any(data: bytes, positions: list[int]):
+    """:func:`_columns_v4` for any header layout: one ``unpack_from`` per message."""
+    import pyarrow as pa
+
+    heads = [message_fields(data, pos) for pos in positions]  # (header fields, header size, properties start)
+    fields = list(zip(*[h[0] for h in heads]))  # the header fields as columns (transposed in C)
+    bodies = [data[pos + hs:pos + hs + f[16]] for pos, (f, hs, _at) in zip(positions, heads)]
+    texts = [str(data[at:pos + f[0]], "utf-8") for pos, (f, _hs, at) in zip(positions, heads)]
+    return (*(pa.array(fields[i], pa.int64()) for i in (5, 6, 11, 8)), bodies, texts)
+
+
 def batch_to_arrow(batch: MessageBatch, schema=None, wants_time: TimeFilter | None = None,
                    start: int = 0, stop: int | None = None):
     """Messages ``start:stop`` of ``batch`` (all by default) that ``wants_time`` keeps, as one
     ``pyarrow.RecordBatch`` with ``schema`` (default :func:`arrow_schema`; times ms -> us UTC).
 
     ``batch`` must be validated (built by :func:`~tiered_core.flat.batch.check_batch`): its bytes
-    are not checked again here. Per message, Python does one header ``unpack_from`` and two
-    slices (body, properties text); every column is then built by Arrow."""
+    are not checked again here. Per message, Python copies the header and slices the body and
+    the properties text; every column is built by Arrow kernels."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -84,33 +139,28 @@ def batch_to_arrow(batch: MessageBatch, schema=None, wants_time: TimeFilter | No
         schema = arrow_schema()
     data, base = batch.data, batch.base
     positions = [off - base for off, _size, _tags in batch.units[start:stop]]
-    heads = [message_fields(data, pos) for pos in positions]  # (header fields, header size, properties start)
     types = [field.type for field in schema]
-    n = len(heads)
+    n = len(positions)
     if n == 0:
         return pa.RecordBatch.from_arrays([pa.array([], type=t) for t in types], schema=schema)
-    fields = list(zip(*[h[0] for h in heads]))  # the header fields as columns (transposed in C)
-    properties, keys, tags = properties_columns(
-        [str(data[at:pos + f[0]], "utf-8") for pos, (f, _hs, at) in zip(positions, heads)], schema)
-
-    def micros(column: tuple, type_):
-        return pc.multiply(pa.array(column, pa.int64()), 1000).cast(type_)
-
+    columns = _columns_v4(data, positions, batch.topic) or _columns_any(data, positions)
+    queue_offsets, cl_offsets, store_ts, born_ts, bodies, texts = columns
+    properties, keys, tags = properties_columns(texts, schema)
     arrays = [
         pa.array([batch.topic] * n, type=types[0]),
         pa.array([batch.queue_id] * n, type=types[1]),
-        pa.array(fields[5], type=types[2]),
-        pa.array(fields[6], type=types[3]),
-        micros(fields[11], types[4]),
-        micros(fields[8], types[5]),
+        queue_offsets.cast(types[2]),
+        cl_offsets.cast(types[3]),
+        pc.multiply(store_ts, 1000).cast(types[4]),
+        pc.multiply(born_ts, 1000).cast(types[5]),
         keys,
         tags,
         properties,
-        pa.array([data[pos + hs:pos + hs + f[16]] for pos, (f, hs, _at) in zip(positions, heads)], type=types[9]),
+        pa.array(bodies, type=types[9]),
     ]
     out = pa.RecordBatch.from_arrays(arrays, schema=schema)
     if wants_time is not None:
-        out = out.filter(pa.array([wants_time(ts) for ts in fields[11]], pa.bool_()))
+        out = out.filter(pa.array([wants_time(ts) for ts in store_ts.to_pylist()], pa.bool_()))
     return out
 
 

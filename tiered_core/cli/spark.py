@@ -1,4 +1,4 @@
-"""``tiered spark export|migrate|import``: the Spark jobs over a tiered store."""
+"""``tiered spark export|migrate|import|stream``: the Spark jobs over a tiered store."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from tiered_core.cli.common import add_json_option
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("spark", help="bulk jobs on Apache Spark (export, migrate, import)",
+    parser = subparsers.add_parser("spark", help="jobs on Apache Spark (export, migrate, import, stream)",
                                    description="Bulk jobs over a tiered store, run on Apache Spark "
                                                "(local mode unless --master says otherwise).")
     jobs = parser.add_subparsers(dest="job", metavar="JOB")
@@ -42,6 +42,23 @@ def register(subparsers) -> None:
     p.add_argument("--from", dest="source", required=True, help="Parquet file or directory")
     p.add_argument("--partitions", type=int, default=None, help="Spark partitions for the load")
     p.set_defaults(func=run_import)
+
+    p = jobs.add_parser("stream", help="mirror topics into another store continuously (exactly once; "
+                                       "resumes from its checkpoint)",
+                        description="A streaming query from the store of --config to the store of --to-config. "
+                                    "The target must be written by this pipeline only (no broker on it). Stops "
+                                    "cleanly on SIGTERM/SIGINT; a restart with the same --checkpoint resumes.")
+    common(p)
+    p.add_argument("--to-config", required=True, help="config of the target store (written only by this pipeline)")
+    p.add_argument("--checkpoint", required=True, help="Spark checkpoint directory (keep it to resume)")
+    p.add_argument("--topics", help="comma list of topics (default: all)")
+    p.add_argument("--max-messages-per-trigger", type=int, default=None, help="messages per micro-batch at most")
+    p.add_argument("--trigger-interval", type=float, default=1.0, help="seconds between micro-batches (default 1)")
+    p.add_argument("--starting-offsets", default=None, help="earliest (default), latest or a JSON offsets map; "
+                                                            "used only when the checkpoint is new")
+    p.add_argument("--available-now", action="store_true",
+                   help="copy what the source holds now, then exit (instead of running until SIGTERM)")
+    p.set_defaults(func=run_stream)
 
     parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
 
@@ -98,3 +115,40 @@ def run_import(args) -> int:
 
     _check_configs(args.config)
     return _report(args, import_parquet(_session(args), args.config, args.source, partitions=args.partitions))
+
+
+def run_stream(args) -> int:
+    from tiered_core.errors import InvalidOption
+    from tiered_core.spark.stream_job import check_stores, run_mirror
+    from tiered_core.spark.stream_options import parse_stream_options
+    from tiered_core.spark.stream_sink import parse_sink_options
+
+    _check_configs(args.config, args.to_config)
+    check_stores(args.config, args.to_config)
+    if args.max_messages_per_trigger is not None and args.max_messages_per_trigger <= 0:
+        raise InvalidOption(f"--max-messages-per-trigger must be > 0, got {args.max_messages_per_trigger}",
+                            option="max-messages-per-trigger")
+    if not args.trigger_interval > 0:
+        raise InvalidOption(f"--trigger-interval must be > 0 seconds, got {args.trigger_interval}",
+                            option="trigger-interval")
+    # Bad options fail here, before Spark starts.
+    source_options = {"config": args.config}
+    if args.topics:
+        source_options["topics"] = args.topics
+    if args.starting_offsets:
+        source_options["startingOffsets"] = args.starting_offsets
+    parse_stream_options(source_options)
+    parse_sink_options({"config": args.to_config, "checkpointLocation": args.checkpoint})
+    from tiered_core.spark import get_session
+
+    spark = get_session(args.master, app_name="tiered-stream", conf={"spark.ui.showConsoleProgress": "false"})
+    result = run_mirror(spark, args.config, args.to_config, args.checkpoint, topics=args.topics,
+                        max_messages=args.max_messages_per_trigger, trigger_seconds=args.trigger_interval,
+                        available_now=args.available_now, starting_offsets=args.starting_offsets)
+    print(f"tiered spark stream: {result.summary()}", file=sys.stderr, flush=True)
+    if args.json:
+        import dataclasses
+
+        print(json.dumps(dataclasses.asdict(result)))
+        sys.stdout.flush()
+    return 0

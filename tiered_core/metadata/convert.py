@@ -69,7 +69,16 @@ def copy_metadata(source: TieredMetadataStore, target: TieredMetadataStore) -> C
         for segment in source.iterate_file_segments():
             target.update_file_segment(segment)
             segments += 1
+        for key, value in _properties(source):
+            target.set_property(key, value)
     return CopyStats(topics, queues, segments, max_topic_id)
+
+
+def _properties(store: TieredMetadataStore) -> list[tuple[str, str]]:
+    """The store's properties; none for a third-party store that predates them."""
+    if type(store).iterate_properties is TieredMetadataStore.iterate_properties:
+        return []
+    return list(store.iterate_properties())
 
 
 def same_contents(a: TieredMetadataStore, b: TieredMetadataStore) -> str | None:
@@ -80,6 +89,7 @@ def same_contents(a: TieredMetadataStore, b: TieredMetadataStore) -> str | None:
         ("topic", a.iterate_topics(), b.iterate_topics()),
         ("queue", a.iterate_queues(), b.iterate_queues()),
         ("file segment", a.iterate_file_segments(), b.iterate_file_segments()),
+        ("store property", iter(_properties(a)), iter(_properties(b))),
     ):
         for x, y in zip(xs, ys, strict=False):
             if x != y:

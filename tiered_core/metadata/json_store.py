@@ -39,6 +39,7 @@ from tiered_core.spi.metadata import (
     check_queue_metadata,
     check_segment_metadata,
     check_segment_path,
+    check_property,
     check_segment_type,
     check_topic,
     check_topic_metadata,
@@ -55,6 +56,10 @@ SEGMENT_TABLES = {
     FileSegmentType.CONSUME_QUEUE: "consumeQueueFileSegmentTable",
     FileSegmentType.INDEX: "indexFileSegmentTable",
 }
+
+#: Store properties (``get_property``/``set_property``), a field RocketMQ does not have: written
+#: only when there are some (fastjson ignores an unknown field), in the alphabetical place.
+PROPERTIES_TABLE = "storeProperties"
 
 _MISSING: Any = object()
 
@@ -100,6 +105,7 @@ class JsonMetadataStore(TieredMetadataStore):
         self._queues: dict[str, dict[int, QueueMetadata]] = {}
         self._segments: dict[int, dict[str, dict[int, FileSegmentMetadata]]] = {t: {} for t in SEGMENT_TABLES}
         self._state: dict[str, int] = {"serial": -1}
+        self._properties: dict[str, str] = {}
         # Pretty text of each segment group ("s", type, path) and queue group ("q", topic),
         # so a persist re-renders only the groups changed since the last one.
         self._rendered: dict[tuple, bytes] = {}
@@ -158,6 +164,8 @@ class JsonMetadataStore(TieredMetadataStore):
                 topic: {str(qid): _queue_json(m) for qid, m in sorted(by_id.items())}
                 for topic, by_id in sorted(self._queues.items())
             }
+            if self._properties:  # absent when empty: the file stays exactly RocketMQ's
+                doc[PROPERTIES_TABLE] = dict(sorted(self._properties.items()))
             doc["topicMetadataTable"] = {topic: _topic_json(m) for topic, m in sorted(self._topics.items())}
             doc["topicSerialNumber"] = self._state["serial"]
             return doc
@@ -209,6 +217,10 @@ class JsonMetadataStore(TieredMetadataStore):
                 pieces.append(b",\n")
             table("queueMetadataTable", [(("q", topic), topic, _render_queue, self._queues[topic])
                                          for topic in sorted(self._queues)])
+            if self._properties:
+                props = json.dumps(dict(sorted(self._properties.items())), ensure_ascii=False, indent="\t",
+                                   separators=(",", ":")).replace("\n", "\n\t")
+                pieces.append(b',\n\t"%s":%s' % (PROPERTIES_TABLE.encode(), props.encode()))
             topics = [_TOPIC_TEMPLATE % (q(name), m.reserve_time, m.status, q(m.topic), m.topic_id,
                                          m.update_timestamp)
                       for name, m in sorted(self._topics.items())]
@@ -479,6 +491,29 @@ class JsonMetadataStore(TieredMetadataStore):
             for m in snapshot:
                 yield _clone(m)
 
+    # -- store properties -------------------------------------------------------------
+
+    def get_property(self, key: str) -> str | None:
+        check_property(key)
+        with self._reading():
+            return self._properties.get(key)
+
+    def set_property(self, key: str, value: str | None) -> None:
+        check_property(key, value, allow_none=True)
+        with self.transaction():
+            if value is None:
+                if key in self._properties:
+                    self._put(self._properties, key, _MISSING)
+            elif self._properties.get(key) != value:
+                self._put(self._properties, key, value)
+
+    def iterate_properties(self, prefix: str = "") -> Iterator[tuple[str, str]]:
+        if not isinstance(prefix, str):
+            raise IllegalParam(f"prefix must be a string, got {prefix!r}", prefix=prefix)
+        with self._reading():
+            items = sorted((k, v) for k, v in self._properties.items() if k.startswith(prefix))
+        yield from items
+
     # -- lifecycle --------------------------------------------------------------------
 
     def flush(self) -> None:
@@ -498,6 +533,7 @@ class JsonMetadataStore(TieredMetadataStore):
             self.close()
             self._topics.clear()
             self._queues.clear()
+            self._properties.clear()
             for table in self._segments.values():
                 table.clear()
             for suffix in ("", ".bak", ".tmp"):
@@ -686,6 +722,11 @@ class _Decoder:
                 raise self.fail(where, f"topicId {m.topic_id} is also the id of topic {ids[m.topic_id]!r}")
             ids[m.topic_id] = m.topic
             store._topics[m.topic] = m
+        props = self.obj(_or_empty(root.get(PROPERTIES_TABLE)), PROPERTIES_TABLE)
+        for key, value in props.items():
+            if not isinstance(value, str):
+                raise self.fail(f"{PROPERTIES_TABLE}[{key!r}]", f"expected a string, got {_kind(value)}")
+            store._properties[key] = value
         serial = self.int_(root, "topicSerialNumber", "$", default=-1)
         store._state["serial"] = max([serial, *ids])
 

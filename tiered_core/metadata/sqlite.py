@@ -36,6 +36,7 @@ from tiered_core.spi.metadata import (
     check_queue_metadata,
     check_segment_metadata,
     check_segment_path,
+    check_property,
     check_segment_type,
     check_topic,
     check_topic_metadata,
@@ -80,6 +81,12 @@ _SCHEMA = [
     ) WITHOUT ROWID""",
     "INSERT INTO store_meta (key, value) VALUES ('max_topic_id', -1)",
 ]
+
+#: Store properties (``get_property``/``set_property``): created on open when missing. A store
+#: written before they existed gains the table without a schema version bump, so older
+#: versions of tiered-store (which ignore the table) still open it.
+_PROPERTIES_TABLE = ("CREATE TABLE IF NOT EXISTS store_properties (key TEXT PRIMARY KEY, value TEXT NOT NULL) "
+                     "WITHOUT ROWID")
 
 _TOPIC_COLS = "topic_id, topic, reserve_time, status, update_timestamp"
 _QUEUE_COLS = "topic, queue_id, min_offset, max_offset, update_timestamp, broker_name"
@@ -173,6 +180,7 @@ class SqliteMetadataStore(TieredMetadataStore):
                     raise MetadataError(
                         f"metadata store {self.path!r} has schema version {version}; this version of "
                         f"tiered-store reads up to {SCHEMA_VERSION}", path=self.path, version=version)
+            conn.execute(_PROPERTIES_TABLE)
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -448,6 +456,39 @@ class SqliteMetadataStore(TieredMetadataStore):
                 if len(rows) < _PAGE:
                     break
                 after = (rows[-1][0], rows[-1][2])
+
+    # -- store properties -------------------------------------------------------------
+
+    def get_property(self, key: str) -> str | None:
+        check_property(key)
+        rows = self._query("get_property", "SELECT value FROM store_properties WHERE key = ?", (key,))
+        return rows[0][0] if rows else None
+
+    def set_property(self, key: str, value: str | None) -> None:
+        check_property(key, value, allow_none=True)
+        if value is None:
+            self._write_one("set_property", "DELETE FROM store_properties WHERE key = ?", (key,))
+        else:
+            self._write_one("set_property", "INSERT OR REPLACE INTO store_properties (key, value) VALUES (?, ?)",
+                            (key, value))
+
+    def iterate_properties(self, prefix: str = "") -> Iterator[tuple[str, str]]:
+        if not isinstance(prefix, str):
+            raise IllegalParam(f"prefix must be a string, got {prefix!r}", prefix=prefix)
+        last = prefix
+        first = True
+        while True:
+            op = ">=" if first else ">"
+            rows = self._query("iterate_properties", f"SELECT key, value FROM store_properties WHERE key {op} ? "
+                               f"ORDER BY key LIMIT {_PAGE}", (last,))
+            first = False
+            for key, value in rows:
+                if not key.startswith(prefix):
+                    return
+                yield key, value
+            if len(rows) < _PAGE:
+                return
+            last = rows[-1][0]
 
     # -- lifecycle --------------------------------------------------------------------
 

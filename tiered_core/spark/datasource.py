@@ -70,6 +70,12 @@ class TieredDataSource(DataSource):
         read = parse_read_options(options)
         return TieredReader(config_source(options), read)
 
+    def streamWriter(self, schema, overwrite: bool):  # noqa: N802 (PySpark's name)
+        """The streaming sink (:mod:`tiered_core.spark.stream_sink`): exactly once per micro-batch."""
+        from tiered_core.spark.stream_sink import stream_writer
+
+        return stream_writer(dict(self.options), schema)
+
 
 class TieredReader(DataSourceReader):
     """Plans :class:`~tiered_core.spark.plan.QueuePartition` s and reads them as Arrow batches."""

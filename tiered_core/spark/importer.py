@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from tiered_core.common import FileSegmentType
+from tiered_core.common import FileSegmentType, SegmentStatus
 from tiered_core.errors import ConfigError, IllegalParam, InvalidOption
 from tiered_core.spark.failures import task_error
 from tiered_core.spark.options import ConfigSource, require_shared_backend
@@ -64,8 +64,10 @@ def _seed(metadata, topic: str, queue_id: int, flat_path: str) -> QueueSeed:
 def _adopt_unrecorded(driver, scratch, config, topic: str, queue_id: int) -> None:
     """Record segment objects of this queue that exist in the backend but not in metadata
     (left by an import that failed before its metadata commit), so a re-run continues after
-    them instead of rolling over them. The job holds the store's lock and owns its prefix,
-    so nothing else wrote them."""
+    them instead of rolling over them; and adopt the bytes a recorded segment gained after
+    its last metadata update (that failed run filled it and rolled to a new one: flat-file
+    recovery re-checks only the last segment). The job holds the store's lock and owns its
+    prefix, so nothing else wrote them."""
     from tiered_core.codec.naming import file_name_to_offset, queue_path, segment_dir
     from tiered_core.common import now_ms
 
@@ -77,11 +79,51 @@ def _adopt_unrecorded(driver, scratch, config, topic: str, queue_id: int) -> Non
                 base = file_name_to_offset(path.rsplit("/", 1)[-1], strict=True)
             except Exception:
                 continue
-            if scratch.get_file_segment(int(kind), flat_path, base) is None:
+            recorded = scratch.get_file_segment(int(kind), flat_path, base)
+            if recorded is None:
                 meta = FileSegmentMetadata(flat_path, int(kind), base, size=size, create_timestamp=now_ms())
                 if size and driver.is_sealed(path):
                     meta.mark_sealed()
                 scratch.update_file_segment(meta)
+            elif size > recorded.size and recorded.status != SegmentStatus.DELETED:
+                recorded.size = size
+                if recorded.status != SegmentStatus.SEALED and driver.is_sealed(path):
+                    recorded.mark_sealed()
+                scratch.update_file_segment(recorded)
+
+
+def seed_scratch(scratch, seed: QueueSeed, driver, config) -> None:
+    """Fill a scratch metadata store with the target's state of one queue (``seed``), then
+    adopt what an interrupted earlier run left in the backend (:func:`_adopt_unrecorded`)."""
+    with scratch.transaction():
+        if seed.queue is not None:
+            scratch.update_queue(QueueMetadata(**seed.queue), touch=False)
+        for seg in seed.segments:
+            scratch.update_file_segment(FileSegmentMetadata(**seg))
+    _adopt_unrecorded(driver, scratch, config, seed.topic, seed.queue_id)
+
+
+def queue_outcome(scratch, flat, stats) -> dict[str, Any]:
+    """One queue's result (plain data): counts, and the queue and segment metadata to record."""
+    queue = scratch.get_queue(flat.topic, flat.queue_id)
+    segments = [dataclasses.asdict(m) for t in (FileSegmentType.COMMIT_LOG, FileSegmentType.CONSUME_QUEUE)
+                for m in scratch.iterate_file_segments(t, flat.file_path)]
+    return {"topic": flat.topic, "queue_id": flat.queue_id, "appended": stats.appended,
+            "skipped": stats.skipped, "queue": dataclasses.asdict(queue), "segments": segments}
+
+
+def record_outcome(metadata, outcome: list[dict[str, Any]]) -> int:
+    """Record the queues' results in the target's metadata (inside the caller's transaction);
+    returns how many segments were recorded."""
+    segments = 0
+    for item in outcome:
+        if metadata.get_topic(item["topic"]) is None:
+            metadata.add_topic(item["topic"])
+        metadata.update_queue(QueueMetadata(**item["queue"]))
+        for seg in item["segments"]:
+            metadata.update_file_segment(FileSegmentMetadata(**seg))
+            segments += 1
+    return segments
 
 
 def _import_groups(source: ConfigSource, seeds: dict[tuple[str, int], QueueSeed],
@@ -105,13 +147,9 @@ def _import_groups(source: ConfigSource, seeds: dict[tuple[str, int], QueueSeed]
         nonlocal appender, scratch
         stats = appender.finish()
         flat = appender.flat
-        queue = scratch.get_queue(flat.topic, flat.queue_id)
-        segments = [dataclasses.asdict(m) for t in (FileSegmentType.COMMIT_LOG, FileSegmentType.CONSUME_QUEUE)
-                    for m in scratch.iterate_file_segments(t, flat.file_path)]
+        results.append(queue_outcome(scratch, flat, stats))
         flat.shutdown()
         scratch.close()
-        results.append({"topic": flat.topic, "queue_id": flat.queue_id, "appended": stats.appended,
-                        "skipped": stats.skipped, "queue": dataclasses.asdict(queue), "segments": segments})
         appender = scratch = None
 
     def start(topic: str, queue_id: int) -> None:
@@ -119,12 +157,7 @@ def _import_groups(source: ConfigSource, seeds: dict[tuple[str, int], QueueSeed]
         scratch = open_metadata_store("sqlite", os.path.join(scratch_dir, f"{len(results)}.db"))
         seed = seeds.get((topic, queue_id))
         if seed is not None:
-            with scratch.transaction():
-                if seed.queue is not None:
-                    scratch.update_queue(QueueMetadata(**seed.queue), touch=False)
-                for seg in seed.segments:
-                    scratch.update_file_segment(FileSegmentMetadata(**seg))
-            _adopt_unrecorded(driver, scratch, config, topic, queue_id)
+            seed_scratch(scratch, seed, driver, config)
         appender = QueueAppender(FlatMessageFile(driver, scratch, topic, queue_id, config.flat_config()))
 
     try:
@@ -219,15 +252,8 @@ def _import(spark, df, groups, path, source, store_config, partitions, started) 
             outcome = [json.loads(r) for r in ordered.rdd.map(lambda row: row.asDict()).mapPartitions(run).collect()]
         except Exception as exc:  # a Spark job failure wraps the task's error in Java's
             raise task_error(exc, "import failed (metadata not committed; fix the input and run again)") from None
-        segments = 0
         with metadata.transaction():
-            for item in outcome:
-                if metadata.get_topic(item["topic"]) is None:
-                    metadata.add_topic(item["topic"])
-                metadata.update_queue(QueueMetadata(**item["queue"]))
-                for seg in item["segments"]:
-                    metadata.update_file_segment(FileSegmentMetadata(**seg))
-                    segments += 1
+            segments = record_outcome(metadata, outcome)
     finally:
         metadata.close()
     appended = sum(i["appended"] for i in outcome)

@@ -146,6 +146,16 @@ def _check_ints(entity: Any, *names: str) -> None:
                                **{name: value})
 
 
+def check_property(key: Any, value: Any = "", *, allow_none: bool = False) -> str:
+    """Check a store property's key (a non-empty string) and value (a string, or None when allowed)."""
+    if not isinstance(key, str) or not key:
+        raise IllegalParam(f"a store property key must be a non-empty string, got {key!r}", key=key)
+    if not (isinstance(value, str) or (allow_none and value is None)):
+        raise IllegalParam(f"store property {key!r}: the value must be a string, got {type(value).__name__}",
+                           key=key)
+    return key
+
+
 def check_topic_metadata(m: Any) -> TopicMetadata:
     if not isinstance(m, TopicMetadata):
         raise IllegalParam(f"expected TopicMetadata, got {type(m).__name__}", value=m)
@@ -349,6 +359,34 @@ class TieredMetadataStore(abc.ABC):
                               ) -> Iterator[FileSegmentMetadata]:
         """Segments filtered by type and/or path, ordered by (type, path, base_offset)."""
 
+    # -- store properties -------------------------------------------------------------
+
+    def get_property(self, key: str) -> str | None:
+        """The value of store property ``key``, or None.
+
+        Store properties are small named records that tools keep beside the store's
+        metadata and change in the same :meth:`transaction` as topics, queues and segments
+        (e.g. the Spark streaming sink's ledger of committed micro-batches). A store that
+        predates them raises :class:`MetadataError`; every first-party store keeps them.
+        """
+        raise MetadataError(f"metadata store {type(self).__name__} ({getattr(self, 'path', '?')!r}) keeps no "
+                            "store properties", path=getattr(self, "path", None), operation="get_property")
+
+    def set_property(self, key: str, value: str | None) -> None:
+        """Set store property ``key`` to ``value`` (a string), or remove it with ``None``.
+
+        Same durability and transaction rules as the other updates. Raises
+        :class:`IllegalParam` for a key that is not a non-empty string or a value that is
+        neither a string nor None.
+        """
+        raise MetadataError(f"metadata store {type(self).__name__} ({getattr(self, 'path', '?')!r}) keeps no "
+                            "store properties", path=getattr(self, "path", None), operation="set_property")
+
+    def iterate_properties(self, prefix: str = "") -> Iterator[tuple[str, str]]:
+        """Every ``(key, value)`` whose key starts with ``prefix``, ordered by key."""
+        raise MetadataError(f"metadata store {type(self).__name__} ({getattr(self, 'path', '?')!r}) keeps no "
+                            "store properties", path=getattr(self, "path", None), operation="iterate_properties")
+
     # -- lifecycle ------------------------------------------------------------------
 
     @abc.abstractmethod
@@ -404,6 +442,7 @@ __all__ = [
     "check_segment_path",
     "check_base_offset",
     "check_topic_metadata",
+    "check_property",
     "check_queue_metadata",
     "check_segment_metadata",
 ]

@@ -302,6 +302,46 @@ class MetadataStoreConformance:
         t.status = 9
         assert store.get_topic("T").status == 0
 
+    # -- store properties -------------------------------------------------------------
+
+    def test_store_properties_set_get_iterate_delete_and_reopen(self, store):
+        assert store.get_property("a") is None
+        assert list(store.iterate_properties()) == []
+        store.set_property("sink/b", '{"committed": 3}')
+        store.set_property("sink/a", "x\ny \u00e9")
+        store.set_property("other", "1")
+        store.set_property("other", "2")
+        assert store.get_property("other") == "2"
+        assert list(store.iterate_properties("sink/")) == [("sink/a", "x\ny \u00e9"), ("sink/b", '{"committed": 3}')]
+        store.set_property("other", None)
+        store.set_property("absent", None)  # removing what is not there is fine
+        store = self.reopen(store)
+        assert list(store.iterate_properties()) == [("sink/a", "x\ny \u00e9"), ("sink/b", '{"committed": 3}')]
+        assert store.get_property("other") is None
+        store.close()
+
+    @pytest.mark.parametrize("key, value", [("", "v"), (None, "v"), (3, "v"), ("k", 3), ("k", b"v")])
+    def test_bad_store_properties_raise_illegal_param(self, store, key, value):
+        with pytest.raises(IllegalParam):
+            store.set_property(key, value)
+        assert list(store.iterate_properties()) == []
+
+    def test_store_properties_follow_the_transaction(self, store):
+        store.set_property("ledger", "1")
+        with pytest.raises(RuntimeError, match="boom"):
+            with store.transaction():
+                store.set_property("ledger", "2")
+                store.update_file_segment(segment("p", 0))
+                raise RuntimeError("boom")
+        assert store.get_property("ledger") == "1"
+        with store.transaction():
+            store.set_property("ledger", "3")
+            store.update_file_segment(segment("p", 0))
+        store = self.reopen(store)
+        assert store.get_property("ledger") == "3"
+        assert store.get_file_segment(CL, "p", 0) is not None
+        store.close()
+
     # -- transactions -----------------------------------------------------------------
 
     def test_transaction_commits_all_updates_together_durably(self, store):

@@ -1,0 +1,146 @@
+"""The mirror pipeline: a streaming query that copies topics from one tiered store to another.
+
+``readStream.format("tiered")`` over store A (its metadata-committed messages), the sink
+columns with A's queue offsets and times, ``writeStream.format("tiered")`` into store B
+with a checkpoint. B ends up holding A's messages at the same queue offsets, each once
+(the sink's exactly-once contract, :mod:`tiered_core.spark.stream_sink`), whatever
+happens to the process running the query: a restart resumes from the checkpoint.
+``tiered spark stream`` runs it until SIGTERM/SIGINT (or, with ``available_now``, until
+everything A holds at the start is copied).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import TextIO
+
+from tiered_core.errors import ConfigError
+
+#: Seconds between micro-batches by default.
+DEFAULT_TRIGGER_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class StreamResult:
+    """Totals of one run of the pipeline (this process only; a restart counts afresh)."""
+
+    batches: int
+    rows: int
+    seconds: float
+    stopped: str  # "signal", "available-now" or "stop-event"
+
+    def summary(self) -> str:
+        return (f"mirrored {self.rows} messages in {self.batches} micro-batches in {self.seconds:.1f}s "
+                f"(stopped by {self.stopped})")
+
+
+def check_stores(source_config: str | os.PathLike, target_config: str | os.PathLike) -> None:
+    """Refuse a pipeline whose target is its source (same local store or same tier prefix)."""
+    from tiered_core.config import StoreConfig
+
+    a, b = StoreConfig.load(source_config), StoreConfig.load(target_config)
+    same_root = os.path.realpath(a.store_path) == os.path.realpath(b.store_path)
+    same_tier = (a.driver == b.driver and a.effective_driver_options() == b.effective_driver_options()
+                 and (a.cluster, a.broker) == (b.cluster, b.broker))
+    if same_root or same_tier:
+        raise ConfigError(f"{b.source or 'target config'}: the target store is the source store "
+                          f"({'store_path' if same_root else 'tier prefix'}); mirror into another store",
+                          key="store_path" if same_root else "driver", source=b.source)
+
+
+def mirror_query(spark, source_config: str | os.PathLike, target_config: str | os.PathLike,
+                 checkpoint: str | os.PathLike, *, topics: str | None = None, max_messages: int | None = None,
+                 trigger_seconds: float = DEFAULT_TRIGGER_SECONDS, available_now: bool = False,
+                 starting_offsets: str | None = None):
+    """Start the mirror query and return Spark's ``StreamingQuery``."""
+    from pyspark.sql import functions as F
+
+    reader = spark.readStream.format("tiered").option("config", os.fspath(source_config))
+    if topics:
+        reader = reader.option("topics", topics)
+    if max_messages:
+        reader = reader.option("maxMessagesPerTrigger", str(max_messages))
+    if starting_offsets:
+        reader = reader.option("startingOffsets", starting_offsets)
+    rows = reader.load().select(
+        "topic", "queue_id", "queue_offset",
+        F.unix_millis("store_timestamp").alias("store_timestamp"),
+        F.unix_millis("born_timestamp").alias("born_timestamp"),
+        "keys", "tags", "properties", "body")
+    writer = (rows.writeStream.format("tiered").option("config", os.fspath(target_config))
+              .option("checkpointLocation", os.path.abspath(os.fspath(checkpoint)))
+              .queryName("tiered-mirror"))
+    writer = writer.trigger(availableNow=True) if available_now else \
+        writer.trigger(processingTime=f"{trigger_seconds} seconds")
+    return writer.start()
+
+
+def run_mirror(spark, source_config: str | os.PathLike, target_config: str | os.PathLike,
+               checkpoint: str | os.PathLike, *, topics: str | None = None, max_messages: int | None = None,
+               trigger_seconds: float = DEFAULT_TRIGGER_SECONDS, available_now: bool = False,
+               starting_offsets: str | None = None, stop: threading.Event | None = None,
+               progress: TextIO | None = sys.stderr, handle_signals: bool = True) -> StreamResult:
+    """Run the mirror until ``stop`` is set, SIGTERM/SIGINT arrives (when ``handle_signals``,
+    from the main thread), or (``available_now``) A's messages at the start are copied.
+
+    The query is stopped cleanly before returning. A failed query raises the typed error
+    its task or commit raised (:func:`~tiered_core.spark.failures.task_error`).
+    """
+    from tiered_core.spark.failures import task_error
+
+    started = time.perf_counter()
+    stop = stop or threading.Event()
+    reason = ["stop-event"]
+    previous: dict[int, object] = {}
+    if handle_signals and threading.current_thread() is threading.main_thread():
+        def on_signal(signum, frame) -> None:
+            reason[0] = "signal"
+            stop.set()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, on_signal)
+    batches = rows = 0
+    seen: set[int] = set()
+
+    def report(query) -> None:
+        nonlocal batches, rows
+        for p in query.recentProgress:
+            batch = int(p["batchId"])
+            if batch in seen:
+                continue
+            seen.add(batch)
+            n = int(p.get("numInputRows") or 0)
+            if n:
+                batches += 1
+                rows += n
+            if n and progress is not None:
+                print(f"tiered spark stream: batch {batch}: {n} messages (total {rows} in this run)",
+                      file=progress, flush=True)
+
+    query = mirror_query(spark, source_config, target_config, checkpoint, topics=topics,
+                         max_messages=max_messages, trigger_seconds=trigger_seconds,
+                         available_now=available_now, starting_offsets=starting_offsets)
+    try:
+        while query.isActive and not stop.is_set():
+            stop.wait(0.5)
+            report(query)
+        if not query.isActive and reason[0] != "signal" and not stop.is_set():
+            reason[0] = "available-now"
+        error = query.exception()
+        if error is not None:
+            raise task_error(error, "the mirror query failed (restart it: it resumes from its checkpoint)")
+    finally:
+        if query.isActive:
+            query.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+    report(query)
+    return StreamResult(batches, rows, time.perf_counter() - started, reason[0])
+
+
+__all__ = ["DEFAULT_TRIGGER_SECONDS", "StreamResult", "check_stores", "mirror_query", "run_mirror"]

@@ -768,3 +768,49 @@ def test_batch_items_odd_arguments_agree():
                  ((((0, 1, 2)),), b"ab", 0, 0), ([[0, 1, 2]], b"ab", 0, 0), ([(1 << 70, 1, 2)], b"ab", 0, 0),
                  ([(0, 1, True)], b"ab", 0, 0), ([], b"", 0, 0)]:
         same("batch_items", *args)
+
+
+# -- the Arrow columns of the Spark read path (compiled message_columns vs the Arrow-kernel builder)
+
+
+def _arrow_both(units, buf, base, topic, queue_id, q0):
+    from tiered_core.flat.batch import check_batch
+    from tiered_core.spark.arrow_batch import batch_to_arrow
+    from tiered_core.spark.schema import arrow_schema
+
+    batch = check_batch([tuple(u) for u in units], buf, base, topic=topic, queue_id=queue_id, queue_offset=q0)
+    schema = arrow_schema()
+    return batch, batch_to_arrow(batch, schema), batch_to_arrow(batch, schema, use_compiled=False)
+
+
+@SETTINGS
+@given(batches())
+def test_message_columns_build_the_same_record_batch(batch):
+    pytest.importorskip("pyarrow")
+    topic, queue_id, q0, base, units, buf = batch
+    checked, got, reference = _arrow_both(units, buf, base, topic, queue_id, q0)
+    assert len(got) == len(checked)
+    assert got.schema == reference.schema
+    assert got.equals(reference), (got.to_pylist(), reference.to_pylist())
+    if len(checked):  # the compiled core really built it (no fallback for these messages)
+        positions = [off - checked.base for off, _size, _tags in checked.units]
+        assert compiled.message_columns(checked.data, positions) is not None
+
+
+def test_message_columns_leave_repeated_names_to_the_reference():
+    pytest.importorskip("pyarrow")
+    msg = Message("T", b"body", properties={"a": "1", "b": "2"}, keys=["k"], tags="t")
+    raw = bytearray(pure.encode_message(msg, queue_id=0, queue_offset=0, store_timestamp=5, physical_offset=0))
+    at = raw.index(b"b\x012")
+    raw[at:at + 1] = b"a"  # "a" twice: parse_properties keeps its first place and last value
+    unit = ConsumeQueueUnit(0, len(raw), 0)
+    checked, got, reference = _arrow_both([unit], bytes(raw), 0, "T", 0, 0)
+    assert len(checked) == 1 and compiled.message_columns(checked.data, [0]) is None
+    assert got.equals(reference) and got.column("properties").to_pylist()[0][0] == ("a", "2")
+
+
+def test_message_columns_odd_arguments():
+    assert compiled.message_columns(bytearray(b"x"), [0]) is None
+    assert compiled.message_columns(b"x", (0,)) is None
+    assert compiled.message_columns(b"\x00" * 100, [0]) is None  # not a message frame
+    assert compiled.message_columns(b"", []) is not None  # nothing to build: empty buffers

@@ -19,7 +19,7 @@ from cpython.ref cimport PyObject
 from cpython.long cimport PyLong_Check, PyLong_FromLong, PyLong_FromLongLong
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from libc.string cimport memcmp, memcpy
+from libc.string cimport memcmp, memcpy, memset
 
 
 cdef extern from "crc32_clmul.h":
@@ -1777,3 +1777,216 @@ def zlib_crc32(data, unsigned int crc=0, bint clmul=True):
 def crc32_uses_clmul():
     """True when this CPU runs the carry-less-multiplication CRC path."""
     return bool(tiered_crc32_has_clmul())
+
+
+# -- Arrow columns of validated messages (the Spark read path) ------------------------------
+
+
+cdef struct PropWalk:
+    Py_ssize_t pairs         # kept (name, value) pairs
+    Py_ssize_t name_bytes
+    Py_ssize_t value_bytes
+    Py_ssize_t keys          # non-empty words of KEYS
+    Py_ssize_t key_bytes
+    Py_ssize_t tag_bytes
+    bint has_tags
+    bint repeated            # a name occurs twice: the dict semantics are the pure builder's
+    bint non_ascii
+
+
+cdef inline bint same_bytes(const uint8_t* a, Py_ssize_t an, const uint8_t* b, Py_ssize_t bn) noexcept nogil:
+    return an == bn and memcmp(a, b, an) == 0
+
+
+cdef void walk_props(const uint8_t* p, Py_ssize_t n, PropWalk* w,
+                     int32_t* name_off, uint8_t* name_data, int32_t* value_off, uint8_t* value_data,
+                     int32_t* key_off, uint8_t* key_data, uint8_t* tag_data) noexcept nogil:
+    """parse_properties over p[0:n]: count (output pointers NULL) or write the kept pairs, the
+    words of KEYS and the value of TAGS, continuing the counters in ``w``. Marks a repeated name."""
+    cdef Py_ssize_t start = 0, stop, sep, k, ws, first = w.pairs
+    cdef Py_ssize_t nlen, vlen
+    cdef const uint8_t* name
+    cdef const uint8_t* value
+    for k in range(n):
+        if p[k] >= 0x80:
+            w.non_ascii = True
+            break
+    while start <= n:
+        stop = start
+        while stop < n and p[stop] != 2:
+            stop += 1
+        sep = start
+        while sep < stop and p[sep] != 1:
+            sep += 1
+        if sep < stop and start < sep and sep + 1 < stop:
+            name = p + start
+            nlen = sep - start
+            value = p + sep + 1
+            vlen = stop - sep - 1
+            if name_off != NULL:
+                memcpy(name_data + w.name_bytes, name, nlen)
+                memcpy(value_data + w.value_bytes, value, vlen)
+            w.name_bytes += nlen
+            w.value_bytes += vlen
+            w.pairs += 1
+            if name_off != NULL:
+                name_off[w.pairs] = <int32_t>w.name_bytes
+                value_off[w.pairs] = <int32_t>w.value_bytes
+            if same_bytes(name, nlen, <const uint8_t*>b"KEYS", 4):
+                k = 0
+                while k < vlen:
+                    while k < vlen and value[k] == 32:
+                        k += 1
+                    ws = k
+                    while k < vlen and value[k] != 32:
+                        k += 1
+                    if k > ws:
+                        if key_off != NULL:
+                            memcpy(key_data + w.key_bytes, value + ws, k - ws)
+                        w.key_bytes += k - ws
+                        w.keys += 1
+                        if key_off != NULL:
+                            key_off[w.keys] = <int32_t>w.key_bytes
+            elif same_bytes(name, nlen, <const uint8_t*>b"TAGS", 4):
+                if tag_data != NULL:
+                    memcpy(tag_data + w.tag_bytes, value, vlen)
+                w.tag_bytes += vlen
+                w.has_tags = True
+        start = stop + 1
+    if name_off == NULL:
+        w.repeated = w.repeated or has_repeat(p, n, w.pairs - first)
+
+
+cdef bint has_repeat(const uint8_t* p, Py_ssize_t n, Py_ssize_t pairs) noexcept nogil:
+    """Whether two kept pairs of p[0:n] share a name (quadratic: a message has few properties)."""
+    cdef Py_ssize_t a_start = 0, a_stop, a_sep, b_start, b_stop, b_sep
+    if pairs < 2:
+        return False
+    while a_start <= n:
+        a_stop = a_start
+        while a_stop < n and p[a_stop] != 2:
+            a_stop += 1
+        a_sep = a_start
+        while a_sep < a_stop and p[a_sep] != 1:
+            a_sep += 1
+        if a_sep < a_stop and a_start < a_sep and a_sep + 1 < a_stop:
+            b_start = a_stop + 1
+            while b_start <= n:
+                b_stop = b_start
+                while b_stop < n and p[b_stop] != 2:
+                    b_stop += 1
+                b_sep = b_start
+                while b_sep < b_stop and p[b_sep] != 1:
+                    b_sep += 1
+                if (b_sep < b_stop and b_start < b_sep and b_sep + 1 < b_stop
+                        and same_bytes(p + a_start, a_sep - a_start, p + b_start, b_sep - b_start)):
+                    return True
+                b_start = b_stop + 1
+        a_start = a_stop + 1
+    return False
+
+
+cdef inline void put_i64(bytearray buf, Py_ssize_t i, int64_t v) noexcept:
+    memcpy(PyByteArray_AS_STRING(buf) + 8 * i, &v, 8)
+
+
+def message_columns(data, positions):
+    """The Arrow buffers of the validated messages at ``positions`` of ``data`` (``bytes``), for
+    :func:`tiered_core.spark.arrow_batch.batch_to_arrow`: ``None`` when the pure builder must
+    decide (a repeated property name, text that is not UTF-8, a frame that does not parse,
+    offsets beyond int32), else a tuple of buffers (native-endian int64 / int32):
+
+    ``(queue_offsets, physical_offsets, store_us, born_us, body_offsets, body_data, map_offsets,
+    name_offsets, name_data, value_offsets, value_data, key_list_offsets, key_offsets, key_data,
+    tag_validity, tag_offsets, tag_data, tag_nulls)``.
+    Properties follow ``parse_properties``; keys are the non-empty words of ``KEYS``; tags the
+    value of ``TAGS`` (null when absent); times are milliseconds x 1000 (wrapping, as Arrow's
+    ``multiply``)."""
+    cdef Py_ssize_t n, i, pos, limit, body_total = 0, props_total = 0
+    cdef const uint8_t* b
+    cdef Parsed m
+    cdef PropWalk w
+    cdef int64_t v
+    cdef int32_t off
+    if type(data) is not bytes or type(positions) is not list:
+        return None
+    n = len(positions)
+    b = <const uint8_t*>PyBytes_AS_STRING(data)
+    limit = PyBytes_GET_SIZE(data)
+    memset(&w, 0, sizeof(w))
+    for i in range(n):
+        item = positions[i]
+        if type(item) is not int:
+            return None
+        pos = item
+        if frame_parse(b, limit, pos, False, &m) != 0:
+            return None
+        body_total += m.body_end - m.body_start
+        props_total += m.end - m.props_start
+        walk_props(b + m.props_start, m.end - m.props_start, &w, NULL, NULL, NULL, NULL, NULL, NULL, NULL)
+        if w.repeated:
+            return None
+    if body_total > 0x7FFFFFFF or props_total > 0x7FFFFFFF:
+        return None
+    if w.non_ascii:
+        for i in range(n):
+            frame_parse(b, limit, <Py_ssize_t>positions[i], False, &m)
+            try:
+                PyUnicode_DecodeUTF8(<const char*>(b + m.props_start), m.end - m.props_start, NULL)
+            except UnicodeDecodeError:
+                return None
+    cdef bytearray queue_offsets = PyByteArray_FromStringAndSize(NULL, 8 * n)
+    cdef bytearray physical = PyByteArray_FromStringAndSize(NULL, 8 * n)
+    cdef bytearray store_us = PyByteArray_FromStringAndSize(NULL, 8 * n)
+    cdef bytearray born_us = PyByteArray_FromStringAndSize(NULL, 8 * n)
+    cdef bytearray body_offsets = PyByteArray_FromStringAndSize(NULL, 4 * (n + 1))
+    cdef bytearray body_data = PyByteArray_FromStringAndSize(NULL, body_total)
+    cdef bytearray map_offsets = PyByteArray_FromStringAndSize(NULL, 4 * (n + 1))
+    cdef bytearray name_offsets = PyByteArray_FromStringAndSize(NULL, 4 * (w.pairs + 1))
+    cdef bytearray name_data = PyByteArray_FromStringAndSize(NULL, w.name_bytes)
+    cdef bytearray value_offsets = PyByteArray_FromStringAndSize(NULL, 4 * (w.pairs + 1))
+    cdef bytearray value_data = PyByteArray_FromStringAndSize(NULL, w.value_bytes)
+    cdef bytearray key_list_offsets = PyByteArray_FromStringAndSize(NULL, 4 * (n + 1))
+    cdef bytearray key_offsets = PyByteArray_FromStringAndSize(NULL, 4 * (w.keys + 1))
+    cdef bytearray key_data = PyByteArray_FromStringAndSize(NULL, w.key_bytes)
+    cdef bytearray tag_validity = PyByteArray_FromStringAndSize(NULL, (n + 7) // 8)
+    cdef bytearray tag_offsets = PyByteArray_FromStringAndSize(NULL, 4 * (n + 1))
+    cdef bytearray tag_data = PyByteArray_FromStringAndSize(NULL, w.tag_bytes)
+    cdef int32_t* bo = <int32_t*>PyByteArray_AS_STRING(body_offsets)
+    cdef int32_t* mo = <int32_t*>PyByteArray_AS_STRING(map_offsets)
+    cdef int32_t* klo = <int32_t*>PyByteArray_AS_STRING(key_list_offsets)
+    cdef int32_t* to = <int32_t*>PyByteArray_AS_STRING(tag_offsets)
+    cdef uint8_t* tv = <uint8_t*>PyByteArray_AS_STRING(tag_validity)
+    cdef uint8_t* bd = <uint8_t*>PyByteArray_AS_STRING(body_data)
+    cdef int32_t* no = <int32_t*>PyByteArray_AS_STRING(name_offsets)
+    cdef int32_t* vo = <int32_t*>PyByteArray_AS_STRING(value_offsets)
+    cdef int32_t* ko = <int32_t*>PyByteArray_AS_STRING(key_offsets)
+    cdef Py_ssize_t body_at = 0, tag_nulls = 0, tags_before
+    memset(tv, 0, (n + 7) // 8)
+    bo[0] = mo[0] = klo[0] = to[0] = no[0] = vo[0] = ko[0] = 0
+    memset(&w, 0, sizeof(w))
+    for i in range(n):
+        pos = <Py_ssize_t>positions[i]
+        frame_parse(b, limit, pos, False, &m)
+        put_i64(queue_offsets, i, r64(b + pos + 20))
+        put_i64(physical, i, r64(b + pos + 28))
+        put_i64(store_us, i, <int64_t>(<uint64_t>r64(b + pos + 48 + m.bh) * 1000u))
+        put_i64(born_us, i, <int64_t>(<uint64_t>r64(b + pos + 40) * 1000u))
+        memcpy(bd + body_at, b + m.body_start, m.body_end - m.body_start)
+        body_at += m.body_end - m.body_start
+        bo[i + 1] = <int32_t>body_at
+        w.has_tags = False
+        tags_before = w.tag_bytes
+        walk_props(b + m.props_start, m.end - m.props_start, &w,
+                   no, <uint8_t*>PyByteArray_AS_STRING(name_data), vo, <uint8_t*>PyByteArray_AS_STRING(value_data),
+                   ko, <uint8_t*>PyByteArray_AS_STRING(key_data), <uint8_t*>PyByteArray_AS_STRING(tag_data))
+        mo[i + 1] = <int32_t>w.pairs
+        klo[i + 1] = <int32_t>w.keys
+        to[i + 1] = <int32_t>w.tag_bytes
+        if w.has_tags:
+            tv[i >> 3] |= <uint8_t>(1 << (i & 7))
+        else:
+            tag_nulls += 1
+    return (queue_offsets, physical, store_us, born_us, body_offsets, body_data, map_offsets,
+            name_offsets, name_data, value_offsets, value_data, key_list_offsets, key_offsets, key_data,
+            tag_validity, tag_offsets, tag_data, tag_nulls)

@@ -77,7 +77,7 @@ def load_compiled() -> SimpleNamespace | None:
         from tiered_core._speedups import _core
     except ImportError:
         return None
-    missing = [name for name in (*KERNELS, "bind", "bind_batch", "bind_index", "bind_span", "zlib_crc32")
+    missing = [name for name in (*KERNELS, "bind", "bind_batch", "bind_index", "bind_span", "zlib_crc32", "message_columns")
                if not hasattr(_core, name)]
     if missing:  # a stale build from older sources: its twins would not match these oracles
         global STALE
@@ -110,7 +110,7 @@ def load_compiled() -> SimpleNamespace | None:
     })
     _core.bind_index(ORACLES)
     _core.bind_span(ORACLES)
-    return SimpleNamespace(**{name: getattr(_core, name) for name in KERNELS})
+    return SimpleNamespace(**{name: getattr(_core, name) for name in (*KERNELS, "message_columns")})
 
 
 compiled = None if forced_pure() else load_compiled()
@@ -119,6 +119,9 @@ _chosen = compiled or pure
 IMPLEMENTATION = "compiled" if compiled is not None else "pure-python"
 
 check_units = _chosen.check_units
+#: Compiled only (None on the pure path): the Arrow buffers of validated messages for
+#: ``spark.arrow_batch``, whose Arrow-kernel builder is its reference.
+message_columns = compiled.message_columns if compiled is not None else None
 decode_message = _chosen.decode_message
 validate_message = _chosen.validate_message
 peek_total_size = _chosen.peek_total_size

@@ -14,6 +14,7 @@ from typing import Callable
 from tiered_core.codec.message import (
     KEY_SEPARATOR, MAGIC_V2, PROPERTY_KEYS, PROPERTY_TAGS, message_fields, parse_properties,
 )
+from tiered_core.codec._impl import message_columns
 from tiered_core.codec.message_batch import MessageBatch
 
 #: ``wants_time(store_timestamp_ms) -> bool``: which messages a read keeps (None: all).
@@ -150,14 +151,52 @@ def _columns_any(data: bytes, positions: list[int]):
     return (*(pa.array(fields[i], pa.int64()) for i in (5, 6, 11, 8)), bodies, texts)
 
 
+def _arrays_compiled(buffers, n: int, schema) -> list:
+    """The ten columns from the compiled core's buffers (``codec._impl.message_columns``)."""
+    import pyarrow as pa
+
+    (queue_offsets, physical, store_us, born_us, body_offsets, body_data, map_offsets, name_offsets, name_data,
+     value_offsets, value_data, key_list_offsets, key_offsets, key_data, tag_validity, tag_offsets, tag_data,
+     tag_nulls) = buffers
+    buf = pa.py_buffer
+    types = [field.type for field in schema]
+    pairs = len(name_offsets) // 4 - 1
+
+    def int64s(data, typ):
+        return pa.Array.from_buffers(pa.int64(), n, [None, buf(data)]).cast(typ)
+
+    def strings(offsets, data, count, typ=pa.string(), validity=None, nulls=0):
+        return pa.Array.from_buffers(typ, count, [validity, buf(offsets), buf(data)], null_count=nulls)
+
+    def offsets(data):
+        return pa.Array.from_buffers(pa.int32(), n + 1, [None, buf(data)])
+
+    properties = pa.MapArray.from_arrays(offsets(map_offsets), strings(name_offsets, name_data, pairs),
+                                         strings(value_offsets, value_data, pairs), type=types[8])
+    words = strings(key_offsets, key_data, len(key_offsets) // 4 - 1)
+    return [
+        None, None,  # topic, queue id: the batch's own
+        int64s(queue_offsets, types[2]),
+        int64s(physical, types[3]),
+        int64s(store_us, types[4]),
+        int64s(born_us, types[5]),
+        pa.ListArray.from_arrays(offsets(key_list_offsets), words, type=types[6]),
+        strings(tag_offsets, tag_data, n, types[7], buf(tag_validity) if tag_nulls else None, tag_nulls),
+        properties,
+        strings(body_offsets, body_data, n, types[9]),
+    ]
+
+
 def batch_to_arrow(batch: MessageBatch, schema=None, wants_time: TimeFilter | None = None,
-                   start: int = 0, stop: int | None = None):
+                   start: int = 0, stop: int | None = None, *, use_compiled: bool = True):
     """Messages ``start:stop`` of ``batch`` (all by default) that ``wants_time`` keeps, as one
     ``pyarrow.RecordBatch`` with ``schema`` (default :func:`arrow_schema`; times ms -> us UTC).
 
     ``batch`` must be validated (built by :func:`~tiered_core.flat.batch.check_batch`): its bytes
-    are not checked again here. Per message, Python copies the header and slices the body and
-    the properties text; every column is built by Arrow kernels."""
+    are not checked again here. With the compiled core, one C pass fills every column's buffers
+    (``codec._impl.message_columns``; ``use_compiled=False`` skips it). Otherwise, per message,
+    Python copies the header and slices the body and the properties text, and every column is
+    built by Arrow kernels: the reference the compiled columns are tested against."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -171,24 +210,30 @@ def batch_to_arrow(batch: MessageBatch, schema=None, wants_time: TimeFilter | No
     n = len(positions)
     if n == 0:
         return pa.RecordBatch.from_arrays([pa.array([], type=t) for t in types], schema=schema)
-    columns = _columns_v4(data, positions, batch.topic) or _columns_any(data, positions)
-    queue_offsets, cl_offsets, store_ts, born_ts, bodies, texts = columns
-    properties, keys, tags = properties_columns(texts, schema)
-    arrays = [
-        pa.array([batch.topic] * n, type=types[0]),
-        pa.array([batch.queue_id] * n, type=types[1]),
-        queue_offsets.cast(types[2]),
-        cl_offsets.cast(types[3]),
-        pc.multiply(store_ts, 1000).cast(types[4]),
-        pc.multiply(born_ts, 1000).cast(types[5]),
-        keys,
-        tags,
-        properties,
-        pa.array(bodies, type=types[9]),
-    ]
+    buffers = message_columns(data, positions) if message_columns is not None and use_compiled else None
+    if buffers is not None:  # the compiled core (same columns; tests/test_speedups.py compares them)
+        arrays = _arrays_compiled(buffers, n, schema)
+    else:
+        columns = _columns_v4(data, positions, batch.topic) or _columns_any(data, positions)
+        queue_offsets, cl_offsets, store_ts, born_ts, bodies, texts = columns
+        properties, keys, tags = properties_columns(texts, schema)
+        arrays = [
+            None, None,
+            queue_offsets.cast(types[2]),
+            cl_offsets.cast(types[3]),
+            pc.multiply(store_ts, 1000).cast(types[4]),
+            pc.multiply(born_ts, 1000).cast(types[5]),
+            keys,
+            tags,
+            properties,
+            pa.array(bodies, type=types[9]),
+        ]
+    arrays[0] = pa.array([batch.topic] * n, type=types[0])
+    arrays[1] = pa.array([batch.queue_id] * n, type=types[1])
     out = pa.RecordBatch.from_arrays(arrays, schema=schema)
     if wants_time is not None:
-        out = out.filter(pa.array([wants_time(ts) for ts in store_ts.to_pylist()], pa.bool_()))
+        store_ms = pc.divide(out.column(4).cast(pa.int64()), 1000).to_pylist()
+        out = out.filter(pa.array([wants_time(ts) for ts in store_ms], pa.bool_()))
     return out
 
 

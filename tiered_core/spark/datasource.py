@@ -21,6 +21,7 @@ from tiered_core.spark.schema import arrow_schema, spark_schema
 
 if TYPE_CHECKING:
     from tiered_core.spark.stream_source import TieredStreamReader
+    from tiered_core.spark.stream_static import StaticTopicStreamReader
 
 #: The format name: ``spark.read.format("tiered")``.
 FORMAT = "tiered"
@@ -52,13 +53,20 @@ class TieredDataSource(DataSource):
         check_source_options(dict(self.options))  # at load(): bad options fail before any query starts
         return spark_schema()
 
-    def streamReader(self, schema) -> "TieredStreamReader":
-        """``spark.readStream.format("tiered")``: :class:`~tiered_core.spark.stream_source.TieredStreamReader`
+    def streamReader(self, schema) -> "TieredStreamReader | StaticTopicStreamReader":
+        """``spark.readStream.format("tiered")``: :class:`~tiered_core.spark.stream_source.TieredStreamReader`,
+        or with ``static_topic`` :class:`~tiered_core.spark.stream_static.StaticTopicStreamReader`
         (options in :mod:`tiered_core.spark.stream_options`; bad ones raise InvalidOption here)."""
+        options = dict(self.options)
+        if any(str(k).lower() == "static_topic" for k in options):
+            from tiered_core.spark.stream_options import parse_static_stream_options
+            from tiered_core.spark.stream_static import StaticTopicStreamReader
+
+            return StaticTopicStreamReader(*parse_static_stream_options(options))
         from tiered_core.spark.stream_options import parse_stream_options
         from tiered_core.spark.stream_source import TieredStreamReader
 
-        return TieredStreamReader(*parse_stream_options(dict(self.options)))
+        return TieredStreamReader(*parse_stream_options(options))
 
     def reader(self, schema) -> "TieredReader":
         options = dict(self.options)

@@ -12,12 +12,15 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from tiered_core.codec.naming import validate_topic
 from tiered_core.errors import IllegalParam, InvalidOption
 from tiered_core.spark.options import OPTION_NAMES as BATCH_OPTION_NAMES
 from tiered_core.spark.options import ConfigSource, config_source, parse_read_options, parse_time
+
+if TYPE_CHECKING:
+    from tiered_core.spark.static_topic import ClusterSource
 
 #: Accepted option names (Spark hands them over lower-cased; matched case-insensitively).
 STREAM_OPTION_NAMES = (
@@ -124,12 +127,19 @@ def parse_stream_options(options: Mapping[str, Any]) -> tuple[ConfigSource, Stre
         name = _CANONICAL.get(str(key).lower())
         if name is None:
             if str(key).lower() == "static_topic":
-                raise InvalidOption("option 'static_topic': the 'tiered' streaming source reads physical queues "
-                                    "only; read a static topic with the batch source (spark.read)",
-                                    option="static_topic")
+                raise InvalidOption("option 'static_topic' makes a static-topic stream: see "
+                                    "parse_static_stream_options (options "
+                                    f"{', '.join(STATIC_STREAM_OPTION_NAMES)})", option="static_topic")
             raise InvalidOption(f"the 'tiered' streaming source has no option {key!r}; "
                                 f"accepted: {', '.join(STREAM_OPTION_NAMES)}", option=str(key))
         opts[name] = value
+    source = config_source({k: v for k, v in opts.items()
+                            if k in ("config", "path", "config_text", "config_format", "config_base_dir")})
+    return source, _stream_options(opts)
+
+
+def _stream_options(opts: Mapping[str, Any]) -> StreamOptions:
+    """The :class:`StreamOptions` of ``opts`` (canonical option names); :class:`InvalidOption` naming the option."""
     present = {k: v for k, v in opts.items() if v is not None and str(v).strip() != ""}
     topics = pattern = None
     if "topics" in present and "subscribePattern" in present:
@@ -172,9 +182,43 @@ def parse_stream_options(options: Mapping[str, Any]) -> tuple[ConfigSource, Stre
         if flag not in ("true", "false"):
             raise _bad("failOnDataLoss", opts["failOnDataLoss"], "'true' or 'false'")
         fail = flag == "true"
-    source = config_source({k: v for k, v in opts.items()
-                            if k in ("config", "path", "config_text", "config_format", "config_base_dir")})
-    return source, StreamOptions(topics, pattern, starting, timestamp, max_messages, max_bytes, fail)
+    return StreamOptions(topics, pattern, starting, timestamp, max_messages, max_bytes, fail)
+
+
+#: Options of a static-topic stream (``static_topic`` with ``cluster``).
+STATIC_STREAM_OPTION_NAMES = ("cluster", "static_topic", "startingOffsets", "maxMessagesPerTrigger", "failOnDataLoss")
+_STATIC_CANONICAL = {name.lower(): name for name in STATIC_STREAM_OPTION_NAMES}
+
+
+def parse_static_stream_options(options: Mapping[str, Any]) -> "tuple[ClusterSource, str, StreamOptions]":
+    """``(cluster source, static topic, streaming options)`` of a static-topic stream.
+
+    Accepted: :data:`STATIC_STREAM_OPTION_NAMES`. Raises :class:`InvalidOption` naming the
+    option for any other one (``startingTimestamp``, ``maxBytesPerTrigger``, ``topics``,
+    ``subscribePattern``, ``queues`` and the ``config*`` options are refused with a static
+    topic), a bad value, or JSON ``startingOffsets`` naming a topic other than ``static_topic``;
+    :class:`~tiered_core.errors.ConfigError` when the cluster file cannot be read. Logic queue
+    ids are checked against the mapping by the reader
+    (:class:`~tiered_core.spark.stream_static.StaticTopicStreamReader`).
+    """
+    from tiered_core.spark.static_topic import parse_static_options
+
+    opts: dict[str, Any] = {}
+    for key, value in options.items():
+        name = _STATIC_CANONICAL.get(str(key).lower())
+        if name is None:
+            known = _CANONICAL.get(str(key).lower(), str(key))
+            raise InvalidOption(f"option {known!r} is not supported by a static-topic stream (option "
+                                f"'static_topic'); accepted: {', '.join(STATIC_STREAM_OPTION_NAMES)}", option=known)
+        opts[name] = value
+    topic = _topic("static_topic", str(opts.get("static_topic", "")).strip())
+    source, _, _ = parse_static_options({"cluster": opts.get("cluster"), "static_topic": topic})
+    settings = _stream_options({k: v for k, v in opts.items() if k not in ("cluster", "static_topic")})
+    others = sorted(set(settings.starting_map or {}) - {topic})
+    if others:
+        raise InvalidOption(f"option 'startingOffsets' names topic {others[0]!r}; a static-topic stream reads "
+                            f"only {topic!r} (option 'static_topic')", option="startingOffsets", topic=others[0])
+    return source, topic, settings
 
 
 def check_source_options(options: Mapping[str, Any]) -> None:
@@ -185,7 +229,11 @@ def check_source_options(options: Mapping[str, Any]) -> None:
     others must be valid batch options or valid streaming options."""
     opts = {str(k).lower(): v for k, v in options.items()}
     if "static_topic" in opts:
-        return  # a static-topic batch read: its reader checks its options
+        if _STREAM_ONLY & set(opts):  # a static-topic stream: checked with the mapping, as its reader does
+            from tiered_core.spark.stream_static import StaticTopicStreamReader
+
+            StaticTopicStreamReader(*parse_static_stream_options(opts))
+        return  # otherwise a static-topic batch read (or a stream with defaults): its reader checks its options
     if not _STREAM_ONLY & set(opts):
         try:
             parse_read_options(opts)
@@ -207,6 +255,5 @@ def check_source_options(options: Mapping[str, Any]) -> None:
     TieredStreamReader(*parse_stream_options(opts))
 
 
-__all__ = ["EARLIEST", "LATEST", "OffsetMap", "STREAM_OPTION_NAMES", "StreamOptions", "check_source_options",
-           "parse_offsets_json",
-           "parse_stream_options"]
+__all__ = ["EARLIEST", "LATEST", "OffsetMap", "STATIC_STREAM_OPTION_NAMES", "STREAM_OPTION_NAMES", "StreamOptions",
+           "check_source_options", "parse_offsets_json", "parse_static_stream_options", "parse_stream_options"]

@@ -143,3 +143,15 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what() if callable(what) else what}")
+
+
+def run_available_now_into(df, sink, checkpoint):
+    """Run streaming DataFrame ``df`` into foreachBatch ``sink`` with ``trigger(availableNow=True)``
+    from ``checkpoint`` until it ends; its exception fails the test. Returns ``sink``."""
+    query = (df.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
+             .trigger(availableNow=True).start())
+    query.awaitTermination(300)
+    assert not query.isActive
+    if query.exception() is not None:
+        raise AssertionError(str(query.exception()))
+    return sink

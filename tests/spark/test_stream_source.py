@@ -11,6 +11,7 @@ import shutil
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
 from spark_helpers import api_rows, row_tuple, write_config
+from stream_helpers import run_available_now_into
 
 from tiered_core.codec.consume_queue import decode_cq_unit
 from tiered_core.codec.message import Message, MessageVersion, encode_message
@@ -67,14 +68,7 @@ class Collector:
 
 
 def run_available_now(spark, config_path: str, checkpoint, **options) -> Collector:
-    sink = Collector()
-    query = (stream(spark, config_path, **options).writeStream.foreachBatch(sink)
-             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
-    query.awaitTermination(300)
-    assert not query.isActive
-    if query.exception() is not None:
-        raise AssertionError(str(query.exception()))
-    return sink
+    return run_available_now_into(stream(spark, config_path, **options), Collector(), checkpoint)
 
 
 def expected_rows(spec: SampleSpec, topics=None, first: dict | None = None) -> list[tuple[str, int, int]]:

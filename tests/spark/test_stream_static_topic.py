@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
+from stream_helpers import run_available_now_into
 from test_spark_static_topic import write_cluster_toml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "static_topic"))
@@ -80,14 +81,14 @@ class Batches:
 
 
 def run_available_now(spark, cluster_file, checkpoint, sink=None, **options) -> Batches:
-    sink = sink if sink is not None else Batches()
-    query = (stream(spark, cluster_file, **options).writeStream.foreachBatch(sink)
-             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
-    query.awaitTermination(300)
-    assert not query.isActive
-    if query.exception() is not None:
-        raise AssertionError(str(query.exception()))
-    return sink
+    return run_available_now_into(stream(spark, cluster_file, **options),
+                                  sink if sink is not None else Batches(), checkpoint)
+
+
+def start_query(spark, cluster_file, checkpoint, sink: Batches, **options):
+    """The stream running into ``sink`` with Spark's default trigger (stop it)."""
+    return (stream(spark, cluster_file, **options).writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(checkpoint)).start())
 
 
 def test_max_messages_per_trigger_reads_both_generations_once_in_fair_micro_batches(spark, tmp_path):
@@ -107,8 +108,7 @@ def test_max_messages_per_trigger_reads_both_generations_once_in_fair_micro_batc
 def test_a_restart_from_the_checkpoint_continues_where_it_stopped(spark, tmp_path):
     cluster_file, acked = two_generations(tmp_path)
     sink = Batches()
-    query = (stream(spark, cluster_file, maxMessagesPerTrigger="100").writeStream.foreachBatch(sink)
-             .option("checkpointLocation", str(tmp_path / "ck")).start())
+    query = start_query(spark, cluster_file, tmp_path / "ck", sink, maxMessagesPerTrigger="100")
     try:
         deadline = 300
         while len([b for b in sink.by_id.values() if b]) < 2 and deadline > 0:
@@ -131,8 +131,7 @@ def test_a_restart_from_the_checkpoint_continues_where_it_stopped(spark, tmp_pat
 def test_starting_offsets_latest_reads_only_what_is_tiered_after_the_start(spark, tmp_path):
     cluster_file, acked = two_generations(tmp_path)
     sink = Batches()
-    query = (stream(spark, cluster_file, startingOffsets="latest").writeStream.foreachBatch(sink)
-             .option("checkpointLocation", str(tmp_path / "ck")).start())
+    query = start_query(spark, cluster_file, tmp_path / "ck", sink, startingOffsets="latest")
     try:
         query.processAllAvailable()
         assert sum(len(rows) for rows in sink.by_id.values()) == 0

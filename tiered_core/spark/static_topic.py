@@ -21,7 +21,9 @@ from typing import Any, Iterator, Mapping
 from tiered_core.access.results import GetMessageStatus
 from tiered_core.codec.message import MessageExt
 from tiered_core.errors import ConfigError, InvalidOption
-from tiered_core.static_topic import TieredBrokerReader, cluster_configs_from_text, read_static_topic_items
+from tiered_core.static_topic import (
+    LogicQueueMappingItem, TieredBrokerReader, cluster_configs_from_text, read_static_topic_items,
+)
 
 try:  # the data source needs pyspark; planning itself does not
     from pyspark.sql.datasource import DataSourceReader, InputPartition
@@ -65,6 +67,13 @@ class StaticItemPartition(InputPartition):
     end: int
     delta: int
 
+    @classmethod
+    def of_item(cls, index: int, topic: str, logic_queue: int, item: LogicQueueMappingItem, start: int,
+                end: int) -> "StaticItemPartition":
+        """Physical offsets ``[start, end)`` of decided generation ``item`` of ``logic_queue``."""
+        return cls(index, topic, logic_queue, item.gen, item.bname, item.queueId, start, end,
+                   item.logicOffset - item.startOffset)
+
 
 def parse_static_options(options: Mapping[str, Any]) -> tuple[ClusterSource, str, set[int] | None]:
     """``(cluster source, topic, logic queues or None)``; bad options raise :class:`InvalidOption`."""
@@ -102,8 +111,7 @@ def plan_static_partitions(source: ClusterSource, topic: str, queues: set[int] |
         for item in items_by_queue.get(q, ()):
             if not item.decided:
                 continue  # an undecided leader has no logic offsets yet (seed)
-            parts.append(StaticItemPartition(len(parts), topic, q, item.gen, item.bname, item.queueId,
-                                             item.startOffset, item.endOffset, item.logicOffset - item.startOffset))
+            parts.append(StaticItemPartition.of_item(len(parts), topic, q, item, item.startOffset, item.endOffset))
     return parts
 
 

@@ -118,14 +118,9 @@ class LogicQueueView:
 
     def partitions(self, start: int, end: int) -> list[StaticItemPartition]:
         """Logic offsets ``[start, end)`` as one partition per generation (physical ranges, closed ends)."""
-        out = []
-        for s in self.spans:
-            lo, hi = max(start, s.lo), min(end, s.hi)
-            if lo < hi:
-                it = s.item
-                out.append(StaticItemPartition(0, self.topic, self.queue, it.gen, it.bname, it.queueId,
-                                               it.to_physical(lo), it.to_physical(hi), it.logicOffset - it.startOffset))
-        return out
+        return [StaticItemPartition.of_item(0, self.topic, self.queue, s.item, s.item.to_physical(max(start, s.lo)),
+                                            s.item.to_physical(min(end, s.hi)))
+                for s in self.spans if max(start, s.lo) < min(end, s.hi)]
 
 
 def logic_queue_view(topic: str, queue: int, items: Sequence[LogicQueueMappingItem],

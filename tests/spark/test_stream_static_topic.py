@@ -8,6 +8,7 @@ import json
 import logging
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "static_topic"))
 from static_topic_helpers import broker_configs  # noqa: E402
 
 from tiered_core import Message  # noqa: E402
-from tiered_core.errors import InvalidOption  # noqa: E402
+from tiered_core.common import now_ms  # noqa: E402
+from tiered_core.errors import IllegalOffset, InvalidOption  # noqa: E402
+from tiered_core.flat import FlatFileStore  # noqa: E402
 from tiered_core.spark import register  # noqa: E402
 from tiered_core.spark.stream_options import parse_static_stream_options  # noqa: E402
 from tiered_core.spark.stream_static import StaticTopicStreamReader, logic_queue_view  # noqa: E402
@@ -215,3 +218,47 @@ def test_logic_queue_view_tells_skipped_from_lost_offsets():
     # the same gen 0 on a broker whose store_path exists: its tail will be tiered, later generations wait
     waiting = logic_queue_view(TOPIC, 0, items, bounds, gone=set())
     assert [(s.lo, s.hi) for s in waiting.spans] == [(0, 8)] and waiting.end_offset == 8
+
+
+def test_offsets_expired_from_the_tier_are_data_loss_unless_fail_on_data_loss_is_false(tmp_path, caplog):
+    """Logic queue 0 on broker b, small segments; the tier's segments older than the first 200
+    messages are expired: a start at 0 is an IllegalOffset naming the logic queue and offsets."""
+    cluster_file = write_cluster_toml(tmp_path)
+    configs = broker_configs(tmp_path, consume_queue_max_size=2000, commit_log_max_size=16 << 10)
+    with Cluster.open(configs) as cluster:
+        cluster.create_static_topic(TOPIC, 1, ["b"])
+        for i in range(250):
+            if i == 200:
+                cluster.dispatch(force=True)
+                time.sleep(0.05)
+                cut = now_ms()
+                time.sleep(0.05)
+            cluster.put_message(Message(topic=TOPIC, body=b"x" * 100), 0)
+        cluster.dispatch(force=True)
+    b = configs[1]
+    driver, metadata = b.open_driver(), b.open_metadata()
+    try:
+        flat_store = FlatFileStore(driver, metadata, b.flat_config())
+        assert flat_store.load()
+        flat = flat_store.get(TOPIC, 0)
+        flat.destroy_expired_file(cut)
+        expired = flat.consume_queue_min_offset()
+        flat_store.shutdown()
+    finally:
+        metadata.close()
+        driver.close()
+    assert 0 < expired <= 200
+    base = {"cluster": str(cluster_file), "static_topic": TOPIC, "startingOffsets": json.dumps({TOPIC: {"0": 0}})}
+    reader = StaticTopicStreamReader(*parse_static_stream_options(base))
+    with pytest.raises(IllegalOffset) as err:
+        reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+    assert (err.value.context["queue_id"], err.value.context["offset"], err.value.context["end_offset"]) == (
+        0, 0, expired)
+    assert "logic queue 0" in str(err.value) and "failOnDataLoss" in str(err.value)
+    reader = StaticTopicStreamReader(*parse_static_stream_options({**base, "failOnDataLoss": "false"}))
+    with caplog.at_level(logging.WARNING, logger="tiered_core.spark.stream_static"):
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, ReadAllAvailable())
+        rows = sum(batch.num_rows for part in reader.partitions(start, end) for batch in reader.read(part))
+    assert end == {TOPIC: {"0": 250}} and rows == 250 - expired
+    assert any(f"skipping offsets 0..{expired - 1}" in r.getMessage() for r in caplog.records)

@@ -40,7 +40,8 @@ class TieredDataSource(DataSource):
     With ``static_topic`` (and ``cluster``, a cluster TOML file) it reads a static topic by
     logic queue instead (:mod:`tiered_core.spark.static_topic`).
     ``spark.readStream.format("tiered")`` streams the same rows
-    (:class:`~tiered_core.spark.stream_source.TieredStreamReader`).
+    (:class:`~tiered_core.spark.stream_source.TieredStreamReader`; with ``static_topic``, by
+    logic queue: :class:`~tiered_core.spark.stream_static.StaticTopicStreamReader`).
     """
 
     @classmethod

@@ -4,7 +4,9 @@ Every error is an :class:`~tiered_core.errors.InvalidOption` whose ``option`` (a
 names the offending option; they are raised when the query is defined
 (``readStream.format("tiered")...load()``), before it starts. Checks that need the
 store's metadata (JSON offsets naming a queue that does not exist) are made by the
-source itself (:mod:`tiered_core.spark.stream_source`).
+source itself (:mod:`tiered_core.spark.stream_source`). A static-topic stream (option
+``static_topic`` with ``cluster``) has its own, smaller option set
+(:func:`parse_static_stream_options`, read by :mod:`tiered_core.spark.stream_static`).
 """
 
 from __future__ import annotations

@@ -440,19 +440,28 @@ def check_units(units, buf, buf_offset=None, *, topic, queue_id, queue_offset, v
 # -- decode --------------------------------------------------------------------------------
 
 
+cdef inline bint next_pair(const uint8_t* p, Py_ssize_t n, Py_ssize_t start, Py_ssize_t* stop,
+                           Py_ssize_t* sep) noexcept nogil:
+    """The properties pair at p[start:]: it ends at ``stop`` (a \x02 or n), its name is
+    p[start:sep] and its value p[sep+1:stop]; True when parse_properties keeps it (a \x01,
+    and both name and value non-empty)."""
+    cdef Py_ssize_t e = start, s
+    while e < n and p[e] != 2:
+        e += 1
+    s = start
+    while s < e and p[s] != 1:
+        s += 1
+    stop[0] = e
+    sep[0] = s
+    return s < e and start < s and s + 1 < e
+
+
 cdef inline dict parse_props(const uint8_t* p, Py_ssize_t n):
     """message.parse_properties over UTF-8 bytes already known valid."""
     cdef dict out = {}
     cdef Py_ssize_t start = 0, stop, sep
     while start <= n:
-        stop = start
-        while stop < n and p[stop] != 2:
-            stop += 1
-        sep = start
-        while sep < stop and p[sep] != 1:
-            sep += 1
-        # pair = p[start:stop]; name = [start:sep]; value = [sep+1:stop]
-        if sep < stop and start < sep and sep + 1 < stop:
+        if next_pair(p, n, start, &stop, &sep):
             out[utf8(p + start, sep - start)] = utf8(p + sep + 1, stop - sep - 1)
         start = stop + 1
     return out
@@ -1812,13 +1821,7 @@ cdef void walk_props(const uint8_t* p, Py_ssize_t n, PropWalk* w,
             w.non_ascii = True
             break
     while start <= n:
-        stop = start
-        while stop < n and p[stop] != 2:
-            stop += 1
-        sep = start
-        while sep < stop and p[sep] != 1:
-            sep += 1
-        if sep < stop and start < sep and sep + 1 < stop:
+        if next_pair(p, n, start, &stop, &sep):
             name = p + start
             nlen = sep - start
             value = p + sep + 1
@@ -1863,22 +1866,10 @@ cdef bint has_repeat(const uint8_t* p, Py_ssize_t n, Py_ssize_t pairs) noexcept 
     if pairs < 2:
         return False
     while a_start <= n:
-        a_stop = a_start
-        while a_stop < n and p[a_stop] != 2:
-            a_stop += 1
-        a_sep = a_start
-        while a_sep < a_stop and p[a_sep] != 1:
-            a_sep += 1
-        if a_sep < a_stop and a_start < a_sep and a_sep + 1 < a_stop:
+        if next_pair(p, n, a_start, &a_stop, &a_sep):
             b_start = a_stop + 1
             while b_start <= n:
-                b_stop = b_start
-                while b_stop < n and p[b_stop] != 2:
-                    b_stop += 1
-                b_sep = b_start
-                while b_sep < b_stop and p[b_sep] != 1:
-                    b_sep += 1
-                if (b_sep < b_stop and b_start < b_sep and b_sep + 1 < b_stop
+                if (next_pair(p, n, b_start, &b_stop, &b_sep)
                         and same_bytes(p + a_start, a_sep - a_start, p + b_start, b_sep - b_start)):
                     return True
                 b_start = b_stop + 1

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tiered_core.access.cache import ReadAheadCache
-from tiered_core.codec.checks import SCHEDULE_TOPIC, STRUCTURAL_REASONS, PropCrcPolicy, check_units
+from tiered_core.codec.checks import STRUCTURAL_REASONS, PropCrcPolicy, check_units
 from tiered_core.codec.hashing import tags_hash_code
 from tiered_core.codec.message import (
     QUEUE_ID_POS,
@@ -29,54 +29,16 @@ from tiered_core.flat.batch import check_batch, read_batch
 from tiered_core.metadata.sqlite import SqliteMetadataStore
 from tiered_core.plugins import open_driver
 from tiered_core.spi.access import CompositeAccess, ConsumeQueueRequest
-from test_store_validation import reference_check  # tests/ is on sys.path under pytest
-
-_names = st.text(alphabet="abcdeKTAGS_#x\u00e9", min_size=1, max_size=6)
-
+from test_store_validation import batches, reference_check  # tests/ is on sys.path under pytest
 
 # The per-unit oracle of the batch check (decode_message on each unit, then compare fields).
 reference = reference_check
 
 
 
-@st.composite
-def queues(draw, damage: bool = True):
-    """A commit-log buffer of messages of one queue (IPv4/IPv6 hosts, V1/V2, keys, tags,
-    properties, the property CRC, junk between messages), the units pointing at them, and
-    random damage to the bytes and the units."""
-    topic = draw(st.sampled_from(["orders", "TopicA", SCHEDULE_TOPIC, "t" * 130]))
-    queue_id, first_q = draw(st.integers(0, 3)), draw(st.integers(0, 1000))
-    base = draw(st.integers(0, 5000))
-    buf, units, starts = bytearray(), [], []
-    for i in range(draw(st.integers(1, 8))):
-        buf += draw(st.binary(max_size=4)) if draw(st.booleans()) else b""
-        tags = draw(st.one_of(st.none(), _names))
-        props = draw(st.dictionaries(_names, _names, max_size=3))
-        msg = Message(topic=topic, body=draw(st.binary(max_size=60)), keys=draw(st.lists(_names, max_size=2)),
-                      tags=tags, properties={k: v for k, v in props.items() if k not in ("KEYS", "TAGS")},
-                      born_host=draw(st.sampled_from([("10.1.2.3", 7), ("::1", 8)])))
-        offset = base + len(buf)
-        raw = encode_message(msg, queue_id=queue_id, queue_offset=first_q + i, store_timestamp=1_700_000_000_000 + i,
-                             physical_offset=offset, store_host=draw(st.sampled_from([("10.0.0.1", 1), ("::2", 2)])),
-                             prop_crc=draw(st.booleans()))
-        starts.append(len(buf))
-        buf += raw
-        units.append([offset, len(raw), tags_hash_code(tags)])
-    for _ in range(draw(st.integers(0, 3)) if damage else 0):
-        kind = draw(st.sampled_from(["anywhere", "header", "unit"]))
-        if kind == "header":
-            at = draw(st.sampled_from(starts)) + draw(st.sampled_from([*range(0, 16), *range(20, 36)]))
-            buf[at] ^= 1 << draw(st.integers(0, 7))
-        elif kind == "anywhere":
-            at = draw(st.integers(0, len(buf) - 1))
-            buf[at] = draw(st.sampled_from([buf[at] ^ (1 << draw(st.integers(0, 7))), draw(st.integers(0, 255))]))
-        else:
-            unit = draw(st.sampled_from(units))
-            which = draw(st.integers(0, 2))
-            unit[which] += draw(st.sampled_from([-1, 1, -20, 20, 1 << 33]))
-            if which == 1:
-                unit[1] = max(-(1 << 31), min(unit[1], (1 << 31) - 1))
-    return topic, queue_id, first_q, base, bytes(buf), [tuple(u) for u in units]
+def queues(damage: bool = True):
+    """A queue's commit-log buffer and raw units (``test_store_validation.batches``, units as tuples)."""
+    return batches(damage).map(lambda b: (*b[:5], [tuple(u) for u in b[5]]))
 
 
 @settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow], deadline=None)

@@ -477,23 +477,24 @@ def _props_len_at(raw: bytes) -> int:
     return len(raw) - props - 2
 
 
-_names = st.text(alphabet="abcdeKTAGS_#x", min_size=1, max_size=6)
+_names = st.text(alphabet="abcdeKTAGS_#x\u00e9", min_size=1, max_size=6)
 
 
 @st.composite
-def batches(draw):
-    """A commit-log buffer of a few messages (some with the property CRC, IPv4 or IPv6 hosts, keys,
-    tags, properties, junk between them), the units pointing at them, then random damage to
-    the bytes and to the units."""
-    topic = draw(st.sampled_from(["orders", "TopicA", SCHEDULE_TOPIC]))
+def batches(draw, damage: bool = True):
+    """A commit-log buffer of messages of one queue (the property CRC or not, IPv4 or IPv6
+    hosts, V1 and V2, keys, tags, properties, junk between them), the units pointing at them
+    as ``[commitlog_offset, size, tags_code]`` lists, then (``damage``) random damage to the
+    bytes and to the units. Shared with ``test_read_batch.py``."""
+    topic = draw(st.sampled_from(["orders", "TopicA", SCHEDULE_TOPIC, "t" * 130]))
     queue_id, first_q = draw(st.integers(0, 3)), draw(st.integers(0, 1000))
     base = draw(st.integers(0, 5000))
     buf, units, starts, topics = bytearray(), [], [], []
-    for i in range(draw(st.integers(1, 6))):
+    for i in range(draw(st.integers(1, 8))):
         buf += draw(st.binary(max_size=4)) if draw(st.booleans()) else b""
         tags = draw(st.one_of(st.none(), _names))
         props = draw(st.dictionaries(_names, _names, max_size=3))
-        msg = Message(topic=topic, body=draw(st.binary(max_size=40)), keys=draw(st.lists(_names, max_size=2)),
+        msg = Message(topic=topic, body=draw(st.binary(max_size=60)), keys=draw(st.lists(_names, max_size=2)),
                       tags=tags, properties={k: v for k, v in props.items() if k not in ("KEYS", "TAGS")},
                       born_host=draw(st.sampled_from([("10.1.2.3", 7), ("::1", 8)])))
         offset = base + len(buf)
@@ -504,13 +505,13 @@ def batches(draw):
         topics.append(len(buf) + _props_len_at(raw) - len(topic.encode()))
         buf += raw
         units.append([offset, len(raw), tags_hash_code(tags)])
-    for _ in range(draw(st.integers(0, 3))):
+    for _ in range(draw(st.integers(0, 3)) if damage else 0):
         kind = draw(st.sampled_from(["anywhere", "header", "topic", "unit"]))
         if kind == "topic":  # a character of the topic of one message
             at = draw(st.sampled_from(topics)) + draw(st.integers(0, len(topic) - 1))
             buf[at] ^= 1 << draw(st.integers(0, 6))
-        elif kind == "header":  # a byte of queue id, queue offset or physical offset of one message
-            at = draw(st.sampled_from(starts)) + draw(st.sampled_from([*range(12, 16), *range(20, 36)]))
+        elif kind == "header":  # a byte of size, magic, queue id, queue offset or physical offset
+            at = draw(st.sampled_from(starts)) + draw(st.sampled_from([*range(0, 16), *range(20, 36)]))
             buf[at] ^= 1 << draw(st.integers(0, 7))
         elif kind == "anywhere":
             at = draw(st.integers(0, len(buf) - 1))
@@ -519,13 +520,16 @@ def batches(draw):
             unit = draw(st.sampled_from(units))
             which = draw(st.integers(0, 2))
             unit[which] += draw(st.sampled_from([-1, 1, -20, 20, 1 << 33]))
-    return topic, queue_id, first_q, base, bytes(buf), [ConsumeQueueUnit(*u) for u in units]
+            if which == 1:  # a size still fits the unit's int32
+                unit[1] = max(-(1 << 31), min(unit[1], (1 << 31) - 1))
+    return topic, queue_id, first_q, base, bytes(buf), units
 
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(batch=batches(), policy=st.sampled_from(list(PropCrcPolicy)), view=st.booleans())
 def test_the_batch_check_agrees_with_decode_and_compare(batch, policy, view):
     topic, queue_id, first_q, base, buf, units = batch
+    units = [ConsumeQueueUnit(*u) for u in units]
     fast = check_units(units, memoryview(buf) if view else buf, base, topic=topic, queue_id=queue_id,
                        queue_offset=first_q, prop_crc=policy)
     index, reason = reference_check(units, buf, base, topic=topic, queue_id=queue_id, queue_offset=first_q,

@@ -828,40 +828,35 @@ cdef object encode_fast(msg, o_queue_id, o_queue_offset, o_store_timestamp, o_ph
     return out
 
 
-def encode_message(msg, *, queue_id, queue_offset, store_timestamp, physical_offset=0,
-                   store_host=MISSING, sys_flag=None, version=None, prop_crc=False):
-    """Twin of codec.message.encode_message."""
+cdef object encode_or_oracle(oracle, bint buffer, msg, queue_id, queue_offset, store_timestamp, physical_offset,
+                             store_host, sys_flag, version, prop_crc):
+    """encode_fast (``buffer``: into a bytearray), or ``oracle`` when it declines or fails."""
     if store_host is MISSING:
         store_host = DEFAULT_HOST
     try:
         out = encode_fast(msg, queue_id, queue_offset, store_timestamp, physical_offset, store_host,
-                          sys_flag, version, bool(prop_crc))
+                          sys_flag, version, bool(prop_crc), buffer)
     except Exception:
         out = None
     if out is None:
-        return p_encode_message(msg, queue_id=queue_id, queue_offset=queue_offset,
-                                store_timestamp=store_timestamp, physical_offset=physical_offset,
-                                store_host=store_host, sys_flag=sys_flag, version=version,
-                                prop_crc=prop_crc)
+        return oracle(msg, queue_id=queue_id, queue_offset=queue_offset, store_timestamp=store_timestamp,
+                      physical_offset=physical_offset, store_host=store_host, sys_flag=sys_flag, version=version,
+                      prop_crc=prop_crc)
     return out
+
+
+def encode_message(msg, *, queue_id, queue_offset, store_timestamp, physical_offset=0,
+                   store_host=MISSING, sys_flag=None, version=None, prop_crc=False):
+    """Twin of codec.message.encode_message."""
+    return encode_or_oracle(p_encode_message, False, msg, queue_id, queue_offset, store_timestamp, physical_offset,
+                            store_host, sys_flag, version, prop_crc)
 
 
 def encode_message_buffer(msg, *, queue_id, queue_offset, store_timestamp, physical_offset=0,
                           store_host=MISSING, sys_flag=None, version=None, prop_crc=False):
     """Twin of codec.message.encode_message_buffer (a new bytearray, the put path)."""
-    if store_host is MISSING:
-        store_host = DEFAULT_HOST
-    try:
-        out = encode_fast(msg, queue_id, queue_offset, store_timestamp, physical_offset, store_host,
-                          sys_flag, version, bool(prop_crc), True)
-    except Exception:
-        out = None
-    if out is None:
-        return p_encode_message_buffer(msg, queue_id=queue_id, queue_offset=queue_offset,
-                                       store_timestamp=store_timestamp, physical_offset=physical_offset,
-                                       store_host=store_host, sys_flag=sys_flag, version=version,
-                                       prop_crc=prop_crc)
-    return out
+    return encode_or_oracle(p_encode_message_buffer, True, msg, queue_id, queue_offset, store_timestamp,
+                            physical_offset, store_host, sys_flag, version, prop_crc)
 
 
 # -- consume-queue units ------------------------------------------------------------------

@@ -12,23 +12,32 @@ from tiered_core.static_topic import Cluster
 
 TOPIC = "aging"
 FAR_FUTURE_MS = 1 << 50
+BODY = b"x" * 1024
+
+
+def first_generation_on_a(cluster: Cluster) -> None:
+    """Logic queue 0 created on a, 100 messages put there, then remapped to b."""
+    cluster.create_static_topic(TOPIC, 1, ["a"])
+    for _ in range(100):
+        cluster.put_message(Message(topic=TOPIC, body=BODY), 0)
+    cluster.remap_static_topic(TOPIC, ["b"])
+
+
+def fill_a(cluster: Cluster) -> None:
+    """200 messages of another topic on a: its commit log moves past generation 0's files."""
+    for _ in range(200):
+        cluster.stores["a"].put_message(Message(topic="filler", body=BODY), 0)
 
 
 def test_old_generation_stays_mapped_until_local_retention_removed_it(tmp_path):
     configs = broker_configs(tmp_path, local_commit_log_file_size=64 << 10)
-    body = b"x" * 1024
     with Cluster.open(configs) as cluster:
-        cluster.create_static_topic(TOPIC, 1, ["a"])
-        for _ in range(100):
-            cluster.put_message(Message(topic=TOPIC, body=body), 0)
-        cluster.remap_static_topic(TOPIC, ["b"])
-        cluster.put_message(Message(topic=TOPIC, body=body), 0)
+        first_generation_on_a(cluster)
+        cluster.put_message(Message(topic=TOPIC, body=BODY), 0)
         cluster.remap_static_topic(TOPIC, ["c"])  # a's gen 0 is now older than the two newest
         assert 0 in cluster.mappings["a"].get(TOPIC).hostedQueues  # its data is still in a's local store
         assert cluster.trim_static_mappings() == 0
-        # fill a's commit log past gen 0 (another topic), tier everything, expire locally
-        for _ in range(200):
-            cluster.stores["a"].put_message(Message(topic="filler", body=body), 0)
+        fill_a(cluster)  # then tier everything and expire locally
         cluster.dispatch(force=True)
         assert cluster.delete_expired_local(FAR_FUTURE_MS) > 0
         assert cluster.mappings["a"].get(TOPIC).hostedQueues == {}
@@ -40,14 +49,9 @@ def test_old_generation_stays_mapped_until_local_retention_removed_it(tmp_path):
 
 def test_fully_tiered_and_expired_old_generation_is_dropped_by_the_remap(tmp_path):
     configs = broker_configs(tmp_path, local_commit_log_file_size=64 << 10)
-    body = b"x" * 1024
     with Cluster.open(configs) as cluster:
-        cluster.create_static_topic(TOPIC, 1, ["a"])
-        for _ in range(100):
-            cluster.put_message(Message(topic=TOPIC, body=body), 0)
-        cluster.remap_static_topic(TOPIC, ["b"])
-        for _ in range(200):
-            cluster.stores["a"].put_message(Message(topic="filler", body=body), 0)
+        first_generation_on_a(cluster)
+        fill_a(cluster)
         cluster.dispatch(force=True)
         assert cluster.delete_expired_local(FAR_FUTURE_MS) > 0
         assert 0 in cluster.mappings["a"].get(TOPIC).hostedQueues  # previous leader: kept
@@ -60,18 +64,13 @@ def test_background_local_retention_trims_the_mapping_by_itself(tmp_path):
     stores) delete a's expired local files, and the cluster's listener trims a's mapping."""
     configs = broker_configs(tmp_path, local_commit_log_file_size=64 << 10, local_retention_hours=0,
                              local_retention_interval_ms=50, group_commit_interval_ms=0)
-    body = b"x" * 1024
     with Cluster.open(configs, background=True) as cluster:
-        cluster.create_static_topic(TOPIC, 1, ["a"])
-        for _ in range(100):
-            cluster.put_message(Message(topic=TOPIC, body=body), 0)
-        cluster.remap_static_topic(TOPIC, ["b"])
-        cluster.put_message(Message(topic=TOPIC, body=body), 0)
+        first_generation_on_a(cluster)
+        cluster.put_message(Message(topic=TOPIC, body=BODY), 0)
         cluster.remap_static_topic(TOPIC, ["c"])
         # the tail of gen 0 is in a's active local file, which retention never deletes
         assert 0 in cluster.mappings["a"].get(TOPIC).hostedQueues
-        for _ in range(200):  # a's commit log moves on: gen 0's files become deletable once tiered
-            cluster.stores["a"].put_message(Message(topic="filler", body=body), 0)
+        fill_a(cluster)  # gen 0's files become deletable once tiered
         deadline = time.monotonic() + 60
         while cluster.mappings["a"].get(TOPIC).hostedQueues and time.monotonic() < deadline:
             time.sleep(0.05)

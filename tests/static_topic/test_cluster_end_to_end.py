@@ -13,11 +13,10 @@ import shutil
 import threading
 
 import pytest
-from static_topic_helpers import broker_configs
+from static_topic_helpers import broker_configs, read_logic_queue
 from store_workload import backend_options
 
 from tiered_core import Message
-from tiered_core.access.results import GetMessageStatus
 from tiered_core.static_topic import Cluster
 
 TOPIC = "orders"
@@ -30,19 +29,6 @@ def put_batch(cluster, start, count, acked):
         r = cluster.put_message(Message(topic=TOPIC, body=b"m-%d" % i, keys=[f"k-{i}"]), q)
         assert r.ok
         acked[q].append((r.queue_offset, b"m-%d" % i))
-
-
-def read_all(cluster, q, max_count=97):
-    out, offset = [], 0
-    for _ in range(10_000):
-        res = cluster.get_message("g", TOPIC, q, offset, max_count)
-        if res.status in (GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.OFFSET_OVERFLOW_BADLY):
-            return out, res
-        assert res.status is GetMessageStatus.FOUND, (q, offset, res.status)
-        assert res.next_begin_offset > offset
-        out.extend(res.messages)
-        offset = res.next_begin_offset
-    raise AssertionError("read did not end")
 
 
 @pytest.mark.parametrize("driver", ["posix", "gcs"])
@@ -74,7 +60,7 @@ def test_create_remap_drop_broker_reads_every_message_once(request, tmp_path, dr
         for q in range(QUEUES):
             # acknowledged logic offsets were contiguous from 0 at put time
             assert [o for o, _ in acked[q]] == list(range(len(acked[q])))
-            got, end = read_all(cluster, q)
+            got, _, end = read_logic_queue(cluster, TOPIC, q, 97)
             assert [m.queue_offset for m in got] == list(range(len(acked[q])))
             assert [m.body for m in got] == [b for _, b in acked[q]]
             assert {m.queue_id for m in got} == {q}
@@ -95,7 +81,7 @@ def test_create_remap_drop_broker_reads_every_message_once(request, tmp_path, dr
             got = cluster.query_message(TOPIC, f"k-{i}").messages
             assert [(m.queue_id, m.body) for m in got] == [(0, b"m-%d" % i)], i
             assert got[0].queue_offset == q0_first.index(b"m-%d" % i)
-        msgs, _ = read_all(cluster, 0, max_count=500)
+        msgs = read_logic_queue(cluster, TOPIC, 0, 500).messages
         for m in (msgs[1], msgs[len(msgs) // 2], msgs[-1]):
             off = cluster.get_offset_in_queue_by_time(TOPIC, 0, m.store_timestamp)
             assert msgs[off].store_timestamp == m.store_timestamp and off <= m.queue_offset
@@ -115,7 +101,7 @@ def test_reopened_cluster_keeps_mappings_and_offsets(configs):
     with Cluster.open(configs) as cluster:
         assert cluster.verify() == []
         for q in range(QUEUES):
-            got, _ = read_all(cluster, q, max_count=7)
+            got = read_logic_queue(cluster, TOPIC, q, 7).messages
             assert [(m.queue_offset, m.body) for m in got] == acked[q]
 
 
@@ -142,7 +128,7 @@ def test_consumer_offsets_time_and_key_lookups_across_a_remap(configs):
             assert got[0].queue_offset == dict((b, o) for o, b in acked[i % QUEUES])[b"m-%d" % i]
         # time lookups land in the right generation
         for q in (0, 5):
-            msgs, _ = read_all(cluster, q)
+            msgs = read_logic_queue(cluster, TOPIC, q, 97).messages
             for m in (msgs[3], msgs[len(msgs) // 2 + 7], msgs[-1]):
                 off = cluster.get_offset_in_queue_by_time(TOPIC, q, m.store_timestamp)
                 assert msgs[off].store_timestamp == m.store_timestamp and off <= m.queue_offset

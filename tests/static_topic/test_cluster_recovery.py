@@ -9,23 +9,13 @@ from pathlib import Path
 import pytest
 
 from tiered_core import Message
-from tiered_core.access.results import GetMessageStatus
 from tiered_core.static_topic import Cluster, load_cluster_configs
 from tiered_core.static_topic.store import TopicQueueMappingStore
 
+from static_topic_helpers import read_logic_queue
+
 TOPIC = "orders"
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cluster.toml"
-
-
-def read_all(cluster, q):
-    out, offset = [], 0
-    while True:
-        res = cluster.get_message("g", TOPIC, q, offset, 64)
-        if res.status is not GetMessageStatus.FOUND:
-            assert res.status is GetMessageStatus.OFFSET_OVERFLOW_ONE, res.status
-            return out
-        out.extend((m.queue_offset, m.body) for m in res.messages)
-        offset = res.next_begin_offset
 
 
 def test_example_cluster_toml_loads(tmp_path):
@@ -80,7 +70,7 @@ def test_interrupted_remap_is_reported_and_finished_by_running_it_again(configs,
         assert cluster.verify() == []
         cluster.dispatch(force=True)
         for q in range(4):
-            got = read_all(cluster, q)
+            got = [(m.queue_offset, m.body) for m in read_logic_queue(cluster, TOPIC, q).messages]
             assert [b for _, b in got] == [b for _, b in acked[q]]
             assert [o for o, _ in got] == list(range(len(acked[q])))
             # an offset acknowledged while the new leader was undecided is -1 (seed); all others match
@@ -115,5 +105,5 @@ def test_producer_keeps_putting_during_remap(configs):
         cluster.close_broker("a")
         shutil.rmtree(configs[0].store_path)
         for q in range(8):
-            got = read_all(cluster, q)
+            got = [(m.queue_offset, m.body) for m in read_logic_queue(cluster, TOPIC, q).messages]
             assert got == acked[q]

@@ -26,10 +26,9 @@ import pytest
 
 from store_workload import backend_options
 from tiered_core import Message
-from tiered_core.access.results import GetMessageStatus
 from tiered_core.static_topic import Cluster
 
-from static_topic_helpers import broker_configs
+from static_topic_helpers import broker_configs, read_logic_queue
 
 CHILD = Path(__file__).with_name("crash_admin_child.py")
 TOPIC = "orders"
@@ -41,17 +40,6 @@ def kill_child(root: Path, command: str, where: str, k: int, driver: str, option
     proc = subprocess.run([sys.executable, str(CHILD), str(root), command, where, str(k), driver,
                            json.dumps(options)], capture_output=True, text=True, timeout=180)
     assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stderr[-2000:])
-
-
-def read_all(cluster, q):
-    out, offset = [], 0
-    while True:
-        res = cluster.get_message("g", TOPIC, q, offset, 50)
-        if res.status is not GetMessageStatus.FOUND:
-            assert res.status is GetMessageStatus.OFFSET_OVERFLOW_ONE, res.status
-            return out
-        out.extend((m.queue_offset, m.body) for m in res.messages)
-        offset = res.next_begin_offset
 
 
 def topic_configs(cluster):
@@ -113,7 +101,7 @@ def test_remap_killed_then_rerun(request, tmp_path, driver, where, k):
         assert cluster.verify() == []
         assert topic_configs(cluster) == {"a": (2, 2), "b": (2, 2), "c": (2, 2)}
         for q in range(4):
-            got = read_all(cluster, q)
+            got = [(m.queue_offset, m.body) for m in read_logic_queue(cluster, TOPIC, q).messages]
             assert [b for _, b in got] == [b for _, b in acked[q]]
             assert [o for o, _ in got] == list(range(len(acked[q])))
             assert all(a == o for (a, _), (o, _) in zip(acked[q], got) if a != -1)

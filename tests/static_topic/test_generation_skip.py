@@ -13,24 +13,13 @@ from tiered_core.access.results import GetMessageStatus
 from tiered_core.cli import main as cli_main
 from tiered_core.static_topic import Cluster
 
+from static_topic_helpers import read_logic_queue
+
 TOPIC = "partly"
 
 
 def put(cluster, n, tag):
     return [cluster.put_message(Message(topic=TOPIC, body=b"%s-%d" % (tag, i)), 0).queue_offset for i in range(n)]
-
-
-def read_all(cluster):
-    out, offset, statuses = [], 0, []
-    for _ in range(1000):
-        res = cluster.get_message("g", TOPIC, 0, offset, 4)
-        statuses.append(res.status)
-        if res.status in (GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.OFFSET_OVERFLOW_BADLY):
-            return out, statuses
-        assert res.next_begin_offset > offset, (offset, res.status)  # never stalls
-        out.extend(res.messages)
-        offset = res.next_begin_offset
-    raise AssertionError("read did not end")
 
 
 def partly_tiered(cluster, tmp_path):
@@ -47,7 +36,7 @@ def partly_tiered(cluster, tmp_path):
 def test_read_skips_the_untiered_tail_once_and_counts_it(configs, tmp_path):
     with Cluster.open(configs) as cluster:
         partly_tiered(cluster, tmp_path)
-        got, statuses = read_all(cluster)
+        got, statuses, _ = read_logic_queue(cluster, TOPIC, 0, 4, skips=True)
         assert [(m.queue_offset, m.body) for m in got] == (
             [(i, b"a-%d" % i) for i in range(10)] + [(15 + i, b"b-%d" % i) for i in range(5)])
         assert GetMessageStatus.OFFSET_FOUND_NULL not in statuses
@@ -68,7 +57,7 @@ def test_nothing_skipped_when_the_generation_was_fully_tiered(configs, tmp_path)
         put(cluster, 5, b"b")
         cluster.close_broker("a")  # drains: everything tiered
         shutil.rmtree(tmp_path / "a")
-        got, _ = read_all(cluster)
+        got = read_logic_queue(cluster, TOPIC, 0, 4, skips=True).messages
         assert [m.queue_offset for m in got] == list(range(15))
         assert cluster.skipped_offsets() == [] and cluster.skipped_reads == 0
         assert cluster.static_topic_status(TOPIC)["queues"][0]["skippedOffsets"] == 0

@@ -520,26 +520,31 @@ cdef object build_ext(const uint8_t* b, Py_ssize_t pos, Parsed* m):
     )
 
 
-def decode_message(buf, offset=0, *, verify_crc=True, base_offset=0):
-    """Twin of codec.message.decode_message."""
+cdef object frame_in(buf, offset, bint verify_crc, bint build):
+    """The message at ``offset`` of ``buf``: its MessageExt (``build``) or its total size; None
+    when anything is doubtful (the oracle then decides, and raises what it raises)."""
     cdef Py_buffer view
     cdef Parsed m
-    cdef Py_ssize_t pos
     result = None
-    if type(offset) is int and offset >= 0:
-        try:
-            PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
-        except Exception:
-            pass
-        else:
-            try:
-                pos = offset
-                if frame_parse(<const uint8_t*>view.buf, view.len, pos, bool(verify_crc), &m) == 0:
-                    result = build_ext(<const uint8_t*>view.buf, pos, &m)
-            except Exception:
-                result = None
-            finally:
-                PyBuffer_Release(&view)
+    if type(offset) is not int or offset < 0:
+        return None
+    try:
+        PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    except Exception:
+        return None
+    try:
+        if frame_parse(<const uint8_t*>view.buf, view.len, <Py_ssize_t>offset, verify_crc, &m) == 0:
+            result = build_ext(<const uint8_t*>view.buf, <Py_ssize_t>offset, &m) if build else m.total
+    except Exception:
+        result = None
+    finally:
+        PyBuffer_Release(&view)
+    return result
+
+
+def decode_message(buf, offset=0, *, verify_crc=True, base_offset=0):
+    """Twin of codec.message.decode_message."""
+    result = frame_in(buf, offset, bool(verify_crc), True)
     if result is None:
         return p_decode_message(buf, offset, verify_crc=verify_crc, base_offset=base_offset)
     return result
@@ -547,24 +552,10 @@ def decode_message(buf, offset=0, *, verify_crc=True, base_offset=0):
 
 def validate_message(buf, offset=0, *, verify_crc=True, base_offset=0):
     """Twin of codec.message.validate_message."""
-    cdef Py_buffer view
-    cdef Parsed m
-    cdef int rc = -1
-    if type(offset) is int and offset >= 0:
-        try:
-            PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
-        except Exception:
-            pass
-        else:
-            try:
-                rc = frame_parse(<const uint8_t*>view.buf, view.len, offset, bool(verify_crc), &m)
-            except Exception:
-                rc = -1
-            finally:
-                PyBuffer_Release(&view)
-    if rc != 0:
+    result = frame_in(buf, offset, bool(verify_crc), False)
+    if result is None:
         return p_validate_message(buf, offset, verify_crc=verify_crc, base_offset=base_offset)
-    return m.total
+    return result
 
 
 # -- peeks ---------------------------------------------------------------------------------

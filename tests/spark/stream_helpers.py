@@ -66,7 +66,7 @@ def stream_cli(source: str, target: str, checkpoint: str, *extra: str, log=None)
                             env=env, start_new_session=True)
 
 
-def _descendants(pid: int) -> list[int]:
+def descendants(pid: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -90,7 +90,7 @@ def kill_group(proc: subprocess.Popen) -> None:
     """SIGKILL the process and everything it started, as a machine crash would: its process
     group (the CLI, Spark's JVM) and every descendant (PySpark's daemon and workers run in
     process groups of their own, and a commit worker would otherwise finish its commit)."""
-    pids = _descendants(proc.pid)
+    pids = descendants(proc.pid)
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:

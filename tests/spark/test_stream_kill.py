@@ -21,7 +21,7 @@ import time
 
 import pytest
 from spark_helpers import write_config
-from stream_helpers import expected_bodies, kill_group, queue_bodies, start_producer, stream_cli, wait_for
+from stream_helpers import descendants, expected_bodies, kill_group, queue_bodies, start_producer, stream_cli, wait_for
 
 from tiered_core.spark.stream_sink import read_ledger
 
@@ -135,3 +135,25 @@ def test_mirror_survives_sigkill_gcs(tmp_path, fake_gcs):
     _mirror_with_kills(tmp_path, source, target)
 
 
+
+
+def test_sigterm_during_startup_ends_cleanly(tmp_path):
+    """A SIGTERM while Spark is still starting (the JVM launched, no query yet) ends the run
+    with exit status 0, stopped by "signal", and nothing mirrored: the handlers are in place
+    before anything slow starts."""
+    source = write_config(tmp_path / "a.toml", tmp_path / "a")
+    target = write_config(tmp_path / "b.toml", tmp_path / "b")
+    with open(tmp_path / "stream.log", "a") as log:
+        proc = stream_cli(source, target, str(tmp_path / "checkpoint"), "--json", log=log)
+        try:
+            wait_for(lambda: descendants(proc.pid) or proc.poll() is not None, 60, "Spark's JVM to start")
+            assert proc.poll() is None, f"the stream exited with {proc.returncode}: see {tmp_path / 'stream.log'}"
+            proc.send_signal(signal.SIGTERM)
+            out, _ = proc.communicate(timeout=120)
+        finally:
+            kill_group(proc)  # also whatever of Spark outlived the CLI
+    assert proc.returncode == 0, f"SIGTERM exit status {proc.returncode}; see {tmp_path / 'stream.log'}"
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["stopped"] == "signal"
+    assert summary["rows"] == 0
+    assert not (tmp_path / "checkpoint" / "commits").exists()

@@ -118,8 +118,33 @@ def run_import(args) -> int:
 
 
 def run_stream(args) -> int:
+    import dataclasses
+    import threading
+
+    from tiered_core.spark.stream_job import run_mirror, stop_on_signals
+
+    stop = threading.Event()
+    # Handlers first: a SIGTERM during Spark's start-up still ends the run cleanly (exit 0).
+    with stop_on_signals(stop) as received:
+        spark = _stream_session(args)
+        result = run_mirror(spark, args.config, args.to_config, args.checkpoint, topics=args.topics,
+                            max_messages=args.max_messages_per_trigger, trigger_seconds=args.trigger_interval,
+                            available_now=args.available_now, starting_offsets=args.starting_offsets,
+                            stop=stop, handle_signals=False)
+    if received:
+        result = dataclasses.replace(result, stopped="signal")
+    print(f"tiered spark stream: {result.summary()}", file=sys.stderr, flush=True)
+    if args.json:
+        print(json.dumps(dataclasses.asdict(result)))
+        sys.stdout.flush()
+    return 0
+
+
+def _stream_session(args):
+    """Check the stream's configs and options (typed errors, before Spark starts), then start Spark."""
     from tiered_core.errors import InvalidOption
-    from tiered_core.spark.stream_job import check_stores, run_mirror
+    from tiered_core.spark import get_session
+    from tiered_core.spark.stream_job import check_stores
     from tiered_core.spark.stream_options import parse_stream_options
     from tiered_core.spark.stream_sink import parse_sink_options
 
@@ -131,7 +156,6 @@ def run_stream(args) -> int:
     if not args.trigger_interval > 0:
         raise InvalidOption(f"--trigger-interval must be > 0 seconds, got {args.trigger_interval}",
                             option="trigger-interval")
-    # Bad options fail here, before Spark starts.
     source_options = {"config": args.config}
     if args.topics:
         source_options["topics"] = args.topics
@@ -139,16 +163,4 @@ def run_stream(args) -> int:
         source_options["startingOffsets"] = args.starting_offsets
     parse_stream_options(source_options)
     parse_sink_options({"config": args.to_config, "checkpointLocation": args.checkpoint})
-    from tiered_core.spark import get_session
-
-    spark = get_session(args.master, app_name="tiered-stream", conf={"spark.ui.showConsoleProgress": "false"})
-    result = run_mirror(spark, args.config, args.to_config, args.checkpoint, topics=args.topics,
-                        max_messages=args.max_messages_per_trigger, trigger_seconds=args.trigger_interval,
-                        available_now=args.available_now, starting_offsets=args.starting_offsets)
-    print(f"tiered spark stream: {result.summary()}", file=sys.stderr, flush=True)
-    if args.json:
-        import dataclasses
-
-        print(json.dumps(dataclasses.asdict(result)))
-        sys.stdout.flush()
-    return 0
+    return get_session(args.master, app_name="tiered-stream", conf={"spark.ui.showConsoleProgress": "false"})

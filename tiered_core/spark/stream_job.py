@@ -11,11 +11,13 @@ everything A holds at the start is copied).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -80,6 +82,31 @@ def mirror_query(spark, source_config: str | os.PathLike, target_config: str | o
     return writer.start()
 
 
+@contextlib.contextmanager
+def stop_on_signals(stop: threading.Event) -> Iterator[list[str]]:
+    """While inside, SIGTERM and SIGINT set ``stop`` instead of ending the process, and the
+    yielded list gets the signal's name; the previous handlers come back on leaving.
+
+    Enter it before anything slow (Spark's start-up takes seconds), so a stop asked for
+    during start-up is honoured too. Outside the main thread it changes nothing.
+    """
+    received: list[str] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def on_signal(signum, frame) -> None:
+        received.append(signal.Signals(signum).name)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield received
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+
+
 def run_mirror(spark, source_config: str | os.PathLike, target_config: str | os.PathLike,
                checkpoint: str | os.PathLike, *, topics: str | None = None, max_messages: int | None = None,
                trigger_seconds: float = DEFAULT_TRIGGER_SECONDS, available_now: bool = False,
@@ -88,22 +115,30 @@ def run_mirror(spark, source_config: str | os.PathLike, target_config: str | os.
     """Run the mirror until ``stop`` is set, SIGTERM/SIGINT arrives (when ``handle_signals``,
     from the main thread), or (``available_now``) A's messages at the start are copied.
 
-    The query is stopped cleanly before returning. A failed query raises the typed error
-    its task or commit raised (:func:`~tiered_core.spark.failures.task_error`).
+    A ``stop`` already set returns at once without starting the query. The query is
+    stopped cleanly before returning. A failed query raises the typed error its task or
+    commit raised (:func:`~tiered_core.spark.failures.task_error`).
     """
-    from tiered_core.spark.failures import task_error
-
     started = time.perf_counter()
     stop = stop or threading.Event()
-    reason = ["stop-event"]
-    previous: dict[int, object] = {}
-    if handle_signals and threading.current_thread() is threading.main_thread():
-        def on_signal(signum, frame) -> None:
-            reason[0] = "signal"
-            stop.set()
+    signals = stop_on_signals(stop) if handle_signals else contextlib.nullcontext([])
+    with signals as received:
+        batches, rows, finished = _run_query(spark, source_config, target_config, checkpoint, stop,
+                                             topics=topics, max_messages=max_messages,
+                                             trigger_seconds=trigger_seconds, available_now=available_now,
+                                             starting_offsets=starting_offsets, progress=progress)
+    reason = "signal" if received else "available-now" if finished else "stop-event"
+    return StreamResult(batches, rows, time.perf_counter() - started, reason)
 
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            previous[sig] = signal.signal(sig, on_signal)
+
+def _run_query(spark, source_config, target_config, checkpoint, stop: threading.Event, *, topics,
+               max_messages, trigger_seconds, available_now, starting_offsets,
+               progress: TextIO | None) -> tuple[int, int, bool]:
+    """Run the query until it ends or ``stop`` is set: (micro-batches, rows, ended by itself)."""
+    from tiered_core.spark.failures import task_error
+
+    if stop.is_set():
+        return 0, 0, False
     batches = rows = 0
     seen: set[int] = set()
 
@@ -129,18 +164,16 @@ def run_mirror(spark, source_config: str | os.PathLike, target_config: str | os.
         while query.isActive and not stop.is_set():
             stop.wait(0.5)
             report(query)
-        if not query.isActive and reason[0] != "signal" and not stop.is_set():
-            reason[0] = "available-now"
+        finished = not query.isActive and not stop.is_set()
         error = query.exception()
         if error is not None:
             raise task_error(error, "the mirror query failed (restart it: it resumes from its checkpoint)")
     finally:
         if query.isActive:
             query.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)  # type: ignore[arg-type]
     report(query)
-    return StreamResult(batches, rows, time.perf_counter() - started, reason[0])
+    return batches, rows, finished
 
 
-__all__ = ["DEFAULT_TRIGGER_SECONDS", "StreamResult", "check_stores", "mirror_query", "run_mirror"]
+__all__ = ["DEFAULT_TRIGGER_SECONDS", "StreamResult", "check_stores", "mirror_query", "run_mirror",
+           "stop_on_signals"]

@@ -19,10 +19,10 @@ import random
 import signal
 import time
 
-import pytest
 from spark_helpers import write_config
 from stream_helpers import descendants, expected_bodies, kill_group, queue_bodies, start_producer, stream_cli, wait_for
 
+from tiered_core import StoreConfig, TieredMessageStore
 from tiered_core.spark.stream_sink import read_ledger
 
 TOTAL = 4000
@@ -116,6 +116,12 @@ def _mirror_with_kills(tmp_path, source: str, target: str) -> None:
     # ...and B mirrors A message for message.
     assert got == queue_bodies(source)
     assert read_ledger(target, sink_id).pending is None
+    # Every 40th message is found on B by its key, once.
+    with TieredMessageStore.open(StoreConfig.load(target)) as store:
+        for i in range(0, TOTAL, 40):
+            topic, queue = TOPICS[i % len(TOPICS)], (i // len(TOPICS)) % QUEUES
+            hits = [(m.queue_id, bytes(m.body)) for m in store.query_message(topic, f"k{i}").messages]
+            assert len(hits) == 1 and hits[0][0] == queue, f"k{i}: {hits} (seed {seed})"
 
 
 def test_mirror_survives_sigkill_posix(tmp_path):

@@ -60,6 +60,15 @@ def expected(*specs: tuple[str, int, int, int]) -> dict:
     return out
 
 
+def key_hits(config: str, topic: str, key: str) -> list[tuple[int, int, bytes]]:
+    """``query_message`` on the target store: (queue id, queue offset, body) of each hit."""
+    from tiered_core import TieredMessageStore
+
+    with TieredMessageStore.open(StoreConfig.load(config)) as store:
+        found = store.query_message(topic, key, max_count=8).messages
+    return sorted((m.queue_id, m.queue_offset, bytes(m.body)) for m in found)
+
+
 def test_a_replayed_batch_writes_nothing_twice(target):
     first = batch(0, [rows("orders", 0, 0, 30) + rows("audit", 1, 0, 5), rows("orders", 0, 30, 20)])
     done = commit_batch(options(target), 0, first)
@@ -75,6 +84,11 @@ def test_a_replayed_batch_writes_nothing_twice(target):
     assert read_ledger(target, SINK) == Ledger(1, QUERY, None)
     # queue offsets are assigned contiguously from 0
     assert [o for o, _ in queue_bodies(target)[("orders", 0)]] == list(range(60))
+    # ...and every message is found by its key, once (the replay indexed nothing twice that shows)
+    assert key_hits(target, "orders", "k55") == [(0, 55, b"orders/0/55")]
+    assert key_hits(target, "orders", "k3") == [(0, 3, b"orders/0/3")]
+    assert key_hits(target, "audit", "k3") == [(1, 3, b"audit/1/3")]
+    assert key_hits(target, "audit", "k7") == []
 
 
 def test_the_ledger_lives_in_a_json_metadata_store_too(tmp_path):
@@ -143,7 +157,8 @@ _CRASHING_COMMIT = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("point, nth, landed", [
-    ("before_metadata", 1, {("audit", 0): 300, ("orders", 0): 2500}),  # everything uploaded
+    ("before_metadata", 1, {("audit", 0): 300, ("orders", 0): 2500}),  # everything uploaded and indexed
+    ("uploaded_all", 1, {("audit", 0): 300, ("orders", 0): 2500}),  # everything uploaded, no key indexed
     ("uploaded", 1, {("audit", 0): 300, ("orders", 0): 0}),  # the first queue (audit) uploaded
     ("append-commit", 2, {("audit", 0): 300, ("orders", 0): 2000}),  # half-way through orders/0
 ])
@@ -181,6 +196,10 @@ def test_sigkill_between_upload_and_metadata_then_replay_stores_each_message_onc
     assert read_ledger(target, SINK) == Ledger(1, QUERY, None)
     timestamps = {m.store_timestamp for m in _messages(target, "audit", 0)}
     assert timestamps == {ledger.pending["timestamp"]}  # the pending time, also for the adopted messages
+    # Keys of adopted and of appended messages are found, each message once.
+    for topic, i in (("audit", 0), ("audit", 299), ("orders", 129), ("orders", 130), ("orders", 2129),
+                     ("orders", 2130), ("orders", 2629)):
+        assert key_hits(target, topic, f"k{i}") == [(0, i, f"{topic}/0/{i}".encode())], (topic, i)
 
 
 def _messages(config_path: str, topic: str, queue_id: int):

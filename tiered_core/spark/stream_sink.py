@@ -23,8 +23,14 @@ micro-batch:
 
 B is written only by the sink while a query runs: no broker, import or second sink on the
 same store (the store lock refuses a concurrent writer on the same machine; the prefix
-claim refuses another store). The sink does not write B's tiered key index (like the import
-job): key lookups on B do not find what it wrote.
+claim refuses another store).
+
+Keys: before the metadata transaction the commit puts the keys (UNIQ_KEY and KEYS) of the
+batch's messages into B's tiered key index (local index files under B's ``store_path``,
+uploaded once full, as a broker's are), so ``query_message`` on B finds what the sink
+wrote. A replay indexes again the messages it adopted (an interrupted attempt may have
+died before indexing them); a key indexed twice, or an entry of a batch that never
+commits, is harmless: a key query checks each entry against the consume queue.
 """
 
 from __future__ import annotations
@@ -65,7 +71,8 @@ LEDGER_PREFIX = "spark.sink/"
 DEFAULT_LOCK_TIMEOUT = 60.0
 
 #: Test-only fault points: callables run with a point's name ("pending", "uploaded" after
-#: each queue's upload, "before_metadata"). Empty in production.
+#: each queue's upload, "uploaded_all" before the keys are indexed, "before_metadata").
+#: Empty in production.
 FAULT_HOOKS: list[Callable[[str], None]] = []
 
 
@@ -306,7 +313,7 @@ def _cq_end(metadata, flat_path: str) -> int | None:
 
 
 def _append_queue(driver, metadata, config, topic: str, queue_id: int, rows: list[tuple], timestamp: int,
-                  replay: bool, scratch_dir: str) -> dict[str, Any]:
+                  replay: bool, scratch_dir: str) -> tuple[dict[str, Any], "QueueKeys"]:
     from tiered_core.codec.naming import queue_path
     from tiered_core.flat.message_file import FlatMessageFile
     from tiered_core.metadata import open_metadata_store
@@ -340,12 +347,82 @@ def _append_queue(driver, metadata, config, topic: str, queue_id: int, rows: lis
                 for _, _, offset, store_ts, message in rows:
                     appender.append(offset, message, timestamp if store_ts is None else store_ts)
             outcome = queue_outcome(scratch, flat, appender.finish())
+            keys = _index_items(flat, rows, before, timestamp)
         finally:
             flat.shutdown()
     finally:
         scratch.close()
     _fault("uploaded")
-    return outcome
+    return outcome, keys
+
+
+@dataclass
+class QueueKeys:
+    """What one queue of a batch puts into the key index (the arguments of ``put_keys``)."""
+
+    topic: str
+    queue_id: int
+    keys: list[list[str]] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+    timestamps: list[int] = field(default_factory=list)
+
+
+def _index_items(flat, rows: list[tuple], before: int | None, timestamp: int) -> QueueKeys:
+    """The keys of the batch's messages at or after ``before`` (B's recorded end: what lies
+    below was indexed by the batch that recorded it), each located by its consume-queue unit
+    (so messages adopted from an interrupted attempt are located like new ones)."""
+    from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, decode_cq_unit
+    from tiered_core.codec.keys import message_index_keys
+
+    out = QueueKeys(flat.topic, flat.queue_id)
+    if rows[0][2] is None:
+        first = flat.consume_queue_max_offset() - len(rows)  # the batch's rows end the queue
+        placed = [(first + i, row) for i, row in enumerate(rows)]
+    else:
+        placed = [(row[2], row) for row in rows]
+    low = before if before is not None else flat.consume_queue_min_offset()
+    placed = [(q, row) for q, row in placed if q >= low]
+    if not placed:
+        return out
+    start = placed[0][0]
+    units = flat.get_consume_queue(start, placed[-1][0] - start + 1)
+    for q, (_, _, _, store_ts, message) in placed:
+        keys = message_index_keys(message)
+        if not keys:
+            continue
+        unit = decode_cq_unit(units, (q - start) * CQ_UNIT_SIZE)
+        out.keys.append(keys)
+        out.offsets.append(unit.commitlog_offset)
+        out.sizes.append(unit.size)
+        out.timestamps.append(timestamp if store_ts is None else store_ts)
+    return out
+
+
+def _index_batch(driver, metadata, config, batch_keys: list[QueueKeys]) -> None:
+    """Put the batch's keys into B's tiered key index and fsync it (closing the service),
+    then upload what is full. Raises DriverError when a put fails (the commit fails before
+    its metadata transaction; Spark retries the batch)."""
+    from tiered_core.common import AppendResult
+    from tiered_core.errors import DriverError
+    from tiered_core.index.service import IndexStoreService
+
+    todo = [k for k in batch_keys if k.keys]
+    if not todo:
+        return
+    index = IndexStoreService.from_store_config(config, driver, metadata)
+    try:
+        for item in todo:
+            topic_id = metadata.add_topic(item.topic).topic_id  # the same id the transaction records
+            result = index.put_keys(item.topic, topic_id, item.queue_id, item.keys, item.offsets, item.sizes,
+                                    item.timestamps)
+            if result is not AppendResult.SUCCESS:
+                raise DriverError(f"{item.topic}/{item.queue_id}: the key index of the sink's target "
+                                  f"({index.directory}) refused {len(item.keys)} messages' keys: {result.name}",
+                                  retryable=True, topic=item.topic, queue_id=item.queue_id)
+        index.compact_and_upload()  # full index files go to the tier, as a broker's do
+    finally:
+        index.shutdown()
 
 
 def commit_batch(options: SinkOptions, batch_id: int, messages: Sequence[SinkCommitMessage | None]
@@ -403,13 +480,18 @@ def _commit(driver, metadata, config, sink_id: str, batch_id: int, messages: lis
     _fault("pending")
     groups = _ordered(messages)
     outcome = []
+    batch_keys = []
     scratch_dir = tempfile.mkdtemp(prefix="tiered-sink-")
     try:
         for (topic, queue_id), rows in sorted(groups.items()):
-            outcome.append(_append_queue(driver, metadata, config, topic, queue_id, rows, timestamp, replay,
-                                         scratch_dir))
+            queue, keys = _append_queue(driver, metadata, config, topic, queue_id, rows, timestamp, replay,
+                                        scratch_dir)
+            outcome.append(queue)
+            batch_keys.append(keys)
     finally:
         shutil.rmtree(scratch_dir, ignore_errors=True)
+    _fault("uploaded_all")
+    _index_batch(driver, metadata, config, batch_keys)
     _fault("before_metadata")
     with metadata.transaction():
         record_outcome(metadata, outcome)

@@ -1,4 +1,4 @@
-"""``tiered spark export|migrate|import|stream``: the Spark jobs over a tiered store."""
+"""``tiered spark export|migrate|import|reindex|stream``: the Spark jobs over a tiered store."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from tiered_core.cli.common import add_json_option
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("spark", help="jobs on Apache Spark (export, migrate, import, stream)",
+    parser = subparsers.add_parser("spark", help="jobs on Apache Spark (export, migrate, import, reindex, stream)",
                                    description="Bulk jobs over a tiered store, run on Apache Spark "
                                                "(local mode unless --master says otherwise).")
     jobs = parser.add_subparsers(dest="job", metavar="JOB")
@@ -42,6 +42,19 @@ def register(subparsers) -> None:
     p.add_argument("--from", dest="source", required=True, help="Parquet file or directory")
     p.add_argument("--partitions", type=int, default=None, help="Spark partitions for the load")
     p.set_defaults(func=run_import)
+
+    p = jobs.add_parser("reindex", help="rebuild the tiered key index from the messages the tier holds",
+                        description="Index the keys (UNIQ_KEY, KEYS) of the store's tiered messages and upload "
+                                    "the index to the tier, so key lookups find messages that reached the tier "
+                                    "unindexed (e.g. by import). The store must not run meanwhile. Running it "
+                                    "again indexes again (lookups still find each message once); narrow it with "
+                                    "--start-time/--end-time.")
+    common(p)
+    p.add_argument("--topics", help="comma list of topics")
+    p.add_argument("--queues", help="comma list of queue ids")
+    p.add_argument("--start-time", help="epoch ms or ISO 8601 (inclusive)")
+    p.add_argument("--end-time", help="epoch ms or ISO 8601 (inclusive)")
+    p.set_defaults(func=run_reindex)
 
     p = jobs.add_parser("stream", help="mirror topics into another store continuously (exactly once; "
                                        "resumes from its checkpoint)",
@@ -91,11 +104,7 @@ def _report(args, result) -> int:
 def run_export(args) -> int:
     from tiered_core.spark.jobs import export
 
-    from tiered_core.spark.options import parse_read_options
-
-    options = {k: v for k, v in (("topics", args.topics), ("queues", args.queues),
-                                 ("start_time", args.start_time), ("end_time", args.end_time)) if v}
-    parse_read_options(options)  # bad options fail before Spark starts
+    options = _read_filters(args)
     _check_configs(args.config)
     spark = _session(args)
     result = export(spark, args.config, args.to, format=args.format,
@@ -115,6 +124,24 @@ def run_import(args) -> int:
 
     _check_configs(args.config)
     return _report(args, import_parquet(_session(args), args.config, args.source, partitions=args.partitions))
+
+
+def _read_filters(args) -> dict[str, str]:
+    """The data source's read options given on the command line (checked before Spark starts)."""
+    from tiered_core.spark.options import parse_read_options
+
+    options = {k: v for k, v in (("topics", args.topics), ("queues", args.queues),
+                                 ("start_time", args.start_time), ("end_time", args.end_time)) if v}
+    parse_read_options(options)
+    return options
+
+
+def run_reindex(args) -> int:
+    from tiered_core.spark.jobs import reindex
+
+    options = _read_filters(args)
+    _check_configs(args.config)
+    return _report(args, reindex(_session(args), args.config, **options))
 
 
 def run_stream(args) -> int:

@@ -1,0 +1,95 @@
+"""The re-index job: a store whose messages reached the tier without their keys (written
+through the flat API, as ``tiered spark import`` writes) gets its key index back."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from spark_helpers import write_config
+
+from tiered_core import TieredMessageStore
+from tiered_core.cli import main
+from tiered_core.common import FileSegmentType
+from tiered_core.config import StoreConfig
+from tiered_core.errors import StateConflict
+from tiered_core.index.service import INDEX_DIR_NAME
+from tiered_core.spark.jobs import reindex
+from tiered_core.spark.sample import SampleSpec, write_sample
+
+SPEC = SampleSpec(topics=("orders", "audit"), queues=2, messages=180, body_size=64)
+TOTAL = len(SPEC.topics) * SPEC.queues * SPEC.messages
+
+
+@pytest.fixture
+def store(tmp_path):
+    config_path = write_config(tmp_path / "tiered.toml", tmp_path / "data", cl_max=8 << 10, cq_max=1000)
+    write_sample(StoreConfig.load(config_path), SPEC)
+    return config_path
+
+
+def hits(config: str, topic: str, key: str) -> list[tuple[int, int]]:
+    """``query_message`` on the store: (queue id, queue offset) of each hit."""
+    with TieredMessageStore.open(StoreConfig.load(config)) as opened:
+        found = opened.query_message(topic, key, max_count=16).messages
+    return sorted((m.queue_id, m.queue_offset) for m in found)
+
+
+def index_segments(config: str) -> int:
+    metadata = StoreConfig.load(config).open_metadata()
+    try:
+        return sum(1 for _ in metadata.iterate_file_segments(int(FileSegmentType.INDEX)))
+    finally:
+        metadata.close()
+
+
+def test_reindex_makes_keys_findable_from_the_tier_and_a_rerun_finds_each_once(spark, store, capsys):
+    assert hits(store, "orders", "k1-7") == []  # written without an index
+    assert index_segments(store) == 0
+
+    result = reindex(spark, store, progress=None)
+
+    assert (result.messages, result.indexed, result.keys, result.queues) == (TOTAL, TOTAL, 2 * TOTAL, 4)
+    assert result.uploaded == 1 and index_segments(store) == 1
+    # The index is in the tier: found with the local index directory gone.
+    shutil.rmtree(StoreConfig.load(store).store_path + "/" + INDEX_DIR_NAME)
+    assert hits(store, "orders", "k1-7") == [(1, 7)]
+    assert hits(store, "audit", "id150") == [(0, 150), (1, 150)]  # both queues carry id150
+    assert hits(store, "audit", "k0-180") == []
+
+    # Again, through the CLI: everything is indexed twice, and still found once.
+    assert main(["spark", "reindex", "--config", store, "--json"]) == 0
+    again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (again["messages"], again["indexed"], again["uploaded"]) == (TOTAL, TOTAL, 1)
+    assert hits(store, "orders", "k1-7") == [(1, 7)]
+    assert hits(store, "audit", "id150") == [(0, 150), (1, 150)]
+
+
+def test_reindex_by_topic_and_time_indexes_only_that(spark, store):
+    start = SPEC.start_ms + 100 * SPEC.step_ms
+    result = reindex(spark, store, topics="orders", start_time=str(start), progress=None)
+
+    assert result.queues == 2
+    assert result.indexed == 2 * (SPEC.messages - 100)
+    assert hits(store, "orders", "k0-100") == [(0, 100)]
+    assert hits(store, "orders", "k0-99") == []
+    assert hits(store, "audit", "k0-150") == []
+
+
+def test_reindex_refuses_a_running_store_and_writes_nothing(spark, store):
+    with TieredMessageStore.open(StoreConfig.load(store)):
+        with pytest.raises(StateConflict, match="open in another process"):
+            reindex(spark, store, progress=None)
+    assert index_segments(store) == 0
+    assert hits(store, "orders", "k1-7") == []
+
+
+def test_reindex_cli_names_a_bad_option_before_spark(store, capsys, monkeypatch):
+    def no_spark(*args, **kwargs):
+        raise AssertionError("Spark must not start")
+
+    monkeypatch.setattr("tiered_core.spark.get_session", no_spark)
+    assert main(["spark", "reindex", "--config", store, "--queues", "one", "--json"]) != 0
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert error["code"] == "INVALID_OPTION" and "queues" in error["message"]

@@ -30,6 +30,8 @@ from tiered_core.spark.options import ConfigSource, parse_read_options, require_
 
 #: Messages between two progress lines.
 PROGRESS_EVERY = 100_000
+#: Planned partitions (segment ranges) one Spark task reads, at most, when there are many.
+PARTITIONS_PER_SLICE = 32
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,12 @@ def reindex(spark, config: str | os.PathLike, *, progress=sys.stderr, **read_opt
             parts = planned_partitions(source, read)
             if not parts:
                 return ReindexResult(0, 0, 0, 0, 0, 0, time.perf_counter() - started)
-            rdd = spark.sparkContext.parallelize(parts, len(parts))
+            # toLocalIterator runs one Spark job per slice and holds one slice's keys at a
+            # time: enough slices to keep every core busy and a slice's keys small, few
+            # enough that job overhead does not dominate (a partition is one segment range).
+            cores = spark.sparkContext.defaultParallelism
+            slices = min(len(parts), max(2 * cores, -(-len(parts) // PARTITIONS_PER_SLICE)))
+            rdd = spark.sparkContext.parallelize(parts, slices)
 
             def run(partitions):
                 return _partition_keys(source, wants_time, partitions)
@@ -167,4 +174,4 @@ def _put_all(store_config, driver, metadata, rows, progress) -> tuple[int, int, 
     return messages, indexed, keys, uploaded
 
 
-__all__ = ["PROGRESS_EVERY", "ReindexResult", "batch_keys", "reindex"]
+__all__ = ["PARTITIONS_PER_SLICE", "PROGRESS_EVERY", "ReindexResult", "batch_keys", "reindex"]

@@ -22,6 +22,12 @@ messages per second of wall time.
    the query's whole life, from ``start()`` to its end -- that adds a fixed cost of about a
    second per query (Spark starts the query, a Python process for the source, and stops it),
    which a long-running stream pays once and a one-shot read of this size cannot hide.
+   ``python_stream_query_s``: the whole life of a query of :class:`OneRowStream`, a Python
+   streaming source that serves one row -- what PySpark charges any Python streaming
+   source per query (it starts a Python process for the source's driver side, about a
+   second here, then plans, commits and stops), for information:
+   ``stream_wall_vs_parquet_after_query_cost`` is the stream's whole-query rate with that
+   time taken off (``messages / (whole query - python_stream_query_s)``) over parquet's.
    ``python_source_floor_msgs_per_s``: a Python data source (:class:`FloorReader`) over the
    same partitions that yields one prebuilt Arrow batch of real rows again and again -- the
    cost Spark itself adds to any Python source (Python worker, Arrow to JVM rows), for
@@ -52,7 +58,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-from pyspark.sql.datasource import DataSource, DataSourceReader  # noqa: E402
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition  # noqa: E402
 from spark_export import add_store_arguments, print_report, write_store  # noqa: E402  (bench/ is on sys.path)
 
 from tiered_core.spark.datasource import planned_partitions  # noqa: E402
@@ -109,6 +115,38 @@ class FloorReader(DataSourceReader):
             yield batch.slice(0, min(batch.num_rows, self.share - start))
 
 
+class OneRowStream(DataSourceStreamReader):
+    """A streaming source with one row, to time what a query of any Python streaming source
+    costs beyond its reads (Spark's Python source process, planning, logs, stop)."""
+
+    def initialOffset(self):
+        return {"row": 0}
+
+    def latestOffset(self):
+        return {"row": 1}
+
+    def partitions(self, start, end):
+        return [InputPartition(0)] if start["row"] < end["row"] else []
+
+    def read(self, partition):
+        yield (1,)
+
+    def commit(self, end) -> None:
+        pass
+
+
+class OneRowSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "one_row_stream"
+
+    def schema(self):
+        return "x int"
+
+    def streamReader(self, schema):
+        return OneRowStream()
+
+
 def bench_source(format_name: str, reader_class: type) -> type:
     """A data source ``format_name`` with the tiered schema whose reader is ``reader_class(options)``."""
 
@@ -157,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         spark = get_session(args.master, app_name="bench-spark-stream")
         spark.dataSource.register(bench_source("tiered_rows", RowReader))
         spark.dataSource.register(bench_source("tiered_floor", FloorReader))
+        spark.dataSource.register(OneRowSource)
         parquet = export(spark, config_path, os.path.join(workdir, "parquet")).path
 
         def check(rows: int, what: str) -> None:
@@ -181,6 +220,14 @@ def main(argv: list[str] | None = None) -> int:
             check(sum(p["numInputRows"] for p in progress), "the stream")
             trigger_ms.append(sum(p["durationMs"].get("triggerExecution", 0) for p in progress))
 
+        def one_row_stream() -> None:
+            checkpoint = os.path.join(workdir, "checkpoints", uuid.uuid4().hex)
+            query = (spark.readStream.format("one_row_stream").load().writeStream.format("noop")
+                     .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+            query.awaitTermination()
+            if sum(p["numInputRows"] for p in query.recentProgress) != 1:
+                raise SystemExit("the one-row stream did not read its row")
+
         def noop(df) -> None:
             df.write.format("noop").mode("overwrite").save()
 
@@ -192,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
 
         seconds = timed({
             "stream": stream_all,
+            "one_row_stream": one_row_stream,
             "parquet": lambda: noop(spark.read.parquet(parquet)),
             "floor": read("tiered_floor", rows=str(messages)),
             "arrow": read("tiered"),
@@ -211,6 +259,10 @@ def main(argv: list[str] | None = None) -> int:
             "stream_vs_parquet": round(parquet_s * 1000 / statistics.median(trigger_ms[1:]), 3),
             "stream_wall_msgs_per_s": round(messages / stream_s),
             "stream_wall_vs_parquet": round(parquet_s / stream_s, 3),
+            "python_stream_query_s": round(seconds["one_row_stream"], 3),
+            "stream_wall_vs_parquet_after_query_cost": (
+                round(parquet_s / (stream_s - seconds["one_row_stream"]), 3)
+                if stream_s > seconds["one_row_stream"] else None),
             "python_source_floor_msgs_per_s": round(messages / floor_s),
             "floor_vs_parquet": round(parquet_s / floor_s, 3),
             "arrow_msgs_per_s": round(messages / arrow_s),

@@ -26,12 +26,14 @@ process has, which ``scaling_ratio`` shows.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
 import sys
 import tempfile
 import time
+from typing import Iterator
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -111,6 +113,24 @@ def add_store_arguments(parser: argparse.ArgumentParser, *, queues: int, message
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
+def add_round_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--rounds`` and ``--master`` of the benches that time paths in rounds on one session."""
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--master", default="local[2]")
+
+
+@contextlib.contextmanager
+def bench_workdir(args: argparse.Namespace, prefix: str) -> Iterator[str]:
+    """``--workdir``, or a temporary directory removed afterwards."""
+    workdir = args.workdir or tempfile.mkdtemp(prefix=prefix)
+    os.makedirs(workdir, exist_ok=True)
+    try:
+        yield workdir
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
 def write_store(workdir: str, args: argparse.Namespace) -> tuple[str, SampleSpec, int]:
     """A posix store (fsync off) in ``workdir`` holding the sample ``args`` ask for:
     (config path, spec, messages written)."""
@@ -144,9 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     add_store_arguments(parser, queues=4, messages=25_000)
     args = parser.parse_args(argv)
 
-    workdir = args.workdir or tempfile.mkdtemp(prefix="tiered-spark-bench-")
-    os.makedirs(workdir, exist_ok=True)
-    try:
+    with bench_workdir(args, "tiered-spark-bench-") as workdir:
         started = time.perf_counter()
         config_path, spec, messages = write_store(workdir, args)
         write_seconds = time.perf_counter() - started
@@ -178,9 +196,6 @@ def main(argv: list[str] | None = None) -> int:
             "scaling_ratio": round(rate2 / rate1, 3),
             "ratio_vs_single_process": round(rate2 / single_rate, 3),
         }
-    finally:
-        if args.workdir is None:
-            shutil.rmtree(workdir, ignore_errors=True)
     print_report(report, args.json)
     return 0
 

@@ -22,31 +22,26 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-from spark_export import add_store_arguments, print_report, write_store  # noqa: E402  (bench/ is on sys.path)
+from spark_export import add_round_arguments, add_store_arguments, bench_workdir, print_report, write_store  # noqa: E402  (bench/ is on sys.path)
 from spark_stream import timed  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_store_arguments(parser, queues=2, messages=50_000)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--master", default="local[2]")
+    add_round_arguments(parser)
     args = parser.parse_args(argv)
 
     from tiered_core.spark import get_session
     from tiered_core.spark.jobs import reindex
 
-    workdir = args.workdir or tempfile.mkdtemp(prefix="tiered-spark-reindex-bench-")
-    os.makedirs(workdir, exist_ok=True)
-    try:
+    with bench_workdir(args, "tiered-spark-reindex-bench-") as workdir:
         config_path, _spec, messages = write_store(workdir, args)  # before anything is timed
         spark = get_session(args.master, app_name="bench-spark-reindex")
         results = []
@@ -74,9 +69,6 @@ def main(argv: list[str] | None = None) -> int:
             "read_msgs_per_s": round(messages / seconds["read"]),
             "reindex_vs_read": round(seconds["read"] / seconds["reindex"], 3),
         }
-    finally:
-        if args.workdir is None:
-            shutil.rmtree(workdir, ignore_errors=True)
     print_report(report, args.json)
     return 0
 

@@ -47,10 +47,8 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 
@@ -59,7 +57,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition  # noqa: E402
-from spark_export import add_store_arguments, print_report, write_store  # noqa: E402  (bench/ is on sys.path)
+from spark_export import add_round_arguments, add_store_arguments, bench_workdir, print_report, write_store  # noqa: E402  (bench/ is on sys.path)
 
 from tiered_core.spark.datasource import planned_partitions  # noqa: E402
 from tiered_core.spark.options import ReadOptions, config_source, parse_read_options  # noqa: E402
@@ -181,16 +179,13 @@ def timed(paths: dict, rounds: int) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_store_arguments(parser, queues=2, messages=50_000)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--master", default="local[2]")
+    add_round_arguments(parser)
     args = parser.parse_args(argv)
 
     from tiered_core.spark import get_session
     from tiered_core.spark.jobs import export
 
-    workdir = args.workdir or tempfile.mkdtemp(prefix="tiered-spark-stream-bench-")
-    os.makedirs(workdir, exist_ok=True)
-    try:
+    with bench_workdir(args, "tiered-spark-stream-bench-") as workdir:
         config_path, _spec, messages = write_store(workdir, args)  # before anything is timed
         spark = get_session(args.master, app_name="bench-spark-stream")
         spark.dataSource.register(bench_source("tiered_rows", RowReader))
@@ -269,9 +264,6 @@ def main(argv: list[str] | None = None) -> int:
             "rows_msgs_per_s": round(messages / rows_s),
             "arrow_vs_rows": round(rows_s / arrow_s, 3),
         }
-    finally:
-        if args.workdir is None:
-            shutil.rmtree(workdir, ignore_errors=True)
     print_report(report, args.json, TARGETS)
     return 0
 

@@ -23,6 +23,7 @@ from spark_helpers import write_config
 from stream_helpers import descendants, expected_bodies, kill_group, queue_bodies, start_producer, stream_cli, wait_for
 
 from tiered_core import StoreConfig, TieredMessageStore
+from tiered_core.spark.stream_job import STARTED_LINE
 from tiered_core.spark.stream_sink import read_ledger
 
 TOTAL = 4000
@@ -79,6 +80,8 @@ def _mirror_with_kills(tmp_path, source: str, target: str) -> None:
             assert f"produced {TOTAL}" in out
 
             # The last run catches up, then stops on SIGTERM, cleanly.
+            log.flush()
+            logged_before = log_path.stat().st_size
             proc = stream_cli(source, target, checkpoint, "--max-messages-per-trigger", "500",
                               "--trigger-interval", "0.5", "--json", log=log)
             counts: dict = {}
@@ -88,7 +91,13 @@ def _mirror_with_kills(tmp_path, source: str, target: str) -> None:
                 counts.update({k: len(v) for k, v in queue_bodies(target).items()})
                 return sum(counts.values()) >= TOTAL or proc.poll() is not None
 
+            def running() -> bool:  # this run's query started (B may hold everything already)
+                with open(log_path, "rb") as f:
+                    f.seek(logged_before)
+                    return STARTED_LINE.encode() in f.read() or proc.poll() is not None
+
             try:
+                wait_for(running, 240, f"the catch-up run's query to start (seed {seed}; log {log_path})")
                 wait_for(caught_up, 240, lambda: f"the catch-up run (seed {seed}; log {log_path}; B holds {counts})")
                 assert proc.poll() is None, f"the stream exited with {proc.returncode}: see {log_path}"
                 proc.send_signal(signal.SIGTERM)

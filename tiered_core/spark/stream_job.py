@@ -25,6 +25,8 @@ from tiered_core.errors import ConfigError
 
 #: Seconds between micro-batches by default.
 DEFAULT_TRIGGER_SECONDS = 1.0
+#: How the progress output starts the line that says the query runs.
+STARTED_LINE = "tiered spark stream: query started"
 
 
 @dataclass(frozen=True)
@@ -160,6 +162,8 @@ def _run_query(spark, source_config, target_config, checkpoint, stop: threading.
     query = mirror_query(spark, source_config, target_config, checkpoint, topics=topics,
                          max_messages=max_messages, trigger_seconds=trigger_seconds,
                          available_now=available_now, starting_offsets=starting_offsets)
+    if progress is not None:
+        print(f"{STARTED_LINE} (id {query.id}, checkpoint {os.fspath(checkpoint)})", file=progress, flush=True)
     try:
         while query.isActive and not stop.is_set():
             stop.wait(0.5)
@@ -175,5 +179,5 @@ def _run_query(spark, source_config, target_config, checkpoint, stop: threading.
     return batches, rows, finished
 
 
-__all__ = ["DEFAULT_TRIGGER_SECONDS", "StreamResult", "check_stores", "mirror_query", "run_mirror",
+__all__ = ["DEFAULT_TRIGGER_SECONDS", "STARTED_LINE", "StreamResult", "check_stores", "mirror_query", "run_mirror",
            "stop_on_signals"]

@@ -58,20 +58,28 @@ class ReindexResult:
 def batch_keys(batch, wants_time: Callable[[int], bool] | None) -> tuple:
     """The index arguments of one validated batch's messages that have keys (and, with
     ``wants_time``, a store time it accepts): ``(topic, queue_id, messages read, keys,
-    offsets, sizes, timestamps)``; the lists are empty when no message qualifies."""
-    from tiered_core.codec.keys import message_index_keys
+    offsets, sizes, timestamps)``; the lists are empty when no message qualifies.
 
+    No message object is built: the store time comes from the header fields and the keys
+    from the properties text, as the dispatcher takes them
+    (:func:`~tiered_core.codec.keys.message_index_keys_from_properties`)."""
+    from tiered_core.codec.keys import message_index_keys_from_properties
+    from tiered_core.codec.message import message_fields
+
+    data, base = batch.data, batch.base
     keys, offsets, sizes, timestamps = [], [], [], []
-    for i, (offset, size, _tags) in enumerate(batch.units):
-        message = batch.message(i)
-        if wants_time is not None and not wants_time(message.store_timestamp):
+    for offset, size, _tags in batch.units:
+        pos = offset - base
+        fields, _header_size, props = message_fields(data, pos)
+        if wants_time is not None and not wants_time(fields[11]):
             continue
-        found = message_index_keys(message)
+        text = str(data[props:pos + size], "utf-8")
+        found = message_index_keys_from_properties(text) if "KEY" in text else ()
         if found:
-            keys.append(found)
+            keys.append(list(found))
             offsets.append(offset)
             sizes.append(size)
-            timestamps.append(message.store_timestamp)
+            timestamps.append(fields[11])
     return (batch.topic, batch.queue_id, len(batch), keys, offsets, sizes, timestamps)
 
 

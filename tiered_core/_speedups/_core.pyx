@@ -1883,8 +1883,6 @@ def message_columns(data, positions):
     cdef const uint8_t* b
     cdef Parsed m
     cdef PropWalk w
-    cdef int64_t v
-    cdef int32_t off
     if type(data) is not bytes or type(positions) is not list:
         return None
     n = len(positions)
@@ -1938,7 +1936,7 @@ def message_columns(data, positions):
     cdef int32_t* no = <int32_t*>PyByteArray_AS_STRING(name_offsets)
     cdef int32_t* vo = <int32_t*>PyByteArray_AS_STRING(value_offsets)
     cdef int32_t* ko = <int32_t*>PyByteArray_AS_STRING(key_offsets)
-    cdef Py_ssize_t body_at = 0, tag_nulls = 0, tags_before
+    cdef Py_ssize_t body_at = 0, tag_nulls = 0
     memset(tv, 0, (n + 7) // 8)
     bo[0] = mo[0] = klo[0] = to[0] = no[0] = vo[0] = ko[0] = 0
     memset(&w, 0, sizeof(w))
@@ -1953,7 +1951,6 @@ def message_columns(data, positions):
         body_at += m.body_end - m.body_start
         bo[i + 1] = <int32_t>body_at
         w.has_tags = False
-        tags_before = w.tag_bytes
         walk_props(b + m.props_start, m.end - m.props_start, &w,
                    no, <uint8_t*>PyByteArray_AS_STRING(name_data), vo, <uint8_t*>PyByteArray_AS_STRING(value_data),
                    ko, <uint8_t*>PyByteArray_AS_STRING(key_data), <uint8_t*>PyByteArray_AS_STRING(tag_data))

@@ -62,3 +62,26 @@ def test_verify_names_a_missing_topic_config_and_rerunning_create_completes_it(t
     assert run(capsys, *argv)[0] == 0
     assert run(capsys, "static-topic", "verify", "--cluster", f, "--json") == (
         0, {"ok": True, "violations": [], "skipped": []})
+
+
+def test_static_demo_never_deletes_a_directory_it_did_not_make(tmp_path):
+    """``tiered demo --config`` puts the static-topic demo under the store's ``store_path``:
+    a ``cluster`` directory there that an earlier demo did not make is refused, untouched;
+    the demo's own directory is recreated by its next run."""
+    import pytest
+
+    from tiered_core.cli.demo_static import MARKER, run_static_demo
+    from tiered_core.errors import ConfigError
+
+    foreign = tmp_path / "cluster"
+    foreign.mkdir()
+    (foreign / "keep.txt").write_text("someone's data")
+    with pytest.raises(ConfigError, match="not one an earlier demo made"):
+        run_static_demo(str(foreign), 40)
+    assert (foreign / "keep.txt").read_text() == "someone's data"
+
+    own = tmp_path / "own"
+    first = run_static_demo(str(own), 40)
+    assert (own / MARKER).is_file()
+    again = run_static_demo(str(own), 40)
+    assert (first.verified, first.wrong, again.verified, again.wrong) == (40, 0, 40, 0)

@@ -888,7 +888,7 @@ class Cluster:
                else reader.get_message(topic, item.queueId, offset - delta, count))
         messages: list[MessageExt] = res.messages
         if messages:
-            if item.endOffset >= 0 and messages[-1].queue_offset >= item.endOffset:  # closed item
+            if item.closed and messages[-1].queue_offset >= item.endOffset:
                 messages = res.messages = [m for m in messages if m.queue_offset < item.endOffset]
         if messages:
             # the stores build fresh MessageExt objects and results on every read (the read-ahead

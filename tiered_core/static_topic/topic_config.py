@@ -103,7 +103,7 @@ class TopicConfig:
 class TopicConfigStore:
     """The topic configs of one broker, kept in memory and in ``topics.json``.
 
-    Contract: :meth:`put` persists atomically before it returns (after a crash the file
+    Contract: :meth:`ensure_queues` persists atomically before it returns (after a crash the file
     holds the state before or after the call); ``dataVersion.counter`` grows by one per
     write; a file that cannot be parsed raises :class:`MetadataError` or
     :class:`MappingError` (naming the topic and field) at open. Thread-safe.
@@ -129,10 +129,6 @@ class TopicConfigStore:
         """``topic``'s config on this broker (None: none)."""
         with self._lock:
             return self._table.get(topic)
-
-    def topics(self) -> list[str]:
-        with self._lock:
-            return sorted(self._table)
 
     def ensure_queues(self, topic: str, queue_nums: int) -> bool:
         """Make ``topic``'s config count at least ``queue_nums`` readable and writable queues

@@ -180,7 +180,8 @@ class SqliteMetadataStore(TieredMetadataStore):
                     raise MetadataError(
                         f"metadata store {self.path!r} has schema version {version}; this version of "
                         f"tiered-store reads up to {SCHEMA_VERSION}", path=self.path, version=version)
-            conn.execute(_PROPERTIES_TABLE)
+            if "store_properties" not in tables:
+                conn.execute(_PROPERTIES_TABLE)
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")

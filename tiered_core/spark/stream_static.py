@@ -4,10 +4,10 @@
 Offsets are ``{topic: {str(logic_queue_id): next_logic_offset}}``. The Spark driver plans from
 the brokers' mapping files (:func:`~tiered_core.static_topic.read_static_topic_items`) and
 tier metadata only: a broker whose ``store_path`` exists is described by its own metadata
-store, opened read-only (:func:`~tiered_core.spark.offsets.queue_views`: committed units
-only); a broker whose ``store_path`` is gone by a listing of its prefix in the shared tier
-(:class:`~tiered_core.static_topic.TieredBrokerReader`; it writes nothing more, so the
-answer is remembered). No broker store is opened and nothing is written. Each micro-batch
+store, which it only queries (:func:`~tiered_core.spark.offsets.queue_views`: committed
+units only); a broker whose ``store_path`` is gone by a listing of its prefix in the shared
+tier (:class:`~tiered_core.static_topic.TieredBrokerReader`; it writes nothing more, so the
+answer is remembered). No broker's message store is opened and no message is written. Each micro-batch
 range of a logic queue is cut into one
 :class:`~tiered_core.spark.static_topic.StaticItemPartition` per generation it spans, read by
 executors exactly as the batch static-topic reader reads (:func:`read_static_partition`):

@@ -10,7 +10,7 @@ committed. :func:`fair_split` shares a per-trigger budget between queues max-min
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
 from tiered_core.codec.naming import segment_path
@@ -113,4 +113,21 @@ def fair_split(available: Mapping[QueueKey, int], budget: int) -> dict[QueueKey,
     return out
 
 
-__all__ = ["QueueKey", "QueueView", "fair_split", "queue_views"]
+def offset_map(positions: Mapping[QueueKey, int]) -> dict[str, dict[str, int]]:
+    """A stream's offsets as Spark keeps them, ``{topic: {str(queue_id): offset}}``, sorted."""
+    out: dict[str, dict[str, int]] = {}
+    for (topic, queue_id), offset in sorted(positions.items()):
+        out.setdefault(topic, {})[str(queue_id)] = int(offset)
+    return out
+
+
+def queue_positions(offsets: Mapping[str, Any] | None) -> dict[QueueKey, int]:
+    """:func:`offset_map` read back: ``{(topic, queue_id): offset}``."""
+    out: dict[QueueKey, int] = {}
+    for topic, queues in (offsets or {}).items():
+        for queue_id, offset in queues.items():
+            out[(topic, int(queue_id))] = int(offset)
+    return out
+
+
+__all__ = ["QueueKey", "QueueView", "fair_split", "offset_map", "queue_positions", "queue_views"]

@@ -14,7 +14,7 @@ import bisect
 import dataclasses
 import logging
 import struct
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Iterator, Sequence
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -26,12 +26,12 @@ from tiered_core.codec.message import BORNHOST_V6_FLAG
 from tiered_core.common import BoundaryType, offset_by_time
 from tiered_core.errors import IllegalOffset, InvalidOption
 from tiered_core.spark.arrow_batch import batch_to_arrow
-from tiered_core.spark.offsets import QueueKey, QueueView, fair_split, queue_views
+from tiered_core.spark.offsets import QueueKey, QueueView, fair_split, offset_map, queue_positions, queue_views
 from tiered_core.spark.options import ConfigSource, require_shared_backend
 from tiered_core.spark.plan import QueuePartition
 from tiered_core.spark.reader import driver_for, read_batches
 from tiered_core.spark.schema import arrow_schema
-from tiered_core.spark.stream_options import EARLIEST, JSON_EARLIEST, JSON_LATEST, LATEST, OffsetMap, StreamOptions
+from tiered_core.spark.stream_options import JSON_EARLIEST, JSON_LATEST, LATEST, StreamOptions
 
 log = logging.getLogger(__name__)
 
@@ -39,21 +39,6 @@ log = logging.getLogger(__name__)
 _SYS_FLAG = struct.Struct(">i")
 _TIMESTAMP = struct.Struct(">q")
 _STORE_TS_POS = (56, 68)
-
-
-def _offsets(positions: Mapping[QueueKey, int]) -> OffsetMap:
-    out: OffsetMap = {}
-    for (topic, queue_id), offset in sorted(positions.items()):
-        out.setdefault(topic, {})[str(queue_id)] = int(offset)
-    return out
-
-
-def _positions(offsets: Mapping[str, Any] | None) -> dict[QueueKey, int]:
-    out: dict[QueueKey, int] = {}
-    for topic, queues in (offsets or {}).items():
-        for queue_id, offset in queues.items():
-            out[(topic, int(queue_id))] = int(offset)
-    return out
 
 
 class TieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -181,7 +166,7 @@ class TieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         starts = {key: self._start_of(view, wanted) for key, view in self._views().items()}
         if wanted is not None:  # a JSON start may lie beyond what is committed now: keep it
             starts.update({(t, q): o for t, qs in wanted.items() for q, o in qs.items() if o >= 0})
-        return _offsets(starts)
+        return offset_map(starts)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_messages is not None:
@@ -194,7 +179,7 @@ class TieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = {key: view.end_offset for key, view in self._views().items()}
 
     def reportLatestOffset(self) -> dict | None:
-        return _offsets({key: view.end_offset for key, view in self._views().items()})
+        return offset_map({key: view.end_offset for key, view in self._views().items()})
 
     def _limits(self, limit: ReadLimit | None) -> tuple[int | None, int | None]:
         """(max rows, max bytes) of one micro-batch: the engine's limit, else the options'."""
@@ -208,7 +193,7 @@ class TieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return rows, nbytes
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        positions = _positions(start)
+        positions = queue_positions(start)
         views = self._views()
         available: dict[QueueKey, int] = {}
         for key, view in views.items():
@@ -231,10 +216,10 @@ class TieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 take[first] = 1  # one message bigger than the budget still moves the stream
         for key, n in take.items():
             positions[key] += n
-        return _offsets(positions)
+        return offset_map(positions)
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        begin, stop = _positions(start), _positions(end)
+        begin, stop = queue_positions(start), queue_positions(end)
         views = self._views()
         parts: list[QueuePartition] = []
         for key in sorted(stop):

@@ -42,11 +42,10 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from tiered_core.config import StoreConfig
 from tiered_core.errors import IllegalOffset, InvalidOption
-from tiered_core.spark.offsets import QueueKey, fair_split, queue_views
+from tiered_core.spark.offsets import QueueKey, fair_split, offset_map, queue_positions, queue_views
 from tiered_core.spark.schema import arrow_schema, messages_to_batch
 from tiered_core.spark.static_topic import ClusterSource, StaticItemPartition, read_static_partition
 from tiered_core.spark.stream_options import JSON_EARLIEST, JSON_LATEST, LATEST, StreamOptions
-from tiered_core.spark.stream_source import _offsets, _positions
 from tiered_core.static_topic import LogicQueueMappingItem, TieredBrokerReader, read_static_topic_items
 
 log = logging.getLogger(__name__)
@@ -247,7 +246,7 @@ class StaticTopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         for queue, offset in (wanted or {}).items():  # a JSON start beyond what is tiered now: keep it
             if offset >= 0:
                 starts[(self.topic, queue)] = offset
-        return _offsets(starts)
+        return offset_map(starts)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_messages is not None:
@@ -258,10 +257,10 @@ class StaticTopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self._target = {(self.topic, q): v.end_offset for q, v in self._views().items()}
 
     def reportLatestOffset(self) -> dict | None:
-        return _offsets({(self.topic, q): v.end_offset for q, v in self._views().items()})
+        return offset_map({(self.topic, q): v.end_offset for q, v in self._views().items()})
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        positions = _positions(start)
+        positions = queue_positions(start)
         views = self._views()
         available: dict[QueueKey, int] = {}
         for queue, view in views.items():
@@ -276,10 +275,10 @@ class StaticTopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         take = fair_split(available, rows) if rows is not None else available
         for key, n in take.items():
             positions[key] = views[key[1]].advance(positions[key], n)
-        return _offsets(positions)
+        return offset_map(positions)
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        begin, stop = _positions(start), _positions(end)
+        begin, stop = queue_positions(start), queue_positions(end)
         views = self._views()
         parts: list[StaticItemPartition] = []
         for key in sorted(stop):

@@ -1885,6 +1885,9 @@ def message_columns(data, positions):
     cdef PropWalk w
     if type(data) is not bytes or type(positions) is not list:
         return None
+    # A private copy: the passes below re-read it after allocations that may run Python code
+    # (a finalizer could change the caller's list between the sizing pass and the copies).
+    positions = list(positions)
     n = len(positions)
     b = <const uint8_t*>PyBytes_AS_STRING(data)
     limit = PyBytes_GET_SIZE(data)

@@ -19,9 +19,8 @@ from __future__ import annotations
 import os
 import threading
 
-from tiered_core.common import now_ms
 from tiered_core.errors import MetadataError
-from tiered_core.static_topic.store import read_json_document, write_json_atomically
+from tiered_core.static_topic.store import loaded_data_version, read_json_document, write_versioned_json
 
 FILE_NAME = "consumerOffset.json"
 
@@ -33,7 +32,7 @@ class ConsumerOffsetStore:
         self.path = os.path.join(store_path, "config", FILE_NAME)
         self._lock = threading.Lock()
         self._table: dict[str, dict[int, int]] = {}
-        self.data_version = {"counter": 0, "stateVersion": 0, "timestamp": now_ms()}
+        self.data_version = loaded_data_version(None)
         doc = read_json_document(self.path, "consumer offsets")
         if doc is not None:
             table = doc.get("offsetTable", {}) if isinstance(doc, dict) else None
@@ -44,8 +43,7 @@ class ConsumerOffsetStore:
             except (AttributeError, TypeError, ValueError) as exc:
                 raise MetadataError(f"{self.path!r}: offsetTable must map queue ids to offsets: {exc}",
                                     path=self.path) from None
-            if isinstance(doc.get("dataVersion"), dict):
-                self.data_version.update(doc["dataVersion"])
+            self.data_version = loaded_data_version(doc)
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Store ``offset`` for (group, topic, queue) durably (overwrites: offsets are
@@ -87,8 +85,5 @@ class ConsumerOffsetStore:
             return True
 
     def _persist(self) -> None:  # lock held
-        self.data_version = {**self.data_version, "counter": self.data_version.get("counter", 0) + 1,
-                             "timestamp": now_ms()}
-        write_json_atomically(self.path, {
-            "dataVersion": self.data_version,
+        self.data_version = write_versioned_json(self.path, self.data_version, {
             "offsetTable": {k: {str(q): o for q, o in sorted(v.items())} for k, v in sorted(self._table.items())}})

@@ -48,7 +48,7 @@ class TopicQueueMappingStore:
         self.broker = broker
         self._lock = threading.RLock()
         self._details: dict[str, TopicQueueMappingDetail] = {}
-        self.data_version = {"counter": 0, "stateVersion": 0, "timestamp": now_ms()}
+        self.data_version = loaded_data_version(None)
         self._load()
 
     # -- loading ------------------------------------------------------------------------
@@ -73,9 +73,7 @@ class TopicQueueMappingStore:
                 exc.context["path"] = self.path
                 exc.path = self.path  # type: ignore[attr-defined]
                 raise
-        version = doc.get("dataVersion")
-        if isinstance(version, dict):
-            self.data_version.update({k: v for k, v in version.items() if isinstance(v, int)})
+        self.data_version = loaded_data_version(doc)
         self._details = details
 
     # -- access ---------------------------------------------------------------------------
@@ -121,15 +119,9 @@ class TopicQueueMappingStore:
 
     # -- persistence ------------------------------------------------------------------------
 
-    def document(self) -> dict:
-        with self._lock:
-            return {"dataVersion": dict(self.data_version),
-                    "topicQueueMappingInfoMap": {t: d.to_json() for t, d in sorted(self._details.items())}}
-
-    def _persist(self) -> None:
-        self.data_version = {**self.data_version, "counter": self.data_version.get("counter", 0) + 1,
-                             "timestamp": now_ms()}
-        write_json_atomically(self.path, self.document())
+    def _persist(self) -> None:  # lock held
+        self.data_version = write_versioned_json(self.path, self.data_version, {
+            "topicQueueMappingInfoMap": {t: d.to_json() for t, d in sorted(self._details.items())}})
 
 
 def read_json_document(path: str, what: str) -> Any:
@@ -149,6 +141,25 @@ def read_json_document(path: str, what: str) -> Any:
         return parse_json(raw.decode("utf-8"), path)
     except UnicodeDecodeError as exc:
         raise MetadataError(f"{path!r} is not UTF-8 text", path=path) from exc
+
+
+def loaded_data_version(doc: Any) -> dict[str, int]:
+    """The ``dataVersion`` of a RocketMQ config document (its integer fields over the
+    defaults); the defaults for a new file (``doc`` None)."""
+    version = {"counter": 0, "stateVersion": 0, "timestamp": now_ms()}
+    found = doc.get("dataVersion") if isinstance(doc, dict) else None
+    if isinstance(found, dict):
+        version.update({k: v for k, v in found.items() if isinstance(v, int) and not isinstance(v, bool)})
+    return version
+
+
+def write_versioned_json(path: str, version: dict[str, int], body: dict) -> dict[str, int]:
+    """Write ``{"dataVersion": next, **body}`` atomically (:func:`write_json_atomically`), ``next``
+    being ``version`` with the counter one up and the time now; returns ``next`` (the caller
+    keeps its old version when the write raises)."""
+    following = {**version, "counter": version.get("counter", 0) + 1, "timestamp": now_ms()}
+    write_json_atomically(path, {"dataVersion": following, **body})
+    return following
 
 
 def write_json_atomically(path: str, doc: dict) -> None:

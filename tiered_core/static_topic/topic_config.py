@@ -28,9 +28,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from tiered_core.common import now_ms
 from tiered_core.errors import MappingError, MetadataError
-from tiered_core.static_topic.store import read_json_document, write_json_atomically
+from tiered_core.static_topic.store import loaded_data_version, read_json_document, write_versioned_json
 
 FILE_NAME = "topics.json"
 #: RocketMQ's ``PermName.PERM_READ | PermName.PERM_WRITE``.
@@ -114,7 +113,7 @@ class TopicConfigStore:
         self.broker = broker
         self._lock = threading.RLock()
         self._table: dict[str, TopicConfig] = {}
-        self.data_version = {"counter": 0, "stateVersion": 0, "timestamp": now_ms()}
+        self.data_version = loaded_data_version(None)
         doc = read_json_document(self.path, "topic configs")
         if doc is None:
             return
@@ -122,8 +121,7 @@ class TopicConfigStore:
         if not isinstance(table, dict):
             raise MetadataError(f"{self.path!r}: topicConfigTable must be an object", path=self.path)
         self._table = {t: TopicConfig.from_json(d, topic=t, broker=broker, path=self.path) for t, d in table.items()}
-        if isinstance(doc.get("dataVersion"), dict):
-            self.data_version.update({k: v for k, v in doc["dataVersion"].items() if isinstance(v, int)})
+        self.data_version = loaded_data_version(doc)
 
     def get(self, topic: str) -> TopicConfig | None:
         """``topic``'s config on this broker (None: none)."""
@@ -158,12 +156,6 @@ class TopicConfigStore:
                 raise
             return True
 
-    def document(self) -> dict[str, Any]:
-        with self._lock:
-            return {"dataVersion": dict(self.data_version),
-                    "topicConfigTable": {t: c.to_json() for t, c in sorted(self._table.items())}}
-
     def _persist(self) -> None:  # lock held
-        self.data_version = {**self.data_version, "counter": self.data_version.get("counter", 0) + 1,
-                             "timestamp": now_ms()}
-        write_json_atomically(self.path, self.document())
+        self.data_version = write_versioned_json(self.path, self.data_version, {
+            "topicConfigTable": {t: c.to_json() for t, c in sorted(self._table.items())}})

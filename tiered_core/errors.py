@@ -38,6 +38,9 @@ class ErrorCode(str, enum.Enum):
     PREFIX_OWNED = "PREFIX_OWNED"  # another store owns this tier prefix
     FENCED = "FENCED"  # this store lost its tier prefix to a take-over; it must stop writing
     MAPPING = "MAPPING"  # a static topic's queue mapping is invalid, inconsistent or undecided
+    OFFSET_CONFLICT = "OFFSET_CONFLICT"  # a write would hand out a queue offset the tier already holds
+    IDENTITY_MISMATCH = "IDENTITY_MISMATCH"  # a store opened with another cluster, broker, driver or tier location
+    LOCAL_IO = "LOCAL_IO"  # the local disk failed (full, file too large, read-only)
     UNKNOWN = "UNKNOWN"
 
 
@@ -218,6 +221,39 @@ class MappingError(TieredStoreError, ValueError):
     code = ErrorCode.MAPPING
 
 
+class OffsetConflict(StateConflict):
+    """A write would hand out a queue offset the tier already holds (an offset names one
+    message forever).
+
+    ``topic`` and ``queue_id`` name the queue, ``offset`` the offset the write would have
+    used and ``tiered_end`` the first offset past what the tier holds. Nothing was written.
+    """
+
+    code = ErrorCode.OFFSET_CONFLICT
+
+
+class IdentityMismatch(TieredStoreError):
+    """A store was opened with another identity than the one it was created with.
+
+    ``field`` names what changed (``cluster``, ``broker``, ``driver`` or ``tier``),
+    ``recorded`` and ``configured`` the old and the new value, ``fix`` what to do.
+    Nothing was written anywhere.
+    """
+
+    code = ErrorCode.IDENTITY_MISMATCH
+
+
+class LocalIOError(TieredStoreError):
+    """The local disk failed: full, a file too large, read-only, a missing device.
+
+    ``path`` names the file, ``errno`` the OS error, and ``stored`` tells whether the
+    message of a put was stored all the same (True: do not retry it; False: nothing of it
+    was stored; None when the operation was not a put).
+    """
+
+    code = ErrorCode.LOCAL_IO
+
+
 __all__ = [
     "ErrorCode",
     "TieredStoreError",
@@ -240,4 +276,7 @@ __all__ = [
     "PrefixOwned",
     "Fenced",
     "MappingError",
+    "OffsetConflict",
+    "IdentityMismatch",
+    "LocalIOError",
 ]

@@ -65,6 +65,9 @@ BY_ERROR_CODE: dict[ErrorCode, ExitCode] = {
     ErrorCode.PREFIX_OWNED: ExitCode.BACKEND,
     ErrorCode.FENCED: ExitCode.BACKEND,
     ErrorCode.MAPPING: ExitCode.BAD_INPUT,
+    ErrorCode.OFFSET_CONFLICT: ExitCode.BACKEND,
+    ErrorCode.IDENTITY_MISMATCH: ExitCode.BAD_INPUT,
+    ErrorCode.LOCAL_IO: ExitCode.BACKEND,
     ErrorCode.UNKNOWN: ExitCode.FAILURE,
 }
 

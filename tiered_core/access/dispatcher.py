@@ -35,7 +35,7 @@ from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
 from tiered_core.codec._impl import build_group
 from tiered_core.codec._impl import peek_store_timestamp
 from tiered_core.configdef import KEYS, bound_fields
-from tiered_core.errors import Fenced, TieredStoreError
+from tiered_core.errors import Fenced, OffsetConflict, TieredStoreError
 from tiered_core.flat.file_store import FlatFileStore
 from tiered_core.spi.access import CompositeAccess
 from tiered_core.local.store import DispatchRequest, LocalMessageStore
@@ -176,6 +176,8 @@ class MessageStoreDispatcher:
         no task (and no thread) for it. Any doubt says False: dispatch_queue decides."""
         try:
             flat = self.flat_files.get(topic, queue_id)
+            if flat is not None and not self.local.has_queue(topic, queue_id):
+                return True  # tier only: nothing to copy
             if flat is None or not flat.initialized:
                 return False
             current = flat.consume_queue_max_offset()
@@ -211,6 +213,8 @@ class MessageStoreDispatcher:
     def _dispatch_group(self, flat: CompositeAccess, force: bool, stats: DispatchStats) -> bool:
         """Copy and commit one group. True when another group should follow at once."""
         key = (flat.topic, flat.queue_id)
+        if not self.local.has_queue(*key):
+            return False  # only the tier holds this queue (its first put continues past it)
         local_min = self.local.get_min_offset_in_queue(*key)
         local_max = self.local.get_max_offset_in_queue(*key)
         if not flat.initialized:
@@ -220,6 +224,14 @@ class MessageStoreDispatcher:
             # The previous group did not become durable: retry it before anything newer.
             if not self._commit(flat, stats):
                 return False
+        if current > local_max:
+            # The tier holds offsets the local queue has not reached: its next puts would
+            # name tiered messages again. Never copy from such a queue.
+            raise OffsetConflict(
+                f"{flat.topic}/{flat.queue_id}: the local queue ends at offset {local_max} but the tier "
+                f"holds up to {current}; its messages from {local_max} on would reuse tiered offsets. "
+                "Reopen the store (it continues every queue past the tier) and put them again",
+                topic=flat.topic, queue_id=flat.queue_id, offset=local_max, tiered_end=current)
         if current < local_min:
             stats.errors.append(f"{flat.topic}/{flat.queue_id}: local messages {current}..{local_min - 1} "
                                 "expired before they were tiered")

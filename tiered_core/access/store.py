@@ -101,6 +101,7 @@ class TieredMessageStore:
                 raise StateConflict(f"{len(self.flat_files.failures)} tiered queue(s) cannot be recovered, "
                                     f"so their tiered data cannot be served: {failed}",
                                     failures=self.flat_files.failures)
+            self._continue_after_tier()
             self.index = IndexStoreService.from_store_config(config, self.driver, self.metadata,
                                                              clock=clock or now_ms)
             # read_ahead_cache_bytes = 0 (RocketMQ readAheadCacheEnable=false): read without a cache.
@@ -130,6 +131,33 @@ class TieredMessageStore:
                 self._retention_thread = threading.Thread(target=self._retention_loop, daemon=True,
                                                           name=f"local-retention:{config.broker}")
                 self._retention_thread.start()
+
+    def _tier_end(self, topic: str, queue_id: int) -> tuple[int, int]:
+        """``(offset, until_ms)``: the first queue offset past what the tier holds (or
+        holds buffered) for the queue and its newest store time; (0, -1) when it holds none."""
+        flat = self.flat_files.get(topic, queue_id)
+        if flat is None:
+            return 0, -1
+        end = max(flat.consume_queue_max_offset() if flat.initialized else 0, flat.queue_metadata.max_offset)
+        return end, flat.max_store_timestamp()
+
+    def _continue_after_tier(self) -> None:
+        """An offset names one message forever: every local queue continues past what the
+        tier holds. A queue whose local history ends below the tier's (a lost disk, a failover
+        to a new ``store_path``, a restored old directory, a store written by migrate, import
+        or the streaming sink) gets a floor at the tier's end: the offsets below it are
+        served from the tier and never handed out again. Queues with no local history yet
+        get theirs at their first put (the floor provider)."""
+        for flat in self.flat_files.files():
+            if not self.local.has_queue(flat.topic, flat.queue_id):
+                continue
+            end, until_ms = self._tier_end(flat.topic, flat.queue_id)
+            local_end = self.local.get_max_offset_in_queue(flat.topic, flat.queue_id)
+            if end > local_end and self.local.raise_queue_floor(flat.topic, flat.queue_id, end, until_ms):
+                log.warning("%s/%d: the local queue ends at offset %d but the tier holds up to %d; it "
+                            "continues at %d (offsets below it are served from the tier)",
+                            flat.topic, flat.queue_id, local_end, end, end)
+        self.local.set_floor_provider(self._tier_end)
 
     @classmethod
     def open(cls, config: StoreConfig, *, background: bool = False, take_over: bool = False,
@@ -189,7 +217,7 @@ class TieredMessageStore:
             return False  # not tiered yet
         local_min = self.local.get_min_offset_in_queue(topic, queue_id)
         local_max = self.local.get_max_offset_in_queue(topic, queue_id)
-        if local_max <= local_min or offset < local_min:
+        if local_max <= local_min or offset < local_min or offset >= local_max:
             return True  # not on the local disk
         if self.policy.check(ReadPolicy.NOT_IN_MEM):
             units = self.local.get_consume_queue_units(topic, queue_id, offset, 1)
@@ -283,6 +311,12 @@ class TieredMessageStore:
         tiered = flat.consume_queue_commit_offset() if flat is not None else 0
         return max(self.local.get_max_offset_in_queue(topic, queue_id), tiered)
 
+    def is_tiered(self, topic: str, queue_id: int, offset: int) -> bool:
+        """Whether the tier durably holds the queue's message at ``offset``."""
+        flat = self.flat_files.get(topic, queue_id)
+        return (flat is not None and flat.initialized
+                and flat.consume_queue_min_offset() <= offset < flat.consume_queue_commit_offset())
+
     def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
         local = self.local.get_earliest_message_time(topic, queue_id)
         if self.policy is ReadPolicy.DISABLE:
@@ -322,8 +356,9 @@ class TieredMessageStore:
         if not force and earliest >= 0 and end >= earliest:
             found = self.local.query_message(topic, key, max_count, begin, end)
         if self.policy is not ReadPolicy.DISABLE and len(found) < max_count and (
-                force or earliest < 0 or begin < earliest):
-            window_end = end if force or earliest < 0 else min(end, earliest)
+                force or earliest < 0 or begin < max(earliest, self.local.superseded_until_ms())):
+            # A queue continued past the tier (a floor) has older local copies the tier supersedes.
+            window_end = end if force or earliest < 0 else min(end, max(earliest, self.local.superseded_until_ms()))
             seen = {(m.queue_id, m.queue_offset) for m in found}
             for m in self._query_tiered(topic, key, max_count - len(found), begin, window_end):
                 if (m.queue_id, m.queue_offset) not in seen:

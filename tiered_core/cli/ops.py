@@ -127,7 +127,9 @@ def _dispatch_failure(store, stats, topic: str, queue_id: int, queue_offset: int
     the message just put untiered; None when the dispatch did its job."""
     lagging = [f"{r.topic}/{r.queue_id}" for r in store.stat() if r.tiered_commit < r.local_max]
     own = f"{topic}/{queue_id}"
-    this_tiered = own not in lagging
+    this_tiered = store.is_tiered(topic, queue_id, queue_offset)
+    if not this_tiered and own not in lagging:
+        lagging.append(own)
     if not stats.errors and not stats.failed_commits and this_tiered:
         return None
     queues = sorted(set(lagging) | {e.split(":", 1)[0] for e in stats.errors if "/" in e.split(":", 1)[0]})

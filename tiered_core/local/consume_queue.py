@@ -11,10 +11,18 @@ The queue is built by the store's reput step from the commit log, so it can alwa
 be rebuilt: recovery cuts units that point past the recovered commit log, and
 retention moves :attr:`ConsumeQueue.min_offset` past units whose commit-log bytes
 were deleted.
+
+A queue may also have a *floor* (:meth:`ConsumeQueue.raise_floor`), kept in the file
+``floor`` of its directory: the offsets below it belong to another tier (the tiered
+store holds them), so this queue neither serves them nor hands them out again. A queue
+whose local history is behind the tier (a lost disk, a restored old directory) continues
+at the floor. The floor is the one durable fact; the gap units below it are rebuilt from
+it at open.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -25,13 +33,16 @@ from tiered_core.codec.consume_queue import (
     decode_cq_units,
     encode_cq_unit,
 )
-from tiered_core.errors import IllegalOffset, IllegalParam, SegmentClosed
+from tiered_core.common import fsync_dir, now_ms
+from tiered_core.errors import IllegalOffset, IllegalParam, SegmentClosed, StateConflict
 from tiered_core.local.mapped_file import MappedFile, MappedFileQueue
 
 log = logging.getLogger(__name__)
 
 #: RocketMQ's mappedFileSizeConsumeQueue: 300,000 units (5.72 MiB) per file.
 DEFAULT_UNITS_PER_FILE = 300_000
+#: The file in a queue's directory recording its floor (see :meth:`ConsumeQueue.raise_floor`).
+FLOOR_FILE = "floor"
 
 
 class ConsumeQueue:
@@ -56,8 +67,11 @@ class ConsumeQueue:
         self.units_per_file = units_per_file
         self._files = MappedFileQueue(directory, units_per_file * CQ_UNIT_SIZE)
         self._lock = threading.RLock()
-        self._min_offset = self._files.min_offset // CQ_UNIT_SIZE
+        self._floor, self._floor_until_ms = self._read_floor()
+        self._min_offset = max(self._files.min_offset // CQ_UNIT_SIZE, self._floor)
         self._dirty = False
+        if self.max_offset < self._floor:  # the floor was recorded, its gap not yet written
+            self._fill_gap(self.max_offset, self._floor)
 
     # ---- offsets -------------------------------------------------------------------
     @property
@@ -69,6 +83,16 @@ class ConsumeQueue:
     def max_offset(self) -> int:
         """Next queue offset to be written (one past the last unit)."""
         return self._files.max_offset // CQ_UNIT_SIZE
+
+    @property
+    def floor(self) -> int:
+        """Offsets below this belong to another tier: never served nor handed out here (0: none)."""
+        return self._floor
+
+    @property
+    def floor_until_ms(self) -> int:
+        """Store time up to which the other tier holds this queue's messages (-1: no floor)."""
+        return self._floor_until_ms
 
     @property
     def dirty(self) -> bool:
@@ -141,9 +165,64 @@ class ConsumeQueue:
             self._dirty = True
             return total // CQ_UNIT_SIZE
 
-    def _fill_gap(self, expected: int, queue_offset: int) -> None:
+    def raise_floor(self, offset: int, until_ms: int = -1) -> bool:
+        """Continue this queue at ``offset`` when it ends below it: offsets below ``offset``
+        are held by another tier, so they are neither served here nor handed out again.
+
+        ``until_ms`` is the newest store time the other tier holds (kept for key lookups).
+        Returns False, changing nothing, when the queue already reaches ``offset``
+        (:attr:`max_offset` >= ``offset``: its units are the other tier's messages too).
+        Otherwise the floor is written durably first, then the gap units up to it; then
+        :attr:`min_offset` and :attr:`max_offset` are ``offset``. A crash in between leaves
+        the floor, whose gap the next open fills.
+        """
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise IllegalParam(f"consume queue {self.topic}/{self.queue_id}: floor must be an int >= 0, "
+                               f"got {offset!r}", offset=offset)
+        with self._lock:
+            if self.max_offset >= offset:
+                return False
+            self._write_floor(offset, until_ms)
+            self._fill_gap(self.max_offset, offset, log_missing=False)
+            self._min_offset = offset
+            self._dirty = True
+            return True
+
+    def _floor_path(self) -> str:
+        return os.path.join(self.directory, FLOOR_FILE)
+
+    def _read_floor(self) -> tuple[int, int]:
+        path = self._floor_path()
+        try:
+            with open(path, encoding="utf-8") as f:
+                doc = json.load(f)
+            offset, until = doc["offset"], doc.get("until_ms", -1)
+            if (isinstance(offset, bool) or not isinstance(offset, int) or offset < 0
+                    or isinstance(until, bool) or not isinstance(until, int)):
+                raise ValueError(f"offset {offset!r}, until_ms {until!r}")
+            return offset, until
+        except FileNotFoundError:
+            return 0, -1
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            # Guessing 0 could hand out offsets another tier holds: stop instead.
+            raise StateConflict(f"consume queue {self.topic}/{self.queue_id}: its floor file {path!r} is "
+                                f"unreadable ({exc}); the store that owns the tier re-creates it: move the "
+                                "file aside and reopen the tiered store", path=path) from None
+
+    def _write_floor(self, offset: int, until_ms: int) -> None:
+        path = self._floor_path()
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump({"offset": offset, "until_ms": until_ms, "written_at": now_ms()}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fsync_dir(self.directory)
+        self._floor, self._floor_until_ms = offset, until_ms
+
+    def _fill_gap(self, expected: int, queue_offset: int, log_missing: bool = True) -> None:
         empty = self._files.is_empty()
-        if not empty:
+        if not empty and log_missing:
             log.warning("consume queue %s/%d: units %d..%d are missing; filled with invalid units",
                         self.topic, self.queue_id, expected, queue_offset - 1)
         pos = expected * CQ_UNIT_SIZE
@@ -268,7 +347,7 @@ class ConsumeQueue:
                     cut_at = self._min_offset * CQ_UNIT_SIZE
                 self._files.truncate(cut_at)
                 if self._files.is_empty():
-                    self._min_offset = 0
+                    self._min_offset = self._floor
                 log.warning("consume queue %s/%d: recovery removed %d bytes (%d units) after unit %d",
                             self.topic, self.queue_id, before - cut_at, (before - cut_at) // CQ_UNIT_SIZE,
                             cut_at // CQ_UNIT_SIZE)
@@ -306,9 +385,9 @@ class ConsumeQueue:
         """Close and delete every file and the queue directory."""
         files = self._files.files
         self._files.close()
-        for mf in files:
+        for path in [mf.path for mf in files] + [self._floor_path()]:
             try:
-                os.unlink(mf.path)
+                os.unlink(path)
             except FileNotFoundError:
                 pass
         try:

@@ -219,6 +219,8 @@ class DispatchRequest:
 DispatchListener = Callable[[DispatchRequest], None]
 #: Called with ``(topic, queue_id)`` (see :meth:`LocalMessageStore.add_queue_listener`).
 QueueListener = Callable[[str, int], None]
+#: ``(topic, queue_id) -> (offset, until_ms)`` (see :meth:`LocalMessageStore.set_floor_provider`).
+FloorProvider = Callable[[str, int], tuple[int, int]]
 
 
 class LocalGroup(NamedTuple):
@@ -308,6 +310,7 @@ class LocalMessageStore:
         self._topic_names: dict[bytes, str] = {}
         self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
         self._queue_offsets: dict[tuple[str, int], int] = {}
+        self._floor_provider: FloorProvider | None = None
         self._last_store_ts = 0
         self._opening = True
         self._valid_topics: set[str] = set()
@@ -520,7 +523,9 @@ class LocalMessageStore:
         with self._put_lock:  # (the commit log's append lock too)
             if self._closed:
                 raise SegmentClosed(f"local store {self.root!r} is closed", path=self.root)
-            queue_offset = self._queue_offsets.get(key, 0)
+            queue_offset = self._queue_offsets.get(key)
+            if queue_offset is None:  # the queue's first put in this process
+                queue_offset = self._first_queue_offset(topic, queue_id)
             ts = _time_ns() // 1_000_000 if self._default_clock else int(self._clock())  # (now_ms)
             if ts < self._last_store_ts:
                 ts = self._last_store_ts
@@ -536,6 +541,51 @@ class LocalMessageStore:
         if self._sync_flush:
             self._commit_log.flush_to(offset + len(data))
         return _new_put_result(LocalPutResult, (queue_offset, offset, ts))
+
+    def set_floor_provider(self, provider: FloorProvider | None) -> None:
+        """Ask ``provider(topic, queue_id)`` for ``(offset, until_ms)`` before the first put to
+        a queue this store has no consume queue for: the put continues at ``offset`` (see
+        :meth:`raise_queue_floor`). A tiered store passes what its tier holds, so a queue
+        whose local history is gone never hands out an offset the tier already holds. An
+        exception from the provider fails the put, storing nothing."""
+        self._floor_provider = provider
+
+    def raise_queue_floor(self, topic: str, queue_id: int, offset: int, until_ms: int = -1) -> bool:
+        """Continue queue ``(topic, queue_id)`` at ``offset`` when it ends below it.
+
+        Offsets below ``offset`` belong to another tier from now on: the queue neither
+        serves nor hands them out (:meth:`ConsumeQueue.raise_floor`; durable, the consume
+        queue is created when missing). ``until_ms``: the newest store time that tier holds
+        (key lookups, :meth:`superseded_until_ms`). Returns False, changing nothing, when
+        the queue already reaches ``offset``.
+        """
+        self._check_open()
+        validate_topic(topic)
+        key = (topic, queue_id)
+        with self._put_lock:
+            cq = self._consume_queue(topic, queue_id, create=True)
+            raised = cq.raise_floor(offset, until_ms)
+            if self._queue_offsets.get(key, 0) < cq.max_offset:
+                self._queue_offsets[key] = cq.max_offset
+            return raised
+
+    def _first_queue_offset(self, topic: str, queue_id: int) -> int:
+        """The next offset of a queue this process has not put to yet (put lock held)."""
+        cq = self._cqs.get((topic, queue_id))
+        start = cq.max_offset if cq is not None else 0
+        provider = self._floor_provider
+        if provider is not None:
+            floor, until_ms = provider(topic, queue_id)
+            if floor > start:
+                self.raise_queue_floor(topic, queue_id, floor, until_ms)
+                start = floor
+        return start
+
+    def superseded_until_ms(self) -> int:
+        """The newest store time up to which some queue's messages are held by another tier
+        instead of this store (:meth:`raise_queue_floor`); -1 when no queue has a floor. Key
+        lookups of older messages must ask that tier, whatever this store's earliest time is."""
+        return max((cq.floor_until_ms for cq in list(self._cqs.values()) if cq.floor), default=-1)
 
     # ----------------------------------------------------------------- reput ----
     def add_dispatch_listener(self, listener: DispatchListener) -> None:
@@ -1086,6 +1136,9 @@ class LocalMessageStore:
                 return False
             if msg.topic != topic or not begin <= msg.store_timestamp <= end:
                 return False
+            cq = self._cqs.get((topic, msg.queue_id))
+            if cq is not None and msg.queue_offset < cq.min_offset:
+                return False  # below the queue's floor: another tier serves that offset
             if key not in msg.keys and msg.uniq_key != key:
                 return False
             found[phy] = msg

@@ -181,8 +181,9 @@ class MessageStoreDispatcher:
             if flat is None or not flat.initialized:
                 return False
             current = flat.consume_queue_max_offset()
+            # (a tier ahead of the local queue is not idle: dispatch_queue reports the conflict)
             return (flat.consume_queue_commit_offset() >= current
-                    and current >= self.local.get_max_offset_in_queue(topic, queue_id))
+                    and current == self.local.get_max_offset_in_queue(topic, queue_id))
         except TieredStoreError:
             return False
 

@@ -1,0 +1,246 @@
+"""An offset names one message forever (issue 18): every recovery path continues each queue
+past what the tier holds, and every offset the tier holds stays readable from it.
+
+The paths: a lost local disk (same ``store_path`` with ``tiered takeover``, or a failover to a
+new ``store_path``), a restored old copy of the store directory, lost metadata rebuilt from the
+backend. Each test writes messages whose bodies name their offset, goes through the path,
+puts again, and checks that the new offsets are past the tier's and that every old offset
+still reads back its own body.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from store_workload import small_config as _small_config
+from tiered_core import BoundaryType, Message
+from tiered_core.access.dispatcher import MessageStoreDispatcher
+from tiered_core.access.results import GetMessageStatus
+from tiered_core.access.store import TieredMessageStore
+from tiered_core.cli import main
+from tiered_core.cli.ops import _dispatch_failure
+from tiered_core.errors import OffsetConflict, StateConflict
+from tiered_core.flat.file_store import FlatFileStore
+from tiered_core.local.consume_queue import FLOOR_FILE, ConsumeQueue
+from tiered_core.local.store import LocalMessageStore, LocalStoreConfig
+
+FAR_FUTURE_MS = 1 << 50
+TOPIC = "topic0"
+
+
+def config_at(tmp_path: Path, store: str = "store", **overrides):
+    """POSIX, 64 KiB local and tiered files; the tier outside every store_path."""
+    return _small_config(tmp_path, "posix", {"root": str(tmp_path / "tier")}, store_path=str(tmp_path / store),
+                         local_commit_log_file_size=64 << 10, commit_log_max_size=64 << 10, **overrides)
+
+
+def body(tag: str, queue_id: int, seq: int) -> bytes:
+    return f"{tag}|{queue_id}|{seq}|".encode() * 8
+
+
+def put(store: TieredMessageStore, tag: str, n: int, queues: int = 2) -> dict[tuple[int, int], bytes]:
+    """Put ``n`` messages round-robin on ``queues`` queues (key ``{tag}-{queue}-{seq}``);
+    returns {(queue, offset the put answered): body}."""
+    sent = {}
+    for i in range(n):
+        qid = i % queues
+        data = body(tag, qid, i // queues)
+        r = store.put_message(Message(topic=TOPIC, body=data, keys=[f"{tag}-{qid}-{i // queues}"]), qid)
+        assert (qid, r.queue_offset) not in sent, "one offset handed out twice"
+        sent[(qid, r.queue_offset)] = data
+    return sent
+
+
+def tier_only(store: TieredMessageStore) -> None:
+    store.dispatch(force=True)
+    store.delete_expired_local(FAR_FUTURE_MS)
+
+
+def assert_reads_back(store: TieredMessageStore, sent: dict[tuple[int, int], bytes]) -> None:
+    """Every (queue, offset) reads back its own body, read 32 at a time from each queue's start."""
+    by_queue: dict[int, list[int]] = {}
+    for qid, off in sent:
+        by_queue.setdefault(qid, []).append(off)
+    for qid, offsets in by_queue.items():
+        got: dict[int, bytes] = {}
+        off, end = min(offsets), max(offsets) + 1
+        while off < end:
+            res = store.get_message("g", TOPIC, qid, off, 32)
+            assert res.status is GetMessageStatus.FOUND, f"{TOPIC}/{qid}@{off}: {res.status.name}"
+            for m in res.messages:
+                got[m.queue_offset] = m.body
+            off = res.next_begin_offset
+        for o in offsets:
+            assert got.get(o) == sent[(qid, o)], f"{TOPIC}/{qid}@{o} does not read back its own body"
+
+
+def test_lost_disk_and_takeover_continue_after_the_tier(tmp_path, capsys):
+    """The issue's reproduction: rm -rf the store_path, takeover, put --dispatch, get."""
+    cfg = config_at(tmp_path)
+    with TieredMessageStore.open(cfg) as store:
+        sent = put(store, "before", 3000)
+        tier_only(store)
+    shutil.rmtree(cfg.store_path)
+    toml = tmp_path / "s2.toml"
+    toml.write_text(
+        f'[tiered]\nstore_path = "{cfg.store_path}"\ndriver = "posix"\ncommit_log_max_size = "64KiB"\n'
+        f'consume_queue_max_size = "6000"\nlocal_commit_log_file_size = "64KiB"\n'
+        f'[tiered.options]\nroot = "{tmp_path / "tier"}"\n')
+    assert main(["takeover", "--config", str(toml)]) == 0
+    capsys.readouterr()
+    assert main(["put", "--config", str(toml), "--topic", TOPIC, "--body", "after-loss", "--dispatch", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["queue_offset"] == 1500, "a put after the lost disk reused an offset the tier holds"
+    assert out["dispatch"]["messages"] == 1 and out["dispatch"]["errors"] == []
+    with TieredMessageStore.open(cfg.replace(store_path=cfg.store_path)) as store:
+        assert_reads_back(store, {**sent, (0, 1500): b"after-loss"})
+        assert store.get_max_offset_in_queue(TOPIC, 0) == 1501
+        assert store.get_max_offset_in_queue(TOPIC, 1) == 1500
+
+
+def test_failover_to_a_new_store_path(tmp_path):
+    """Another broker takes the prefix over from a new, empty store_path."""
+    old = config_at(tmp_path, "old")
+    with TieredMessageStore.open(old) as store:
+        sent = put(store, "a", 400)
+        store.dispatch(force=True)  # tiered, local copy kept
+    new = config_at(tmp_path, "new")
+    with TieredMessageStore.open(new, take_over=True) as store:
+        after = put(store, "b", 10)
+        assert sorted(o for q, o in after if q == 0) == list(range(200, 205))
+        store.dispatch(force=True)
+        assert_reads_back(store, {**sent, **after})
+        # Time lookups over the tier's range name tiered offsets.
+        first_ts = store.get_message("g", TOPIC, 0, 0, 1).messages[0].store_timestamp
+        assert store.get_offset_in_queue_by_time(TOPIC, 0, first_ts, BoundaryType.LOWER) == 0
+    with TieredMessageStore.open(new) as store:  # and it holds after a reopen
+        later = put(store, "c", 4)
+        assert sorted(o for q, o in later if q == 0) == [205, 206]
+        store.local.reput()  # readable once reput (the background thread may not have run yet)
+        assert_reads_back(store, {**sent, **after, **later})
+
+
+def test_restored_old_directory_continues_after_the_tier(tmp_path):
+    """A backup of the store directory taken at offset 100, restored after 100 more were tiered."""
+    cfg = config_at(tmp_path)
+    with TieredMessageStore.open(cfg) as store:
+        sent = put(store, "a", 200)
+        store.dispatch(force=True)
+    backup = tmp_path / "backup"
+    shutil.copytree(cfg.store_path, backup)
+    with TieredMessageStore.open(cfg) as store:
+        sent.update(put(store, "b", 200))
+        store.dispatch(force=True)
+        b_ts = store.get_message("g", TOPIC, 0, 150, 1).messages[0].store_timestamp
+    shutil.rmtree(cfg.store_path)
+    shutil.copytree(backup, cfg.store_path)
+    with TieredMessageStore.open(cfg) as store:
+        assert store.local.get_max_offset_in_queue(TOPIC, 0) == 200  # continued past the tier's 200
+        after = put(store, "c", 6)
+        assert sorted(o for q, o in after if q == 0) == [200, 201, 202]
+        store.local.reput()
+        assert_reads_back(store, {**sent, **after})
+        times = [store.get_message("g", TOPIC, 0, o, 1).messages[0].store_timestamp for o in range(203)]
+        expected = next(o for o, t in enumerate(times) if t >= b_ts)
+        assert store.get_offset_in_queue_by_time(TOPIC, 0, b_ts, BoundaryType.LOWER) == expected
+        # The backup's local copy of offset 5 is below the floor: the tier serves it.
+        hits = store.query_message(TOPIC, "a-0-5").messages
+        assert [(m.queue_id, m.queue_offset, m.body) for m in hits] == [(0, 5, body("a", 0, 5))]
+        store.dispatch(force=True)
+    with TieredMessageStore.open(cfg) as store:  # the floor is durable: the gap reads from the tier
+        assert_reads_back(store, {**sent, **after})
+
+
+def test_lost_metadata_rebuilt_then_lost_disk(tmp_path):
+    """metadata_recovery = "rebuild" on a store whose whole store_path (metadata included) is gone."""
+    cfg = config_at(tmp_path, metadata_recovery="rebuild")
+    with TieredMessageStore.open(cfg) as store:
+        sent = put(store, "a", 300)
+        tier_only(store)
+    shutil.rmtree(cfg.store_path)
+    with TieredMessageStore.open(cfg, take_over=True) as store:
+        after = put(store, "b", 2)
+        assert sorted(after) == [(0, 150), (1, 150)]
+        store.dispatch(force=True)
+        assert_reads_back(store, {**sent, **after})
+
+
+def test_dispatcher_refuses_a_local_queue_behind_the_tier(tmp_path):
+    """A local store that knows nothing of the tier (no floor) must not copy its offset 0 over
+    the tier's: the dispatcher stops that queue with OffsetConflict and writes nothing."""
+    cfg = config_at(tmp_path)
+    with TieredMessageStore.open(cfg) as store:
+        put(store, "a", 20, queues=1)
+        store.dispatch(force=True)
+        driver, metadata = store.driver, store.metadata
+        flat_files = FlatFileStore(driver, metadata, cfg.flat_config())
+        assert flat_files.load()
+        before = flat_files.get(TOPIC, 0).consume_queue_commit_offset()
+        bare = LocalMessageStore(tmp_path / "bare", LocalStoreConfig(background_services=False))
+        try:
+            bare.put_message(TOPIC, 0, Message(topic=TOPIC, body=b"stray"))
+            bare.reput()
+            bare.flush()
+            stats = MessageStoreDispatcher(bare, flat_files).dispatch(force=True)
+            assert stats.messages == 0
+            assert any("would reuse tiered offsets" in e for e in stats.errors), stats.errors
+            with pytest.raises(OffsetConflict) as err:
+                MessageStoreDispatcher(bare, flat_files)._dispatch_group(flat_files.get(TOPIC, 0), True,
+                                                                         type(stats)())
+            assert err.value.tiered_end == before and err.value.offset == 1
+            assert flat_files.get(TOPIC, 0).consume_queue_commit_offset() == before
+        finally:
+            bare.close()
+
+
+def test_put_dispatch_fails_unless_the_message_is_tiered(tmp_path):
+    """`put --dispatch` decides by the put's own offset, not by comparing queue maxima."""
+    cfg = config_at(tmp_path)
+    with TieredMessageStore.open(cfg) as store:
+        r = store.put_message(Message(topic=TOPIC, body=b"x"), 0)
+        empty = type(store.dispatch(force=False))()  # a round that reported nothing
+        failure = _dispatch_failure(store, empty, TOPIC, 0, r.queue_offset, {})
+        assert failure is not None and "not tiered" in failure.message
+        store.dispatch(force=True)
+        assert store.is_tiered(TOPIC, 0, r.queue_offset)
+        assert _dispatch_failure(store, empty, TOPIC, 0, r.queue_offset, {}) is None
+
+
+def test_floor_recorded_before_its_gap(tmp_path):
+    """A crash after the floor file was written but before its gap units: the next open fills
+    the gap, so the queue still continues at the floor."""
+    d = tmp_path / "cq"
+    d.mkdir()
+    (d / FLOOR_FILE).write_text(json.dumps({"offset": 1234, "until_ms": 5}))
+    cq = ConsumeQueue(str(d), TOPIC, 0, units_per_file=100)
+    try:
+        assert (cq.min_offset, cq.max_offset, cq.floor, cq.floor_until_ms) == (1234, 1234, 1234, 5)
+        assert cq.put(1233, 0, 10, 0) is False  # below the floor: never stored
+        assert cq.put(1234, 0, 10, 0) is True
+    finally:
+        cq.close()
+
+
+def test_unreadable_floor_stops_the_open(tmp_path):
+    d = tmp_path / "cq"
+    d.mkdir()
+    (d / FLOOR_FILE).write_text("garbage")
+    with pytest.raises(StateConflict) as err:
+        ConsumeQueue(str(d), TOPIC, 0)
+    assert err.value.path == str(d / FLOOR_FILE)
+
+
+def test_floor_is_never_lowered(tmp_path):
+    cq = ConsumeQueue(str(tmp_path / "cq"), TOPIC, 0, units_per_file=100)
+    try:
+        assert cq.raise_floor(250, 7) is True
+        assert cq.raise_floor(100) is False
+        assert (cq.min_offset, cq.max_offset) == (250, 250)
+        assert os.path.exists(tmp_path / "cq" / FLOOR_FILE)
+    finally:
+        cq.close()

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from tiered_core.access.cache import ReadAheadCache
+from tiered_core.access.continuity import continue_after_tier
 from tiered_core.access.paths import make_store_dir
 from tiered_core.access.dispatcher import DispatchConfig, DispatchStats, MessageStoreDispatcher
 from tiered_core.access.fetcher import MessageFilter, MessageStoreFetcher
@@ -101,7 +102,10 @@ class TieredMessageStore:
                 raise StateConflict(f"{len(self.flat_files.failures)} tiered queue(s) cannot be recovered, "
                                     f"so their tiered data cannot be served: {failed}",
                                     failures=self.flat_files.failures)
-            self._continue_after_tier()
+            # An offset names one message forever: continue every queue past the tier.
+            continue_after_tier(self.local, self.flat_files, store_path=config.store_path,
+                                epoch=self.ownership.record.epoch,
+                                took_over=self.ownership.took_over_from is not None)
             self.index = IndexStoreService.from_store_config(config, self.driver, self.metadata,
                                                              clock=clock or now_ms)
             # read_ahead_cache_bytes = 0 (RocketMQ readAheadCacheEnable=false): read without a cache.
@@ -131,33 +135,6 @@ class TieredMessageStore:
                 self._retention_thread = threading.Thread(target=self._retention_loop, daemon=True,
                                                           name=f"local-retention:{config.broker}")
                 self._retention_thread.start()
-
-    def _tier_end(self, topic: str, queue_id: int) -> tuple[int, int]:
-        """``(offset, until_ms)``: the first queue offset past what the tier holds (or
-        holds buffered) for the queue and its newest store time; (0, -1) when it holds none."""
-        flat = self.flat_files.get(topic, queue_id)
-        if flat is None:
-            return 0, -1
-        end = max(flat.consume_queue_max_offset() if flat.initialized else 0, flat.queue_metadata.max_offset)
-        return end, flat.max_store_timestamp()
-
-    def _continue_after_tier(self) -> None:
-        """An offset names one message forever: every local queue continues past what the
-        tier holds. A queue whose local history ends below the tier's (a lost disk, a failover
-        to a new ``store_path``, a restored old directory, a store written by migrate, import
-        or the streaming sink) gets a floor at the tier's end: the offsets below it are
-        served from the tier and never handed out again. Queues with no local history yet
-        get theirs at their first put (the floor provider)."""
-        for flat in self.flat_files.files():
-            if not self.local.has_queue(flat.topic, flat.queue_id):
-                continue
-            end, until_ms = self._tier_end(flat.topic, flat.queue_id)
-            local_end = self.local.get_max_offset_in_queue(flat.topic, flat.queue_id)
-            if end > local_end and self.local.raise_queue_floor(flat.topic, flat.queue_id, end, until_ms):
-                log.warning("%s/%d: the local queue ends at offset %d but the tier holds up to %d; it "
-                            "continues at %d (offsets below it are served from the tier)",
-                            flat.topic, flat.queue_id, local_end, end, end)
-        self.local.set_floor_provider(self._tier_end)
 
     @classmethod
     def open(cls, config: StoreConfig, *, background: bool = False, take_over: bool = False,

@@ -143,6 +143,8 @@ def test_restored_old_directory_continues_after_the_tier(tmp_path):
     shutil.copytree(backup, cfg.store_path)
     with TieredMessageStore.open(cfg) as store:
         assert store.local.get_max_offset_in_queue(TOPIC, 0) == 200  # continued past the tier's 200
+        # The backup's key index ends before the b messages: the store says from when to reindex.
+        assert store.key_index_gap_since is not None and store.key_index_gap_since <= b_ts
         after = put(store, "c", 6)
         assert sorted(o for q, o in after if q == 0) == [200, 201, 202]
         store.local.reput()
@@ -156,6 +158,7 @@ def test_restored_old_directory_continues_after_the_tier(tmp_path):
         store.dispatch(force=True)
     with TieredMessageStore.open(cfg) as store:  # the floor is durable: the gap reads from the tier
         assert_reads_back(store, {**sent, **after})
+        assert store.key_index_gap_since is None  # a plain reopen is no recovery
 
 
 def test_lost_metadata_rebuilt_then_lost_disk(tmp_path):

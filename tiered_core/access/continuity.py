@@ -22,8 +22,12 @@ from __future__ import annotations
 import logging
 import os
 
+from tiered_core.codec._impl import peek_store_timestamp
 from tiered_core.common import fsync_dir
+from tiered_core.errors import TieredStoreError
 from tiered_core.flat.file_store import FlatFileStore
+from tiered_core.flat.message_file import FlatMessageFile
+from tiered_core.index.service import IndexStoreService
 from tiered_core.local.store import LocalMessageStore
 
 log = logging.getLogger(__name__)
@@ -35,12 +39,29 @@ HISTORY_EPOCH_FILE = "tiered-history-epoch"
 def tier_end(flat_files: FlatFileStore, topic: str, queue_id: int) -> tuple[int, int]:
     """``(offset, until_ms)``: the first queue offset past everything the tier holds for the
     queue (appended or durable, or recorded in its metadata) and the newest store time it
-    holds; ``(0, -1)`` when it holds nothing."""
+    holds (:func:`newest_store_time`); ``(0, -1)`` when it holds nothing."""
     flat = flat_files.get(topic, queue_id)
     if flat is None:
         return 0, -1
     end = max(flat.consume_queue_max_offset() if flat.initialized else 0, flat.queue_metadata.max_offset)
-    return end, flat.max_store_timestamp()
+    return end, newest_store_time(flat)
+
+
+def newest_store_time(flat: FlatMessageFile) -> int:
+    """Store time of the queue's last durable tiered message (-1: none). Read from the
+    message itself: segment metadata may be older than the bytes (a last segment whose
+    later bytes were adopted at open keeps its recorded times)."""
+    known = flat.max_store_timestamp()
+    if not flat.initialized:
+        return known
+    last = flat.consume_queue_commit_offset() - 1
+    try:
+        if last < flat.consume_queue_min_offset():
+            return known
+        return max(known, peek_store_timestamp(flat.get_message(last)))
+    except TieredStoreError as exc:
+        log.warning("%s: store time of the last tiered message unreadable (%s); using its metadata", flat, exc)
+        return known
 
 
 def read_history_epoch(store_path: str) -> int | None:
@@ -102,5 +123,27 @@ def continue_after_tier(local: LocalMessageStore, flat_files: FlatFileStore, *, 
     return raised
 
 
-__all__ = ["HISTORY_EPOCH_FILE", "continue_after_tier", "read_history_epoch", "tier_end",
+def key_index_gap(index: IndexStoreService, flat_files: FlatFileStore) -> int | None:
+    """After a recovery path: the store time from which keys of tiered messages may be
+    missing from the key index, or None when it covers what the tier holds.
+
+    The dispatcher indexes a group's keys before it commits the group, but the index file
+    being filled lives on the local disk until it is uploaded: a lost disk or an old copy
+    of the directory loses the keys of what was tiered since. The index is taken to cover
+    the tier when its newest file (local or uploaded) ends at or after the tier's newest
+    message; otherwise the gap starts at that file's first time (0 when there is none), a
+    bound that also covers a queue whose dispatch lagged behind the others.
+    """
+    newest = max((newest_store_time(f) for f in flat_files.files()), default=-1)
+    if newest < 0:
+        return None
+    files = index.files()
+    covered = max((f.end_timestamp or -1 for f in files), default=-1)
+    if covered >= newest:
+        return None
+    last = max(files, key=lambda f: f.end_timestamp or -1, default=None)
+    return (last.min_timestamp or 0) if last is not None else 0
+
+
+__all__ = ["key_index_gap", "HISTORY_EPOCH_FILE", "continue_after_tier", "read_history_epoch", "tier_end",
            "write_history_epoch"]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from tiered_core.access.cache import ReadAheadCache
-from tiered_core.access.continuity import continue_after_tier
+from tiered_core.access.continuity import continue_after_tier, key_index_gap
 from tiered_core.access.paths import make_store_dir
 from tiered_core.access.dispatcher import DispatchConfig, DispatchStats, MessageStoreDispatcher
 from tiered_core.access.fetcher import MessageFilter, MessageStoreFetcher
@@ -103,11 +103,21 @@ class TieredMessageStore:
                                     f"so their tiered data cannot be served: {failed}",
                                     failures=self.flat_files.failures)
             # An offset names one message forever: continue every queue past the tier.
-            continue_after_tier(self.local, self.flat_files, store_path=config.store_path,
-                                epoch=self.ownership.record.epoch,
-                                took_over=self.ownership.took_over_from is not None)
+            had_local = bool(self.local.list_queues())
+            recovered = continue_after_tier(self.local, self.flat_files, store_path=config.store_path,
+                                            epoch=self.ownership.record.epoch,
+                                            took_over=self.ownership.took_over_from is not None)
             self.index = IndexStoreService.from_store_config(config, self.driver, self.metadata,
                                                              clock=clock or now_ms)
+            #: Store time from which keys of tiered messages may be missing from the key index
+            #: (its local file was lost with the disk or replaced by an old copy); None: no gap seen.
+            self.key_index_gap_since = (key_index_gap(self.index, self.flat_files)
+                                        if recovered or not had_local else None)
+            if self.key_index_gap_since is not None:
+                log.warning("keys of tiered messages stored since %d may be missing from the key index (its "
+                            "local part was lost or is older than the tier); rebuild them with `tiered spark "
+                            "reindex --config %s --start-time %d`", self.key_index_gap_since,
+                            config.source or "FILE", self.key_index_gap_since)
             # read_ahead_cache_bytes = 0 (RocketMQ readAheadCacheEnable=false): read without a cache.
             self.cache = (ReadAheadCache(config.read_ahead_cache_bytes, config.read_ahead_cache_expire_ms,
                                          disk_path=config.read_ahead_disk_cache_path)

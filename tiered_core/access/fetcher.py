@@ -42,9 +42,11 @@ MessageFilter = Callable[[int], bool]
 
 class MessageStoreFetcher:
     """Reads from the tiered store. Thread-safe; never raises for a missing queue or offset
-    (statuses say it). A message that fails validation is logged, counted in
-    ``corrupt_messages`` and never served: reads stop before it, and a read at it answers
-    OFFSET_FOUND_NULL (the store then falls back to its local copy, if any).
+    (statuses say it). A message that fails validation -- or that a damaged segment lost
+    (:mod:`tiered_core.flat.damage`) -- is logged, counted in ``corrupt_messages`` and never
+    served: reads stop before it (a read-ahead ends there, so every intact message before
+    it is served), and a read at it answers OFFSET_FOUND_NULL with the CorruptData in the
+    result's ``error`` (the store then falls back to its local copy, if any).
     ``last_corruption`` keeps the latest such error (offset, reason, queue).
 
     ``verify_prop_crc`` (config ``verify_prop_crc``, RocketMQ ``forceVerifyPropCRC``) makes
@@ -79,19 +81,18 @@ class MessageStoreFetcher:
                                     tier=StoreTier.TIERED)
         max_count = max(1, max_count)
         cache = self.cache
-        batch = None
+        error = None
         if cache is not None and not cache.busy():
             batch = cache.get_batch(flat.topic, flat.queue_id, offset)
             if batch is None:
                 # Miss: read ahead (a short prefetch for single-message reads) and cache the batch.
-                batch = self._read(flat, offset, 32 if max_count == 1 else self.read_ahead_count)
-                if batch is not None:
-                    cache.put_batch(batch)
+                batch, error = self._read(flat, offset, 32 if max_count == 1 else self.read_ahead_count)
+                cache.put_batch(batch)  # (not when empty)
         else:
-            batch = self._read(flat, offset, max_count)
-        if batch is None or not len(batch):  # the message at `offset` cannot be served (see read)
+            batch, error = self._read(flat, offset, max_count)
+        if not len(batch):  # the message at `offset` cannot be served; `error` says why
             return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, next_begin_offset=offset,
-                                    min_offset=lo, max_offset=hi, tier=StoreTier.TIERED)
+                                    min_offset=lo, max_offset=hi, tier=StoreTier.TIERED, error=error)
         return self._serve(batch, offset, max_count, message_filter, lo, hi)
 
     @staticmethod
@@ -136,12 +137,15 @@ class MessageStoreFetcher:
         status = GetMessageStatus.FOUND if messages else GetMessageStatus.NO_MATCHED_MESSAGE
         return GetMessageResult(status, messages, nxt, lo, hi, StoreTier.TIERED)
 
-    def _read(self, flat: CompositeAccess, offset: int, count: int) -> MessageBatch | None:
+    def _read(self, flat: CompositeAccess, offset: int, count: int) -> tuple[MessageBatch, TieredStoreError | None]:
+        """:meth:`read_batch` and why it ended at ``offset`` (an I/O error, or the batch's own
+        ``error``): a read that failed is an empty batch."""
         try:
-            return self.read_batch(flat, offset, count)
+            batch = self.read_batch(flat, offset, count)
+            return batch, batch.error
         except TieredStoreError as exc:
             log.warning("read of %s at %d failed: %s", flat, offset, exc)
-            return None
+            return MessageBatch(flat.topic, flat.queue_id, offset, b"", 0, []), exc
 
     def read_batch(self, flat: CompositeAccess, offset: int, count: int) -> MessageBatch:
         """Up to ``count`` (at most ``read_ahead_count``) validated messages from ``offset``

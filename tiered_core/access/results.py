@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass, field
 
 from tiered_core.codec.message import MessageExt
+from tiered_core.errors import TieredStoreError
 
 
 class PutMessageStatus(enum.Enum):
@@ -47,7 +48,14 @@ class PutMessageResult:
 
 @dataclass
 class GetMessageResult:
-    """Messages from ``offset`` on; ``next_begin_offset`` is where the next read starts."""
+    """Messages from ``offset`` on; ``next_begin_offset`` is where the next read starts.
+
+    ``error``: with OFFSET_FOUND_NULL from the tiered store, why the message at
+    ``next_begin_offset`` could not be served -- a
+    :class:`~tiered_core.errors.CorruptData` when its tiered copy is damaged (its bytes fail
+    validation, or its segment is missing or truncated), another typed error when the read
+    failed; None otherwise. Consumers go by ``status`` (and retry); tools report ``error``.
+    """
 
     status: GetMessageStatus
     messages: list[MessageExt] = field(default_factory=list)
@@ -55,6 +63,7 @@ class GetMessageResult:
     min_offset: int = 0
     max_offset: int = 0
     tier: StoreTier | None = None
+    error: TieredStoreError | None = None
 
     @property
     def found(self) -> bool:

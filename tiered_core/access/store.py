@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from tiered_core.access.cache import ReadAheadCache
@@ -33,6 +33,7 @@ from tiered_core.codec.message import Message, MessageExt
 from tiered_core.codec.naming import validate_topic
 from tiered_core.config import StoreConfig
 from tiered_core.errors import IllegalParam, SegmentClosed, StateConflict, TieredStoreError
+from tiered_core.flat.damage import SegmentDamage
 from tiered_core.flat.file_store import FlatFileStore
 from tiered_core.flat.ownership import PrefixOwnership, load_store_id
 from tiered_core.ops.reconcile import open_checked_metadata
@@ -50,7 +51,9 @@ IN_MEMORY_WINDOW = 256 << 20
 
 @dataclass
 class QueueStat:
-    """Offsets of one queue in each tier (``tiered_*`` are -1 when it has no tiered file)."""
+    """Offsets of one queue in each tier (``tiered_*`` are -1 when it has no tiered file),
+    and its damaged tiered segments (each names the segment, what is wrong and, when the
+    consume queue can tell, the queue offsets it lost)."""
 
     topic: str
     queue_id: int
@@ -59,6 +62,7 @@ class QueueStat:
     tiered_min: int
     tiered_commit: int
     tiered_segments: int
+    damage: list[SegmentDamage] = field(default_factory=list)
 
 
 class TieredMessageStore:
@@ -216,7 +220,11 @@ class TieredMessageStore:
 
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_count: int = 32,
                     message_filter: MessageFilter | None = None) -> GetMessageResult:
-        """Up to ``max_count`` messages of a queue from ``offset``; ``group`` names the consumer."""
+        """Up to ``max_count`` messages of a queue from ``offset``; ``group`` names the consumer.
+
+        A message whose tiered copy is damaged is never served: a read stops before it, and
+        a read at it is served from the local copy, or else answers OFFSET_FOUND_NULL (the
+        consumer retries; it is never told to skip) with the reason in ``result.error``."""
         validate_topic(topic)
         if max_count <= 0:
             raise IllegalParam(f"max_count must be > 0, got {max_count}", max_count=max_count)
@@ -234,7 +242,7 @@ class TieredMessageStore:
                     return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, next_begin_offset=offset,
                                             min_offset=local_min,
                                             max_offset=self.local.get_max_offset_in_queue(topic, queue_id),
-                                            tier=StoreTier.TIERED)
+                                            tier=StoreTier.TIERED, error=exc)
                 return self._get_local(topic, queue_id, offset, max_count, message_filter)
             local_min = self.local.get_min_offset_in_queue(topic, queue_id)
             local_max = self.local.get_max_offset_in_queue(topic, queue_id)
@@ -400,8 +408,20 @@ class TieredMessageStore:
         self.flat_files.delete_expired(now_ms)
         self.index.destroy_expired()
 
-    def stat(self) -> list[QueueStat]:
-        """Per-queue offsets in each tier."""
+    def stat(self, check_damage: bool = True) -> list[QueueStat]:
+        """Per-queue offsets in each tier, and damaged tiered segments.
+
+        ``check_damage`` compares every segment with ONE listing of the store's tier prefix
+        (a segment that is gone or shorter than the metadata records is damaged; a listing
+        that fails is logged and skipped); without it only the damage reads have met so far
+        is reported. Damage never stops a stat: a damaged segment costs its own range only.
+        Reads only."""
+        damage: dict[tuple[str, int], list[SegmentDamage]] = {}
+        if check_damage:
+            try:
+                damage = self.flat_files.check_damage()
+            except TieredStoreError as exc:
+                log.warning("cannot list the tier to check for damaged segments: %s", exc)
         keys = set(self.local.list_queues()) | {(f.topic, f.queue_id) for f in self.flat_files.files()}
         out = []
         for topic, qid in sorted(keys):
@@ -410,7 +430,8 @@ class TieredMessageStore:
                 topic, qid, self.local.get_min_offset_in_queue(topic, qid), self.local.get_max_offset_in_queue(topic, qid),
                 flat.consume_queue_min_offset() if flat and flat.initialized else -1,
                 flat.consume_queue_commit_offset() if flat and flat.initialized else -1,
-                flat.segment_count() if flat else 0))
+                flat.segment_count() if flat else 0,
+                damage.get((topic, qid)) or (flat.damaged_segments() if flat else [])))
         return out
 
     def close(self) -> None:

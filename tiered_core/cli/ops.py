@@ -4,7 +4,9 @@
 store that does not exist is :class:`~tiered_core.cli.common.StoreNotFound` (exit 3)
 rather than a new empty store. ``put --dispatch`` fails (exit 5, the queues and errors on
 stderr) when the dispatch left the message untiered. ``get`` exits 3 when it finds no
-message.
+message, and 4 (``CorruptData``) when the message at the offset is damaged in the tier and
+no local copy serves it: the read answered OFFSET_FOUND_NULL and its ``error`` (the
+fetcher's record of what failed) is a CorruptData. ``stat`` names damaged tiered segments.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from tiered_core.cli.common import (
     open_store,
     print_json,
 )
-from tiered_core.errors import IllegalParam, StateConflict
+from tiered_core.errors import CorruptData, IllegalParam, StateConflict, TieredStoreError
 
 
 def _non_negative(text: str) -> int:
@@ -70,16 +72,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     g = _store_command(sub, "get", get, "the status and the messages",
                        help="read messages of a queue (from whichever tier holds them)",
                        description="Read messages by queue offset, or by key with --key. "
-                                   "Exit 3 when no message is found or the store does not exist.")
+                                   "Exit 3 when no message is found or the store does not exist; exit 4 "
+                                   "when the message at the offset is damaged in the tiered store and no "
+                                   "local copy serves it.")
     _queue_arguments(g, "topic to read")
     g.add_argument("--offset", type=_non_negative, default=0, help="first queue offset to read (default 0)")
     g.add_argument("--count", type=_positive, default=10, help="most messages to return (default 10)")
     g.add_argument("--key", help="look up by key instead of offset (all queues of the topic)")
 
-    _store_command(sub, "stat", stat, "a list of per-queue objects",
-                   help="per-queue offsets in each tier",
-                   description="Per-queue offsets in the local and the tiered store. "
-                               "Exit 3 when the store does not exist.")
+    _store_command(sub, "stat", stat, "a list of per-queue objects (with their damaged segments)",
+                   help="per-queue offsets in each tier, and damaged tiered segments",
+                   description="Per-queue offsets in the local and the tiered store, and every tiered "
+                               "segment that is missing or shorter than the metadata records (which "
+                               "queue, which segment, what is wrong; a damaged segment costs only its "
+                               "own range). Exit 3 when the store does not exist.")
 
 
 def put(args: argparse.Namespace) -> int:
@@ -162,6 +168,8 @@ def get(args: argparse.Namespace) -> int:
             res = store.get_message("tiered-cli", args.topic, args.queue, args.offset, args.count)
             messages, status = res.messages, res.status.name
             tier, nxt = (res.tier.value if res.tier else "-"), res.next_begin_offset
+            if not messages and res.error is not None:
+                raise _unserved(args.topic, args.queue, args.offset, status, res.error)
             if not messages:
                 raise MessageNotFound(
                     f"no message in {args.topic}/{args.queue} at offset {args.offset}: {status} "
@@ -181,18 +189,41 @@ def get(args: argparse.Namespace) -> int:
     return 0
 
 
+def _unserved(topic: str, queue_id: int, offset: int, status: str, error: TieredStoreError) -> TieredStoreError:
+    """The error of a read that answered ``status`` (OFFSET_FOUND_NULL) because the tiered
+    read failed with ``error`` (the result's record of it): a CorruptData (exit 4) naming the
+    queue, the offset and what failed when the message is damaged in the tier; the read's
+    own typed error otherwise."""
+    if not isinstance(error, CorruptData):
+        return error
+    # The error's own offset is where in the stored file it failed (a commit-log offset, or
+    # one of the damaged segment's file): keep it under its own name.
+    where = f"{str(error.context.get('file_type', 'commitlog')).lower()}_offset"
+    context = {(where if k == "offset" else k): v for k, v in error.context.items()}
+    context.update(topic=topic, queue_id=queue_id, offset=offset, status=status)
+    reason = error.context.get("reason", "corrupt")
+    return CorruptData(
+        f"the message at {topic}/{queue_id} offset {offset} is damaged in the tiered store ({reason}) and no "
+        f"local copy serves it: {error.message}", **context)
+
+
 def stat(args: argparse.Namespace) -> int:
     """``tiered stat``: one row per queue with its offsets in each tier."""
     config = load_config(args.config)
     with open_store(config, create=False) as store:
         rows = store.stat()
     if args.json:
-        print_json([r.__dict__ for r in rows])
+        print_json([{**r.__dict__, "damage": [d.as_dict() for d in r.damage]} for r in rows])
         return 0
-    head = ("topic", "queue", "local min", "local max", "tiered min", "tiered commit", "segments")
+    head = ("topic", "queue", "local min", "local max", "tiered min", "tiered commit", "segments", "damaged")
     table = [head] + [(r.topic, str(r.queue_id), str(r.local_min), str(r.local_max), str(r.tiered_min),
-                       str(r.tiered_commit), str(r.tiered_segments)) for r in rows]
+                       str(r.tiered_commit), str(r.tiered_segments), str(len(r.damage))) for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     for row in table:
         print("  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))))
+    damaged = [(r, d) for r in rows for d in r.damage]
+    if damaged:
+        print(f"\n{len(damaged)} damaged tiered segment(s); reads of every other segment are unaffected:")
+        for r, d in damaged:
+            print(f"  {r.topic}/{r.queue_id}: {d.describe()}")
     return 0

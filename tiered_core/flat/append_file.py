@@ -18,6 +18,7 @@ from itertools import accumulate
 from typing import Callable, Iterator, Sequence
 
 from tiered_core.errors import DriverError, IllegalOffset, IllegalParam, StateConflict, TieredStoreError
+from tiered_core.flat.damage import SegmentDamage, check_segment
 from tiered_core.segment import FileSegment
 from tiered_core.common import NO_TIMESTAMP, AppendResult, FileSegmentType, SegmentStatus, now_ms
 from tiered_core.spi.driver import SegmentDriver
@@ -38,7 +39,16 @@ class FlatAppendFile:
     after the previous one is fully committed; metadata records every segment before
     it receives bytes. Raises :class:`~tiered_core.errors.IllegalOffset` for reads
     outside the committed range.
+
+    Damage stays local: a segment whose backend object is gone or shorter than its
+    committed size (:class:`~tiered_core.flat.damage.SegmentDamage`, kept in ``damage``
+    by base offset until the file is opened again) ends a read at its first lost byte;
+    a read that starts there raises its :class:`~tiered_core.errors.CorruptData`.
     """
+
+    #: Bytes salvaged from a damaged segment end on a whole record of this size (the
+    #: consume queue's 20-byte unit), at an absolute offset that is a multiple of it.
+    record_size = 1
 
     def __init__(
         self,
@@ -59,6 +69,8 @@ class FlatAppendFile:
         self.max_size = max_size
         self._segment_kwargs = {} if max_buffer_count is None else {"max_buffer_count": max_buffer_count}
         self.segments: list[FileSegment] = []
+        #: Damaged segments found so far, by base offset (reads end at their lost bytes).
+        self.damage: dict[int, SegmentDamage] = {}
         self._lock = threading.RLock()
         self._recover()
 
@@ -282,7 +294,11 @@ class FlatAppendFile:
 
     def read(self, offset: int, length: int) -> bytes:
         """Committed bytes from ``offset``, across as many segments as the range spans;
-        clamped to what is committed."""
+        clamped to what is committed.
+
+        A damaged segment (gone, or shorter than committed) ends the bytes returned at its
+        first lost byte; when that is ``offset`` itself, CorruptData (reason
+        ``segment_missing`` or ``segment_truncated``) names the segment and what is wrong."""
         if length <= 0:
             raise IllegalParam(f"read of {self.file_path!r}: length must be > 0, got {length}", length=length)
         segs = list(self.segments)
@@ -294,21 +310,89 @@ class FlatAppendFile:
             raise IllegalOffset(
                 f"{self.file_path!r} ({self.file_type.name}): offset {offset} is outside the "
                 f"committed range [{lo}, {hi})", path=self.file_path, offset=offset)
+        damage = self.damage
         pieces: list[bytes] = []
         pos, end = offset, offset + length
         while pos < end and idx < len(segs):
             seg = segs[idx]
             # A later segment may start before this one's end (a realigned torn tail): it wins.
             stop = seg.commit_offset if idx + 1 == len(segs) else min(seg.commit_offset, segs[idx + 1].base_offset)
+            cut = False
+            known = damage.get(seg.base_offset) if damage else None
+            if known is not None:
+                limit = seg.base_offset + known.readable
+                limit -= limit % self.record_size
+                if limit < stop:
+                    stop, cut = limit, True
+                    if pos >= stop and not pieces:
+                        raise known.error(pos)
             if pos >= stop:
-                break  # a hole: the committed bytes end here
-            piece = seg.read(pos - seg.base_offset, min(end, stop) - pos)
+                break  # a hole or damage: the readable bytes end here
+            want = min(end, stop) - pos
+            try:
+                piece = seg.read(pos - seg.base_offset, want)
+            except TieredStoreError as exc:
+                piece = self._salvage(seg, pos, want, exc)
+                if not piece:
+                    if pieces:
+                        break
+                    raise self.damage[seg.base_offset].error(pos) from exc
             pieces.append(piece)
             pos += len(piece)
-            if pos < stop:
-                break  # short read: return what is there
+            if pos < stop or cut:
+                break  # short read, or damage right after: return what is there
             idx += 1
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    def _salvage(self, seg: FileSegment, pos: int, want: int, exc: TieredStoreError) -> bytes:
+        """After the read of ``want`` bytes at file offset ``pos`` of ``seg`` failed with
+        ``exc``: when the backend's size (the truth) says the bytes are not all there, record
+        the segment's damage and return the whole records it still holds from ``pos`` (maybe
+        none); otherwise the failure was not damage, and ``exc`` is raised again."""
+        rel = pos - seg.base_offset
+        try:
+            found = self._backend_size(seg.path)
+        except TieredStoreError:
+            raise exc from None
+        if found >= rel + want or seg not in self.segments:
+            raise exc  # the bytes are there (the read itself failed), or expiry removed the segment
+        try:
+            gone = found == 0 and not self.driver.exists(seg.path)
+        except TieredStoreError:
+            gone = False
+        damage = check_segment(self.file_path, self.file_type, seg.path, seg.base_offset, seg.commit_position,
+                               None if gone else found)
+        if damage is None:  # (cannot be: found < rel + want <= the committed size)
+            raise exc
+        if self.damage.get(seg.base_offset) != damage:
+            self.damage[seg.base_offset] = damage
+            log.error("damaged tiered segment of %s: %s", self.file_path, damage.describe())
+        n = min(found, seg.commit_position) - rel
+        n -= (pos + n) % self.record_size if n > 0 else 0
+        if n <= 0:
+            return b""
+        return seg.read(rel, n)
+
+    def check_damage(self, listing: dict[str, int], recorded: dict[str, int] | None = None) -> list[SegmentDamage]:
+        """Damaged segments per ``listing`` (backend path -> size, one listing of the
+        store's prefix), plus those reads found; recorded in ``damage``. ``recorded``
+        (path -> committed size) is what was committed before the listing was taken
+        (default: now), so a commit racing the listing is not taken for damage."""
+        found: list[SegmentDamage] = []
+        for seg in list(self.segments):
+            committed = seg.commit_position if recorded is None else recorded.get(seg.path)
+            if committed is None:  # rolled after the listing
+                continue
+            damage = check_segment(self.file_path, self.file_type, seg.path, seg.base_offset, committed,
+                                   listing.get(seg.path))
+            known = self.damage.get(seg.base_offset)
+            if damage is None:
+                damage = known
+            elif known is None or known.readable > damage.readable:
+                self.damage[seg.base_offset] = damage
+            if damage is not None:
+                found.append(damage)
+        return found
 
     # -- expiry and lifecycle -------------------------------------------------------------
 
@@ -329,6 +413,7 @@ class FlatAppendFile:
                     meta.status = SegmentStatus.DELETED
                     self.metadata.update_file_segment(meta)
                 self.segments.pop(0)
+                self.damage.pop(head.base_offset, None)
                 head.close()
                 cleaned += 1
         return cleaned
@@ -346,6 +431,7 @@ class FlatAppendFile:
         return deleted
 
     def _destroy_segment(self, seg: FileSegment) -> None:
+        self.damage.pop(seg.base_offset, None)
         seg.destroy()
         self.metadata.delete_file_segment(int(self.file_type), self.file_path, seg.base_offset)
 

@@ -20,7 +20,7 @@ from typing import Sequence
 from tiered_core.codec._impl import peek_queue_offset
 from tiered_core.codec.message import rewrite_physical_offset
 from tiered_core.codec.prop_crc import stored_prop_crc, upload_crc_error, write_prop_crc
-from tiered_core.errors import IllegalOffset, IllegalParam, TieredStoreError
+from tiered_core.errors import CorruptData, IllegalOffset, IllegalParam, TieredStoreError
 from tiered_core.flat.append_file import FlatAppendFile
 from tiered_core.common import AppendResult, FileSegmentType
 
@@ -102,13 +102,20 @@ class FlatCommitLogFile(FlatAppendFile):
             return True
 
     def first_message_queue_offset(self) -> int:
-        """Queue offset of the first message still stored (cached); -1 if none is committed."""
+        """Queue offset of the first message still stored (cached); -1 if none is committed,
+        or if the first segment is damaged so that its first message cannot be read (not
+        cached: the damage answers the reads of its own range, the rest stays readable)."""
         if self._first_queue_offset >= 0:
             return self._first_queue_offset
         segs = self.segments
         if not segs or segs[0].commit_position < _QUEUE_OFFSET_END:
             return -1
-        head = self.read(self.min_offset, _QUEUE_OFFSET_END)
+        try:
+            head = self.read(self.min_offset, _QUEUE_OFFSET_END)
+        except CorruptData:
+            return -1
+        if len(head) < _QUEUE_OFFSET_END:  # the head segment holds less than one header
+            return -1
         self._first_queue_offset = peek_queue_offset(head, 0)
         return self._first_queue_offset
 

@@ -17,7 +17,10 @@ class FlatConsumeQueueFile(FlatAppendFile):
     At recovery, a last segment whose size is not a whole number of units (a unit torn
     by a crash mid-write) is sealed and a new segment is rolled at the start of the torn
     unit; reads pick the newest segment at an offset, so the torn bytes are never read.
+    What a damaged segment still holds is read up to its last whole unit.
     """
+
+    record_size = CQ_UNIT_SIZE
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, file_type=FileSegmentType.CONSUME_QUEUE, **kwargs)

@@ -9,7 +9,9 @@ from typing import Iterator
 
 from tiered_core.errors import Fenced, TieredStoreError
 from tiered_core.flat.config import FlatFileConfig
+from tiered_core.flat.damage import SegmentDamage
 from tiered_core.flat.message_file import FlatMessageFile
+from tiered_core.flat.ownership import segment_objects
 from tiered_core.spi.driver import SegmentDriver
 from tiered_core.spi.metadata import TieredMetadataStore, now_ms
 
@@ -72,6 +74,20 @@ class FlatFileStore:
 
     def __iter__(self) -> Iterator[FlatMessageFile]:
         return iter(self.files())
+
+    def check_damage(self) -> dict[tuple[str, int], list[SegmentDamage]]:
+        """Damaged segments by queue: every segment the metadata records with committed bytes
+        the backend does not hold (gone or shorter), from ONE listing of the store's prefix,
+        plus those reads found. Reads only; queues without damage are left out."""
+        files = self.files()
+        recorded = [flat.committed_sizes() for flat in files]  # before the listing: sizes only grow
+        listing = dict(segment_objects(self.driver, self.config.cluster, self.config.broker))
+        out = {}
+        for flat, sizes in zip(files, recorded):
+            damage = flat.check_damage(listing, sizes)
+            if damage:
+                out[(flat.topic, flat.queue_id)] = damage
+        return out
 
     def destroy_file(self, topic: str, queue_id: int) -> None:
         with self._lock:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Sequence
@@ -10,10 +12,11 @@ from tiered_core.codec._impl import encode_cq_unit, peek_store_timestamp
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, decode_cq_unit
 from tiered_core.codec.message import STORE_TIMESTAMP_END
 from tiered_core.codec.naming import queue_path, segment_path, validate_topic
-from tiered_core.errors import IllegalOffset, IllegalParam
+from tiered_core.errors import CorruptData, IllegalOffset, IllegalParam, TieredStoreError
 from tiered_core.flat.commit_log_file import FlatCommitLogFile
 from tiered_core.flat.config import FlatFileConfig
 from tiered_core.flat.consume_queue_file import FlatConsumeQueueFile
+from tiered_core.flat.damage import DAMAGE_REASONS, SegmentDamage
 from tiered_core.segment import default_executor
 from tiered_core.codec.checks import PropCrcPolicy
 from tiered_core.codec.message_batch import MessageBatch
@@ -22,7 +25,6 @@ from tiered_core.flat.batch import read_batch
 from tiered_core.spi.access import CompositeAccess, ConsumeQueueRequest
 from tiered_core.spi.driver import SegmentDriver
 from tiered_core.spi.metadata import TieredMetadataStore
-
 
 
 class FlatMessageFile(CompositeAccess):
@@ -253,11 +255,15 @@ class FlatMessageFile(CompositeAccess):
         return self.commit_log.read(offset, length)
 
     def get_message(self, queue_offset: int) -> bytes:
-        offset, size, _tags = decode_cq_unit(self.get_consume_queue(queue_offset), 0)
+        """The encoded message at ``queue_offset`` (unchecked). CorruptData when a damaged
+        segment lost it (or its unit)."""
+        cq = self.get_consume_queue(queue_offset)
+        if len(cq) < CQ_UNIT_SIZE:
+            raise self._lost(self.consume_queue, queue_offset * CQ_UNIT_SIZE, queue_offset, CQ_UNIT_SIZE)
+        offset, size, _tags = decode_cq_unit(cq, 0)
         data = self.get_commit_log(offset, size)
         if len(data) != size:
-            raise IllegalOffset(f"{self}: message at queue offset {queue_offset} (commit log {offset}, "
-                                f"{size} bytes) is not fully committed", offset=queue_offset)
+            raise self._lost(self.commit_log, offset, queue_offset, size)
         return data
 
     def get_message_async(self, queue_offset: int) -> "Future[bytes]":
@@ -270,8 +276,34 @@ class FlatMessageFile(CompositeAccess):
         return self.executor.submit(self.get_consume_queue, queue_offset, count)
 
     def _store_time(self, queue_offset: int) -> int:
-        offset, _size, _tags = decode_cq_unit(self.get_consume_queue(queue_offset), 0)
-        return peek_store_timestamp(self.get_commit_log(offset, STORE_TIMESTAMP_END), 0)
+        cq_offset = queue_offset * CQ_UNIT_SIZE
+        try:
+            cq = self.get_consume_queue(queue_offset)
+            if len(cq) < CQ_UNIT_SIZE:
+                return self._segment_time(self.consume_queue, cq_offset, queue_offset)
+            offset, _size, _tags = decode_cq_unit(cq, 0)
+            head = self.get_commit_log(offset, STORE_TIMESTAMP_END)
+            if len(head) < STORE_TIMESTAMP_END:
+                return self._segment_time(self.commit_log, offset, queue_offset)
+            return peek_store_timestamp(head, 0)
+        except CorruptData as exc:
+            if exc.context.get("reason") not in DAMAGE_REASONS:
+                raise
+            file = self.commit_log if exc.context.get("file_type") == "COMMIT_LOG" else self.consume_queue
+            return self._segment_time(file, exc.context["offset"], queue_offset)
+
+    def _segment_time(self, file, offset: int, queue_offset: int) -> int:
+        """The store time of a message a damaged segment of ``file`` lost (at file offset
+        ``offset``): the newest time its segment's metadata records. Times stay monotonic
+        (the segment's readable messages are older, the next segment's newer), so a time
+        search into the lost range lands in it -- where reads answer as damaged -- instead of
+        failing for every time."""
+        segs = list(file.segments)
+        i = bisect.bisect_right([s.base_offset for s in segs], offset) - 1
+        stamp = segs[i].max_timestamp if i >= 0 else None
+        if stamp is None:
+            raise self._lost(file, offset, queue_offset)
+        return stamp
 
     def get_offset_in_consume_queue_by_time(self, timestamp: int, boundary: BoundaryType = BoundaryType.LOWER) -> int:
         """The queue offset of the first message stored at or after ``timestamp`` (LOWER), or
@@ -286,10 +318,94 @@ class FlatMessageFile(CompositeAccess):
         offset; at most ``max_bytes`` of commit log, but at least one message): one
         consume-queue read, one commit-log read, one split + validate pass
         (:func:`tiered_core.flat.batch.read_batch`). The batch ends before the first bad
-        message, whose CorruptData is ``batch.error``; I/O errors raise."""
+        message, whose CorruptData is ``batch.error`` -- also when a damaged segment lost it
+        or its unit (reason ``segment_missing`` / ``segment_truncated``, naming the segment):
+        the read ends at the damage, so every intact message before it is in the batch.
+        Other I/O errors raise."""
         count = min(count, self.consume_queue_commit_offset() - queue_offset)
-        return read_batch(self.get_consume_queue, self.get_commit_log, queue_offset, count, max_bytes,
-                          topic=self.topic, queue_id=self.queue_id, prop_crc=prop_crc)
+        try:
+            batch = read_batch(self.get_consume_queue, self.get_commit_log, queue_offset, count, max_bytes,
+                               topic=self.topic, queue_id=self.queue_id, prop_crc=prop_crc)
+        except CorruptData as exc:  # a damaged segment lost the message at queue_offset
+            return MessageBatch(self.topic, self.queue_id, queue_offset, b"", 0, [],
+                                self._queue_error(exc, queue_offset))
+        if count > 0 and not batch.units and batch.error is None:  # the consume queue ends early
+            error = self._damage_error(self.consume_queue, queue_offset * CQ_UNIT_SIZE, queue_offset, CQ_UNIT_SIZE)
+            if error is not None:
+                return MessageBatch(self.topic, self.queue_id, queue_offset, b"", 0, [], error)
+        elif batch.error is not None and batch.error.reason == "unit_out_of_range":
+            # The commit-log read ended early: name the damaged segment that cut it short.
+            bad = batch.error.context
+            lost = self._damage_error(self.commit_log, bad["offset"], bad["queue_offset"], max(1, bad["size"]))
+            if lost is not None:
+                batch.error = lost
+        return batch
+
+    # -- damage ------------------------------------------------------------------------------
+
+    def _queue_error(self, exc: CorruptData, queue_offset: int) -> CorruptData:
+        """``exc`` (of a damaged segment), naming the queue offset whose read hit it."""
+        ctx = dict(exc.context)
+        ctx.update(topic=self.topic, queue_id=self.queue_id, queue_offset=queue_offset)
+        return CorruptData(f"{self.topic}/{self.queue_id} queue offset {queue_offset}: {exc.message}", **ctx)
+
+    def _damage_error(self, file, offset: int, queue_offset: int | None, size: int = 1) -> CorruptData | None:
+        """The CorruptData of a damaged segment of ``file`` that lost (some of) the ``size``
+        bytes at file offset ``offset``; None when no known damage covers them."""
+        for damage in list(file.damage.values()):
+            if damage.covers(offset, size):
+                exc = damage.error(max(offset, damage.lost[0]))
+                return exc if queue_offset is None else self._queue_error(exc, queue_offset)
+        return None
+
+    def _lost(self, file, offset: int, queue_offset: int | None, size: int = 1) -> CorruptData | IllegalOffset:
+        """:meth:`_damage_error`, or IllegalOffset when no damage explains a short read."""
+        return self._damage_error(file, offset, queue_offset, size) or IllegalOffset(
+            f"{self}: {file.file_type.name} bytes at {offset} (queue offset {queue_offset}) are not committed",
+            offset=offset, queue_offset=queue_offset)
+
+    def damaged_segments(self) -> list[SegmentDamage]:
+        """The damaged segments reads have found (see :meth:`check_damage`)."""
+        return list(self.consume_queue.damage.values()) + list(self.commit_log.damage.values())
+
+    def check_damage(self, listing: dict[str, int], recorded: dict[str, int] | None = None) -> list[SegmentDamage]:
+        """The queue's damaged segments per ``listing`` (backend path -> size, see
+        :meth:`FlatAppendFile.check_damage`), each with ``queue_offsets``: the queue
+        offsets whose units or messages it lost, when the consume queue can tell."""
+        found = self.consume_queue.check_damage(listing, recorded) + self.commit_log.check_damage(listing, recorded)
+        return [dataclasses.replace(d, queue_offsets=self._lost_queue_offsets(d)) for d in found]
+
+    def committed_sizes(self) -> dict[str, int]:
+        """Backend path -> committed bytes of every segment (taken before a listing)."""
+        return {seg.path: seg.commit_position for file in (self.consume_queue, self.commit_log) for seg in file}
+
+    def _lost_queue_offsets(self, damage: SegmentDamage) -> tuple[int, int] | None:
+        lo, hi = damage.lost
+        if damage.file_type is FileSegmentType.CONSUME_QUEUE:
+            return lo // CQ_UNIT_SIZE, -(-hi // CQ_UNIT_SIZE)
+        # Commit log: the units whose messages end past ``lo`` and start before ``hi``.
+        try:
+            first = self._first_unit(lambda off, size: off + size > lo)
+            end = self._first_unit(lambda off, size: off >= hi)
+        except TieredStoreError:
+            return None  # the consume queue cannot tell
+        return (first, end) if first < end else None
+
+    def _first_unit(self, past) -> int:
+        """The first queue offset whose unit ``(offset, size)`` satisfies ``past`` (units are
+        in commit-log order), by bisection over the consume queue."""
+        a, b = self.consume_queue_min_offset(), self.consume_queue_commit_offset()
+        while a < b:
+            mid = (a + b) // 2
+            cq = self.get_consume_queue(mid)
+            if len(cq) < CQ_UNIT_SIZE:
+                raise self._lost(self.consume_queue, mid * CQ_UNIT_SIZE, mid, CQ_UNIT_SIZE)
+            off, size, _tags = decode_cq_unit(cq, 0)
+            if past(off, size):
+                b = mid
+            else:
+                a = mid + 1
+        return a
 
     # -- expiry and lifecycle ----------------------------------------------------------------
 

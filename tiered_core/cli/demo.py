@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
 
     # 1. put
     store = open_store(config, create=True)
-    used = [f"{r.topic}/{r.queue_id}" for r in store.stat()
+    used = [f"{r.topic}/{r.queue_id}" for r in store.stat(check_damage=False)
             if r.topic in topics and max(r.local_max, r.tiered_commit) > 0]
     if used:
         store.close()

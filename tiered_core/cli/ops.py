@@ -131,7 +131,7 @@ def _dispatch_failure(store, stats, topic: str, queue_id: int, queue_offset: int
                       result: dict[str, Any]) -> DispatchFailed | None:
     """A :class:`DispatchFailed` when the round reported errors or failed commits, or left
     the message just put untiered; None when the dispatch did its job."""
-    lagging = [f"{r.topic}/{r.queue_id}" for r in store.stat() if r.tiered_commit < r.local_max]
+    lagging = [f"{r.topic}/{r.queue_id}" for r in store.stat(check_damage=False) if r.tiered_commit < r.local_max]
     own = f"{topic}/{queue_id}"
     this_tiered = store.is_tiered(topic, queue_id, queue_offset)
     if not this_tiered and own not in lagging:

@@ -30,7 +30,7 @@ from tiered_core.cli.exit_codes import ExitCode
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, decode_cq_unit
 from tiered_core.common import BoundaryType
 from tiered_core.config import StoreConfig
-from tiered_core.errors import CorruptData
+from tiered_core.errors import CorruptData, StateConflict
 
 TOPIC = "topic0"
 PER_QUEUE = 1200  # two queues: 2,400 messages
@@ -328,3 +328,28 @@ def test_a_read_ends_at_the_last_whole_unit_a_truncated_segment_holds(cq):
         f.read(7 * CQ_UNIT_SIZE, CQ_UNIT_SIZE)
     assert (info.value.reason, info.value.path, info.value.offset) == ("segment_truncated", seg.path, 140)
     assert f.read(10 * CQ_UNIT_SIZE, 100) == b"".join(bytes([i]) * CQ_UNIT_SIZE for i in range(10, 15))
+
+
+@pytest.mark.parametrize("kind", ["COMMIT_LOG", "CONSUME_QUEUE"])
+def test_damaged_newest_segment_quarantines_its_queue_only(tmp_path, capsys, kind):
+    """The writable (newest) segment lost committed bytes: appending after them could reuse
+    its offsets, so that queue alone refuses puts and answers OFFSET_FOUND_NULL (with the
+    reason) for what only the tier held; the store opens, the other queue works, stat names it."""
+    cfg = build(tmp_path)
+    cl, cq, _ = layout(cfg)
+    path, _, size = (cl if kind == "COMMIT_LOG" else cq)[-1]
+    truncate(tmp_path, path, size // 2)
+    with TieredMessageStore.open(StoreConfig.load(cfg)) as store:
+        assert set(store.unrecoverable) == {(TOPIC, 0)}
+        served, _ = read_all(store, 1, 0, PER_QUEUE)
+        assert served == list(range(PER_QUEUE))
+        got = store.get_message("g", TOPIC, 0, 5, 32)
+        assert got.status is GetMessageStatus.OFFSET_FOUND_NULL and got.next_begin_offset == 5
+        assert isinstance(got.error, StateConflict) and path in str(got.error)
+        with pytest.raises(StateConflict) as refused:
+            store.put_message(Message(topic=TOPIC, body=b"x"), 0)
+        assert refused.value.queue_id == 0
+        assert store.put_message(Message(topic=TOPIC, body=b"y"), 1).queue_offset == PER_QUEUE
+    assert main(["stat", "--config", cfg]) == 0
+    out = capsys.readouterr().out
+    assert "1 queue(s) whose tiered files could not be recovered" in out and path in out

@@ -63,6 +63,8 @@ class QueueStat:
     tiered_commit: int
     tiered_segments: int
     damage: list[SegmentDamage] = field(default_factory=list)
+    #: Why the queue's tiered data could not be recovered at open (None: it was).
+    unrecoverable: str | None = None
 
 
 class TieredMessageStore:
@@ -101,12 +103,14 @@ class TieredMessageStore:
                 config.open_metadata, config.effective_metadata_path(), self.driver, config.cluster,
                 config.broker, rebuild=take_over or config.metadata_recovery == "rebuild", fix=fix)
             self.flat_files = FlatFileStore(self.driver, self.metadata, config.flat_config())
+            #: Queues whose tiered files could not be recovered at open, with the reason: their
+            #: tiered data is not served and puts to them are refused; the other queues work.
+            self.unrecoverable: dict[tuple[str, int], str] = {}
             if not self.flat_files.load():
-                failed = "; ".join(f"{t}/{q}: {why}" for t, q, why in self.flat_files.failures)
-                raise StateConflict(f"{len(self.flat_files.failures)} tiered queue(s) cannot be recovered, "
-                                    f"so their tiered data cannot be served: {failed}",
-                                    failures=self.flat_files.failures)
-            # An offset names one message forever: continue every queue past the tier.
+                self.unrecoverable = {(t, q): why for t, q, why in self.flat_files.failures}
+                log.error("%d tiered queue(s) cannot be recovered; their tiered data is not served and puts "
+                          "to them are refused (the other queues are open): %s", len(self.unrecoverable),
+                          "; ".join(f"{t}/{q}: {why}" for (t, q), why in self.unrecoverable.items()))
             had_local = bool(self.local.list_queues())
             recovered = continue_after_tier(self.local, self.flat_files, store_path=config.store_path,
                                             epoch=self.ownership.record.epoch,
@@ -179,6 +183,12 @@ class TieredMessageStore:
         """
         if self.ownership.fenced is not None:
             raise self.ownership.fenced
+        if self.unrecoverable and (message.topic, queue_id) in self.unrecoverable:
+            why = self.unrecoverable[(message.topic, queue_id)]
+            raise StateConflict(
+                f"{message.topic}/{queue_id}: its tiered files could not be recovered at open ({why}), so where "
+                "it continues is unknown: puts to it are refused. Restore the damaged object from a backup of "
+                "the backend and reopen the store", topic=message.topic, queue_id=queue_id, reason=why)
         queue_offset, commitlog_offset, store_timestamp = self.local.put_message(message.topic, queue_id, message)
         return PutMessageResult(_PUT_OK, queue_offset, commitlog_offset, store_timestamp)
 
@@ -230,6 +240,8 @@ class TieredMessageStore:
             raise IllegalParam(f"max_count must be > 0, got {max_count}", max_count=max_count)
         if offset < 0:
             raise IllegalParam(f"offset must be >= 0, got {offset}", offset=offset)
+        if self.unrecoverable and (topic, queue_id) in self.unrecoverable:
+            return self._get_unrecoverable(topic, queue_id, offset, max_count, message_filter)
         if self._read_tiered(topic, queue_id, offset):
             try:
                 result = self.fetcher.get_message(topic, queue_id, offset, max_count, message_filter)
@@ -262,6 +274,26 @@ class TieredMessageStore:
             # tiered store has it (never tell the consumer to skip what is still stored).
             return self.get_message(group, topic, queue_id, offset, max_count, message_filter)
         return result
+
+    def _get_unrecoverable(self, topic: str, queue_id: int, offset: int, max_count: int,
+                           message_filter: MessageFilter | None) -> GetMessageResult:
+        """A queue whose tiered files could not be recovered: its local copy serves what it
+        holds; an offset only the tier held answers OFFSET_FOUND_NULL with the reason (never
+        "too small", which would move a consumer past it)."""
+        local_min = self.local.get_min_offset_in_queue(topic, queue_id)
+        local_max = self.local.get_max_offset_in_queue(topic, queue_id)
+        if local_min <= offset < local_max or offset >= self._recorded_end(topic, queue_id):
+            return self._get_local(topic, queue_id, offset, max_count, message_filter)
+        why = self.unrecoverable[(topic, queue_id)]
+        return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, next_begin_offset=offset, min_offset=local_min,
+                                max_offset=max(local_max, self._recorded_end(topic, queue_id)), tier=StoreTier.TIERED,
+                                error=StateConflict(f"{topic}/{queue_id}@{offset} is in the tier, whose files of this "
+                                                    f"queue could not be recovered at open: {why}", topic=topic,
+                                                    queue_id=queue_id, offset=offset, reason=why))
+
+    def _recorded_end(self, topic: str, queue_id: int) -> int:
+        meta = self.metadata.get_queue(topic, queue_id)
+        return meta.max_offset if meta is not None else 0
 
     def _get_local(self, topic: str, queue_id: int, offset: int, max_count: int,
                    message_filter: MessageFilter | None) -> GetMessageResult:
@@ -422,10 +454,19 @@ class TieredMessageStore:
                 damage = self.flat_files.check_damage()
             except TieredStoreError as exc:
                 log.warning("cannot list the tier to check for damaged segments: %s", exc)
-        keys = set(self.local.list_queues()) | {(f.topic, f.queue_id) for f in self.flat_files.files()}
+        keys = (set(self.local.list_queues()) | {(f.topic, f.queue_id) for f in self.flat_files.files()}
+                | set(self.unrecoverable))
         out = []
         for topic, qid in sorted(keys):
             flat = self.flat_files.get(topic, qid)
+            why = self.unrecoverable.get((topic, qid))
+            if why is not None:
+                meta = self.metadata.get_queue(topic, qid)
+                out.append(QueueStat(topic, qid, self.local.get_min_offset_in_queue(topic, qid),
+                                     self.local.get_max_offset_in_queue(topic, qid),
+                                     meta.min_offset if meta else -1, meta.max_offset if meta else -1, 0,
+                                     unrecoverable=why))
+                continue
             out.append(QueueStat(
                 topic, qid, self.local.get_min_offset_in_queue(topic, qid), self.local.get_max_offset_in_queue(topic, qid),
                 flat.consume_queue_min_offset() if flat and flat.initialized else -1,

@@ -217,7 +217,8 @@ def stat(args: argparse.Namespace) -> int:
         return 0
     head = ("topic", "queue", "local min", "local max", "tiered min", "tiered commit", "segments", "damaged")
     table = [head] + [(r.topic, str(r.queue_id), str(r.local_min), str(r.local_max), str(r.tiered_min),
-                       str(r.tiered_commit), str(r.tiered_segments), str(len(r.damage))) for r in rows]
+                       str(r.tiered_commit), str(r.tiered_segments),
+                       "all" if r.unrecoverable else str(len(r.damage))) for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     for row in table:
         print("  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))))
@@ -226,4 +227,10 @@ def stat(args: argparse.Namespace) -> int:
         print(f"\n{len(damaged)} damaged tiered segment(s); reads of every other segment are unaffected:")
         for r, d in damaged:
             print(f"  {r.topic}/{r.queue_id}: {d.describe()}")
+    broken = [r for r in rows if r.unrecoverable]
+    if broken:
+        print(f"\n{len(broken)} queue(s) whose tiered files could not be recovered (their tiered data is not "
+              "served and puts to them are refused; the other queues work):")
+        for r in broken:
+            print(f"  {r.topic}/{r.queue_id}: {r.unrecoverable}")
     return 0

@@ -10,8 +10,10 @@ broken rule across brokers and exits 1 when there is one.
 from __future__ import annotations
 
 import argparse
+import sys
+from typing import Any
 
-from tiered_core.cli.common import add_json_option, print_json
+from tiered_core.cli.common import add_json_option
 from tiered_core.cli.exit_codes import ExitCode
 
 
@@ -46,7 +48,23 @@ def _print_status(status: dict) -> None:
         print(f"  logic queue {q['queue']}: [{q.get('minOffset', '-')}, {q.get('maxOffset', '-')}) {gens}")
 
 
+def print_json(doc: Any) -> None:
+    """Print ``doc`` as one JSON document: its outer two levels indented, one line per logic
+    queue or violation (linear and quick for 100,000 logic queues, unlike an indented dump)."""
+    from tiered_core.static_topic.store import dumps_layered
+
+    sys.stdout.write(dumps_layered(doc, 2, indent=2) + "\n")
+    sys.stdout.flush()
+
+
 def run(args: argparse.Namespace) -> int:
+    from tiered_core.static_topic.bulk import gc_paused
+
+    with gc_paused():  # the command builds and prints one entry per logic queue: see static_topic.bulk
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from tiered_core.static_topic import Cluster
 
     with Cluster.load(args.cluster) as cluster:

@@ -56,6 +56,7 @@ from tiered_core.codec.naming import validate_topic
 from tiered_core.common import LONG_MAX, BoundaryType, now_ms
 from tiered_core.config import StoreConfig
 from tiered_core.errors import ConfigError, Fenced, IllegalParam, MappingError, StateConflict
+from tiered_core.static_topic.bulk import gc_paused
 from tiered_core.static_topic.mapping import LogicQueueMappingItem, TopicQueueMappingDetail
 from tiered_core.static_topic.offsets import ConsumerOffsetStore
 from tiered_core.static_topic.reader import TieredBrokerReader
@@ -167,6 +168,7 @@ class Cluster:
     :class:`Fenced`; an inconsistent or undecided mapping is :class:`MappingError`.
     """
 
+    @gc_paused()  # bulk work over every logic queue (see static_topic.bulk)
     def __init__(self, configs: Sequence[StoreConfig], *, background: bool = False) -> None:
         if not configs:
             raise ConfigError("a cluster needs at least one broker config", key="broker")
@@ -357,13 +359,23 @@ class Cluster:
         self._valid_topics.add(topic)
         return st
 
-    def _next_queue_id(self, topic: str, broker: str) -> int:
-        """A physical queue id of ``broker`` never used by ``topic`` (no physical queue reuse)."""
+    def _next_queue_id(self, topic: str, broker: str,
+                       queues: dict[int, list[LogicQueueMappingItem]] | None = None) -> int:
+        """A physical queue id of ``broker`` never used by ``topic`` (no physical queue reuse):
+        past every id its local store, its tiered files, the open brokers' mappings and
+        ``queues`` (a mapping being built) use. One pass over each: call it once per broker
+        and count on from there when allocating many ids."""
         store = self._open_store(broker)
         store.local.reput()
         used = {qid for t, qid in store.local.list_queues() if t == topic}
-        for d in self._details(topic).values():
-            used |= {i.queueId for items in d.hostedQueues.values() for i in items if i.bname == broker}
+        # the tier's too: after a lost local disk, physical queues live on there only
+        used |= {f.queue_id for f in store.flat_files.files() if f.topic == topic}
+        for m in self.mappings.values():
+            d = m.get(topic)
+            if d is not None:
+                used |= {i.queueId for items in d.hostedQueues.values() for i in items if i.bname == broker}
+        if queues:
+            used |= {i.queueId for items in queues.values() for i in items if i.bname == broker}
         return max(used) + 1 if used else 0
 
     # -- physical offsets -------------------------------------------------------------------
@@ -450,6 +462,7 @@ class Cluster:
 
     # -- admin ------------------------------------------------------------------------------
 
+    @gc_paused()  # bulk work over every logic queue (see static_topic.bulk)
     def create_static_topic(self, topic: str, total_queues: int, brokers: Sequence[str]) -> dict[str, Any]:
         """Create static topic ``topic`` with ``total_queues`` logic queues spread round-robin over
         ``brokers`` (logic queue i on ``brokers[i % len(brokers)]``, a fresh physical queue each).
@@ -493,10 +506,12 @@ class Cluster:
                 epoch = now_ms()
                 queues = {}
             now = now_ms()
+            next_id: dict[str, int] = {}  # per broker: computed once, then counted on (linear in queues)
             for q in range(total_queues):
                 if q not in queues:
                     b = brokers[q % len(brokers)]
-                    qid = self._next_queue_id_with(topic, b, queues)
+                    qid = next_id[b] if b in next_id else self._next_queue_id(topic, b, queues)
+                    next_id[b] = qid + 1
                     queues[q] = [LogicQueueMappingItem(gen=0, queueId=qid, bname=b, logicOffset=0, startOffset=0,
                                                        timeOfStart=now)]
             hosting = [b for b in self.mappings if any(items[-1].bname == b for items in queues.values())]
@@ -511,10 +526,6 @@ class Cluster:
                     self.topic_configs[b].ensure_queues(topic, count)
         return self.static_topic_status(topic)
 
-    def _next_queue_id_with(self, topic: str, broker: str, queues: dict[int, list[LogicQueueMappingItem]]) -> int:
-        used = {i.queueId for items in queues.values() for i in items if i.bname == broker}
-        return max(self._next_queue_id(topic, broker), max(used) + 1 if used else 0)
-
     def _check_targets(self, topic: str, brokers: Sequence[str]) -> list[str]:
         if isinstance(brokers, str) or not brokers:
             raise IllegalParam(f"static topic {topic!r}: give a non-empty list of broker names, got {brokers!r}",
@@ -526,6 +537,7 @@ class Cluster:
                 out.append(b)
         return out
 
+    @gc_paused()  # bulk work over every logic queue (see static_topic.bulk)
     def remap_static_topic(self, topic: str, brokers: Sequence[str]) -> dict[str, Any]:
         """Move logic queues' leaders so they are spread over ``brokers`` (a queue whose leader is
         already on a target broker with room stays), in the seed's high-availability order
@@ -660,6 +672,7 @@ class Cluster:
                 hosted[q] = items
         return hosted
 
+    @gc_paused()  # bulk work over every logic queue (see static_topic.bulk)
     def trim_static_mappings(self, topic: str | None = None) -> int:
         """Drop from each open broker's mapping file the logic queues it keeps only for an old
         generation (older than the two newest) whose data has since left its local store
@@ -689,25 +702,35 @@ class Cluster:
         own background retention does. Returns how many commit-log files were deleted."""
         return sum(store.delete_expired_local(now_ms) for store in list(self.stores.values()))
 
+    @gc_paused()  # bulk work over every logic queue (see static_topic.bulk)
     def static_topic_status(self, topic: str) -> dict[str, Any]:
         """Per logic queue: its items (oldest first), leader, min and max logic offsets, and
         ``skippedOffsets``: how many logic offsets readers skip at generation boundaries
         (:meth:`skipped_offsets`; 0 normally)."""
         with self._lock:
             view = self._view(topic)
+            # one pass over the topic, not one per logic queue: the skipped ranges, and every
+            # acknowledged put made visible once per broker (then each queue's max needs no reput)
+            skipped: dict[int, int] = {}
+            for g in self.skipped_offsets(topic):
+                skipped[g["queue"]] = skipped.get(g["queue"], 0) + g["count"]
+            for store in self.stores.values():
+                store.local.reput()
             queues = []
             for q in range(view.total_queues):
                 items = view.queues.get(q, [])
                 entry: dict[str, Any] = {"queue": q, "items": [i.to_json() for i in items]}
                 if items:
                     entry["leader"] = {"bname": items[-1].bname, "queueId": items[-1].queueId}
-                    entry["minOffset"] = self.get_min_offset_in_queue(topic, q)
-                    entry["maxOffset"] = self.get_max_offset_in_queue(topic, q)
-                    entry["skippedOffsets"] = sum(g["count"] for g in self.skipped_offsets(topic) if g["queue"] == q)
+                    entry["minOffset"] = self._min_of(topic, items)
+                    readable = view.readable(q)[0]
+                    entry["maxOffset"] = self._logic_end(topic, readable[-1], fresh=False) if readable else -1
+                    entry["skippedOffsets"] = skipped.get(q, 0)
                 queues.append(entry)
             return {"topic": topic, "totalQueues": view.total_queues, "epoch": view.epoch, "epochs": view.epochs,
                     "queues": queues}
 
+    @gc_paused()  # bulk work over every logic queue (see static_topic.bulk)
     def verify(self) -> list[Violation]:
         """Check every static topic across the open brokers; one :class:`Violation` per broken rule
         (an empty list: consistent). Rules: every open broker has a mapping of the topic (a
@@ -937,18 +960,20 @@ class Cluster:
         """The smallest logic offset still readable (from the earliest decided item)."""
         with self._lock:
             _, items = self._items(topic, queue_id)
-            first = items[0]
-            if not first.decided:
-                return -1  # the seed allows -1 only here and at put
-            return max(first.logicOffset, first.to_logic(self._phys_min(topic, first)))
+            return self._min_of(topic, items)
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         """The logic offset just past the last readable message (the newest decided item's end)."""
         with self._lock:
-            _, items = self._items(topic, queue_id)
-            readable = [i for i in items if i.decided]
-            return self._logic_end(topic, readable[-1])
+            view, _ = self._items(topic, queue_id)
+            readable = view.readable(queue_id)[0]
+            return self._logic_end(topic, readable[-1]) if readable else -1  # -1: nothing decided yet
 
+    def _min_of(self, topic: str, items: list[LogicQueueMappingItem]) -> int:
+        first = items[0]
+        if not first.decided:
+            return -1  # the seed allows -1 only here and at put
+        return max(first.logicOffset, first.to_logic(self._phys_min(topic, first)))
 
     # -- time and key lookups -----------------------------------------------------------------
 

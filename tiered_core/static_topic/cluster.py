@@ -57,6 +57,7 @@ from tiered_core.common import LONG_MAX, BoundaryType, now_ms
 from tiered_core.config import StoreConfig
 from tiered_core.errors import ConfigError, Fenced, IllegalParam, MappingError, StateConflict
 from tiered_core.static_topic.bulk import gc_paused
+from tiered_core.static_topic.errors import UnknownStaticTopic
 from tiered_core.static_topic.mapping import LogicQueueMappingItem, TopicQueueMappingDetail
 from tiered_core.static_topic.offsets import ConsumerOffsetStore
 from tiered_core.static_topic.reader import TieredBrokerReader
@@ -315,8 +316,7 @@ class Cluster:
 
     def _merge_view(self, topic: str, details: dict[str, TopicQueueMappingDetail]) -> TopicView:
         if not details:
-            raise MappingError(f"{topic!r} is not a static topic on any open broker", topic=topic, queue=None,
-                               field="topic", broker=None)
+            raise self._unknown_topic(topic)
         totals = {d.totalQueues for d in details.values()}
         if len(totals) > 1:
             raise MappingError(f"static topic {topic!r}: brokers disagree on totalQueues: "
@@ -327,6 +327,13 @@ class Cluster:
             queues[q] = _merge_items(topic, q, [(b, d.hostedQueues[q]) for b, d in details.items()
                                                  if q in d.hostedQueues])
         return TopicView(topic, totals.pop(), {b: d.epoch for b, d in details.items()}, queues)
+
+    def _unknown_topic(self, topic: str) -> UnknownStaticTopic:
+        known = self._static_topics()
+        listed = ", ".join(known[:20]) + (f" and {len(known) - 20} more" if len(known) > 20 else "")
+        return UnknownStaticTopic(f"{topic!r} is not a static topic on any open broker of the cluster (static "
+                                  f"topics: {listed or 'none'}); `tiered static-topic create` makes one",
+                                  topic=topic, queue=None, field="topic", broker=None, known=known[:20])
 
     def _items(self, topic: str, queue_id: int) -> tuple[TopicView, list[LogicQueueMappingItem]]:
         view = self._view(topic)
@@ -1074,8 +1081,8 @@ def read_static_topic_items(configs: Sequence[StoreConfig], topic: str) -> tuple
         if d is not None:
             details[c.broker] = d
     if not details:
-        raise MappingError(f"{topic!r} is not a static topic of any broker", topic=topic, queue=None,
-                           field="topic", broker=None)
+        raise UnknownStaticTopic(f"{topic!r} is not a static topic of any broker", topic=topic, queue=None,
+                                 field="topic", broker=None, known=[])
     totals = {d.totalQueues for d in details.values()}
     if len(totals) > 1:
         raise MappingError(f"static topic {topic!r}: brokers disagree on totalQueues", topic=topic, queue=None,

@@ -1,10 +1,12 @@
-"""``tiered static-topic create|remap|status|verify --cluster FILE``: static topics (seed 002).
+"""``tiered static-topic create|remap|status|verify|put --cluster FILE``: static topics (seed 002).
 
 FILE is a cluster TOML file (``examples/cluster.toml``): shared ``[tiered]`` settings and
 one ``[[broker]]`` table per broker. ``create`` spreads ``--queues`` logic queues over
 ``--brokers``; ``remap`` moves logic queue leaders onto ``--brokers`` (re-run it to finish
 an interrupted one); ``status`` shows logic and physical queues; ``verify`` lists every
-broken rule across brokers and exits 1 when there is one.
+broken rule across brokers and exits 1 when there is one; ``put`` puts one message into a
+logic queue (through its leader: ``tiered put`` into a static topic's physical queue is
+refused).
 """
 
 from __future__ import annotations
@@ -22,12 +24,14 @@ def _brokers(text: str) -> list[str]:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("static-topic", help="static topics: logic queues over brokers (create, remap, status, verify)",
+    p = sub.add_parser("static-topic",
+                       help="static topics: logic queues over brokers (create, remap, status, verify, put)",
                        description=__doc__.split("\n\n", 1)[1] if __doc__ else None)
     actions = p.add_subparsers(dest="static_action", metavar="ACTION", required=True)
     for name, helptext in (("create", "create a static topic"), ("remap", "move logic queue leaders to brokers"),
                            ("status", "logic queues, their generations, leaders and offsets"),
-                           ("verify", "check every static topic across the brokers")):
+                           ("verify", "check every static topic across the brokers"),
+                           ("put", "put one message into a logic queue (body from --body or stdin)")):
         a = actions.add_parser(name, help=helptext)
         a.add_argument("--cluster", required=True, metavar="FILE", help="cluster TOML file (examples/cluster.toml)")
         if name != "verify":
@@ -37,8 +41,23 @@ def register(sub: argparse._SubParsersAction) -> None:
         if name in ("create", "remap"):
             a.add_argument("--brokers", required=True, type=_brokers, metavar="A,B",
                            help="comma-separated broker names")
-        add_json_option(a, "the topic status" if name != "verify" else "the violations")
+        if name == "put":
+            a.add_argument("--queue", type=_logic_queue, default=0, metavar="ID", help="logic queue id (default 0)")
+            a.add_argument("--key", action="append", default=[], help="index key (repeatable)")
+            a.add_argument("--tags", help="message tags")
+            a.add_argument("--body", help="message body (default: read stdin)")
+        add_json_option(a, {"verify": "the violations", "put": "the put result"}.get(name, "the topic status"))
         a.set_defaults(func=run)
+
+
+def _logic_queue(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a logic queue id is an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a logic queue id is an integer >= 0, got {value}")
+    return value
 
 
 def _print_status(status: dict) -> None:
@@ -81,6 +100,8 @@ def _run(args: argparse.Namespace) -> int:
                           f"{g['count']} logic offset(s) [{g['from']}, {g['to']}) never tiered, skipped by readers")
                 print("ok" if not problems else f"{len(problems)} violation(s)")
             return int(ExitCode.FAILURE) if problems else 0
+        if args.static_action == "put":
+            return _put(cluster, args)
         if args.static_action == "create":
             status = cluster.create_static_topic(args.topic, args.queues, args.brokers)
         elif args.static_action == "remap":
@@ -91,4 +112,27 @@ def _run(args: argparse.Namespace) -> int:
         print_json(status)
     else:
         _print_status(status)
+    return 0
+
+
+def _put(cluster, args: argparse.Namespace) -> int:
+    """``static-topic put``: one message into logic queue ``--queue`` through its leader."""
+    from tiered_core.codec.message import Message
+    from tiered_core.errors import IllegalParam, StateConflict
+
+    body = args.body.encode() if args.body is not None else sys.stdin.buffer.read()
+    leader = cluster.leader(args.topic, args.queue)
+    res = cluster.put_message(Message(topic=args.topic, body=body, keys=args.key, tags=args.tags), args.queue)
+    result = {"status": res.status.name, "topic": args.topic, "queue": args.queue, "queue_offset": res.queue_offset,
+              "broker": leader.bname, "physical_queue": leader.queueId, "commitlog_offset": res.commitlog_offset,
+              "store_timestamp": res.store_timestamp}
+    if not res.ok:
+        kind = IllegalParam if res.status.name == "MESSAGE_ILLEGAL" else StateConflict
+        raise kind(f"put to static topic {args.topic!r} logic queue {args.queue} answered {res.status.name}",
+                   topic=args.topic, queue=args.queue, status=res.status.name)
+    if args.json:
+        print_json(result)
+    else:
+        print(f"{result['status']} topic={args.topic} logic queue={args.queue} queue_offset={res.queue_offset} "
+              f"(broker {leader.bname} physical queue {leader.queueId})")
     return 0

@@ -58,6 +58,7 @@ from tiered_core.config import StoreConfig
 from tiered_core.errors import ConfigError, Fenced, IllegalParam, MappingError, StateConflict
 from tiered_core.static_topic.bulk import gc_paused
 from tiered_core.static_topic.errors import UnknownStaticTopic
+from tiered_core.static_topic.guard import DirectPutGuard
 from tiered_core.static_topic.mapping import LogicQueueMappingItem, TopicQueueMappingDetail
 from tiered_core.static_topic.offsets import ConsumerOffsetStore
 from tiered_core.static_topic.reader import TieredBrokerReader
@@ -193,6 +194,7 @@ class Cluster:
         self.offsets: dict[str, ConsumerOffsetStore] = {}
         self.topic_configs: dict[str, TopicConfigStore] = {}
         self._readers: dict[str, TieredBrokerReader] = {}
+        self._guards: dict[str, DirectPutGuard] = {}
         self._views: dict[str, tuple[tuple, TopicView]] = {}
         self._min_cache: dict[tuple[str, int, int], tuple[int, float]] = {}
         self._max_cache: dict[tuple[str, int, int], tuple[int, float]] = {}
@@ -207,6 +209,8 @@ class Cluster:
                 self.offsets[c.broker] = ConsumerOffsetStore(c.store_path)
                 self.topic_configs[c.broker] = TopicConfigStore(c.store_path, c.broker)
                 self.stores[c.broker] = store = TieredMessageStore.open(c, background=background)
+                # its static topics' physical queues take the cluster's puts only (static_topic.guard)
+                store.put_guard = self._guards[c.broker] = DirectPutGuard(self.mappings[c.broker], c.broker)
                 # every local retention run that deleted files, the store's own timer included
                 store.add_local_expiry_listener(self._on_local_expiry)
         except BaseException:
@@ -257,6 +261,7 @@ class Cluster:
             self.mappings.pop(name, None)
             self.offsets.pop(name, None)
             self.topic_configs.pop(name, None)
+            self._guards.pop(name, None)
             reader = self._readers.pop(name, None)
         if reader is not None:
             reader.close()
@@ -745,9 +750,11 @@ class Cluster:
         of it has a topic config counting at least them (``topics.json``);
         epochs and ``totalQueues`` agree; generations agree between brokers; every logic queue
         has items; its leader's broker knows it leads; no undecided (-1) leader item; the
-        previous leader is fenced."""
+        previous leader is fenced; every message in a physical queue of the topic on an open
+        broker is accounted for by the mapping (:meth:`_unaccounted_messages`)."""
         out: list[Violation] = []
         with self._lock:
+            physical = self._physical_queues(set(self._static_topics()))
             for topic in self._static_topics():
                 details = self._details(topic)
                 for b in self.mappings:
@@ -801,9 +808,65 @@ class Cluster:
                                 pd.leader(q) is None or pd.leader(q).bname == prev.bname):
                             out.append(Violation(topic, q, prev.bname, "endOffset",
                                                  f"previous leader {prev.bname!r} is not fenced (remap incomplete)"))
+                out.extend(self._unaccounted_messages(topic, view, physical))
+        return out
+
+    def _physical_queues(self, topics: set[str]) -> dict[str, dict[str, set[int]]]:
+        """broker -> topic -> the physical queue ids of ``topics`` each open broker holds, in its
+        local store or its tiered files (one pass over each broker's queues). Lock held."""
+        out: dict[str, dict[str, set[int]]] = {}
+        for b, store in self.stores.items():
+            store.local.reput()  # every acknowledged put is in a consume queue
+            held = out[b] = {}
+            for t, qid in store.local.list_queues():
+                if t in topics:
+                    held.setdefault(t, set()).add(qid)
+            for f in store.flat_files.files():
+                if f.topic in topics:
+                    held.setdefault(f.topic, set()).add(f.queue_id)
+        return out
+
+    def _unaccounted_messages(self, topic: str, view: TopicView,
+                              physical: dict[str, dict[str, set[int]]]) -> list[Violation]:
+        """Messages in physical queues of ``topic`` on open brokers that no generation maps: past
+        a closed generation's ``endOffset``, or in a physical queue no generation uses (puts
+        straight into the physical queue; readers of the logic queue never see them). The
+        second check needs every generation: it runs only when each logic queue's leader (which
+        keeps all its generations) is open. Lock held."""
+        mapped: dict[tuple[str, int], tuple[int, LogicQueueMappingItem]] = {}
+        for q, items in view.queues.items():
+            for item in items:
+                mapped[(item.bname, item.queueId)] = (q, item)
+        complete = len(view.queues) == view.total_queues and all(
+            items[-1].bname in self.stores for items in view.queues.values())
+        out: list[Violation] = []
+        for b, store in self.stores.items():
+            for qid in sorted(physical.get(b, {}).get(topic, ())):
+                hit = mapped.get((b, qid))
+                hi = store.get_max_offset_in_queue(topic, qid)
+                if hit is not None:
+                    q, item = hit
+                    if item.closed and hi > item.endOffset:
+                        out.append(Violation(topic, q, b, "endOffset", (
+                            f"physical queue {b}/{qid} (gen {item.gen} of logic queue {q}, fenced at "
+                            f"{item.endOffset}) holds {hi - item.endOffset} message(s) at physical offsets "
+                            f"[{item.endOffset}, {hi}) past its end, which no generation maps: put straight into "
+                            "the physical queue, never read through the logic queue")))
+                elif complete and hi > 0:
+                    lo = store.get_min_offset_in_queue(topic, qid)
+                    out.append(Violation(topic, None, b, "queueId", (
+                        f"physical queue {b}/{qid} of static topic {topic!r} holds message(s) at physical offsets "
+                        f"[{lo}, {hi}) but no generation of any logic queue maps it: put straight into the "
+                        "physical queue, never read through a logic queue")))
         return out
 
     # -- data path --------------------------------------------------------------------------
+
+    def leader(self, topic: str, queue_id: int) -> LogicQueueMappingItem:
+        """The newest item (the leader generation) of logic queue ``queue_id`` (errors as
+        :meth:`put_message`'s)."""
+        with self._lock:
+            return self._items(topic, queue_id)[1][-1]
 
     def put_message(self, message: Message, queue_id: int) -> PutMessageResult:
         """Put ``message`` into logic queue ``queue_id`` of its (static) topic: it goes to the
@@ -833,7 +896,7 @@ class Cluster:
                 raise Fenced(f"static topic {topic!r} logic queue {queue_id}: broker {broker!r} is fenced "
                              f"({now}); puts go to the leader", topic=topic, queue=queue_id, broker=broker,
                              leader=leader.bname if leader is not None else None)
-            res = store.put_message(message, leader.queueId)
+            res = self._guards[broker].put_admitted(store, message, leader.queueId)
             logic = leader.to_logic(res.queue_offset) if leader.decided else -1
             return PutMessageResult(res.status, logic, res.commitlog_offset, res.store_timestamp)
 

@@ -91,6 +91,21 @@ class TopicQueueMappingStore:
             detail = self._details.get(topic)
             return None if detail is None else (detail.totalQueues, detail.leader(queue))
 
+    def maps(self, topic: str) -> bool:
+        """Whether this broker has a mapping of ``topic`` (O(1): the put path asks it)."""
+        return topic in self._details
+
+    def logic_queue_of(self, topic: str, queue_id: int) -> tuple[int, LogicQueueMappingItem] | None:
+        """``(logic queue, item)`` of the generation on this broker whose physical queue is
+        ``queue_id`` (None: no generation this broker's file keeps uses it). A scan: for errors."""
+        with self._lock:
+            detail = self._details.get(topic)
+            for q, items in (detail.hostedQueues.items() if detail is not None else ()):
+                for item in items:
+                    if item.bname == self.broker and item.queueId == queue_id:
+                        return q, item
+            return None
+
     def topics(self) -> list[str]:
         with self._lock:
             return sorted(self._details)

@@ -6,7 +6,11 @@ one ``[[broker]]`` table per broker. ``create`` spreads ``--queues`` logic queue
 an interrupted one); ``status`` shows logic and physical queues; ``verify`` lists every
 broken rule across brokers and exits 1 when there is one; ``put`` puts one message into a
 logic queue (through its leader: ``tiered put`` into a static topic's physical queue is
-refused).
+refused); ``takeover --broker B`` brings back broker B after it lost its disk: its store
+takes its tier prefix over (the old owner is fenced, the metadata rebuilt from the tier)
+and its static-topic mappings are restored from the other brokers' files (with
+``--restore-lost-queues`` also the logic queues only its lost file knew, inferred; exit 1
+while some logic queue stays unmapped).
 """
 
 from __future__ import annotations
@@ -31,11 +35,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     for name, helptext in (("create", "create a static topic"), ("remap", "move logic queue leaders to brokers"),
                            ("status", "logic queues, their generations, leaders and offsets"),
                            ("verify", "check every static topic across the brokers"),
-                           ("put", "put one message into a logic queue (body from --body or stdin)")):
+                           ("put", "put one message into a logic queue (body from --body or stdin)"),
+                           ("takeover", "bring back a broker that lost its disk: take its tier prefix over, "
+                                        "restore its mappings")):
         a = actions.add_parser(name, help=helptext)
         a.add_argument("--cluster", required=True, metavar="FILE", help="cluster TOML file (examples/cluster.toml)")
-        if name != "verify":
+        if name not in ("verify", "takeover"):
             a.add_argument("--topic", required=True, help="the static topic")
+        if name == "takeover":
+            a.add_argument("--broker", required=True, help="the broker (its [[broker]] table in FILE) to bring back")
+            a.add_argument("--restore-lost-queues", action="store_true",
+                           help="also write the logic queues only the broker's lost mapping file knew, as inferred "
+                                "from how create allocates physical queues and what the tier holds")
         if name == "create":
             a.add_argument("--queues", required=True, type=int, help="number of logic queues (fixed forever)")
         if name in ("create", "remap"):
@@ -46,7 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             a.add_argument("--key", action="append", default=[], help="index key (repeatable)")
             a.add_argument("--tags", help="message tags")
             a.add_argument("--body", help="message body (default: read stdin)")
-        add_json_option(a, {"verify": "the violations", "put": "the put result"}.get(name, "the topic status"))
+        add_json_option(a, {"verify": "the violations", "put": "the put result",
+                            "takeover": "the new owner and what was restored per topic"}.get(name, "the topic status"))
         a.set_defaults(func=run)
 
 
@@ -86,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from tiered_core.static_topic import Cluster
 
+    if args.static_action == "takeover":
+        return _takeover(args)
     with Cluster.load(args.cluster) as cluster:
         if args.static_action == "verify":
             problems = [v.to_json() for v in cluster.verify()]
@@ -136,3 +150,45 @@ def _put(cluster, args: argparse.Namespace) -> int:
         print(f"{result['status']} topic={args.topic} logic queue={args.queue} queue_offset={res.queue_offset} "
               f"(broker {leader.bname} physical queue {leader.queueId})")
     return 0
+
+
+def _takeover(args: argparse.Namespace) -> int:
+    """``static-topic takeover``: open the cluster with ``--broker`` taking its prefix over,
+    then restore its mappings; exit 1 while a logic queue stays unmapped."""
+    import dataclasses
+
+    from tiered_core.errors import IllegalParam
+    from tiered_core.static_topic import Cluster, load_cluster_configs
+
+    configs = load_cluster_configs(args.cluster)
+    if args.broker not in {c.broker for c in configs}:
+        raise IllegalParam(f"broker {args.broker!r} is not in cluster file {args.cluster!r} (brokers: "
+                           f"{sorted(c.broker for c in configs)})", broker=args.broker, field="broker")
+    with Cluster(configs, take_over=[args.broker], source=args.cluster) as cluster:
+        ownership = cluster.stores[args.broker].ownership
+        previous = ownership.took_over_from
+        topics = cluster.restore_broker(args.broker, restore_lost=args.restore_lost_queues)
+    result = {"broker": args.broker, "prefix": ownership.prefix,
+              "owner": dataclasses.asdict(ownership.record) if ownership.record is not None else None,
+              "took_over_from": dataclasses.asdict(previous) if previous is not None else None, "topics": topics}
+    if args.json:
+        print_json(result)
+    else:
+        if previous is None:
+            print(f"broker {args.broker}: its store already owns {ownership.prefix!r}; nothing to take over")
+        else:
+            print(f"broker {args.broker}: took {ownership.prefix!r} over from {previous.describe()}")
+        for t in topics:
+            print(f"  {t['topic']}: logic queues restored from the other brokers: {t['from_peers'] or 'none'}")
+            for q in t["lost"]:
+                state = "restored" if t["restored"] else "not written (--restore-lost-queues writes it)"
+                print(f"  {t['topic']}: logic queue {q['queue']} was known only to the lost file: "
+                      f"{q['bname']}/{q['queueId']} (inferred), {state}")
+            if t["empty"]:
+                print(f"  {t['topic']}: logic queues {t['empty']} were known only to the lost file and their "
+                      "physical queues hold nothing in the tier: not restorable")
+            if t["reason"]:
+                print(f"  {t['topic']}: the lost logic queues cannot be inferred: {t['reason']}")
+            if t["unmapped"]:
+                print(f"  {t['topic']}: logic queues {t['unmapped']} stay unmapped (`static-topic verify` lists them)")
+    return int(ExitCode.FAILURE) if any(t["unmapped"] for t in topics) else 0

@@ -47,7 +47,7 @@ import threading
 import time
 import tomllib
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Collection, Iterable, Iterator, Sequence
 
 from tiered_core.access.results import GetMessageResult, GetMessageStatus, PutMessageResult, QueryMessageResult
 from tiered_core.access.store import TieredMessageStore
@@ -55,13 +55,14 @@ from tiered_core.codec.message import Message, MessageExt
 from tiered_core.codec.naming import validate_topic
 from tiered_core.common import LONG_MAX, BoundaryType, now_ms
 from tiered_core.config import StoreConfig
-from tiered_core.errors import ConfigError, Fenced, IllegalParam, MappingError, StateConflict
+from tiered_core.errors import ConfigError, Fenced, IllegalParam, MappingError, PrefixOwned, StateConflict
 from tiered_core.static_topic.bulk import gc_paused
 from tiered_core.static_topic.errors import UnknownStaticTopic
 from tiered_core.static_topic.guard import DirectPutGuard
 from tiered_core.static_topic.mapping import LogicQueueMappingItem, TopicQueueMappingDetail
 from tiered_core.static_topic.offsets import ConsumerOffsetStore
 from tiered_core.static_topic.reader import TieredBrokerReader
+from tiered_core.static_topic.restore import infer_lost_items
 from tiered_core.static_topic.store import TopicQueueMappingStore
 from tiered_core.static_topic.topic_config import TopicConfigStore
 
@@ -171,10 +172,15 @@ class Cluster:
     """
 
     @gc_paused()  # bulk work over every logic queue (see static_topic.bulk)
-    def __init__(self, configs: Sequence[StoreConfig], *, background: bool = False) -> None:
+    def __init__(self, configs: Sequence[StoreConfig], *, background: bool = False,
+                 take_over: Collection[str] = (), source: str | None = None) -> None:
         if not configs:
             raise ConfigError("a cluster needs at least one broker config", key="broker")
         names = [c.broker for c in configs]
+        if isinstance(take_over, str) or not set(take_over) <= set(names):
+            raise IllegalParam(f"take_over names {sorted(set(take_over) - set(names)) or take_over!r}, not brokers "
+                               f"of the cluster (brokers: {sorted(names)})", field="broker")
+        self.source = source  # the cluster file, named in errors' fixes
         for what, values in (("broker", names), ("store_path", [os.path.abspath(c.store_path) for c in configs])):
             dup = sorted({v for v in values if values.count(v) > 1})
             if dup:
@@ -208,7 +214,11 @@ class Cluster:
                 self.mappings[c.broker] = TopicQueueMappingStore(c.store_path, c.broker)
                 self.offsets[c.broker] = ConsumerOffsetStore(c.store_path)
                 self.topic_configs[c.broker] = TopicConfigStore(c.store_path, c.broker)
-                self.stores[c.broker] = store = TieredMessageStore.open(c, background=background)
+                try:
+                    store = TieredMessageStore.open(c, background=background, take_over=c.broker in take_over)
+                except PrefixOwned as exc:
+                    raise self._lost_broker(c, exc) from exc
+                self.stores[c.broker] = store
                 # its static topics' physical queues take the cluster's puts only (static_topic.guard)
                 store.put_guard = self._guards[c.broker] = DirectPutGuard(self.mappings[c.broker], c.broker)
                 # every local retention run that deleted files, the store's own timer included
@@ -217,18 +227,37 @@ class Cluster:
             self.close()
             raise
 
-    @classmethod
-    def open(cls, configs: Sequence[StoreConfig], *, background: bool = False) -> "Cluster":
-        """Open every broker of ``configs`` (see the class contract)."""
-        return cls(configs, background=background)
+    def _lost_broker(self, config: StoreConfig, exc: PrefixOwned) -> PrefixOwned:
+        """``exc`` (another store owns the broker's tier prefix) said at cluster level: which
+        broker, and the fix that works from the cluster file."""
+        fix = (f"tiered static-topic takeover --cluster {self.source or 'CLUSTER_FILE'} --broker {config.broker}")
+        context = {**exc.context, "broker": config.broker, "fix": fix}
+        return PrefixOwned(
+            f"broker {config.broker!r} cannot open: another store owns its tier prefix {exc.context.get('prefix')!r} "
+            f"({exc.context.get('owner', 'unknown owner')}); this is a new store at {config.store_path!r}. If broker "
+            f"{config.broker!r} lost its disk or moved to this store_path, stop the old broker {config.broker!r} "
+            f"and run `{fix}` (it takes the prefix over, rebuilds the broker's metadata from the tier and its "
+            "static-topic mappings from the other brokers); if two brokers share the name "
+            f"{config.broker!r} on one backend, give this one its own name", **context)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, *, background: bool = False) -> "Cluster":
+    def open(cls, configs: Sequence[StoreConfig], *, background: bool = False,
+             take_over: Collection[str] = ()) -> "Cluster":
+        """Open every broker of ``configs`` (see the class contract). ``take_over``: brokers
+        whose store takes its tier prefix over from the store that owned it (a broker that
+        lost its disk, see :meth:`restore_broker`); the others refuse a prefix another store
+        owns with :class:`PrefixOwned` naming the broker and that fix."""
+        return cls(configs, background=background, take_over=take_over)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, *, background: bool = False,
+             take_over: Collection[str] = ()) -> "Cluster":
         """Open the cluster a TOML file describes: ``[tiered]`` (and ``[tiered.options]``)
         holds what every broker shares; each ``[[broker]]`` table holds one broker's own keys
         (at least ``broker`` and ``store_path``) and overrides the shared ones. Relative paths
-        resolve against the file's directory. See ``examples/cluster.toml``."""
-        return cls(load_cluster_configs(path), background=background)
+        resolve against the file's directory. See ``examples/cluster.toml``. ``take_over``:
+        as :meth:`open`."""
+        return cls(load_cluster_configs(path), background=background, take_over=take_over, source=os.fspath(path))
 
     # -- brokers ---------------------------------------------------------------------------
 
@@ -810,6 +839,51 @@ class Cluster:
                                                  f"previous leader {prev.bname!r} is not fenced (remap incomplete)"))
                 out.extend(self._unaccounted_messages(topic, view, physical))
         return out
+
+    @gc_paused()  # bulk work over every logic queue (see static_topic.bulk)
+    def restore_broker(self, broker: str, *, restore_lost: bool = False) -> list[dict[str, Any]]:
+        """Give open broker ``broker`` back the static-topic mappings and topic configs it
+        lost with its disk (after :meth:`open` with ``take_over=[broker]``), from what the
+        other open brokers know: for every static topic, a detail of the current epoch
+        holding the logic queues it should keep (:meth:`_hosted_by`), merged over what its
+        file still has (nothing it has is dropped). The logic queues only its lost file knew
+        are inferred (:func:`~tiered_core.static_topic.restore.infer_lost_items`) and, with
+        ``restore_lost``, written too. Returns one entry per topic: ``topic``,
+        ``from_peers`` (logic queues restored from the other brokers), ``lost`` (inferred:
+        ``queue``, ``bname``, ``queueId``), ``restored`` (whether they were written),
+        ``empty`` (lost logic queues whose physical queue holds nothing: not restorable),
+        ``reason`` (why nothing could be inferred) and ``unmapped`` (logic queues no broker
+        maps afterwards)."""
+        self._open_store(broker)
+        report: list[dict[str, Any]] = []
+        with self._lock:
+            topics = self._static_topics()
+            physical = self._physical_queues(set(topics))
+            for topic in topics:
+                view = self._view(topic)
+                mine = self.mappings[broker].get(topic)
+                had = dict(mine.hostedQueues) if mine is not None else {}
+                hosted = {**had, **self._hosted_by(broker, topic, view)}
+                guess = infer_lost_items(broker, view.total_queues, view.queues,
+                                         physical.get(broker, {}).get(topic, set()))
+                if restore_lost:
+                    hosted.update({q: [item] for q, item in guess.items.items()})
+                epoch = max(view.epoch, mine.epoch if mine is not None else 0)
+                if mine is None or hosted != had or epoch != mine.epoch:
+                    self.mappings[broker].put(TopicQueueMappingDetail(topic=topic, totalQueues=view.total_queues,
+                                                                      bname=broker, epoch=epoch, hostedQueues=hosted))
+                # mapping before topic config, as create and remap write them
+                count = physical_queue_count(hosted, broker)
+                if count:
+                    self.topic_configs[broker].ensure_queues(topic, count)
+                mapped = set(view.queues) | (set(guess.items) if restore_lost else set())
+                report.append({"topic": topic, "from_peers": sorted(set(hosted) - set(had) - set(guess.items)),
+                               "lost": [{"queue": q, "bname": i.bname, "queueId": i.queueId}
+                                        for q, i in sorted(guess.items.items())],
+                               "restored": bool(restore_lost and guess.items), "empty": list(guess.empty),
+                               "reason": guess.reason,
+                               "unmapped": [q for q in range(view.total_queues) if q not in mapped]})
+        return report
 
     def _physical_queues(self, topics: set[str]) -> dict[str, dict[str, set[int]]]:
         """broker -> topic -> the physical queue ids of ``topics`` each open broker holds, in its

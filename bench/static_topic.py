@@ -1,6 +1,8 @@
-"""Read throughput of a static topic's logic queue spanning 3 generations, against one physical queue.
+"""Static topics: read throughput of a logic queue spanning 3 generations against one physical
+queue; with ``--queues N``, how ``static-topic create`` and ``status`` grow with the queue count.
 
     python bench/static_topic.py [--json] [--messages N] [--size BYTES] [--rounds R]
+    python bench/static_topic.py --queues N [--json] [--repeat R]
 
 Set-up (POSIX driver, temporary directories, three brokers a, b, c of one cluster): one
 logic queue created on a; N messages put; remapped to b; N more; remapped to c; N more;
@@ -24,12 +26,28 @@ Figures:
 * ``ratio_cpu``: the same median with both sides timed by this process's CPU time instead
   of the wall clock (time the other processes of a shared machine held the CPU left out).
 * ``logic_msgs_per_s``, ``physical_msgs_per_s``: the two sides (median over the rounds, wall clock).
+
+Scaling mode (``--queues N``): for N/100, N/10 and N logic queues (e.g. 1,000, 10,000 and
+100,000), a fresh cluster of three brokers (a cluster TOML file, POSIX driver, temporary
+directories) runs ``tiered static-topic create --cluster FILE --topic T --queues n --brokers
+a,b,c --json`` and then ``tiered static-topic status --cluster FILE --topic T --json``, each
+in this process through the command's entry point (``tiered_core.cli.main``: the cluster
+opened from its file, the command's work, its JSON written to a file, the cluster closed;
+the interpreter's start-up and a first untimed run of 10 queues, which imports the code, left
+out). Each size runs ``--repeat`` times (a fresh cluster
+each); the median counts. Figures per command and size: ``seconds`` (wall clock) and
+``cpu_seconds`` (this process's CPU time: what other processes of a shared machine took
+is left out); per command, ``growth``: the time of one size divided by the time of the
+size ten times smaller, by CPU time (the work done; the wall-clock growth is printed too,
+``growth_wall``). Target: every growth <= 12 per 10x queues (linear: 10; quadratic: 100).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -82,13 +100,114 @@ def read_physical(cluster: Cluster, expected: int) -> tuple[float, float]:
     return read_all(lambda offset, count: store.get_message("bench", BASE, 0, offset, count), expected)
 
 
+#: Largest accepted time growth of ``create`` and ``status`` per 10x queues (linear: 10).
+GROWTH_TARGET = 12.0
+SCALE_TOPIC = "bench_scale"
+
+CLUSTER_FILE = """[tiered]
+driver = "posix"
+cluster = "bench"
+[tiered.options]
+root = "./tier"
+fsync = false
+[[broker]]
+broker = "a"
+store_path = "./a"
+[[broker]]
+broker = "b"
+store_path = "./b"
+[[broker]]
+broker = "c"
+store_path = "./c"
+"""
+
+
+def run_command(argv: list[str], out_path: Path) -> tuple[float, float]:
+    """``tiered *argv`` in this process, stdout to ``out_path``: (wall seconds, CPU seconds)."""
+    from tiered_core.cli import main as tiered
+
+    with open(out_path, "w") as out, contextlib.redirect_stdout(out):
+        cpu, wall = time.process_time(), time.perf_counter()
+        code = tiered(argv)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    if code != 0:
+        raise RuntimeError(f"tiered {' '.join(argv)} exited {code}: {out_path.read_text()[-2000:]}")
+    return wall, cpu
+
+
+def measure_size(queues: int, repeat: int) -> dict[str, dict[str, float]]:
+    """``create`` then ``status`` of a static topic of ``queues`` logic queues on a fresh
+    three-broker cluster, ``repeat`` times: the median wall and CPU seconds of each."""
+    runs: dict[str, list[tuple[float, float]]] = {"create": [], "status": []}
+    for _ in range(repeat):
+        root = Path(tempfile.mkdtemp(prefix="bench-static-scale-"))
+        try:
+            cluster = root / "cluster.toml"
+            cluster.write_text(CLUSTER_FILE)
+            base = ["--cluster", str(cluster), "--topic", SCALE_TOPIC, "--json"]
+            runs["create"].append(run_command(["static-topic", "create", *base, "--queues", str(queues),
+                                               "--brokers", "a,b,c"], root / "create.json"))
+            runs["status"].append(run_command(["static-topic", "status", *base], root / "status.json"))
+            doc = json.loads((root / "status.json").read_text())
+            assert doc["totalQueues"] == queues == len(doc["queues"]), (queues, doc["totalQueues"])
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    return {cmd: {"seconds": round(statistics.median(w for w, _ in r), 3),
+                  "cpu_seconds": round(statistics.median(c for _, c in r), 3)} for cmd, r in runs.items()}
+
+
+def scaling(queues: int, repeat: int) -> dict[str, Any]:
+    """The scaling figures for N/100, N/10 and N queues (see the module doc)."""
+    sizes = [max(1, queues // 100), max(1, queues // 10), queues]
+    measure_size(10, 1)  # warm-up, untimed: imports, plugin discovery
+    measured = {n: measure_size(n, repeat) for n in sizes}
+    result: dict[str, Any] = {"sizes": sizes, "repeat": repeat, "brokers": 3, "target_growth_per_10x": GROWTH_TARGET}
+    ok = True
+    for cmd in ("create", "status"):
+        times = [measured[n][cmd] for n in sizes]
+        growth = [round(b["cpu_seconds"] / max(a["cpu_seconds"], 1e-9), 2) for a, b in zip(times, times[1:])]
+        growth_wall = [round(b["seconds"] / max(a["seconds"], 1e-9), 2) for a, b in zip(times, times[1:])]
+        passed = all(g <= GROWTH_TARGET for g in growth)
+        ok = ok and passed
+        result[cmd] = {"seconds": {str(n): t["seconds"] for n, t in zip(sizes, times)},
+                       "cpu_seconds": {str(n): t["cpu_seconds"] for n, t in zip(sizes, times)},
+                       "growth": growth, "growth_wall": growth_wall, "result": "PASS" if passed else "FAIL"}
+    result["result"] = "PASS" if ok else "FAIL"
+    result.update(cpu_count=os.cpu_count(), load_average_1m=round(os.getloadavg()[0], 2))
+    return result
+
+
+def print_scaling(result: dict[str, Any]) -> None:
+    sizes = result["sizes"]
+    print(f"static-topic create and status, {result['brokers']} brokers, median of {result['repeat']} run(s) "
+          f"(cpus {result['cpu_count']}, load {result['load_average_1m']})")
+    for cmd in ("create", "status"):
+        r = result[cmd]
+        times = ", ".join(f"{n} queues {r['seconds'][str(n)]} s (cpu {r['cpu_seconds'][str(n)]} s)" for n in sizes)
+        print(f"  {cmd}: {times}")
+        print(f"  {cmd}: growth per 10x queues {r['growth']} by CPU time (wall clock {r['growth_wall']}); "
+              f"target <= {result['target_growth_per_10x']} {r['result']}")
+    print(result["result"])
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--json", action="store_true")
     p.add_argument("--messages", type=int, default=5000, help="messages per generation")
     p.add_argument("--size", type=int, default=512, help="body bytes")
     p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--queues", type=int, help="scaling mode: create and status of N/100, N/10 and N logic queues")
+    p.add_argument("--repeat", type=int, default=3, help="scaling mode: runs per size (the median counts)")
     args = p.parse_args(argv)
+    if args.queues is not None:
+        if args.queues < 100 or args.repeat < 1:
+            p.error("--queues must be >= 100 and --repeat >= 1")
+        result = scaling(args.queues, args.repeat)
+        if args.json:
+            print(json.dumps(result, indent=2))
+        else:
+            print_scaling(result)
+        return 0 if result["result"] == "PASS" else 1
     root = Path(tempfile.mkdtemp(prefix="bench-static-"))
     try:
         cfgs = configs(root)

@@ -85,3 +85,17 @@ def test_static_demo_never_deletes_a_directory_it_did_not_make(tmp_path):
     assert (own / MARKER).is_file()
     again = run_static_demo(str(own), 40)
     assert (first.verified, first.wrong, again.verified, again.wrong) == (40, 0, 40, 0)
+
+
+def test_status_of_an_unknown_topic_is_not_found(tmp_path, capsys):
+    """Issue 18 list 8: ``static-topic status`` of a topic no broker maps exits 3 (NOT_FOUND),
+    naming the topic and the static topics there are; a broken mapping stays exit 2."""
+    shutil.copy(EXAMPLE, tmp_path / "cluster.toml")
+    f = str(tmp_path / "cluster.toml")
+    assert run(capsys, "static-topic", "create", "--cluster", f, "--topic", "orders", "--queues", "2",
+               "--brokers", "broker-a", "--json")[0] == 0
+    for action in ("status", "remap"):
+        extra = ("--brokers", "broker-b") if action == "remap" else ()
+        code, doc = run(capsys, "static-topic", action, "--cluster", f, "--topic", "nope", *extra, "--json")
+        assert code == 3, (action, doc)
+        assert (doc["error"]["code"], doc["error"]["topic"], doc["error"]["known"]) == ("NOT_FOUND", "nope", ["orders"])

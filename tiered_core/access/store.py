@@ -175,12 +175,20 @@ class TieredMessageStore:
 
     # -- writes ---------------------------------------------------------------------------
 
+    #: Put admission, for a layer above that owns some queues of this store (static topics:
+    #: :mod:`tiered_core.static_topic.guard` refuses direct puts into their physical queues).
+    #: When set, ``put_guard(message, queue_id)`` runs first in every :meth:`put_message` and
+    #: refuses the put by raising (nothing is written); None (the default) admits every put.
+    put_guard: Callable[[Message, int], None] | None = None
+
     def put_message(self, message: Message, queue_id: int = 0) -> PutMessageResult:
         """Store ``message`` in queue ``queue_id`` (locally; the dispatcher tiers it later).
 
         Raises :class:`~tiered_core.errors.Fenced` once another store took this one's tier
-        prefix over: producers must move to the new owner.
+        prefix over: producers must move to the new owner; whatever :attr:`put_guard` raises.
         """
+        if self.put_guard is not None:
+            self.put_guard(message, queue_id)
         if self.ownership.fenced is not None:
             raise self.ownership.fenced
         if self.unrecoverable and (message.topic, queue_id) in self.unrecoverable:

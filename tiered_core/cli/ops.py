@@ -97,6 +97,8 @@ def put(args: argparse.Namespace) -> int:
     failure: DispatchFailed | None = None
     dispatch: dict[str, Any] | None = None
     with open_store(config, create=True) as store:
+        from tiered_core.static_topic.guard import refuse_direct_puts
+        refuse_direct_puts(store, args.topic)  # a static topic's physical queues take the cluster's puts only
         res = store.put_message(Message(topic=args.topic, body=body, keys=args.key, tags=args.tags), args.queue)
         result = {"status": res.status.name, "topic": args.topic, "queue_id": args.queue,
                   "queue_offset": res.queue_offset, "commitlog_offset": res.commitlog_offset,

@@ -12,10 +12,13 @@ from tiered_core.static_topic.cluster import (
     load_cluster_configs,
     read_static_topic_items,
 )
+from tiered_core.static_topic.errors import DirectPutRefused, UnknownStaticTopic
+from tiered_core.static_topic.guard import DirectPutGuard, refuse_direct_puts
 from tiered_core.static_topic.mapping import LogicQueueMappingItem, TopicQueueMappingDetail
 from tiered_core.static_topic.reader import ReadOnlyDriver, TieredBrokerReader
 from tiered_core.static_topic.store import TopicQueueMappingStore
 from tiered_core.static_topic.topic_config import TopicConfig, TopicConfigStore
 
 __all__ = ["Cluster", "Violation", "cluster_configs_from_text", "load_cluster_configs", "read_static_topic_items", "LogicQueueMappingItem", "TopicQueueMappingDetail",
-           "ReadOnlyDriver", "TieredBrokerReader", "TopicQueueMappingStore", "TopicConfig", "TopicConfigStore"]
+           "ReadOnlyDriver", "TieredBrokerReader", "TopicQueueMappingStore", "TopicConfig", "TopicConfigStore",
+           "DirectPutRefused", "UnknownStaticTopic", "DirectPutGuard", "refuse_direct_puts"]

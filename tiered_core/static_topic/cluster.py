@@ -47,7 +47,7 @@ import threading
 import time
 import tomllib
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Collection, Iterable, Iterator, Sequence
 
 from tiered_core.access.results import GetMessageResult, GetMessageStatus, PutMessageResult, QueryMessageResult
 from tiered_core.access.store import TieredMessageStore
@@ -55,10 +55,14 @@ from tiered_core.codec.message import Message, MessageExt
 from tiered_core.codec.naming import validate_topic
 from tiered_core.common import LONG_MAX, BoundaryType, now_ms
 from tiered_core.config import StoreConfig
-from tiered_core.errors import ConfigError, Fenced, IllegalParam, MappingError, StateConflict
+from tiered_core.errors import ConfigError, Fenced, IllegalParam, MappingError, PrefixOwned, StateConflict
+from tiered_core.static_topic.bulk import gc_paused
+from tiered_core.static_topic.errors import UnknownStaticTopic
+from tiered_core.static_topic.guard import DirectPutGuard
 from tiered_core.static_topic.mapping import LogicQueueMappingItem, TopicQueueMappingDetail
 from tiered_core.static_topic.offsets import ConsumerOffsetStore
 from tiered_core.static_topic.reader import TieredBrokerReader
+from tiered_core.static_topic.restore import infer_lost_items
 from tiered_core.static_topic.store import TopicQueueMappingStore
 from tiered_core.static_topic.topic_config import TopicConfigStore
 
@@ -167,10 +171,16 @@ class Cluster:
     :class:`Fenced`; an inconsistent or undecided mapping is :class:`MappingError`.
     """
 
-    def __init__(self, configs: Sequence[StoreConfig], *, background: bool = False) -> None:
+    @gc_paused()  # bulk work over every logic queue (see static_topic.bulk)
+    def __init__(self, configs: Sequence[StoreConfig], *, background: bool = False,
+                 take_over: Collection[str] = (), source: str | None = None) -> None:
         if not configs:
             raise ConfigError("a cluster needs at least one broker config", key="broker")
         names = [c.broker for c in configs]
+        if isinstance(take_over, str) or not set(take_over) <= set(names):
+            raise IllegalParam(f"take_over names {sorted(set(take_over) - set(names)) or take_over!r}, not brokers "
+                               f"of the cluster (brokers: {sorted(names)})", field="broker")
+        self.source = source  # the cluster file, named in errors' fixes
         for what, values in (("broker", names), ("store_path", [os.path.abspath(c.store_path) for c in configs])):
             dup = sorted({v for v in values if values.count(v) > 1})
             if dup:
@@ -190,6 +200,7 @@ class Cluster:
         self.offsets: dict[str, ConsumerOffsetStore] = {}
         self.topic_configs: dict[str, TopicConfigStore] = {}
         self._readers: dict[str, TieredBrokerReader] = {}
+        self._guards: dict[str, DirectPutGuard] = {}
         self._views: dict[str, tuple[tuple, TopicView]] = {}
         self._min_cache: dict[tuple[str, int, int], tuple[int, float]] = {}
         self._max_cache: dict[tuple[str, int, int], tuple[int, float]] = {}
@@ -203,25 +214,50 @@ class Cluster:
                 self.mappings[c.broker] = TopicQueueMappingStore(c.store_path, c.broker)
                 self.offsets[c.broker] = ConsumerOffsetStore(c.store_path)
                 self.topic_configs[c.broker] = TopicConfigStore(c.store_path, c.broker)
-                self.stores[c.broker] = store = TieredMessageStore.open(c, background=background)
+                try:
+                    store = TieredMessageStore.open(c, background=background, take_over=c.broker in take_over)
+                except PrefixOwned as exc:
+                    raise self._lost_broker(c, exc) from exc
+                self.stores[c.broker] = store
+                # its static topics' physical queues take the cluster's puts only (static_topic.guard)
+                store.put_guard = self._guards[c.broker] = DirectPutGuard(self.mappings[c.broker], c.broker)
                 # every local retention run that deleted files, the store's own timer included
                 store.add_local_expiry_listener(self._on_local_expiry)
         except BaseException:
             self.close()
             raise
 
-    @classmethod
-    def open(cls, configs: Sequence[StoreConfig], *, background: bool = False) -> "Cluster":
-        """Open every broker of ``configs`` (see the class contract)."""
-        return cls(configs, background=background)
+    def _lost_broker(self, config: StoreConfig, exc: PrefixOwned) -> PrefixOwned:
+        """``exc`` (another store owns the broker's tier prefix) said at cluster level: which
+        broker, and the fix that works from the cluster file."""
+        fix = (f"tiered static-topic takeover --cluster {self.source or 'CLUSTER_FILE'} --broker {config.broker}")
+        context = {**exc.context, "broker": config.broker, "fix": fix}
+        return PrefixOwned(
+            f"broker {config.broker!r} cannot open: another store owns its tier prefix {exc.context.get('prefix')!r} "
+            f"({exc.context.get('owner', 'unknown owner')}); this is a new store at {config.store_path!r}. If broker "
+            f"{config.broker!r} lost its disk or moved to this store_path, stop the old broker {config.broker!r} "
+            f"and run `{fix}` (it takes the prefix over, rebuilds the broker's metadata from the tier and its "
+            "static-topic mappings from the other brokers); if two brokers share the name "
+            f"{config.broker!r} on one backend, give this one its own name", **context)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, *, background: bool = False) -> "Cluster":
+    def open(cls, configs: Sequence[StoreConfig], *, background: bool = False,
+             take_over: Collection[str] = ()) -> "Cluster":
+        """Open every broker of ``configs`` (see the class contract). ``take_over``: brokers
+        whose store takes its tier prefix over from the store that owned it (a broker that
+        lost its disk, see :meth:`restore_broker`); the others refuse a prefix another store
+        owns with :class:`PrefixOwned` naming the broker and that fix."""
+        return cls(configs, background=background, take_over=take_over)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, *, background: bool = False,
+             take_over: Collection[str] = ()) -> "Cluster":
         """Open the cluster a TOML file describes: ``[tiered]`` (and ``[tiered.options]``)
         holds what every broker shares; each ``[[broker]]`` table holds one broker's own keys
         (at least ``broker`` and ``store_path``) and overrides the shared ones. Relative paths
-        resolve against the file's directory. See ``examples/cluster.toml``."""
-        return cls(load_cluster_configs(path), background=background)
+        resolve against the file's directory. See ``examples/cluster.toml``. ``take_over``:
+        as :meth:`open`."""
+        return cls(load_cluster_configs(path), background=background, take_over=take_over, source=os.fspath(path))
 
     # -- brokers ---------------------------------------------------------------------------
 
@@ -254,6 +290,7 @@ class Cluster:
             self.mappings.pop(name, None)
             self.offsets.pop(name, None)
             self.topic_configs.pop(name, None)
+            self._guards.pop(name, None)
             reader = self._readers.pop(name, None)
         if reader is not None:
             reader.close()
@@ -313,8 +350,7 @@ class Cluster:
 
     def _merge_view(self, topic: str, details: dict[str, TopicQueueMappingDetail]) -> TopicView:
         if not details:
-            raise MappingError(f"{topic!r} is not a static topic on any open broker", topic=topic, queue=None,
-                               field="topic", broker=None)
+            raise self._unknown_topic(topic)
         totals = {d.totalQueues for d in details.values()}
         if len(totals) > 1:
             raise MappingError(f"static topic {topic!r}: brokers disagree on totalQueues: "
@@ -325,6 +361,13 @@ class Cluster:
             queues[q] = _merge_items(topic, q, [(b, d.hostedQueues[q]) for b, d in details.items()
                                                  if q in d.hostedQueues])
         return TopicView(topic, totals.pop(), {b: d.epoch for b, d in details.items()}, queues)
+
+    def _unknown_topic(self, topic: str) -> UnknownStaticTopic:
+        known = self._static_topics()
+        listed = ", ".join(known[:20]) + (f" and {len(known) - 20} more" if len(known) > 20 else "")
+        return UnknownStaticTopic(f"{topic!r} is not a static topic on any open broker of the cluster (static "
+                                  f"topics: {listed or 'none'}); `tiered static-topic create` makes one",
+                                  topic=topic, queue=None, field="topic", broker=None, known=known[:20])
 
     def _items(self, topic: str, queue_id: int) -> tuple[TopicView, list[LogicQueueMappingItem]]:
         view = self._view(topic)
@@ -357,13 +400,23 @@ class Cluster:
         self._valid_topics.add(topic)
         return st
 
-    def _next_queue_id(self, topic: str, broker: str) -> int:
-        """A physical queue id of ``broker`` never used by ``topic`` (no physical queue reuse)."""
+    def _next_queue_id(self, topic: str, broker: str,
+                       queues: dict[int, list[LogicQueueMappingItem]] | None = None) -> int:
+        """A physical queue id of ``broker`` never used by ``topic`` (no physical queue reuse):
+        past every id its local store, its tiered files, the open brokers' mappings and
+        ``queues`` (a mapping being built) use. One pass over each: call it once per broker
+        and count on from there when allocating many ids."""
         store = self._open_store(broker)
         store.local.reput()
         used = {qid for t, qid in store.local.list_queues() if t == topic}
-        for d in self._details(topic).values():
-            used |= {i.queueId for items in d.hostedQueues.values() for i in items if i.bname == broker}
+        # the tier's too: after a lost local disk, physical queues live on there only
+        used |= {f.queue_id for f in store.flat_files.files() if f.topic == topic}
+        for m in self.mappings.values():
+            d = m.get(topic)
+            if d is not None:
+                used |= {i.queueId for items in d.hostedQueues.values() for i in items if i.bname == broker}
+        if queues:
+            used |= {i.queueId for items in queues.values() for i in items if i.bname == broker}
         return max(used) + 1 if used else 0
 
     # -- physical offsets -------------------------------------------------------------------
@@ -450,6 +503,7 @@ class Cluster:
 
     # -- admin ------------------------------------------------------------------------------
 
+    @gc_paused()  # bulk work over every logic queue (see static_topic.bulk)
     def create_static_topic(self, topic: str, total_queues: int, brokers: Sequence[str]) -> dict[str, Any]:
         """Create static topic ``topic`` with ``total_queues`` logic queues spread round-robin over
         ``brokers`` (logic queue i on ``brokers[i % len(brokers)]``, a fresh physical queue each).
@@ -493,10 +547,12 @@ class Cluster:
                 epoch = now_ms()
                 queues = {}
             now = now_ms()
+            next_id: dict[str, int] = {}  # per broker: computed once, then counted on (linear in queues)
             for q in range(total_queues):
                 if q not in queues:
                     b = brokers[q % len(brokers)]
-                    qid = self._next_queue_id_with(topic, b, queues)
+                    qid = next_id[b] if b in next_id else self._next_queue_id(topic, b, queues)
+                    next_id[b] = qid + 1
                     queues[q] = [LogicQueueMappingItem(gen=0, queueId=qid, bname=b, logicOffset=0, startOffset=0,
                                                        timeOfStart=now)]
             hosting = [b for b in self.mappings if any(items[-1].bname == b for items in queues.values())]
@@ -511,10 +567,6 @@ class Cluster:
                     self.topic_configs[b].ensure_queues(topic, count)
         return self.static_topic_status(topic)
 
-    def _next_queue_id_with(self, topic: str, broker: str, queues: dict[int, list[LogicQueueMappingItem]]) -> int:
-        used = {i.queueId for items in queues.values() for i in items if i.bname == broker}
-        return max(self._next_queue_id(topic, broker), max(used) + 1 if used else 0)
-
     def _check_targets(self, topic: str, brokers: Sequence[str]) -> list[str]:
         if isinstance(brokers, str) or not brokers:
             raise IllegalParam(f"static topic {topic!r}: give a non-empty list of broker names, got {brokers!r}",
@@ -526,6 +578,7 @@ class Cluster:
                 out.append(b)
         return out
 
+    @gc_paused()  # bulk work over every logic queue (see static_topic.bulk)
     def remap_static_topic(self, topic: str, brokers: Sequence[str]) -> dict[str, Any]:
         """Move logic queues' leaders so they are spread over ``brokers`` (a queue whose leader is
         already on a target broker with room stays), in the seed's high-availability order
@@ -660,6 +713,7 @@ class Cluster:
                 hosted[q] = items
         return hosted
 
+    @gc_paused()  # bulk work over every logic queue (see static_topic.bulk)
     def trim_static_mappings(self, topic: str | None = None) -> int:
         """Drop from each open broker's mapping file the logic queues it keeps only for an old
         generation (older than the two newest) whose data has since left its local store
@@ -689,25 +743,35 @@ class Cluster:
         own background retention does. Returns how many commit-log files were deleted."""
         return sum(store.delete_expired_local(now_ms) for store in list(self.stores.values()))
 
+    @gc_paused()  # bulk work over every logic queue (see static_topic.bulk)
     def static_topic_status(self, topic: str) -> dict[str, Any]:
         """Per logic queue: its items (oldest first), leader, min and max logic offsets, and
         ``skippedOffsets``: how many logic offsets readers skip at generation boundaries
         (:meth:`skipped_offsets`; 0 normally)."""
         with self._lock:
             view = self._view(topic)
+            # one pass over the topic, not one per logic queue: the skipped ranges, and every
+            # acknowledged put made visible once per broker (then each queue's max needs no reput)
+            skipped: dict[int, int] = {}
+            for g in self.skipped_offsets(topic):
+                skipped[g["queue"]] = skipped.get(g["queue"], 0) + g["count"]
+            for store in self.stores.values():
+                store.local.reput()
             queues = []
             for q in range(view.total_queues):
                 items = view.queues.get(q, [])
                 entry: dict[str, Any] = {"queue": q, "items": [i.to_json() for i in items]}
                 if items:
                     entry["leader"] = {"bname": items[-1].bname, "queueId": items[-1].queueId}
-                    entry["minOffset"] = self.get_min_offset_in_queue(topic, q)
-                    entry["maxOffset"] = self.get_max_offset_in_queue(topic, q)
-                    entry["skippedOffsets"] = sum(g["count"] for g in self.skipped_offsets(topic) if g["queue"] == q)
+                    entry["minOffset"] = self._min_of(topic, items)
+                    readable = view.readable(q)[0]
+                    entry["maxOffset"] = self._logic_end(topic, readable[-1], fresh=False) if readable else -1
+                    entry["skippedOffsets"] = skipped.get(q, 0)
                 queues.append(entry)
             return {"topic": topic, "totalQueues": view.total_queues, "epoch": view.epoch, "epochs": view.epochs,
                     "queues": queues}
 
+    @gc_paused()  # bulk work over every logic queue (see static_topic.bulk)
     def verify(self) -> list[Violation]:
         """Check every static topic across the open brokers; one :class:`Violation` per broken rule
         (an empty list: consistent). Rules: every open broker has a mapping of the topic (a
@@ -715,9 +779,11 @@ class Cluster:
         of it has a topic config counting at least them (``topics.json``);
         epochs and ``totalQueues`` agree; generations agree between brokers; every logic queue
         has items; its leader's broker knows it leads; no undecided (-1) leader item; the
-        previous leader is fenced."""
+        previous leader is fenced; every message in a physical queue of the topic on an open
+        broker is accounted for by the mapping (:meth:`_unaccounted_messages`)."""
         out: list[Violation] = []
         with self._lock:
+            physical = self._physical_queues(set(self._static_topics()))
             for topic in self._static_topics():
                 details = self._details(topic)
                 for b in self.mappings:
@@ -771,9 +837,110 @@ class Cluster:
                                 pd.leader(q) is None or pd.leader(q).bname == prev.bname):
                             out.append(Violation(topic, q, prev.bname, "endOffset",
                                                  f"previous leader {prev.bname!r} is not fenced (remap incomplete)"))
+                out.extend(self._unaccounted_messages(topic, view, physical))
+        return out
+
+    @gc_paused()  # bulk work over every logic queue (see static_topic.bulk)
+    def restore_broker(self, broker: str, *, restore_lost: bool = False) -> list[dict[str, Any]]:
+        """Give open broker ``broker`` back the static-topic mappings and topic configs it
+        lost with its disk (after :meth:`open` with ``take_over=[broker]``), from what the
+        other open brokers know: for every static topic, a detail of the current epoch
+        holding the logic queues it should keep (:meth:`_hosted_by`), merged over what its
+        file still has (nothing it has is dropped). The logic queues only its lost file knew
+        are inferred (:func:`~tiered_core.static_topic.restore.infer_lost_items`) and, with
+        ``restore_lost``, written too. Returns one entry per topic: ``topic``,
+        ``from_peers`` (logic queues restored from the other brokers), ``lost`` (inferred:
+        ``queue``, ``bname``, ``queueId``), ``restored`` (whether they were written),
+        ``empty`` (lost logic queues whose physical queue holds nothing: not restorable),
+        ``reason`` (why nothing could be inferred) and ``unmapped`` (logic queues no broker
+        maps afterwards)."""
+        self._open_store(broker)
+        report: list[dict[str, Any]] = []
+        with self._lock:
+            topics = self._static_topics()
+            physical = self._physical_queues(set(topics))
+            for topic in topics:
+                view = self._view(topic)
+                mine = self.mappings[broker].get(topic)
+                had = dict(mine.hostedQueues) if mine is not None else {}
+                hosted = {**had, **self._hosted_by(broker, topic, view)}
+                guess = infer_lost_items(broker, view.total_queues, view.queues,
+                                         physical.get(broker, {}).get(topic, set()))
+                if restore_lost:
+                    hosted.update({q: [item] for q, item in guess.items.items()})
+                epoch = max(view.epoch, mine.epoch if mine is not None else 0)
+                if mine is None or hosted != had or epoch != mine.epoch:
+                    self.mappings[broker].put(TopicQueueMappingDetail(topic=topic, totalQueues=view.total_queues,
+                                                                      bname=broker, epoch=epoch, hostedQueues=hosted))
+                # mapping before topic config, as create and remap write them
+                count = physical_queue_count(hosted, broker)
+                if count:
+                    self.topic_configs[broker].ensure_queues(topic, count)
+                mapped = set(view.queues) | (set(guess.items) if restore_lost else set())
+                report.append({"topic": topic, "from_peers": sorted(set(hosted) - set(had) - set(guess.items)),
+                               "lost": [{"queue": q, "bname": i.bname, "queueId": i.queueId}
+                                        for q, i in sorted(guess.items.items())],
+                               "restored": bool(restore_lost and guess.items), "empty": list(guess.empty),
+                               "reason": guess.reason,
+                               "unmapped": [q for q in range(view.total_queues) if q not in mapped]})
+        return report
+
+    def _physical_queues(self, topics: set[str]) -> dict[str, dict[str, set[int]]]:
+        """broker -> topic -> the physical queue ids of ``topics`` each open broker holds, in its
+        local store or its tiered files (one pass over each broker's queues). Lock held."""
+        out: dict[str, dict[str, set[int]]] = {}
+        for b, store in self.stores.items():
+            store.local.reput()  # every acknowledged put is in a consume queue
+            held = out[b] = {}
+            for t, qid in store.local.list_queues():
+                if t in topics:
+                    held.setdefault(t, set()).add(qid)
+            for f in store.flat_files.files():
+                if f.topic in topics:
+                    held.setdefault(f.topic, set()).add(f.queue_id)
+        return out
+
+    def _unaccounted_messages(self, topic: str, view: TopicView,
+                              physical: dict[str, dict[str, set[int]]]) -> list[Violation]:
+        """Messages in physical queues of ``topic`` on open brokers that no generation maps: past
+        a closed generation's ``endOffset``, or in a physical queue no generation uses (puts
+        straight into the physical queue; readers of the logic queue never see them). The
+        second check needs every generation: it runs only when each logic queue's leader (which
+        keeps all its generations) is open. Lock held."""
+        mapped: dict[tuple[str, int], tuple[int, LogicQueueMappingItem]] = {}
+        for q, items in view.queues.items():
+            for item in items:
+                mapped[(item.bname, item.queueId)] = (q, item)
+        complete = len(view.queues) == view.total_queues and all(
+            items[-1].bname in self.stores for items in view.queues.values())
+        out: list[Violation] = []
+        for b, store in self.stores.items():
+            for qid in sorted(physical.get(b, {}).get(topic, ())):
+                hit = mapped.get((b, qid))
+                hi = store.get_max_offset_in_queue(topic, qid)
+                if hit is not None:
+                    q, item = hit
+                    if item.closed and hi > item.endOffset:
+                        out.append(Violation(topic, q, b, "endOffset", (
+                            f"physical queue {b}/{qid} (gen {item.gen} of logic queue {q}, fenced at "
+                            f"{item.endOffset}) holds {hi - item.endOffset} message(s) at physical offsets "
+                            f"[{item.endOffset}, {hi}) past its end, which no generation maps: put straight into "
+                            "the physical queue, never read through the logic queue")))
+                elif complete and hi > 0:
+                    lo = store.get_min_offset_in_queue(topic, qid)
+                    out.append(Violation(topic, None, b, "queueId", (
+                        f"physical queue {b}/{qid} of static topic {topic!r} holds message(s) at physical offsets "
+                        f"[{lo}, {hi}) but no generation of any logic queue maps it: put straight into the "
+                        "physical queue, never read through a logic queue")))
         return out
 
     # -- data path --------------------------------------------------------------------------
+
+    def leader(self, topic: str, queue_id: int) -> LogicQueueMappingItem:
+        """The newest item (the leader generation) of logic queue ``queue_id`` (errors as
+        :meth:`put_message`'s)."""
+        with self._lock:
+            return self._items(topic, queue_id)[1][-1]
 
     def put_message(self, message: Message, queue_id: int) -> PutMessageResult:
         """Put ``message`` into logic queue ``queue_id`` of its (static) topic: it goes to the
@@ -803,7 +970,7 @@ class Cluster:
                 raise Fenced(f"static topic {topic!r} logic queue {queue_id}: broker {broker!r} is fenced "
                              f"({now}); puts go to the leader", topic=topic, queue=queue_id, broker=broker,
                              leader=leader.bname if leader is not None else None)
-            res = store.put_message(message, leader.queueId)
+            res = self._guards[broker].put_admitted(store, message, leader.queueId)
             logic = leader.to_logic(res.queue_offset) if leader.decided else -1
             return PutMessageResult(res.status, logic, res.commitlog_offset, res.store_timestamp)
 
@@ -937,18 +1104,20 @@ class Cluster:
         """The smallest logic offset still readable (from the earliest decided item)."""
         with self._lock:
             _, items = self._items(topic, queue_id)
-            first = items[0]
-            if not first.decided:
-                return -1  # the seed allows -1 only here and at put
-            return max(first.logicOffset, first.to_logic(self._phys_min(topic, first)))
+            return self._min_of(topic, items)
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         """The logic offset just past the last readable message (the newest decided item's end)."""
         with self._lock:
-            _, items = self._items(topic, queue_id)
-            readable = [i for i in items if i.decided]
-            return self._logic_end(topic, readable[-1])
+            view, _ = self._items(topic, queue_id)
+            readable = view.readable(queue_id)[0]
+            return self._logic_end(topic, readable[-1]) if readable else -1  # -1: nothing decided yet
 
+    def _min_of(self, topic: str, items: list[LogicQueueMappingItem]) -> int:
+        first = items[0]
+        if not first.decided:
+            return -1  # the seed allows -1 only here and at put
+        return max(first.logicOffset, first.to_logic(self._phys_min(topic, first)))
 
     # -- time and key lookups -----------------------------------------------------------------
 
@@ -1049,8 +1218,8 @@ def read_static_topic_items(configs: Sequence[StoreConfig], topic: str) -> tuple
         if d is not None:
             details[c.broker] = d
     if not details:
-        raise MappingError(f"{topic!r} is not a static topic of any broker", topic=topic, queue=None,
-                           field="topic", broker=None)
+        raise UnknownStaticTopic(f"{topic!r} is not a static topic of any broker", topic=topic, queue=None,
+                                 field="topic", broker=None, known=[])
     totals = {d.totalQueues for d in details.values()}
     if len(totals) > 1:
         raise MappingError(f"static topic {topic!r}: brokers disagree on totalQueues", topic=topic, queue=None,

@@ -46,6 +46,8 @@ def _err(msg: str, *, topic: str | None, queue: int | None, field_name: str, bro
 def _int(doc: Mapping[str, Any], key: str, default: int | None, *, topic: str | None, queue: int | None,
          broker: str | None) -> int:
     value = doc.get(key, default)
+    if type(value) is int:  # the common case, checked first: a file of 100,000 queues parses 700,000 of them
+        return value
     if isinstance(value, str):  # the seed's examples quote numbers
         try:
             value = int(value)
@@ -56,7 +58,7 @@ def _int(doc: Mapping[str, Any], key: str, default: int | None, *, topic: str | 
     return value
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: one object per item, no __dict__ (100,000s of them)
 class LogicQueueMappingItem:
     """One generation of a logic queue: a range of one physical queue.
 
@@ -117,7 +119,7 @@ class LogicQueueMappingItem:
     def from_json(cls, doc: Any, *, topic: str | None = None, queue: int | None = None,
                   broker: str | None = None) -> "LogicQueueMappingItem":
         """Parse one item; missing optional fields take RocketMQ's defaults (-1, 0)."""
-        if not isinstance(doc, Mapping):
+        if type(doc) is not dict and not isinstance(doc, Mapping):  # dict first: the ABC check is slow
             raise _err(f"an item must be an object, got {doc!r}", topic=topic, queue=queue, field_name="item",
                        broker=broker)
         bname = doc.get("bname")

@@ -167,7 +167,7 @@ class Cluster:
     :class:`Fenced`; an inconsistent or undecided mapping is :class:`MappingError`.
     """
 
-    def __init__(self, configs: Sequence[StoreConfig], *, background: bool = False) -> None:
+    def __init__(self, configs: Sequence[StoreConfig], *, background: bool = False, read_only: bool = False) -> None:
         if not configs:
             raise ConfigError("a cluster needs at least one broker config", key="broker")
         names = [c.broker for c in configs]
@@ -203,7 +203,7 @@ class Cluster:
                 self.mappings[c.broker] = TopicQueueMappingStore(c.store_path, c.broker)
                 self.offsets[c.broker] = ConsumerOffsetStore(c.store_path)
                 self.topic_configs[c.broker] = TopicConfigStore(c.store_path, c.broker)
-                self.stores[c.broker] = store = TieredMessageStore.open(c, background=background)
+                self.stores[c.broker] = store = TieredMessageStore.open(c, background=background, read_only=read_only)
                 # every local retention run that deleted files, the store's own timer included
                 store.add_local_expiry_listener(self._on_local_expiry)
         except BaseException:
@@ -211,17 +211,19 @@ class Cluster:
             raise
 
     @classmethod
-    def open(cls, configs: Sequence[StoreConfig], *, background: bool = False) -> "Cluster":
-        """Open every broker of ``configs`` (see the class contract)."""
-        return cls(configs, background=background)
+    def open(cls, configs: Sequence[StoreConfig], *, background: bool = False, read_only: bool = False) -> "Cluster":
+        """Open every broker of ``configs`` (see the class contract); ``read_only`` opens each
+        broker's store read-only (``TieredMessageStore.open(..., read_only=True)``): for status
+        and verify, which write nothing."""
+        return cls(configs, background=background, read_only=read_only)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, *, background: bool = False) -> "Cluster":
+    def load(cls, path: str | os.PathLike, *, background: bool = False, read_only: bool = False) -> "Cluster":
         """Open the cluster a TOML file describes: ``[tiered]`` (and ``[tiered.options]``)
         holds what every broker shares; each ``[[broker]]`` table holds one broker's own keys
         (at least ``broker`` and ``store_path``) and overrides the shared ones. Relative paths
         resolve against the file's directory. See ``examples/cluster.toml``."""
-        return cls(load_cluster_configs(path), background=background)
+        return cls(load_cluster_configs(path), background=background, read_only=read_only)
 
     # -- brokers ---------------------------------------------------------------------------
 

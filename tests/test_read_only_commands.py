@@ -28,8 +28,9 @@ from tiered_core.cli import main
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
 from tiered_core.common import FileSegmentType, SegmentStatus
 from tiered_core.config import StoreConfig
-from tiered_core.errors import StateConflict, UnknownObjects
+from tiered_core.errors import MetadataError, StateConflict, UnknownObjects
 from tiered_core.flat.ownership import OWNER_DIR, ReadOnlyDriver
+from tiered_core.metadata import SqliteMetadataStore, open_metadata_read_only, open_metadata_store
 from tiered_core.static_topic import Cluster
 
 FAR_FUTURE_MS = 1 << 50
@@ -156,3 +157,57 @@ def test_static_topic_status_and_verify_write_nothing(tmp_path, capsys):
     assert main(["static-topic", "verify", "--cluster", f, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["ok"] is True
     assert changes(before, snapshot(*paths)) == {}
+
+
+# -- the metadata stores' read-only opening ------------------------------------------------------
+
+@pytest.mark.parametrize("name, filename", [("sqlite", "meta.db"), ("json", "tieredStoreMetadata.json")])
+def test_metadata_opened_read_only_is_a_private_copy(tmp_path, name, filename):
+    path = str(tmp_path / "meta" / filename)
+    empty = open_metadata_read_only(name, path)  # no file: an empty store, nothing created
+    assert list(empty.iterate_topics()) == [] and empty.read_only
+    empty.add_topic("ghost")
+    empty.close()
+    assert not (tmp_path / "meta").exists()
+
+    store = open_metadata_store(name, path)
+    store.add_topic("a")
+    store.close()
+    before = snapshot(tmp_path)
+    copy = open_metadata_read_only(name, path)
+    assert [t.topic for t in copy.iterate_topics()] == ["a"]
+    with copy.transaction():
+        copy.add_topic("b")
+        copy.set_property("k", "v")
+    assert sorted(t.topic for t in copy.iterate_topics()) == ["a", "b"] and copy.get_property("k") == "v"
+    with pytest.raises(MetadataError, match="read-only"):
+        copy.destroy()
+    copy.close()
+    assert changes(before, snapshot(tmp_path)) == {}
+    reopened = open_metadata_store(name, path)
+    assert [t.topic for t in reopened.iterate_topics()] == ["a"]
+    reopened.close()
+
+
+def test_sqlite_read_only_sees_a_live_writers_wal_and_writes_nothing(tmp_path):
+    path = str(tmp_path / "meta.db")
+    writer = SqliteMetadataStore(path)
+    try:
+        writer.add_topic("committed")  # in the -wal: no checkpoint yet
+        before = snapshot(tmp_path)
+        copy = SqliteMetadataStore.open_read_only(path)
+        assert [t.topic for t in copy.iterate_topics()] == ["committed"]
+        copy.close()
+        assert changes(before, snapshot(tmp_path)) == {}
+    finally:
+        writer.close()
+    foreign = tmp_path / "foreign.db"
+    conn = sqlite3.connect(foreign)
+    conn.execute("CREATE TABLE t (x)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(MetadataError, match="not a tiered-store metadata store"):
+        SqliteMetadataStore.open_read_only(str(foreign))
+    (tmp_path / "garbage.db").write_bytes(b"not a database at all" * 100)
+    with pytest.raises(MetadataError):
+        SqliteMetadataStore.open_read_only(str(tmp_path / "garbage.db"))

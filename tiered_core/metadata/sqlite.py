@@ -170,7 +170,7 @@ class SqliteMetadataStore(TieredMetadataStore):
     @classmethod
     def open_read_only(cls, path: str, **options: Any) -> "SqliteMetadataStore":
         """A private in-memory copy of the database at ``path``, taken without writing anything
-        there: no file, directory, ``-wal`` or ``-shm`` is created, no schema is added. A
+        there: no file or directory is created, no schema added (see :func:`_snapshot`). A
         missing file reads as an empty store. The copy can be changed (recovery in memory);
         nothing reaches the file, and :meth:`destroy` is refused. Memory: the database's size.
 
@@ -587,7 +587,8 @@ def _snapshot(path: str, busy_timeout: float) -> sqlite3.Connection:
     Without a ``-wal`` beside it the file holds the whole database: its bytes are read
     (again if it changed meanwhile) and loaded into memory. With a ``-wal`` (a writer is
     open, or one stopped before a checkpoint) the copy goes through SQLite's own read-only
-    connection and backup, which use the existing ``-wal`` and ``-shm`` and create nothing.
+    connection and backup, which use the existing ``-wal`` and ``-shm`` (SQLite recreates a
+    lost ``-shm``, its index of the ``-wal``); the database and the ``-wal`` are not written.
     """
     memory = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
     try:

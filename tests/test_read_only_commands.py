@@ -194,11 +194,14 @@ def test_sqlite_read_only_sees_a_live_writers_wal_and_writes_nothing(tmp_path):
     writer = SqliteMetadataStore(path)
     try:
         writer.add_topic("committed")  # in the -wal: no checkpoint yet
-        before = snapshot(tmp_path)
+        # the -shm is SQLite's shared-memory index, where every reader takes a read mark:
+        # the database and its -wal are what must not change
+        before = snapshot(path, path + "-wal")
         copy = SqliteMetadataStore.open_read_only(path)
         assert [t.topic for t in copy.iterate_topics()] == ["committed"]
         copy.close()
-        assert changes(before, snapshot(tmp_path)) == {}
+        assert changes(before, snapshot(path, path + "-wal")) == {}
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["meta.db", "meta.db-shm", "meta.db-wal"]
     finally:
         writer.close()
     foreign = tmp_path / "foreign.db"

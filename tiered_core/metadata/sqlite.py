@@ -587,8 +587,9 @@ def _snapshot(path: str, busy_timeout: float) -> sqlite3.Connection:
     Without a ``-wal`` beside it the file holds the whole database: its bytes are read
     (again if it changed meanwhile) and loaded into memory. With a ``-wal`` (a writer is
     open, or one stopped before a checkpoint) the copy goes through SQLite's own read-only
-    connection and backup, which use the existing ``-wal`` and ``-shm`` (SQLite recreates a
-    lost ``-shm``, its index of the ``-wal``); the database and the ``-wal`` are not written.
+    connection and backup, which use the existing ``-wal`` and ``-shm`` (the ``-shm`` is
+    SQLite's shared-memory index of the ``-wal``, where readers take read marks; a lost one
+    is recreated); the database and the ``-wal`` are not written.
     """
     memory = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
     try:

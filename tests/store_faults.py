@@ -59,6 +59,13 @@ class FlakyDriver(CountingLayer):
         self._announced = 0
         self._announce_lock = threading.Lock()
 
+    @classmethod
+    def location(cls, options):
+        """The inner driver's: the faults do not move the data (a store opened with and without
+        them is the same store)."""
+        inner = driver_class(options.get("inner") or "memory")
+        return inner.location(dict(options.get("inner_options") or {}))
+
     def write(self, path: str, position: int, data: bytes | memoryview) -> None:
         super().write(path, position, data)
         if self.announce_writes:

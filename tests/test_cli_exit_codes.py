@@ -210,7 +210,7 @@ def test_ownership_errors_and_takeover_from_the_command_line(tmp_path):
     assert refused.returncode == ExitCode.BACKEND, refused.stdout + refused.stderr
     assert json.loads(refused.stdout)["error"]["code"] == "PREFIX_OWNED"
 
-    took = run("takeover", "--config", str(configs["b"]), "--json", cwd=tmp_path)
+    took = run("takeover", "--config", str(configs["b"]), "--create", "--json", cwd=tmp_path)  # b never opened
     assert took.returncode == ExitCode.OK, took.stdout + took.stderr
     report = json.loads(took.stdout)
     assert report["took_over_from"]["store_id"] != report["owner"]["store_id"]

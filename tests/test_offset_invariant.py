@@ -93,7 +93,7 @@ def test_lost_disk_and_takeover_continue_after_the_tier(tmp_path, capsys):
         f'[tiered]\nstore_path = "{cfg.store_path}"\ndriver = "posix"\ncommit_log_max_size = "64KiB"\n'
         f'consume_queue_max_size = "6000"\nlocal_commit_log_file_size = "64KiB"\n'
         f'[tiered.options]\nroot = "{tmp_path / "tier"}"\n')
-    assert main(["takeover", "--config", str(toml)]) == 0
+    assert main(["takeover", "--config", str(toml), "--create"]) == 0  # the disk is gone: asked explicitly
     capsys.readouterr()
     assert main(["put", "--config", str(toml), "--topic", TOPIC, "--body", "after-loss", "--dispatch", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

@@ -278,7 +278,7 @@ def test_takeover_command_takes_the_prefix_and_rebuilds(tmp_path, capsys):
     conf_b = write_config(tmp_path, config_b)
     workload = Workload(queues=2)
     populate(config_a, workload, 600)
-    assert main(["takeover", "--config", conf_b]) == 0
+    assert main(["takeover", "--config", conf_b, "--create"]) == 0  # b is a new store_path
     out = capsys.readouterr().out
     assert config_a.store_path in out
     with pytest.raises(PrefixOwned):

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import shutil
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
 from tiered_core.access.cache import ReadAheadCache
 from tiered_core.access.continuity import continue_after_tier, key_index_gap
-from tiered_core.access.paths import make_store_dir
+from tiered_core.access.opening import check_before_open, rebuild_fix
+from tiered_core.access.paths import check_store_path, make_store_dir
 from tiered_core.access.dispatcher import DispatchConfig, DispatchStats, MessageStoreDispatcher
 from tiered_core.access.fetcher import MessageFilter, MessageStoreFetcher
 from tiered_core.access.key_query import tiered_key_hits
@@ -35,7 +39,7 @@ from tiered_core.config import StoreConfig
 from tiered_core.errors import IllegalParam, SegmentClosed, StateConflict, TieredStoreError
 from tiered_core.flat.damage import SegmentDamage
 from tiered_core.flat.file_store import FlatFileStore
-from tiered_core.flat.ownership import PrefixOwnership, load_store_id
+from tiered_core.flat.ownership import PrefixOwnership, ReadOnlyDriver, load_store_id
 from tiered_core.ops.reconcile import open_checked_metadata
 from tiered_core.index.service import IndexStoreService
 from tiered_core.local.store import LocalMessageStore, LocalStoreConfig
@@ -78,30 +82,51 @@ class TieredMessageStore:
     """
 
     def __init__(self, config: StoreConfig, *, background: bool = False, take_over: bool = False,
-                 clock: Callable[[], int] | None = None) -> None:
+                 clock: Callable[[], int] | None = None, read_only: bool = False) -> None:
+        if read_only and (background or take_over):
+            raise IllegalParam("a store opened read-only runs no background services and takes nothing over",
+                               read_only=read_only, background=background, take_over=take_over)
         self.config = config
+        self.read_only = read_only
         self.policy = ReadPolicy.parse(config.storage_level)
-        make_store_dir(config)
+        if not read_only:
+            check_store_path(config)
         local_config = config.section(LocalStoreConfig)
         # A message must fit one tiered segment, or it could never be tiered: refuse it at put.
         local_config = dataclasses.replace(local_config, max_message_size=min(local_config.max_message_size,
                                                                               config.commit_log_max_size))
-        # ``clock`` (ms since the epoch) stamps store times and names index files; tests pin it.
-        self.local = LocalMessageStore(config.store_path, local_config, clock=clock)
-        driver = metadata = None
+        driver = metadata = checks = None
+        self.local = None  # type: ignore[assignment]
+        self._scratch: str | None = None
         try:
+            # Everything that can refuse the open is checked first, writing nothing anywhere:
+            # the identity, the owner of the tier prefix, the metadata against the tier.
             driver = config.open_driver()
-            # Own the tier prefix before touching it; every later write checks the fence.
-            self.ownership = PrefixOwnership(driver, config.cluster, config.broker,
-                                             load_store_id(config.store_path), config.store_path)
-            self.ownership.claim(take_over=take_over)
-            if self.ownership.took_over_from is not None:
-                self.ownership.seal_tails()
-            self.driver = self.ownership.guard(driver)
-            fix = f"tiered metadata rebuild --config {config.source or 'FILE'} --force"
-            self.metadata = metadata = open_checked_metadata(
-                config.open_metadata, config.effective_metadata_path(), self.driver, config.cluster,
-                config.broker, rebuild=take_over or config.metadata_recovery == "rebuild", fix=fix)
+            checks = check_before_open(config, driver, take_over=take_over, read_only=read_only)
+            if read_only:
+                self.local = self._open_local_read_only(local_config, clock)
+                self.ownership = PrefixOwnership(driver, config.cluster, config.broker, checks.store_id or "",
+                                                 config.store_path)  # never claimed: nothing is written
+                self.driver = ReadOnlyDriver(driver)
+                self.metadata = metadata = checks.metadata
+                checks.metadata = None
+            else:
+                make_store_dir(config)
+                # ``clock`` (ms since the epoch) stamps store times and names index files; tests pin it.
+                self.local = LocalMessageStore(config.store_path, local_config, clock=clock)
+                store_id = load_store_id(config.store_path)
+                # Own the tier prefix before touching it; every later write checks the fence.
+                self.ownership = PrefixOwnership(driver, config.cluster, config.broker, store_id, config.store_path)
+                self.ownership.claim(take_over=take_over)
+                if self.ownership.took_over_from is not None:
+                    self.ownership.seal_tails()
+                self.driver = self.ownership.guard(driver)
+                checks.close()
+                self.metadata = metadata = open_checked_metadata(
+                    config.open_metadata, config.effective_metadata_path(), self.driver, config.cluster,
+                    config.broker, rebuild=take_over or config.metadata_recovery == "rebuild",
+                    fix=rebuild_fix(config), checked=None if take_over else checks.report)
+                checks.record(config.store_path, store_id, self.metadata)
             self.flat_files = FlatFileStore(self.driver, self.metadata, config.flat_config())
             #: Queues whose tiered files could not be recovered at open, with the reason: their
             #: tiered data is not served and puts to them are refused; the other queues work.
@@ -112,11 +137,14 @@ class TieredMessageStore:
                           "to them are refused (the other queues are open): %s", len(self.unrecoverable),
                           "; ".join(f"{t}/{q}: {why}" for (t, q), why in self.unrecoverable.items()))
             had_local = bool(self.local.list_queues())
-            recovered = continue_after_tier(self.local, self.flat_files, store_path=config.store_path,
-                                            epoch=self.ownership.record.epoch,
-                                            took_over=self.ownership.took_over_from is not None)
-            self.index = IndexStoreService.from_store_config(config, self.driver, self.metadata,
-                                                             clock=clock or now_ms)
+            recovered = 0
+            if not read_only:  # (a read-only open routes past the local end to the tier instead)
+                recovered = continue_after_tier(self.local, self.flat_files, store_path=config.store_path,
+                                                epoch=self.ownership.record.epoch,
+                                                took_over=self.ownership.took_over_from is not None)
+            index_config = config if self._scratch is None else config.replace(store_path=self._scratch)
+            self.index = IndexStoreService.from_store_config(index_config, self.driver, self.metadata,
+                                                             clock=clock or now_ms, read_only=read_only)
             #: Store time from which keys of tiered messages may be missing from the key index
             #: (its local file was lost with the disk or replaced by an old copy); None: no gap seen.
             self.key_index_gap_since = (key_index_gap(self.index, self.flat_files)
@@ -134,13 +162,18 @@ class TieredMessageStore:
             self.dispatcher = MessageStoreDispatcher(self.local, self.flat_files, self.index,
                                                      config.section(DispatchConfig), clock=clock)
         except BaseException:
+            if checks is not None:
+                checks.close()
             if metadata is not None:
                 metadata.close()
             if driver is not None:
                 driver.close()
-            self.local.close()
+            if self.local is not None:
+                self.local.close()
+            self._remove_scratch()
             raise
-        self.local.add_queue_listener(self.dispatcher.on_new_queue)
+        if not read_only:  # a read-only store makes no tiered files for new local queues
+            self.local.add_queue_listener(self.dispatcher.on_new_queue)
         self._closed = False
         self._lock = threading.Lock()
         self._expiry_listeners: list[Callable[[int], None]] = []
@@ -154,9 +187,30 @@ class TieredMessageStore:
                                                           name=f"local-retention:{config.broker}")
                 self._retention_thread.start()
 
+    def _open_local_read_only(self, local_config: LocalStoreConfig,
+                              clock: Callable[[], int] | None) -> LocalMessageStore:
+        """The local store of a read-only open, without background services; when
+        ``store_path`` holds none (a lost disk, the metadata elsewhere), an empty one in a
+        private temporary directory, so that nothing is created under ``store_path``."""
+        local_config = dataclasses.replace(local_config, background_services=False)
+        root = self.config.store_path
+        if not os.path.isdir(os.path.join(root, "commitlog")):
+            root = self._scratch = tempfile.mkdtemp(prefix="tiered-read-only-")
+        return LocalMessageStore(root, local_config, clock=clock)
+
+    def _remove_scratch(self) -> None:
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
+
+    def _refuse_write(self, what: str) -> None:
+        if self.read_only:
+            raise StateConflict(f"{what} refused: the store at {self.config.store_path!r} is open read-only",
+                                store_path=self.config.store_path, read_only=True)
+
     @classmethod
     def open(cls, config: StoreConfig, *, background: bool = False, take_over: bool = False,
-             clock: Callable[[], int] | None = None) -> "TieredMessageStore":
+             clock: Callable[[], int] | None = None, read_only: bool = False) -> "TieredMessageStore":
         """Open (or create) the store ``config`` describes; ``background`` runs the dispatcher
         and index upload threads and, every ``local_retention_interval_ms``, local retention
         (:meth:`delete_expired_local`); otherwise call :meth:`dispatch` yourself.
@@ -170,8 +224,22 @@ class TieredMessageStore:
         unless ``metadata_recovery = "rebuild"``. ``clock`` (milliseconds since the epoch; the
         wall clock by default) stamps store times and names index files: tests pin it to get
         the same bytes for the same input.
+
+        Identity: a store records the cluster, broker, driver and tier location it was created
+        with (:mod:`tiered_core.ops.identity`); opened with another one it raises
+        :class:`~tiered_core.errors.IdentityMismatch` naming the field, both values and the
+        fix. Every check that can refuse the open runs before anything is written, so a
+        refused open leaves the store directory, the tier and the metadata as they were.
+
+        ``read_only=True`` opens the store to read it and write nothing to the tier or the
+        metadata: no claim of the prefix (the driver refuses writes), the metadata read
+        through a private in-memory copy, objects it does not list still refused
+        (``UnknownObjects``), no tiered files made for new queues; :meth:`put_message`,
+        :meth:`dispatch` and the expiry calls raise :class:`~tiered_core.errors.StateConflict`.
+        The local store is opened as usual (its lock, its crash recovery), or, when
+        ``store_path`` holds none, an empty one in a private temporary directory.
         """
-        return cls(config, background=background, take_over=take_over, clock=clock)
+        return cls(config, background=background, take_over=take_over, clock=clock, read_only=read_only)
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -187,6 +255,7 @@ class TieredMessageStore:
         Raises :class:`~tiered_core.errors.Fenced` once another store took this one's tier
         prefix over: producers must move to the new owner; whatever :attr:`put_guard` raises.
         """
+        self._refuse_write("put")
         if self.put_guard is not None:
             self.put_guard(message, queue_id)
         if self.ownership.fenced is not None:
@@ -205,6 +274,7 @@ class TieredMessageStore:
 
         Raises :class:`~tiered_core.errors.Fenced` when another store took the prefix over.
         """
+        self._refuse_write("dispatch")
         self.local.reput()
         self.local.flush()
         stats = self.dispatcher.dispatch(force=force)
@@ -413,6 +483,7 @@ class TieredMessageStore:
         listener added by :meth:`add_local_expiry_listener` is called with the count after the
         files are gone (a listener's exception is logged, never raised here). A store opened
         with ``background=True`` runs this every ``local_retention_interval_ms``."""
+        self._refuse_write("local retention")
         keep = self.dispatcher.untiered_local_offset()
         deleted = self.local.delete_expired(now_ms, keep_from=keep)
         if deleted:
@@ -444,6 +515,7 @@ class TieredMessageStore:
 
         Raises :class:`~tiered_core.errors.Fenced` when another store owns the prefix now.
         """
+        self._refuse_write("tiered retention")
         self.ownership.check()
         self.flat_files.delete_expired(now_ms)
         self.index.destroy_expired()
@@ -501,6 +573,7 @@ class TieredMessageStore:
             self.local.close()
             self.metadata.close()
             self.driver.close()
+            self._remove_scratch()
 
     def __enter__(self) -> "TieredMessageStore":
         return self

@@ -43,15 +43,16 @@ REDACTED = "***"
 class StoreNotFound(NotFound):
     """A read-only command named a store that does not exist (it is not created)."""
 
-    def __init__(self, config: "StoreConfig") -> None:
+    def __init__(self, config: "StoreConfig", hint: str | None = None) -> None:
         path, metadata = config.store_path, config.effective_metadata_path()
         if not os.path.isdir(path):
-            state, hint = "does not exist", "`tiered put` creates a store"
+            state, default_hint = "does not exist", "`tiered put` creates a store"
         elif not os.listdir(path):
-            state, hint = "is empty", "`tiered put` creates a store"
+            state, default_hint = "is empty", "`tiered put` creates a store"
         else:
             state = f"holds no local store and no metadata {metadata!r}"
-            hint = "if the tiered backend still holds its data, run `tiered metadata rebuild --config FILE`"
+            default_hint = "if the tiered backend still holds its data, run `tiered metadata rebuild --config FILE`"
+        hint = hint or default_hint
         # NotFound's constructor phrases "'path' detail"; this message says more.
         TieredStoreError.__init__(self, f"no tiered store at store_path {path!r}{_where(config)}: "
                                         f"the directory {state}; {hint}",
@@ -206,14 +207,16 @@ def open_store(config: "StoreConfig", *, create: bool) -> "TieredMessageStore":
     """Open the store ``config`` names, after :func:`check_store_path`.
 
     With ``create=False`` (read-only commands) a store that does not exist raises
-    :class:`StoreNotFound` instead of being created empty.
+    :class:`StoreNotFound` instead of being created empty, and an existing one is opened
+    read-only (``TieredMessageStore.open(config, read_only=True)``): nothing is written to
+    its tier or its metadata.
     """
     from tiered_core.access.store import TieredMessageStore
 
     check_store_path(config)
     if not create and not store_exists(config):
         raise StoreNotFound(config)
-    return TieredMessageStore.open(config)
+    return TieredMessageStore.open(config, read_only=not create)
 
 
 __all__ = ["StoreNotFound", "MessageNotFound", "CheckFailed", "DispatchFailed", "add_json_option",

@@ -38,6 +38,7 @@ from tiered_core.cli.common import (
     check_store_path,
     open_store,
     print_json,
+    store_exists,
 )
 from tiered_core.cli.progress import Progress
 from tiered_core.codec.message import Message
@@ -58,6 +59,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "Exit 1 when the verification fails.")
     p.add_argument("--config", metavar="FILE",
                    help="store config (.toml or broker.conf) of an empty store; default: ./demo-data on posix")
+    p.add_argument("--force", action="store_true",
+                   help="with --config: add the demo topics to a store that already holds messages (the "
+                        "demo topics themselves must be empty); without it such a store is refused")
     p.add_argument("--messages", type=int, default=200_000, metavar="N", help="messages to put (default 200000)")
     p.add_argument("--size", type=int, default=1024, help="body bytes per message (default 1024)")
     p.add_argument("--topics", type=int, default=4, metavar="N", help="topics to spread them over (default 4)")
@@ -96,9 +100,16 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, name) <= 0:
             raise IllegalParam(f"--{name} must be > 0, got {getattr(args, name)}", option=f"--{name}",
                                value=getattr(args, name))
+    if args.force and not args.config:
+        raise IllegalParam("--force needs --config (the embedded default store is recreated anyway)",
+                           option="--force")
+    topics = [f"demo-{t}" for t in range(args.topics)]
     if args.config:
         config = StoreConfig.load(args.config)
         config_path = args.config
+        check_store_path(config)
+        if store_exists(config):
+            refuse_a_used_store(config, topics, force=args.force)
     else:
         root = os.path.abspath("demo-data")
         check_store_path(default_config(root))  # e.g. a read-only working directory: name it
@@ -110,20 +121,12 @@ def run(args: argparse.Namespace) -> int:
         config_path = os.path.join(root, "tiered.toml")
         with open(config_path, "w") as fh:
             fh.write(config.to_toml())
-    topics = [f"demo-{t}" for t in range(args.topics)]
     queues = [(t, q) for t in topics for q in range(args.queues)]
     rows: list[tuple[str, str]] = []
     total_bytes = 0
 
     # 1. put
     store = open_store(config, create=True)
-    used = [f"{r.topic}/{r.queue_id}" for r in store.stat(check_damage=False)
-            if r.topic in topics and max(r.local_max, r.tiered_commit) > 0]
-    if used:
-        store.close()
-        raise IllegalParam(f"{', '.join(used)} of store_path {config.store_path!r} already hold messages; "
-                           "the demo needs an empty store (nothing was written)", path=config.store_path,
-                           queues=used)
     counts = {key: 0 for key in queues}
     # Rates as bench/store.py defines them: messages are built outside the timed part (in
     # chunks, to bound memory), and "put" ends when the local reput has consumed every
@@ -196,6 +199,7 @@ def run(args: argparse.Namespace) -> int:
     store = TieredMessageStore.open(config.replace(storage_level="FORCE"))
     read_s = 0.0  # get_message calls only (bench: cold_read_api_msgs_per_s); verifying is not timed
     verified = wrong = 0
+    problems: list[str] = []  # the first few messages that did not verify, and why
     tiers: dict[StoreTier | None, int] = {}
     samples: list[tuple[str, int, int, int]] = []
     rng = random.Random(7)
@@ -208,6 +212,8 @@ def run(args: argparse.Namespace) -> int:
                 read_s += time.perf_counter() - t0
                 if got.status is not GetMessageStatus.FOUND:
                     print(f"tiered demo: {topic}/{qid}@{offset}: {got.status.name}", file=sys.stderr)
+                    problems.append(f"{topic}/{qid}@{offset}: {got.status.name} (the {counts[(topic, qid)] - offset} "
+                                    f"message(s) from there on were not read)")
                     wrong += counts[(topic, qid)] - offset
                     break
                 for m in got.messages:
@@ -215,6 +221,9 @@ def run(args: argparse.Namespace) -> int:
                           and m.keys == [f"{topic}-{qid}-{offset}"] and m.tags == f"tag{offset % 8}")
                     verified += ok
                     wrong += not ok
+                    if not ok and len(problems) < 5:
+                        problems.append(f"{topic}/{qid}@{offset}: read back {m.topic}/{m.queue_id}@{m.queue_offset} "
+                                        "with other bytes, keys or tags than were put")
                     tiers[got.tier] = tiers.get(got.tier, 0) + 1
                     if rng.random() < args.lookups / args.messages:
                         samples.append((topic, qid, offset, m.store_timestamp))
@@ -232,14 +241,23 @@ def run(args: argparse.Namespace) -> int:
     # 5. key and time lookups
     t0 = time.perf_counter()
     key_ok = time_ok = 0
+    lookup_problems: list[str] = []
     for topic, qid, offset, ts in samples:
-        found = store.query_message(topic, f"{topic}-{qid}-{offset}", 4).messages
-        key_ok += len(found) == 1 and found[0].queue_offset == offset and found[0].queue_id == qid
+        key = f"{topic}-{qid}-{offset}"
+        found = store.query_message(topic, key, 4).messages
+        hit = len(found) == 1 and found[0].queue_offset == offset and found[0].queue_id == qid
+        key_ok += hit
+        if not hit and len(lookup_problems) < 3:
+            lookup_problems.append(f"key {key!r} found {[(m.queue_id, m.queue_offset) for m in found]}, "
+                                   f"expected [({qid}, {offset})]")
         at = store.get_offset_in_queue_by_time(topic, qid, ts, BoundaryType.LOWER)
         first = store.get_message("demo", topic, qid, at, 1).messages
         before = store.get_message("demo", topic, qid, at - 1, 1).messages if at > 0 else []
-        time_ok += (at <= offset and bool(first) and first[0].store_timestamp >= ts
-                    and (not before or before[0].store_timestamp < ts))
+        right = (at <= offset and bool(first) and first[0].store_timestamp >= ts
+                 and (not before or before[0].store_timestamp < ts))
+        time_ok += right
+        if not right and len(lookup_problems) < 6:
+            lookup_problems.append(f"time {ts} of {topic}/{qid}@{offset} gave offset {at}")
     lookup_s = time.perf_counter() - t0
     rows.append(("key lookups", f"{key_ok}/{len(samples)} found exactly"))
     rows.append(("time lookups", f"{time_ok}/{len(samples)} correct ({lookup_s:.1f} s for both kinds)"))
@@ -257,8 +275,9 @@ def run(args: argparse.Namespace) -> int:
         rows.append(("  inspect it", f"tiered static-topic status --cluster {os.path.relpath(static.cluster_file)} "
                                      f"--topic {TOPIC} --json"))
 
-    success = (verified == args.messages and wrong == 0 and deleted_files > 0
-               and key_ok == len(samples) and time_ok == len(samples) and (static is None or static.ok))
+    reasons = failure_reasons(config, args.messages, verified, wrong, problems, deleted_files, len(samples), key_ok,
+                              time_ok, lookup_problems, static)
+    success = not reasons
     rows.append(("result", "OK: every message verified from the tiered store after the local copy was deleted"
                  if success else "FAILED"))
     summary = {"driver": config.driver, "metadata": config.metadata, "config": config_path,
@@ -269,7 +288,7 @@ def run(args: argparse.Namespace) -> int:
                "static_topic": None if static is None else {
                    "cluster": static.cluster_file, "put": static.put, "verified": static.verified,
                    "wrong": static.wrong, "generations": static.generations},
-               "rows": dict(rows), "result": "OK" if success else "FAILED"}
+               "rows": dict(rows), "result": "OK" if success else "FAILED", "reasons": reasons}
     if args.json and success:
         print_json(summary)
     elif not args.json:
@@ -277,8 +296,51 @@ def run(args: argparse.Namespace) -> int:
         width = max(len(k) for k, _ in rows)
         for key, value in rows:
             print(f"  {key:<{width}}  {value}")
+        for reason in reasons:
+            print(f"  FAILED: {reason}")
     if not success:
-        raise CheckFailed(f"verification failed: {verified:,} of {args.messages:,} messages verified, "
-                          f"{wrong} wrong, {deleted_files} local files deleted, key lookups {key_ok}/"
-                          f"{len(samples)}, time lookups {time_ok}/{len(samples)}", summary=summary)
+        raise CheckFailed(f"verification failed: {'; '.join(reasons)}", summary=summary, reasons=reasons)
     return 0
+
+
+def refuse_a_used_store(config: StoreConfig, topics: list[str], *, force: bool) -> None:
+    """Refuse (:class:`IllegalParam`, nothing written) a store that holds messages, unless
+    ``force``; even then the demo's own ``topics`` must be empty (it verifies from offset 0).
+    The store is looked at read-only."""
+    with open_store(config, create=False) as store:
+        held = [r for r in store.stat() if max(r.local_max, r.tiered_commit) > 0]
+    used = [f"{r.topic}/{r.queue_id}" for r in held if r.topic in topics]
+    if used:
+        raise IllegalParam(f"{', '.join(used)} of store_path {config.store_path!r} already hold messages; "
+                           "the demo needs its topics empty (nothing was written)", path=config.store_path,
+                           queues=used)
+    if held and not force:
+        shown = ", ".join(f"{r.topic}/{r.queue_id}" for r in held[:5]) + (" ..." if len(held) > 5 else "")
+        raise IllegalParam(f"store_path {config.store_path!r} already holds messages ({len(held)} queue(s): "
+                           f"{shown}); the demo writes {len(topics)} topic(s) of its own and expires local "
+                           "files: use an empty store, or --force to add them to this one (nothing was written)",
+                           path=config.store_path, queues=[f"{r.topic}/{r.queue_id}" for r in held], option="--force")
+
+
+def failure_reasons(config: StoreConfig, messages: int, verified: int, wrong: int, problems: list[str],
+                    deleted_files: int, samples: int, key_ok: int, time_ok: int, lookup_problems: list[str],
+                    static) -> list[str]:
+    """Why the demo's verification failed, one sentence per failed check (empty: it passed)."""
+    reasons = []
+    if verified != messages or wrong:
+        reasons.append(f"{messages - verified:,} of {messages:,} message(s) did not read back as put from the "
+                       f"tiered store ({'; '.join(problems[:5]) or 'no detail'})")
+    if deleted_files == 0:
+        where = f" (config {config.source!r})" if config.source else ""
+        reasons.append(f"local retention deleted no commit-log file, so nothing was read from the tier alone: "
+                       f"local_retention_hours = {config.local_retention_hours}{where} keeps younger files, and "
+                       f"a file is deleted only once it is full (local_commit_log_file_size = "
+                       f"{config.local_commit_log_file_size:,} bytes) and tiered; the demo needs "
+                       "local_retention_hours = 0 and enough --messages to fill a file")
+    if key_ok != samples or time_ok != samples:
+        reasons.append(f"key lookups {key_ok}/{samples} and time lookups {time_ok}/{samples} correct "
+                       f"({'; '.join(lookup_problems) or 'no detail'})")
+    if static is not None and not static.ok:
+        reasons.append(f"static topic: {static.verified:,} of {static.put:,} read back in order, {static.wrong} wrong, "
+                       f"{static.generations} generation(s) (at least 2 expected)")
+    return reasons

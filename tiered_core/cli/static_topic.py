@@ -100,7 +100,8 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.static_action == "takeover":
         return _takeover(args)
-    with Cluster.load(args.cluster) as cluster:
+    # status and verify only read: their brokers' stores are opened read-only
+    with Cluster.load(args.cluster, read_only=args.static_action in ("status", "verify")) as cluster:
         if args.static_action == "verify":
             problems = [v.to_json() for v in cluster.verify()]
             skipped = cluster.skipped_offsets()  # allowed (documented), so not a violation

@@ -4,6 +4,10 @@ The store named by the config claims ``{cluster}/{broker}/`` with the next epoch
 previous owner's last segments (its next write fails with FENCED) and rebuilds its own
 metadata from the backend where it does not list everything. Stop the old broker first
 when you can: fencing stops its tiered writes, not its local ones.
+
+The store must exist (its store_path or metadata): a config naming none is refused (exit
+3) unless --create says to make a new store there -- a failover to a new store_path, or
+after the local disk was lost.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from tiered_core.cli.common import add_json_option, check_store_path, print_json
+from tiered_core.cli.common import StoreNotFound, add_json_option, check_store_path, print_json, store_exists
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,6 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=__doc__.split("\n\n", 1)[1] if __doc__ else None)
     p.add_argument("--config", required=True, metavar="FILE",
                    help="tiered.toml or broker.conf of the store that becomes the owner")
+    p.add_argument("--create", action="store_true",
+                   help="create the store when the config names none (a failover to a new store_path, or "
+                        "after a lost local disk); without it such a config is refused with exit 3")
     add_json_option(p, "the new owner record, the previous one and the recovered queue count")
     p.set_defaults(func=run)
 
@@ -31,6 +38,10 @@ def run(args: argparse.Namespace) -> int:
 
     config = StoreConfig.load(args.config)
     check_store_path(config)
+    if not args.create and not store_exists(config):
+        raise StoreNotFound(config, hint="to create a new store there and take the tier prefix over (a failover "
+                                         "to a new store_path, or a lost local disk), run "
+                                         f"`tiered takeover --config {args.config} --create`")
     with TieredMessageStore.open(config, take_over=True) as store:
         previous = store.ownership.took_over_from
         record = store.ownership.record

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 from typing import Iterator
 
 from tiered_core.codec.naming import cluster_dir, parse_segment_path
-from tiered_core.errors import Fenced, IllegalParam, PrefixOwned, TieredStoreError
+from tiered_core.errors import Fenced, IllegalParam, PrefixOwned, StateConflict, TieredStoreError
 from tiered_core.spi.driver import SegmentDriver
 from tiered_core.spi.layer import DriverLayer
 from tiered_core.common import now_ms
@@ -88,6 +88,18 @@ class OwnerRecord:
     def describe(self) -> str:
         where = f"{self.store_path!r} on host {self.host!r}" if self.store_path else "an unknown location"
         return f"store {self.store_id} at {where} (epoch {self.epoch}, pid {self.pid})"
+
+
+def read_store_id(store_path: str) -> str | None:
+    """The id of the store in ``store_path``, or None when it has none yet (nothing is created)."""
+    path = os.path.join(store_path, STORE_ID_FILE)
+    try:
+        with open(path, encoding="ascii") as fh:
+            return fh.read().strip() or None
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise IllegalParam(f"cannot read the store id file {path!r}: {exc}", path=path) from None
 
 
 def load_store_id(store_path: str) -> str:
@@ -187,13 +199,7 @@ class PrefixOwnership:
             if current.store_id == self.store_id:
                 return self._own(current)
             if not take_over:
-                raise PrefixOwned(
-                    f"tier prefix {self.prefix!r} is owned by {current.describe()}; this is store "
-                    f"{self.store_id} at {self.store_path!r}. Two stores must not share a cluster and "
-                    "broker name on one backend: give this one its own broker name, or, for a deliberate "
-                    "failover, stop the old broker and run `tiered takeover --config FILE`",
-                    prefix=self.prefix, owner=current.describe(), owner_id=current.store_id,
-                    store_id=self.store_id, store_path=self.store_path)
+                raise self._owned_by(current)
             record = self._new_record(current.epoch + 1)
             if self.driver.write_if_absent(self._path(record.epoch), record.encode()):
                 self.took_over_from = current
@@ -205,6 +211,23 @@ class PrefixOwnership:
                               store_id=self.store_id)
         raise PrefixOwned(f"tier prefix {self.prefix!r} changed owner {_CLAIM_ATTEMPTS} times while "
                           "this store tried to claim it", prefix=self.prefix, store_id=self.store_id)
+
+    def _owned_by(self, current: OwnerRecord) -> PrefixOwned:
+        return PrefixOwned(
+            f"tier prefix {self.prefix!r} is owned by {current.describe()}; this is store "
+            f"{self.store_id or '(new)'} at {self.store_path!r}. Two stores must not share a cluster and "
+            "broker name on one backend: give this one its own broker name, or, for a deliberate "
+            "failover, stop the old broker and run `tiered takeover --config FILE`",
+            prefix=self.prefix, owner=current.describe(), owner_id=current.store_id,
+            store_id=self.store_id, store_path=self.store_path)
+
+    def check_claimable(self, current: OwnerRecord | None, *, take_over: bool = False) -> None:
+        """Raise :class:`PrefixOwned` when :meth:`claim` would refuse because of ``current``
+        (the newest owner record, from :meth:`current`): it writes nothing, so an open can
+        be refused before it writes anything. (The claim itself decides: another store may
+        claim in between.)"""
+        if current is not None and current.store_id != self.store_id and not take_over:
+            raise self._owned_by(current)
 
     def _own(self, record: OwnerRecord) -> OwnerRecord:
         with self._lock:
@@ -309,6 +332,34 @@ class FencedDriver(DriverLayer):
         self.inner.delete(path)
 
 
+class ReadOnlyDriver(DriverLayer):
+    """Refuses every write, create, seal and delete before it reaches the backend
+    (:class:`~tiered_core.errors.StateConflict` naming the operation and the path): the
+    driver of a store opened read-only, which owns nothing and writes nothing."""
+
+    def __init__(self, inner: SegmentDriver, why: str = "the store is open read-only") -> None:
+        super().__init__(inner)
+        self.why = why
+
+    def _refuse(self, op: str, path: str) -> StateConflict:
+        return StateConflict(f"{op} of {path!r} refused: {self.why}", path=path, op=op, read_only=True)
+
+    def write(self, path: str, position: int, data: bytes | memoryview) -> None:
+        raise self._refuse("write", path)
+
+    def write_if_absent(self, path: str, data: bytes) -> bool:
+        raise self._refuse("write_if_absent", path)
+
+    def create(self, path: str) -> None:
+        raise self._refuse("create", path)
+
+    def seal(self, path: str) -> None:
+        raise self._refuse("seal", path)
+
+    def delete(self, path: str) -> None:
+        raise self._refuse("delete", path)
+
+
 def segment_objects(driver: SegmentDriver, cluster: str, broker: str) -> Iterator[tuple[str, int]]:
     """``(path, size)`` of every object under the store's prefix but the owner records."""
     for path, size in driver.list(tier_prefix(cluster, broker)):
@@ -322,8 +373,10 @@ __all__ = [
     "FencedDriver",
     "OwnerRecord",
     "PrefixOwnership",
+    "ReadOnlyDriver",
     "is_owner_record",
     "load_store_id",
+    "read_store_id",
     "owner_prefix",
     "segment_objects",
     "tier_prefix",

@@ -114,8 +114,11 @@ class IndexStoreService:
 
     def __init__(self, driver: SegmentDriver, metadata: TieredMetadataStore, store_path: str, *,
                  cluster: str = KEYS.cluster.default, broker: str = KEYS.broker.default,
-                 config: IndexConfig | None = None, clock: Callable[[], int] = now_ms) -> None:
+                 config: IndexConfig | None = None, clock: Callable[[], int] = now_ms,
+                 read_only: bool = False) -> None:
         self.driver = driver
+        #: Opened to answer queries only: recovery repairs nothing (tier, metadata, local files).
+        self.read_only = read_only
         self.metadata = metadata
         self.config = config or IndexConfig()
         self.cluster = cluster
@@ -143,17 +146,21 @@ class IndexStoreService:
 
     @classmethod
     def from_store_config(cls, store_config: Any, driver: SegmentDriver, metadata: TieredMetadataStore,
-                          clock: Callable[[], int] = now_ms, **index_options: Any) -> "IndexStoreService":
+                          clock: Callable[[], int] = now_ms, read_only: bool = False,
+                          **index_options: Any) -> "IndexStoreService":
         """A service laid out by a :class:`~tiered_core.config.StoreConfig` (store path, cluster,
         broker, reserved hours); ``index_options`` are :class:`IndexConfig` fields; ``clock``
         (ms since the epoch) names new index files."""
         return cls(driver, metadata, store_config.store_path, cluster=store_config.cluster,
                    broker=store_config.broker, config=section(IndexConfig, store_config, **index_options),
-                   clock=clock)
+                   clock=clock, read_only=read_only)
 
     # -- recovery ---------------------------------------------------------------------
 
     def _recover(self) -> None:
+        if self.read_only:
+            self._recover_read_only()
+            return
         try:
             os.makedirs(self.directory, exist_ok=True)
             shutil.rmtree(self._compacting, ignore_errors=True)
@@ -172,6 +179,38 @@ class IndexStoreService:
                 self._uploaded.append(uploaded)
         self._next_base = self._highest_offset()
         self._load_local_files()
+
+    def _recover_read_only(self) -> None:
+        """Recovery that writes nothing: uploaded files that are complete, and the local files
+        as they are (an incomplete upload, a corrupt or already uploaded local file is left
+        for the next writable open)."""
+        for seg in list(self.flat_file.segments):
+            if not seg.sealed and not (seg.commit_position > 0 and self.driver.is_sealed(seg.path)):
+                continue
+            uploaded = UploadedIndexFile(seg)
+            try:
+                if seg.min_timestamp is None or seg.max_timestamp is None:
+                    header = uploaded.header()
+                    seg.min_timestamp, seg.max_timestamp = header.begin_timestamp, header.end_timestamp
+            except CorruptData as exc:
+                log.error("index segment %s is unreadable and is left out of queries: %s", seg.path, exc)
+                continue
+            self._uploaded.append(uploaded)
+        if not os.path.isdir(self.directory):
+            return
+        for name in sorted((n for n in os.listdir(self.directory) if n.isascii() and n.isdigit()), key=int):
+            path = os.path.join(self.directory, name)
+            if not os.path.isfile(path):
+                continue
+            try:
+                f = IndexStoreFile.open(path, default_slot_count=self.config.max_hash_slots)
+            except CorruptData as exc:
+                log.error("index file %s is corrupt and is left out of queries: %s", path, exc)
+                continue
+            if self._already_uploaded(f):
+                f.close()
+                continue
+            self._local[f.begin_timestamp] = f
 
     def _highest_offset(self) -> int:
         top = self.flat_file.append_offset

@@ -35,6 +35,25 @@ def open_metadata_store(name: str, path: str, **options: Any) -> TieredMetadataS
     return metadata_store_class(name)(path, **options)
 
 
+def open_metadata_read_only(name: str, path: str, **options: Any) -> TieredMetadataStore:
+    """The metadata store ``name`` at ``path`` opened read-only: a private in-memory copy
+    (the store class's ``open_read_only``) that nothing written to it ever leaves. Opening
+    it creates nothing; a missing file reads as an empty store.
+
+    Raises :class:`~tiered_core.errors.MetadataError` for a store class without
+    ``open_read_only`` (it cannot promise not to write), and as :func:`open_metadata_store`.
+    """
+    from tiered_core.errors import MetadataError
+
+    cls = metadata_store_class(name)
+    opener = getattr(cls, "open_read_only", None)
+    if opener is None:
+        raise MetadataError(f"metadata store {name!r} ({cls.__module__}.{cls.__qualname__}) cannot be opened "
+                            f"read-only (it has no open_read_only), so a read-only command cannot use {path!r}",
+                            path=path, store=name)
+    return opener(path, **options)
+
+
 def set_aside(path: str) -> list[str]:
     """Move a damaged metadata file (and SQLite's ``-wal``/``-shm`` companions) out of the way,
     to ``{name}.damaged-{ms}``; nothing is deleted. Returns the new paths."""
@@ -55,5 +74,6 @@ __all__ = [
     "JsonMetadataStore",
     "SqliteMetadataStore",
     "metadata_store_class",
+    "open_metadata_read_only",
     "open_metadata_store",
 ]

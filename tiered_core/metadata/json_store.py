@@ -92,7 +92,35 @@ class JsonMetadataStore(TieredMetadataStore):
 
     _OPTIONS: dict[str, Any] = {"pretty": True, "fsync": True}
 
+    #: True for a private in-memory copy (:meth:`open_read_only`): nothing reaches the file.
+    read_only = False
+
     def __init__(self, path: str, **options: Any) -> None:
+        self._setup(path, options)
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        except OSError as exc:
+            raise MetadataError(f"cannot create the directory of metadata store {self.path!r}: {exc}",
+                                path=self.path) from exc
+        source = self._pick_source()
+        if source is not None:
+            self._load(source)
+
+    @classmethod
+    def open_read_only(cls, path: str, **options: Any) -> "JsonMetadataStore":
+        """The store at ``path`` (or its ``.bak``) loaded into memory, and never written back:
+        updates change only this copy, :meth:`destroy` is refused, nothing is created. A
+        missing file reads as an empty store. Raises :class:`MetadataError` like the
+        constructor for a file that cannot be read."""
+        self = cls.__new__(cls)
+        self._setup(path, options)
+        self.read_only = True
+        source = self._pick_source()
+        if source is not None:
+            self._load(source)
+        return self
+
+    def _setup(self, path: str, options: dict[str, Any]) -> None:
         opts = parse_options(self.name, options, self._OPTIONS)
         self.path = os.fspath(path)
         self.pretty = bool(opts["pretty"])
@@ -110,14 +138,6 @@ class JsonMetadataStore(TieredMetadataStore):
         # so a persist re-renders only the groups changed since the last one.
         self._rendered: dict[tuple, bytes] = {}
         self._stale: set[tuple] = set()
-        try:
-            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-        except OSError as exc:
-            raise MetadataError(f"cannot create the directory of metadata store {self.path!r}: {exc}",
-                                path=self.path) from exc
-        source = self._pick_source()
-        if source is not None:
-            self._load(source)
 
     # -- loading ----------------------------------------------------------------------
 
@@ -231,6 +251,8 @@ class JsonMetadataStore(TieredMetadataStore):
         return b"".join(pieces)
 
     def _persist(self) -> None:
+        if self.read_only:
+            return  # the copy in memory is all there is
         data = self.encode_bytes()
         tmp = self.path + ".tmp"
         try:
@@ -529,6 +551,8 @@ class JsonMetadataStore(TieredMetadataStore):
             self._undo.clear()
 
     def destroy(self) -> None:
+        if self.read_only:
+            raise MetadataError(f"metadata store {self.path!r} is open read-only: destroy refused", path=self.path)
         with self._lock:
             self.close()
             self._topics.clear()

@@ -23,6 +23,7 @@ import contextlib
 import os
 import sqlite3
 import threading
+import urllib.parse
 from typing import Any, Callable, Iterator, TypeVar
 
 from tiered_core.errors import IllegalParam, InvalidOption, MetadataError
@@ -115,21 +116,12 @@ class SqliteMetadataStore(TieredMetadataStore):
 
     _OPTIONS: dict[str, Any] = {"synchronous": "FULL", "busy_timeout": 30.0}
 
+    #: True for a private in-memory copy (:meth:`open_read_only`): nothing reaches the file.
+    read_only = False
+
     def __init__(self, path: str, **options: Any) -> None:
-        opts = parse_options(self.name, options, self._OPTIONS)
-        sync = str(opts["synchronous"]).upper()
-        if sync not in _SYNC_MODES:
-            raise InvalidOption(f"option 'synchronous' of metadata store 'sqlite' must be one of "
-                                f"{', '.join(_SYNC_MODES)}, got {opts['synchronous']!r}",
-                                option="synchronous", store=self.name)
-        if opts["busy_timeout"] < 0:
-            raise InvalidOption(f"option 'busy_timeout' must be >= 0, got {opts['busy_timeout']!r}",
-                                option="busy_timeout", store=self.name)
-        self.path = os.fspath(path)
-        self.synchronous = sync
-        self._lock = threading.RLock()
-        self._depth = 0
-        self._conn: sqlite3.Connection | None = None
+        opts = self._setup(path, options)
+        sync = self.synchronous
         parent = os.path.dirname(os.path.abspath(self.path))
         try:
             os.makedirs(parent, exist_ok=True)
@@ -157,6 +149,51 @@ class SqliteMetadataStore(TieredMetadataStore):
             conn.close()
             self._conn = None
             raise
+
+    def _setup(self, path: str, options: dict[str, Any]) -> dict[str, Any]:
+        opts = parse_options(self.name, options, self._OPTIONS)
+        sync = str(opts["synchronous"]).upper()
+        if sync not in _SYNC_MODES:
+            raise InvalidOption(f"option 'synchronous' of metadata store 'sqlite' must be one of "
+                                f"{', '.join(_SYNC_MODES)}, got {opts['synchronous']!r}",
+                                option="synchronous", store=self.name)
+        if opts["busy_timeout"] < 0:
+            raise InvalidOption(f"option 'busy_timeout' must be >= 0, got {opts['busy_timeout']!r}",
+                                option="busy_timeout", store=self.name)
+        self.path = os.fspath(path)
+        self.synchronous = sync
+        self._lock = threading.RLock()
+        self._depth = 0
+        self._conn: sqlite3.Connection | None = None
+        return opts
+
+    @classmethod
+    def open_read_only(cls, path: str, **options: Any) -> "SqliteMetadataStore":
+        """A private in-memory copy of the database at ``path``, taken without writing anything
+        there: no file or directory is created, no schema added (see :func:`_snapshot`). A
+        missing file reads as an empty store. The copy can be changed (recovery in memory);
+        nothing reaches the file, and :meth:`destroy` is refused. Memory: the database's size.
+
+        Raises :class:`MetadataError` naming the path for a file that is not a tiered-store
+        metadata database or was written by a newer schema.
+        """
+        self = cls.__new__(cls)
+        opts = self._setup(path, options)
+        self.read_only = True
+        try:
+            conn = _snapshot(self.path, float(opts["busy_timeout"]))
+        except (OSError, sqlite3.Error) as exc:
+            raise MetadataError(f"cannot read metadata store {self.path!r}: {exc}", path=self.path) from exc
+        self._conn = conn
+        try:
+            self._migrate()  # on the copy: checks the schema (and gives an empty copy one)
+        except sqlite3.Error as exc:
+            self.close()
+            raise MetadataError(f"cannot read metadata store {self.path!r}: {exc}", path=self.path) from exc
+        except BaseException:
+            self.close()
+            raise
+        return self
 
     def _migrate(self) -> None:
         conn = self._conn
@@ -512,6 +549,8 @@ class SqliteMetadataStore(TieredMetadataStore):
                                         path=self.path) from exc
 
     def destroy(self) -> None:
+        if self.read_only:
+            raise MetadataError(f"metadata store {self.path!r} is open read-only: destroy refused", path=self.path)
         with self._lock:
             self.close()
             for suffix in ("", "-wal", "-shm", "-journal"):
@@ -536,3 +575,48 @@ class SqliteMetadataStore(TieredMetadataStore):
     def explain(self, sql: str, params: tuple = ()) -> list[str]:
         """SQLite's query plan for ``sql`` (the details column of EXPLAIN QUERY PLAN)."""
         return [row[3] for row in self._query("explain", "EXPLAIN QUERY PLAN " + sql, params)]
+
+
+_SNAPSHOT_ATTEMPTS = 5
+
+
+def _snapshot(path: str, busy_timeout: float) -> sqlite3.Connection:
+    """An in-memory copy of the SQLite database at ``path`` (empty when there is none),
+    leaving no trace there.
+
+    Without a ``-wal`` beside it the file holds the whole database: its bytes are read
+    (again if it changed meanwhile) and loaded into memory. With a ``-wal`` (a writer is
+    open, or one stopped before a checkpoint) the copy goes through SQLite's own read-only
+    connection and backup, which use the existing ``-wal`` and ``-shm`` (the ``-shm`` is
+    SQLite's shared-memory index of the ``-wal``, where readers take read marks; a lost one
+    is recreated); the database and the ``-wal`` are not written.
+    """
+    memory = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+    try:
+        if not os.path.exists(path):
+            return memory
+        for _ in range(_SNAPSHOT_ATTEMPTS):
+            if os.path.exists(path + "-wal"):
+                uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
+                source = sqlite3.connect(uri, uri=True, timeout=busy_timeout)
+                try:
+                    source.backup(memory)
+                finally:
+                    source.close()
+                return memory
+            before = os.stat(path)
+            with open(path, "rb") as fh:
+                data = bytearray(fh.read())
+            after = os.stat(path)
+            if ((before.st_mtime_ns, before.st_size) != (after.st_mtime_ns, after.st_size)
+                    or os.path.exists(path + "-wal")):
+                continue  # written meanwhile: read it again
+            if len(data) >= 20 and data[:16] == b"SQLite format 3\x00":
+                data[18] = data[19] = 1  # a WAL database's header; the copy in memory has no WAL
+            if data:
+                memory.deserialize(bytes(data))
+            return memory
+        raise sqlite3.OperationalError(f"the database kept changing during {_SNAPSHOT_ATTEMPTS} reads")
+    except BaseException:
+        memory.close()
+        raise

@@ -33,6 +33,8 @@ class ReconcileReport:
 
     prefix: str
     listed: int = 0
+    #: Non-empty segments the metadata lists (not DELETED).
+    known: int = 0
     #: Non-empty objects the metadata does not list, ``(path, size)``.
     unknown: list[tuple[str, int]] = field(default_factory=list)
     #: Non-empty segments the metadata lists (not DELETED) that the backend does not hold.
@@ -75,19 +77,29 @@ def reconcile(driver: SegmentDriver, metadata: TieredMetadataStore, cluster: str
         listed.add(path)
         if size and path not in known:
             report.unknown.append((path, size))
-    report.missing = sorted(path for path, meta in known.items()
-                            if meta.size and meta.status != SegmentStatus.DELETED and path not in listed)
+    live = [path for path, meta in known.items() if meta.size and meta.status != SegmentStatus.DELETED]
+    report.known = len(live)
+    report.missing = sorted(path for path in live if path not in listed)
     return report
+
+
+def metadata_refusal(exc: MetadataError, metadata_path: str, fix: str) -> MetadataError:
+    """The error that stops an open over a metadata store that cannot be opened."""
+    return MetadataError(f"{exc.message}. Nothing was changed. To rebuild it from the backend "
+                         f"(the damaged file is kept aside), run `{fix}`, or set "
+                         "metadata_recovery = \"rebuild\"", path=metadata_path, fix=fix)
 
 
 def open_checked_metadata(open_metadata: Callable[[], TieredMetadataStore], metadata_path: str,
                           driver: SegmentDriver, cluster: str, broker: str, *, rebuild: bool,
-                          fix: str) -> TieredMetadataStore:
+                          fix: str, checked: ReconcileReport | None = None) -> TieredMetadataStore:
     """Open the metadata store and make sure it lists everything the backend holds.
 
     An unreadable store, or objects it does not list, stop the open with a typed error
     naming ``fix`` -- unless ``rebuild``: then the damaged file is set aside (never
-    deleted) and the metadata is rebuilt from the backend's listing first.
+    deleted) and the metadata is rebuilt from the backend's listing first. ``checked`` is
+    the report of a comparison made just before on the same metadata (under the store's
+    lock): the prefix is then not listed again.
     """
     from tiered_core.metadata import set_aside
     from tiered_core.ops.rebuild import rebuild_metadata
@@ -96,15 +108,13 @@ def open_checked_metadata(open_metadata: Callable[[], TieredMetadataStore], meta
         metadata = open_metadata()
     except MetadataError as exc:
         if not rebuild:
-            raise MetadataError(f"{exc.message}. Nothing was changed. To rebuild it from the backend "
-                                f"(the damaged file is kept aside), run `{fix}`, or set "
-                                "metadata_recovery = \"rebuild\"", path=metadata_path, fix=fix) from exc
+            raise metadata_refusal(exc, metadata_path, fix) from exc
         moved = set_aside(metadata_path)
         log.error("metadata store %r cannot be opened (%s); moved to %s and rebuilding it from the backend",
                   metadata_path, exc.message, moved)
         metadata = open_metadata()
     try:
-        report = reconcile(driver, metadata, cluster, broker)
+        report = checked if checked is not None else reconcile(driver, metadata, cluster, broker)
         if report.missing:
             log.error("the metadata lists %d non-empty segment(s) the backend does not hold under %r, e.g. %s",
                       len(report.missing), report.prefix, report.missing[:_EXAMPLES])
@@ -122,4 +132,4 @@ def open_checked_metadata(open_metadata: Callable[[], TieredMetadataStore], meta
     return metadata
 
 
-__all__ = ["ReconcileReport", "backend_path", "open_checked_metadata", "reconcile"]
+__all__ = ["ReconcileReport", "backend_path", "metadata_refusal", "open_checked_metadata", "reconcile"]

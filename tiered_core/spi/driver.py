@@ -68,6 +68,29 @@ class SegmentDriver(abc.ABC):
     #: (a :class:`tiered_core.spi.layer.RetryPolicy`; None: the layer's default). A driver
     #: may set it per instance, e.g. from a ``retries`` option.
     retry_policy: ClassVar[Any] = None
+    #: The options that say where this driver's objects are (a root, a bucket and prefix...),
+    #: never a secret: a store records their values as its tier location (see :meth:`location`).
+    location_options: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def location(cls, options: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
+        """``(backend, where)`` of a driver opened with ``options``: the backend's name and
+        where in it the objects live, normalised and without secrets. A store records both
+        when it is created and refuses to open with another (``IdentityMismatch``).
+
+        Default: :attr:`name` and the :attr:`location_options` values as strings (an option
+        left out has its ``__init__`` default; one whose name ends in ``prefix`` loses its
+        surrounding slashes). A driver layered over another one it opens from its options
+        returns the inner driver's location.
+        """
+        params = _option_params(cls)
+        where = {}
+        for key in cls.location_options:
+            default = params[key].default if key in params else None
+            value = options.get(key, None if default is inspect.Parameter.empty else default)
+            text = "" if value is None else str(value)
+            where[key] = text.strip("/") if key.endswith("prefix") else text
+        return cls.name, where
 
     #: The options this instance was created with (secrets included; see ``describe``).
     options: dict[str, Any]

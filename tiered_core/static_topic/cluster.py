@@ -173,7 +173,7 @@ class Cluster:
 
     @gc_paused()  # bulk work over every logic queue (see static_topic.bulk)
     def __init__(self, configs: Sequence[StoreConfig], *, background: bool = False,
-                 take_over: Collection[str] = (), source: str | None = None) -> None:
+                 take_over: Collection[str] = (), source: str | None = None, read_only: bool = False) -> None:
         if not configs:
             raise ConfigError("a cluster needs at least one broker config", key="broker")
         names = [c.broker for c in configs]
@@ -215,7 +215,8 @@ class Cluster:
                 self.offsets[c.broker] = ConsumerOffsetStore(c.store_path)
                 self.topic_configs[c.broker] = TopicConfigStore(c.store_path, c.broker)
                 try:
-                    store = TieredMessageStore.open(c, background=background, take_over=c.broker in take_over)
+                    store = TieredMessageStore.open(c, background=background, take_over=c.broker in take_over,
+                                                    read_only=read_only)
                 except PrefixOwned as exc:
                     raise self._lost_broker(c, exc) from exc
                 self.stores[c.broker] = store
@@ -242,22 +243,25 @@ class Cluster:
 
     @classmethod
     def open(cls, configs: Sequence[StoreConfig], *, background: bool = False,
-             take_over: Collection[str] = ()) -> "Cluster":
+             take_over: Collection[str] = (), read_only: bool = False) -> "Cluster":
         """Open every broker of ``configs`` (see the class contract). ``take_over``: brokers
         whose store takes its tier prefix over from the store that owned it (a broker that
         lost its disk, see :meth:`restore_broker`); the others refuse a prefix another store
-        owns with :class:`PrefixOwned` naming the broker and that fix."""
-        return cls(configs, background=background, take_over=take_over)
+        owns with :class:`PrefixOwned` naming the broker and that fix. ``read_only`` opens each
+        broker's store read-only (``TieredMessageStore.open(..., read_only=True)``): for status
+        and verify, which write nothing."""
+        return cls(configs, background=background, take_over=take_over, read_only=read_only)
 
     @classmethod
     def load(cls, path: str | os.PathLike, *, background: bool = False,
-             take_over: Collection[str] = ()) -> "Cluster":
+             take_over: Collection[str] = (), read_only: bool = False) -> "Cluster":
         """Open the cluster a TOML file describes: ``[tiered]`` (and ``[tiered.options]``)
         holds what every broker shares; each ``[[broker]]`` table holds one broker's own keys
         (at least ``broker`` and ``store_path``) and overrides the shared ones. Relative paths
-        resolve against the file's directory. See ``examples/cluster.toml``. ``take_over``:
-        as :meth:`open`."""
-        return cls(load_cluster_configs(path), background=background, take_over=take_over, source=os.fspath(path))
+        resolve against the file's directory. See ``examples/cluster.toml``. ``take_over`` and
+        ``read_only``: as :meth:`open`."""
+        return cls(load_cluster_configs(path), background=background, take_over=take_over,
+                   source=os.fspath(path), read_only=read_only)
 
     # -- brokers ---------------------------------------------------------------------------
 

@@ -43,6 +43,7 @@ class AzureDriver(SegmentDriver):
     #: Only what differs from the defaults of :class:`Capabilities`.
     capabilities = Capabilities(conditional_append=True, create_if_absent=True)
     secret_options = frozenset({"connection_string", "credential", "account_key"})
+    location_options = ("account_name", "container", "prefix")
 
     def __init__(
         self, *, container: str, account_name: str | None = None, prefix: str = "",

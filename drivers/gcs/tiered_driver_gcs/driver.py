@@ -63,6 +63,7 @@ class GcsDriver(SegmentDriver):
     #: Only what differs from the defaults of :class:`Capabilities`.
     capabilities = Capabilities(conditional_append=True, atomic_write=True, create_if_absent=True)
     secret_options = frozenset({"token"})
+    location_options = ("bucket", "prefix")
 
     def __init__(
         self, *, bucket: str, prefix: str = "", project: str | None = None, token: Any = None,

@@ -43,6 +43,7 @@ class MemoryDriver(SegmentDriver):
     #: Only what differs from the defaults of :class:`Capabilities`.
     capabilities = Capabilities(conditional_append=True, survives_process_exit=False, atomic_write=True,
                                 create_if_absent=True)
+    location_options = ("namespace",)
 
     def __init__(self, *, namespace: str = "default") -> None:
         self.namespace = namespace

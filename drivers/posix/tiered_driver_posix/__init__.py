@@ -46,16 +46,24 @@ class PosixDriver(SegmentDriver):
     aliases = ("org.apache.rocketmq.tieredstore.provider.PosixFileSegment", "PosixFileSegment")
     #: Only what differs from the defaults of :class:`Capabilities`.
     capabilities = Capabilities(conditional_append=True, create_if_absent=True)
+    location_options = ("root",)
 
     def __init__(self, *, root: str, fsync: bool = True) -> None:
         if not root:
             raise InvalidPath("option 'root' of driver 'posix' must be a directory path", path=root)
         self.root = os.path.realpath(os.path.expanduser(root))
         self.fsync = fsync
-        try:
-            os.makedirs(self.root, exist_ok=True)
-        except OSError as exc:
-            raise _error(exc, "create the root directory", self.root) from exc
+        # Opening creates nothing (a refused or read-only store open must leave no root
+        # behind): the root and its directories are made by the first write.
+        if os.path.exists(self.root) and not os.path.isdir(self.root):
+            raise InvalidPath(f"option 'root' of driver 'posix' is not a directory: {self.root!r}", path=self.root)
+
+    @classmethod
+    def location(cls, options):
+        name, where = super().location(options)
+        if where.get("root"):
+            where["root"] = os.path.abspath(os.path.expanduser(where["root"]))
+        return name, where
 
     # -- paths ---------------------------------------------------------------------
 

@@ -81,6 +81,15 @@ class SqliteDriver(SegmentDriver):
         create_if_absent=True,
     )
 
+    #: Where the segments are: a store records it and refuses to open on another database.
+    location_options = ("database",)
+
+    @classmethod
+    def location(cls, options):
+        name, where = super().location(options)
+        where["database"] = os.path.abspath(os.path.expanduser(where["database"])) if where["database"] else ""
+        return name, where
+
     def __init__(self, *, database: str, chunk_size: int = 1 << 20) -> None:
         if not database:
             raise InvalidOption("option 'database' of driver 'sqlite' must name a file", option="database")

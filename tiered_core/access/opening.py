@@ -1,0 +1,145 @@
+"""What a store checks before it writes anything at open, and what it records afterwards.
+
+:func:`check_before_open` runs first and writes nothing anywhere -- no directory, file,
+owner record or metadata row; the metadata is read through a private read-only copy:
+
+1. the identity (:mod:`tiered_core.ops.identity`): the config's cluster, broker, driver and
+   tier location against the records in the store directory and the metadata;
+2. the owner of the tier prefix: another store's newest owner record refuses the open
+   (:class:`~tiered_core.errors.PrefixOwned`) unless it is a take-over;
+3. the metadata against the tier's listing: objects it does not list refuse the open
+   (:class:`~tiered_core.errors.UnknownObjects`) unless it may rebuild.
+
+An open refused by any of them leaves every place as it was. A writable open then creates
+what it needs, claims the prefix, opens the metadata for writing (reusing the listing of
+step 3) and calls :meth:`OpenChecks.record`, which writes the identity where it is missing
+or out of date. A read-only open keeps the read-only copy as its metadata.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from tiered_core.errors import IdentityMismatch, MetadataError
+from tiered_core.flat.ownership import PrefixOwnership, read_store_id
+from tiered_core.metadata import open_metadata_read_only
+from tiered_core.ops import identity as ids
+from tiered_core.ops.reconcile import ReconcileReport, metadata_refusal, reconcile
+from tiered_core.spi.driver import SegmentDriver
+from tiered_core.spi.metadata import TieredMetadataStore
+
+if TYPE_CHECKING:
+    from tiered_core.config import StoreConfig
+
+log = logging.getLogger(__name__)
+
+
+def rebuild_fix(config: "StoreConfig") -> str:
+    """The command that rebuilds ``config``'s metadata from the backend."""
+    return f"tiered metadata rebuild --config {config.source or 'FILE'} --force"
+
+
+@dataclass
+class OpenChecks:
+    """What :func:`check_before_open` found; ``metadata`` is its read-only copy (None when
+    the metadata could not be read and the open may rebuild it)."""
+
+    identity: ids.StoreIdentity
+    store_id: str | None
+    metadata: TieredMetadataStore | None
+    report: ReconcileReport | None
+    local: ids.StoreIdentity | None = None
+    #: Mismatches the tier proved to be moves (recorded anew by a writable open).
+    moved: list[ids.Mismatch] = field(default_factory=list)
+
+    def close(self) -> None:
+        if self.metadata is not None:
+            self.metadata.close()
+            self.metadata = None
+
+    def record(self, store_path: str, store_id: str, metadata: TieredMetadataStore) -> None:
+        """After a writable open: record the identity in the store directory and in
+        ``metadata`` where it is missing or out of date."""
+        if self.local != self.identity:
+            ids.write_local(store_path, self.identity, store_id)
+        if ids.read_metadata(metadata) != self.identity:
+            ids.write_metadata(metadata, self.identity)
+
+
+def check_before_open(config: "StoreConfig", driver: SegmentDriver, *, take_over: bool = False,
+                      read_only: bool = False) -> OpenChecks:
+    """Every check that can refuse opening ``config``'s store, writing nothing (see the
+    module doc). Raises :class:`IdentityMismatch`, :class:`PrefixOwned` (not when
+    ``take_over`` or ``read_only``), :class:`UnknownObjects` or :class:`MetadataError`
+    (not when the open may rebuild the metadata: a take-over or ``metadata_recovery =
+    "rebuild"``, never read-only)."""
+    identity = ids.StoreIdentity.of(config)
+    store_dir = os.path.isdir(config.store_path)
+    local = ids.read_local(config.store_path) if store_dir else None
+    store_id = read_store_id(config.store_path) if store_dir else None
+    metadata_path = config.effective_metadata_path()
+    rebuild = not read_only and (take_over or config.metadata_recovery == "rebuild")
+    try:
+        metadata = open_metadata_read_only(config.metadata, metadata_path)
+    except MetadataError as exc:
+        if not rebuild:
+            raise metadata_refusal(exc, metadata_path, rebuild_fix(config)) from exc
+        metadata = None  # the writable open sets it aside and rebuilds it
+    checks = OpenChecks(identity, store_id, metadata, None, local)
+    try:
+        recorded = ids.read_metadata(metadata) if metadata is not None else None
+        local_where = repr(ids.identity_path(config.store_path))
+        meta_where = f"the metadata {metadata_path!r}"
+        brokers = ids.metadata_brokers(metadata) if metadata is not None and local is None and recorded is None \
+            else set()
+        found = ids.mismatches(identity, [(local_where, local), (meta_where, recorded)], brokers,
+                               f"the queue records of {meta_where}")
+        ownership = PrefixOwnership(driver, config.cluster, config.broker, store_id or "", config.store_path)
+        owner = ownership.current()
+        if metadata is not None:
+            checks.report = reconcile(driver, metadata, config.cluster, config.broker)
+        report = checks.report
+        if found:
+            proven = (store_id is not None and owner is not None and owner.store_id == store_id
+                      and report is not None and report.known > 0 and not report.missing)
+            if not proven:
+                raise found[0].error(config)
+            checks.moved = found
+            log.warning("store %s: %s; the tier at the configured location holds this store's owner record and "
+                        "every segment its metadata lists, so the data moved there: %s", config.store_path,
+                        "; ".join(f"{m.field} {m.recorded} -> {m.configured}" for m in found),
+                        "recording the new identity" if not read_only else "reading it there")
+        elif report is not None and local is None and recorded is None and report.missing \
+                and report.listed == 0:
+            raise _nothing_there(config, identity, report, meta_where)
+        if not read_only:
+            ownership.check_claimable(owner, take_over=take_over)
+        if report is not None and report.unknown and not rebuild:
+            raise report.refusal(rebuild_fix(config))
+    except BaseException:
+        checks.close()
+        raise
+    return checks
+
+
+def _nothing_there(config: "StoreConfig", identity: ids.StoreIdentity, report: ReconcileReport,
+                   meta_where: str) -> IdentityMismatch:
+    """A store with no identity recorded (made before identities were) whose metadata lists
+    segments of which the configured location holds none."""
+    configured = f"cluster {identity.cluster!r}, driver {identity.driver!r}, {identity.value('tier')}"
+    fix = ("set cluster, driver and the driver options back to the ones the store was created with, or, "
+           "if the tier's objects are gone, rebuild the metadata from what is there with "
+           f"`{rebuild_fix(config)}`")
+    return IdentityMismatch(
+        f"{meta_where} lists {report.known} tiered segment(s) of the store at store_path "
+        f"{config.store_path!r}, but {report.prefix!r} of the configured tier ({configured}) holds none of "
+        f"them (e.g. {report.missing[0]!r}): was the cluster name or the tier location changed? (The store "
+        f"was created before stores recorded their identity.) Nothing was written. Fix: {fix}",
+        field="tier", recorded="(not recorded)", configured=configured, record=meta_where,
+        store_path=config.store_path, fix=fix)
+
+
+__all__ = ["OpenChecks", "check_before_open", "rebuild_fix"]

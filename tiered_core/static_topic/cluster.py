@@ -55,7 +55,9 @@ from tiered_core.codec.message import Message, MessageExt
 from tiered_core.codec.naming import validate_topic
 from tiered_core.common import LONG_MAX, BoundaryType, now_ms
 from tiered_core.config import StoreConfig
-from tiered_core.errors import ConfigError, Fenced, IllegalParam, MappingError, PrefixOwned, StateConflict
+from tiered_core.errors import (ConfigError, Fenced, IllegalParam, MappingError, PrefixOwned, StateConflict,
+                                UnknownObjects)
+from tiered_core.flat.ownership import read_store_id
 from tiered_core.static_topic.bulk import gc_paused
 from tiered_core.static_topic.errors import UnknownStaticTopic
 from tiered_core.static_topic.guard import DirectPutGuard
@@ -219,6 +221,11 @@ class Cluster:
                                                     read_only=read_only)
                 except PrefixOwned as exc:
                     raise self._lost_broker(c, exc) from exc
+                except UnknownObjects as exc:
+                    # read-only opens do not ask the owner: a broker without its store id lost its disk
+                    if read_store_id(c.store_path) is None:
+                        raise self._lost_broker(c, exc) from exc
+                    raise
                 self.stores[c.broker] = store
                 # its static topics' physical queues take the cluster's puts only (static_topic.guard)
                 store.put_guard = self._guards[c.broker] = DirectPutGuard(self.mappings[c.broker], c.broker)
@@ -228,7 +235,7 @@ class Cluster:
             self.close()
             raise
 
-    def _lost_broker(self, config: StoreConfig, exc: PrefixOwned) -> PrefixOwned:
+    def _lost_broker(self, config: StoreConfig, exc: PrefixOwned | UnknownObjects) -> PrefixOwned:
         """``exc`` (another store owns the broker's tier prefix) said at cluster level: which
         broker, and the fix that works from the cluster file."""
         fix = (f"tiered static-topic takeover --cluster {self.source or 'CLUSTER_FILE'} --broker {config.broker}")

@@ -12,9 +12,13 @@ history gets its floor at its first put (the floor provider).
 
 When the local history was written under an older ownership epoch than the one this store
 now holds (it took the prefix over: another store may have written the same offsets in
-between), none of it is trusted: every local queue continues past both its own end and the
-tier's, and its local copies are given up (the tier serves what it holds). The epoch the
-local history is in step with is kept in ``{store_path}/tiered-history-epoch``.
+between), none of it is trusted: :func:`set_aside_local_history` moves it (never deletes it)
+to ``{store_path}/given-up-history/``, and the store continues from the tier alone. Its
+queues continue at the tier's end: the tier's consume queue must stay contiguous, so the
+offsets between the tier's end and the given-up history's end are handed out again (nothing
+durable names them: their messages were never tiered, and were lost to the cluster when
+another store took the prefix over). The epoch the local history is in step with is kept in
+``{store_path}/tiered-history-epoch``.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import logging
 import os
 
 from tiered_core.codec._impl import peek_store_timestamp
-from tiered_core.common import fsync_dir
+from tiered_core.common import fsync_dir, now_ms
 from tiered_core.errors import TieredStoreError
 from tiered_core.flat.file_store import FlatFileStore
 from tiered_core.flat.message_file import FlatMessageFile
@@ -86,39 +90,56 @@ def write_history_epoch(store_path: str, epoch: int) -> None:
     fsync_dir(store_path)
 
 
-def continue_after_tier(local: LocalMessageStore, flat_files: FlatFileStore, *, store_path: str,
-                        epoch: int, took_over: bool) -> int:
-    """Give every local queue a floor past what the tier holds; returns how many queues got one.
-
-    ``epoch`` is the ownership epoch this store holds; ``took_over`` whether it took the
-    prefix over in this open. The local history is trusted when it is in step with
-    ``epoch`` (recorded, or nothing recorded and no take-over): then only a queue whose
-    local end is below the tier's moves. Otherwise every local queue moves past both.
-    Then the floor provider is installed for queues without local history, and the epoch
-    recorded. Raises what the local store raises (a :class:`~tiered_core.errors.LocalIOError`
-    or ``OSError`` on a failing disk) before recording the epoch, so a retry redoes it.
-    """
+def history_trusted(store_path: str, *, epoch: int, took_over: bool) -> bool:
+    """Whether the local history in ``store_path`` is in step with ownership epoch ``epoch``:
+    recorded so, or nothing recorded (a store made before the record, or a new one) and no
+    take-over in this open."""
     recorded = read_history_epoch(store_path)
-    trusted = recorded == epoch or (recorded is None and not took_over)
+    return recorded == epoch or (recorded is None and not took_over)
+
+
+#: What a local store directory holds of its history (LocalMessageStore's layout).
+_HISTORY_ENTRIES = ("commitlog", "consumequeue", "index", "checkpoint.json")
+GIVEN_UP_DIR = "given-up-history"
+
+
+def set_aside_local_history(store_path: str, epoch: int) -> str | None:
+    """Move the local history of the (closed) local store in ``store_path`` to
+    ``{store_path}/given-up-history/epoch-{epoch}-{ms}/`` and return that directory (None
+    when there was nothing to move). Nothing is deleted: an operator may read it, and
+    delete it when no longer needed."""
+    present = [name for name in _HISTORY_ENTRIES if os.path.exists(os.path.join(store_path, name))]
+    if not present:
+        return None
+    target = os.path.join(store_path, GIVEN_UP_DIR, f"epoch-{epoch}-{now_ms()}")
+    os.makedirs(target)
+    for name in present:
+        os.replace(os.path.join(store_path, name), os.path.join(target, name))
+    fsync_dir(target)
+    fsync_dir(store_path)
+    return target
+
+
+def continue_after_tier(local: LocalMessageStore, flat_files: FlatFileStore, *, store_path: str,
+                        epoch: int) -> int:
+    """Give every local queue whose local end is below the tier's a floor at the tier's end;
+    returns how many got one. The local history must be trusted (:func:`history_trusted`;
+    set an untrusted one aside first). Then installs the floor provider for queues without
+    local history and records ``epoch``. Raises what the local store raises (a
+    :class:`~tiered_core.errors.LocalIOError` or ``OSError`` on a failing disk) before
+    recording the epoch, so a retry redoes it.
+    """
     raised = 0
-    queues = set(local.list_queues())
-    for topic, queue_id in sorted(queues):
+    for topic, queue_id in local.list_queues():
         end, until_ms = tier_end(flat_files, topic, queue_id)
         local_end = local.get_max_offset_in_queue(topic, queue_id)
-        if trusted and end <= local_end:
-            continue
-        if local.raise_queue_floor(topic, queue_id, end, until_ms, supersede=not trusted):
+        if end > local_end and local.raise_queue_floor(topic, queue_id, end, until_ms):
             raised += 1
-            if trusted:
-                log.warning("%s/%d: the local queue ends at offset %d but the tier holds up to %d; it "
-                            "continues at %d (offsets below it are served from the tier)",
-                            topic, queue_id, local_end, end, end)
-            else:
-                log.warning("%s/%d: the local history predates ownership epoch %d (recorded: %s), so it is "
-                            "given up: the queue continues at %d, past its local end %d and the tier's %d",
-                            topic, queue_id, epoch, recorded, max(end, local_end), local_end, end)
+            log.warning("%s/%d: the local queue ends at offset %d but the tier holds up to %d; it "
+                        "continues at %d (offsets below it are served from the tier)",
+                        topic, queue_id, local_end, end, end)
     local.set_floor_provider(lambda topic, queue_id: tier_end(flat_files, topic, queue_id))
-    if recorded != epoch:
+    if read_history_epoch(store_path) != epoch:
         write_history_epoch(store_path, epoch)
     return raised
 
@@ -145,5 +166,5 @@ def key_index_gap(index: IndexStoreService, flat_files: FlatFileStore) -> int | 
     return (last.min_timestamp or 0) if last is not None else 0
 
 
-__all__ = ["key_index_gap", "HISTORY_EPOCH_FILE", "continue_after_tier", "read_history_epoch", "tier_end",
+__all__ = ["GIVEN_UP_DIR", "history_trusted", "key_index_gap", "set_aside_local_history", "HISTORY_EPOCH_FILE", "continue_after_tier", "read_history_epoch", "tier_end",
            "write_history_epoch"]

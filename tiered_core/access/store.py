@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tiered_core.access.cache import ReadAheadCache
-from tiered_core.access.continuity import continue_after_tier, key_index_gap
+from tiered_core.access.continuity import (continue_after_tier, history_trusted, key_index_gap,
+                                           set_aside_local_history)
 from tiered_core.access.opening import check_before_open, rebuild_fix
 from tiered_core.access.paths import check_store_path, make_store_dir
 from tiered_core.access.dispatcher import DispatchConfig, DispatchStats, MessageStoreDispatcher
@@ -96,6 +97,8 @@ class TieredMessageStore:
         local_config = dataclasses.replace(local_config, max_message_size=min(local_config.max_message_size,
                                                                               config.commit_log_max_size))
         driver = metadata = checks = None
+        #: Where an untrusted local history was moved at this open (None: it was used).
+        self.given_up_history: str | None = None
         self.local = None  # type: ignore[assignment]
         self._scratch: str | None = None
         try:
@@ -121,6 +124,17 @@ class TieredMessageStore:
                 if self.ownership.took_over_from is not None:
                     self.ownership.seal_tails()
                 self.driver = self.ownership.guard(driver)
+                epoch, took_over = self.ownership.record.epoch, self.ownership.took_over_from is not None
+                if not history_trusted(config.store_path, epoch=epoch, took_over=took_over) \
+                        and self.local.list_queues():
+                    # Another store may have written these offsets since: continue from the tier alone.
+                    self.local.close()
+                    moved = set_aside_local_history(config.store_path, epoch)
+                    log.warning("the local history of %s predates ownership epoch %d (another store wrote "
+                                "this prefix since), so it is not used: moved to %s; every queue continues "
+                                "after what the tier holds", config.store_path, epoch, moved)
+                    self.local = LocalMessageStore(config.store_path, local_config, clock=clock)
+                    self.given_up_history = moved
                 checks.close()
                 self.metadata = metadata = open_checked_metadata(
                     config.open_metadata, config.effective_metadata_path(), self.driver, config.cluster,
@@ -140,8 +154,8 @@ class TieredMessageStore:
             recovered = 0
             if not read_only:  # (a read-only open routes past the local end to the tier instead)
                 recovered = continue_after_tier(self.local, self.flat_files, store_path=config.store_path,
-                                                epoch=self.ownership.record.epoch,
-                                                took_over=self.ownership.took_over_from is not None)
+                                                epoch=self.ownership.record.epoch)
+                recovered += self.given_up_history is not None
             index_config = config if self._scratch is None else config.replace(store_path=self._scratch)
             self.index = IndexStoreService.from_store_config(index_config, self.driver, self.metadata,
                                                              clock=clock or now_ms, read_only=read_only)
@@ -375,13 +389,25 @@ class TieredMessageStore:
 
     def _get_local(self, topic: str, queue_id: int, offset: int, max_count: int,
                    message_filter: MessageFilter | None) -> GetMessageResult:
-        if not self.local.has_queue(topic, queue_id):
-            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, next_begin_offset=offset,
-                                    tier=StoreTier.LOCAL)
         lo = self.local.get_min_offset_in_queue(topic, queue_id)
         hi = self.local.get_max_offset_in_queue(topic, queue_id)
         if hi <= lo:
-            status, nxt = GetMessageStatus.NO_MESSAGE_IN_QUEUE, offset
+            # Nothing local (a lost disk, a failover, a floor): past the tier's end the queue
+            # overflows as a whole; a queue neither tier knows does not exist.
+            flat = self.flat_files.get(topic, queue_id)
+            tier_lo, tier_hi = ((flat.consume_queue_min_offset(), flat.consume_queue_commit_offset())
+                                if flat is not None and flat.initialized else (lo, hi))
+            if not self.local.has_queue(topic, queue_id) and tier_hi <= 0:
+                return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, next_begin_offset=offset,
+                                        tier=StoreTier.LOCAL)
+            end = max(hi, tier_hi)
+            if end <= 0 or offset < end:
+                status, nxt = GetMessageStatus.NO_MESSAGE_IN_QUEUE, offset
+            else:
+                status = GetMessageStatus.OFFSET_OVERFLOW_ONE if offset == end else GetMessageStatus.OFFSET_OVERFLOW_BADLY
+                nxt = end
+            return GetMessageResult(status, next_begin_offset=nxt, min_offset=min(lo, tier_lo) if tier_hi > 0 else lo,
+                                    max_offset=end, tier=StoreTier.LOCAL)
         elif offset < lo:
             status, nxt = GetMessageStatus.OFFSET_TOO_SMALL, lo
         elif offset == hi:

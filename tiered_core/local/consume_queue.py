@@ -165,28 +165,22 @@ class ConsumeQueue:
             self._dirty = True
             return total // CQ_UNIT_SIZE
 
-    def raise_floor(self, offset: int, until_ms: int = -1, *, supersede: bool = False) -> bool:
+    def raise_floor(self, offset: int, until_ms: int = -1) -> bool:
         """Continue this queue at ``offset`` when it ends below it: offsets below ``offset``
         are held by another tier, so they are neither served here nor handed out again.
 
         ``until_ms`` is the newest store time the other tier holds (kept for key lookups).
         Returns False, changing nothing, when the queue already reaches ``offset``
-        (:attr:`max_offset` >= ``offset``: its units are the other tier's messages too),
-        unless ``supersede``: then every unit this queue holds is given up too (its history
-        cannot be trusted) and the floor is the larger of ``offset`` and :attr:`max_offset`.
-        The floor is written durably first, then the gap units up to it; then
-        :attr:`min_offset` and :attr:`max_offset` are the floor. A crash in between leaves
+        (:attr:`max_offset` >= ``offset``: its units are the other tier's messages too).
+        Otherwise the floor is written durably first, then the gap units up to it; then
+        :attr:`min_offset` and :attr:`max_offset` are ``offset``. A crash in between leaves
         the floor, whose gap the next open fills.
         """
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise IllegalParam(f"consume queue {self.topic}/{self.queue_id}: floor must be an int >= 0, "
                                f"got {offset!r}", offset=offset)
         with self._lock:
-            if supersede:
-                offset = max(offset, self.max_offset)
-                if self._min_offset >= offset and self._floor >= offset:
-                    return False
-            elif self.max_offset >= offset:
+            if self.max_offset >= offset:
                 return False
             self._write_floor(offset, until_ms)
             self._fill_gap(self.max_offset, offset, log_missing=False)

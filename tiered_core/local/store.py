@@ -550,23 +550,21 @@ class LocalMessageStore:
         exception from the provider fails the put, storing nothing."""
         self._floor_provider = provider
 
-    def raise_queue_floor(self, topic: str, queue_id: int, offset: int, until_ms: int = -1, *,
-                          supersede: bool = False) -> bool:
+    def raise_queue_floor(self, topic: str, queue_id: int, offset: int, until_ms: int = -1) -> bool:
         """Continue queue ``(topic, queue_id)`` at ``offset`` when it ends below it.
 
         Offsets below ``offset`` belong to another tier from now on: the queue neither
         serves nor hands them out (:meth:`ConsumeQueue.raise_floor`; durable, the consume
         queue is created when missing). ``until_ms``: the newest store time that tier holds
         (key lookups, :meth:`superseded_until_ms`). Returns False, changing nothing, when
-        the queue already reaches ``offset``; with ``supersede`` the queue gives up all it
-        holds and continues past both.
+        the queue already reaches ``offset``.
         """
         self._check_open()
         validate_topic(topic)
         key = (topic, queue_id)
         with self._put_lock:
             cq = self._consume_queue(topic, queue_id, create=True)
-            raised = cq.raise_floor(offset, until_ms, supersede=supersede)
+            raised = cq.raise_floor(offset, until_ms)
             if self._queue_offsets.get(key, 0) < cq.max_offset:
                 self._queue_offsets[key] = cq.max_offset
             return raised

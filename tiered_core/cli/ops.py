@@ -23,7 +23,8 @@ from tiered_core.cli.common import (
     open_store,
     print_json,
 )
-from tiered_core.errors import CorruptData, IllegalParam, StateConflict, TieredStoreError
+from tiered_core.errors import CorruptData, IllegalParam, LocalIOError, StateConflict, TieredStoreError
+from tiered_core.local.io_errors import with_stored
 
 
 def _non_negative(text: str) -> int:
@@ -89,30 +90,46 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def put(args: argparse.Namespace) -> int:
-    """``tiered put``: put one message; with ``--dispatch`` tier it or fail."""
+    """``tiered put``: put one message; with ``--dispatch`` tier it or fail.
+
+    A local disk failure is a :class:`~tiered_core.errors.LocalIOError` (exit 5) saying whether
+    the message was stored: not when the store could not open or the commit-log append failed;
+    stored (with its offsets, under ``put``) when it came after the append (consume queue, key
+    index, flush, dispatch, close), so a retry would store it twice.
+    """
     from tiered_core.codec.message import Message
 
     config = load_config(args.config)
     body = args.body.encode() if args.body is not None else sys.stdin.buffer.read()
     failure: DispatchFailed | None = None
     dispatch: dict[str, Any] | None = None
-    with open_store(config, create=True) as store:
-        from tiered_core.static_topic.guard import refuse_direct_puts
-        refuse_direct_puts(store, args.topic)  # a static topic's physical queues take the cluster's puts only
-        res = store.put_message(Message(topic=args.topic, body=body, keys=args.key, tags=args.tags), args.queue)
-        result = {"status": res.status.name, "topic": args.topic, "queue_id": args.queue,
-                  "queue_offset": res.queue_offset, "commitlog_offset": res.commitlog_offset,
-                  "store_timestamp": res.store_timestamp}
-        if not res.ok:
-            kind = IllegalParam if res.status.name == "MESSAGE_ILLEGAL" else StateConflict
-            raise kind(f"put to {args.topic}/{args.queue} answered {res.status.name}", topic=args.topic,
-                       queue_id=args.queue, status=res.status.name)
-        if args.dispatch:
-            stats = store.dispatch(force=True)
-            dispatch = {"messages": stats.messages, "bytes": stats.bytes, "groups": stats.groups,
-                        "queues": stats.queues, "failed_commits": stats.failed_commits,
-                        "errors": list(stats.errors)}
-            failure = _dispatch_failure(store, stats, args.topic, args.queue, res.queue_offset, result)
+    result: dict[str, Any] | None = None
+    try:
+        with open_store(config, create=True) as store:
+            from tiered_core.static_topic.guard import refuse_direct_puts
+            refuse_direct_puts(store, args.topic)  # a static topic's physical queues take the cluster's puts only
+            res = store.put_message(Message(topic=args.topic, body=body, keys=args.key, tags=args.tags),
+                                    args.queue)
+            result = {"status": res.status.name, "topic": args.topic, "queue_id": args.queue,
+                      "queue_offset": res.queue_offset, "commitlog_offset": res.commitlog_offset,
+                      "store_timestamp": res.store_timestamp}
+            if not res.ok:
+                result = None
+                kind = IllegalParam if res.status.name == "MESSAGE_ILLEGAL" else StateConflict
+                raise kind(f"put to {args.topic}/{args.queue} answered {res.status.name}", topic=args.topic,
+                           queue_id=args.queue, status=res.status.name)
+            if args.dispatch:
+                stats = store.dispatch(force=True)
+                dispatch = {"messages": stats.messages, "bytes": stats.bytes, "groups": stats.groups,
+                            "queues": stats.queues, "failed_commits": stats.failed_commits,
+                            "errors": list(stats.errors)}
+                failure = _dispatch_failure(store, stats, args.topic, args.queue, res.queue_offset, result)
+    except LocalIOError as exc:
+        if result is None:
+            raise with_stored(exc, False) from None
+        if not args.json:
+            _print_put(result)  # the message is stored: say where, then fail
+        raise with_stored(exc, True, f"{args.topic}/{args.queue}@{result['queue_offset']}", put=result) from None
     if failure is not None:
         if not args.json:
             _print_put(result)  # the message is stored locally: say so, then fail
@@ -147,7 +164,7 @@ def _dispatch_failure(store, stats, topic: str, queue_id: int, queue_offset: int
         f"({stats.failed_commits} failed commit(s), {len(stats.errors)} error(s): {why}); "
         f"the message is stored locally at {own}@{queue_offset} "
         f"({'tiered' if this_tiered else 'not tiered'}) and a later dispatch retries",
-        errors=list(stats.errors), queues=queues, failed_commits=stats.failed_commits, put=result)
+        errors=list(stats.errors), queues=queues, failed_commits=stats.failed_commits, stored=True, put=result)
 
 
 def _row(m) -> dict:

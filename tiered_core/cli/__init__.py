@@ -8,7 +8,7 @@ Exit status (:mod:`tiered_core.cli.exit_codes`): 0 only for success; a typed err
 to a code by its :class:`~tiered_core.errors.ErrorCode`. Errors go to stderr as one line
 ``tiered CMD: [CODE] message``; with ``--json`` stdout additionally holds exactly one JSON
 document: the result, or ``{"error": {"code", "exit_code", "type", "message", ...context}}``.
-A local disk
+Ctrl-C prints ``interrupted`` (code ``INTERRUPTED``, exit 130), no traceback. A local disk
 failure is ``LOCAL_IO`` (exit 5) naming the file; SIGXFSZ is ignored so that a write past
 ``ulimit -f`` fails with that error instead of killing the process.
 """
@@ -104,7 +104,9 @@ def _fail(exc: BaseException, args: argparse.Namespace | None, want_json: bool) 
         exc = local_io_error("accessing", exc.filename, exc)
     code = exit_code_for(exc)
     name = command_name(args)
-    if isinstance(exc, TieredStoreError):
+    if isinstance(exc, KeyboardInterrupt):
+        print(f"{name}: interrupted", file=sys.stderr)
+    elif isinstance(exc, TieredStoreError):
         print(f"{name}: {exc}", file=sys.stderr)
     elif isinstance(exc, OSError):
         print(f"{name}: {type(exc).__name__}: {exc}", file=sys.stderr)

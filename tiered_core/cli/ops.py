@@ -19,26 +19,18 @@ from tiered_core.cli.common import (
     DispatchFailed,
     MessageNotFound,
     add_json_option,
+    int_arg,
     load_config,
     open_store,
     print_json,
 )
+from tiered_core.common import INT_MAX, LONG_MAX
 from tiered_core.errors import CorruptData, IllegalParam, LocalIOError, StateConflict, TieredStoreError
 from tiered_core.local.io_errors import with_stored
 
-
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
-    return value
+_queue_id = int_arg(0, "a queue id", INT_MAX)
+_offset = int_arg(0, "a queue offset", LONG_MAX)
+_count = int_arg(1, "a message count", INT_MAX)
 
 
 def _store_command(sub: argparse._SubParsersAction, name: str, func, json_what: str, *,
@@ -54,7 +46,7 @@ def _store_command(sub: argparse._SubParsersAction, name: str, func, json_what: 
 
 def _queue_arguments(p: argparse.ArgumentParser, topic_help: str) -> None:
     p.add_argument("--topic", required=True, help=topic_help)
-    p.add_argument("--queue", type=_non_negative, default=0, metavar="ID", help="queue id (default 0)")
+    p.add_argument("--queue", type=_queue_id, default=0, metavar="ID", help="queue id (default 0)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -77,8 +69,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "when the message at the offset is damaged in the tiered store and no "
                                    "local copy serves it.")
     _queue_arguments(g, "topic to read")
-    g.add_argument("--offset", type=_non_negative, default=0, help="first queue offset to read (default 0)")
-    g.add_argument("--count", type=_positive, default=10, help="most messages to return (default 10)")
+    g.add_argument("--offset", type=_offset, default=0, help="first queue offset to read (default 0)")
+    g.add_argument("--count", type=_count, default=10, help="most messages to return (default 10)")
     g.add_argument("--key", help="look up by key instead of offset (all queues of the topic)")
 
     _store_command(sub, "stat", stat, "a list of per-queue objects (with their damaged segments)",

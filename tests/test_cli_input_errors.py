@@ -1,5 +1,6 @@
 """Issue 18, list 8 (the command line): Ctrl-C is "interrupted" (code INTERRUPTED, exit 130)
-without a traceback; every integer option names itself, the value and what it accepts."""
+without a traceback; every integer option names itself, the value and what it accepts;
+``get --key --json`` has no strings where numbers belong."""
 
 from __future__ import annotations
 
@@ -92,3 +93,18 @@ def test_a_bad_integer_option_names_the_option_the_value_and_what_it_accepts(tmp
     assert f"argument {option}:" in message and accepted in message, message
     assert repr(value) in message or value in message
     assert "invalid" not in message and "_non_negative" not in message
+
+
+def test_get_by_key_json_has_null_where_there_is_no_number(tmp_path, capsys):
+    cfg = write_config(tmp_path)
+    assert main(["put", "--config", cfg, "--topic", "orders", "--key", "o-1", "--body", "x"]) == 0
+    capsys.readouterr()
+    assert main(["get", "--config", cfg, "--topic", "orders", "--key", "o-1", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["tier"] is None and got["next_begin_offset"] is None
+    assert [m["queue_offset"] for m in got["messages"]] == [0]
+    assert main(["get", "--config", cfg, "--topic", "orders", "--json"]) == 0
+    by_offset = json.loads(capsys.readouterr().out)
+    assert by_offset["tier"] == "local" and by_offset["next_begin_offset"] == 1
+    assert main(["get", "--config", cfg, "--topic", "orders", "--key", "o-1"]) == 0
+    assert capsys.readouterr().out.startswith("status=FOUND tier=- next_begin_offset=-")  # text: unchanged

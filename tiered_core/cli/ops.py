@@ -171,14 +171,14 @@ def get(args: argparse.Namespace) -> int:
     with open_store(config, create=False) as store:
         if args.key:
             messages = store.query_message(args.topic, args.key, args.count).messages
-            status, tier, nxt = "FOUND", "-", "-"
+            status, tier, nxt = "FOUND", None, None  # several queues and tiers: no one answer
             if not messages:
                 raise MessageNotFound(f"no message of topic {args.topic!r} has key {args.key!r}",
                                       topic=args.topic, key=args.key)
         else:
             res = store.get_message("tiered-cli", args.topic, args.queue, args.offset, args.count)
             messages, status = res.messages, res.status.name
-            tier, nxt = (res.tier.value if res.tier else "-"), res.next_begin_offset
+            tier, nxt = (res.tier.value if res.tier else None), res.next_begin_offset
             if not messages and res.error is not None:
                 raise _unserved(args.topic, args.queue, args.offset, status, res.error)
             if not messages:
@@ -192,7 +192,7 @@ def get(args: argparse.Namespace) -> int:
         print_json({"status": status, "tier": tier, "next_begin_offset": nxt,
                     "messages": [_row(m) for m in messages]})
         return 0
-    print(f"status={status} tier={tier} next_begin_offset={nxt}")
+    print(f"status={status} tier={tier or '-'} next_begin_offset={'-' if nxt is None else nxt}")
     for m in messages:
         body = m.body[:60].decode("utf-8", "replace")
         print(f"  {m.topic}/{m.queue_id}@{m.queue_offset} ts={m.store_timestamp} keys={','.join(m.keys)} "

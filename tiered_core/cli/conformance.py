@@ -115,7 +115,8 @@ def run(args: argparse.Namespace) -> int:
     import pytest
 
     # Bad input (unknown driver or option, bad capability) is a typed error -> exit 2.
-    settings = resolve_settings(args.name, args.option, args.capability, args.hypothesis_examples)
+    settings = resolve_settings(args.name, args.option, args.capability, args.hypothesis_examples,
+                                option_flag="--option")
     collector = ReportCollector()
     with tempfile.TemporaryDirectory(prefix="tiered-conformance-") as scratch:
         ini = Path(scratch) / "pytest.ini"

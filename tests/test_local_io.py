@@ -305,3 +305,27 @@ def test_a_failing_background_reput_is_logged_once_not_at_every_retry(tmp_path, 
         time.sleep(0.01)
     assert store.get_max_offset_in_queue("orders", 0) == 1
     store.close()
+
+
+@pytest.mark.parametrize("err, reason, hint", [
+    (errno.ENOSPC, "ENOSPC", "the disk is full"),
+    (errno.EDQUOT, "EDQUOT", "quota"),
+    (errno.EFBIG, "EFBIG", "ulimit -f"),
+    (errno.EROFS, "EROFS", "read-only"),
+    (errno.EACCES, "EACCES", "no permission"),
+    (errno.EIO, "EIO", "the device failed"),
+])
+def test_a_failed_commit_log_append_stored_nothing_whatever_the_errno(tmp_path, monkeypatch, err, reason, hint):
+    store = _local(tmp_path)
+    first = store.put_message("orders", 0, _msg(0))
+    _failing_on(monkeypatch, "pwrite", "commitlog", err)
+    with pytest.raises(LocalIOError) as info:
+        store.put_message("orders", 0, _msg(1))
+    monkeypatch.undo()
+    e = info.value
+    assert (e.errno, e.reason, e.stored) == (err, reason, False) and hint in e.message
+    assert e.path.endswith("/commitlog/00000000000000000000") and "the message was NOT stored" in e.message
+    again = store.put_message("orders", 0, _msg(2))
+    assert again.queue_offset == 1 and again.commitlog_offset == first.commitlog_offset + len(
+        store.get_message_bytes(first.commitlog_offset))
+    store.close()

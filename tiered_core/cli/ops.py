@@ -26,7 +26,7 @@ from tiered_core.cli.common import (
 )
 from tiered_core.common import INT_MAX, LONG_MAX
 from tiered_core.errors import CorruptData, IllegalParam, LocalIOError, StateConflict, TieredStoreError
-from tiered_core.local.io_errors import with_stored
+from tiered_core.local.io_errors import DISK_ERRNOS, local_io_error, with_stored
 
 _queue_id = int_arg(0, "a queue id", INT_MAX)
 _offset = int_arg(0, "a queue offset", LONG_MAX)
@@ -116,7 +116,11 @@ def put(args: argparse.Namespace) -> int:
                             "queues": stats.queues, "failed_commits": stats.failed_commits,
                             "errors": list(stats.errors)}
                 failure = _dispatch_failure(store, stats, args.topic, args.queue, res.queue_offset, result)
-    except LocalIOError as exc:
+    except (LocalIOError, OSError) as exc:
+        if not isinstance(exc, LocalIOError):
+            if exc.errno not in DISK_ERRNOS:
+                raise
+            exc = local_io_error("accessing", exc.filename, exc)  # (one that escaped untyped)
         if result is None:
             raise with_stored(exc, False) from None
         if not args.json:

@@ -54,8 +54,10 @@ class MappedFile:
     Guarantees: appends land at the current write position (the file length);
     ``read`` returns only bytes below the write position; after ``flush`` every
     byte appended before the call is on disk. Raises :class:`SegmentClosed` once
-    the file is closed or destroyed and :class:`IllegalParam` for ranges outside
-    what was written. Not thread-safe for writers: one writer at a time (the owning
+    the file is closed or destroyed, :class:`IllegalParam` for ranges outside
+    what was written, and :class:`~tiered_core.errors.LocalIOError` naming the file when
+    the disk fails (a failed append or end leaves the write position where it was and
+    cuts what it wrote). Not thread-safe for writers: one writer at a time (the owning
     log serialises appends); readers may run concurrently with it.
     """
 

@@ -282,7 +282,11 @@ class LocalMessageStore:
     * after any crash, reopening yields a store whose every consume-queue unit
       points at a whole, valid message (a torn tail is cut);
     * bad input raises :class:`~tiered_core.errors.IllegalParam` naming it and
-      stores nothing.
+      stores nothing;
+    * a local disk failure (full, a file too large, read-only, a failing device) is a
+      :class:`~tiered_core.errors.LocalIOError` naming the file, never a bare ``OSError``;
+      units and keys it kept from being written are written by the next reput (or the
+      replay at the next open).
 
     After opening, :attr:`recovery` (a :class:`~tiered_core.local.commit_log.RecoveryResult`)
     tells what restart recovery validated and cut.
@@ -524,7 +528,10 @@ class LocalMessageStore:
 
         Returns its queue offset, commit-log offset and store timestamp. With SYNC
         flush the message is fsynced before this returns. IllegalParam for a bad
-        topic, queue id or message (nothing is stored).
+        topic, queue id or message (nothing is stored). A local disk failure is a
+        :class:`~tiered_core.errors.LocalIOError` naming the file whose ``stored`` says what
+        happened: False when the commit-log append failed (nothing of the message is kept,
+        its queue offset is not used up), True when only the SYNC fsync after it failed.
         """
         if self._closed:
             raise SegmentClosed(f"local store {self.root!r} is closed", path=self.root)

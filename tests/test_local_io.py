@@ -329,3 +329,26 @@ def test_a_failed_commit_log_append_stored_nothing_whatever_the_errno(tmp_path, 
     assert again.queue_offset == 1 and again.commitlog_offset == first.commitlog_offset + len(
         store.get_message_bytes(first.commitlog_offset))
     store.close()
+
+
+def test_a_first_put_whose_queue_floor_cannot_be_written_stored_nothing(tmp_path, monkeypatch):
+    """A queue's first put may raise its first offset past what the tier holds (a floor file
+    in the consume queue's directory) before the append: a disk failure there stores nothing."""
+    store = _local(tmp_path)
+    store.set_floor_provider(lambda topic, queue_id: (5, -1))
+    real = os.fsync
+
+    def failing(fd):  # fault injection: the floor file's fsync
+        if "floor" in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.EIO, "Input/output error")
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", failing)
+    with pytest.raises(LocalIOError) as info:
+        store.put_message("orders", 0, _msg(0))
+    monkeypatch.undo()
+    assert info.value.stored is False and info.value.errno == errno.EIO
+    assert "/consumequeue/orders/0" in info.value.path
+    assert store.get_commit_log_max_offset() == 0
+    assert store.put_message("orders", 0, _msg(1)).queue_offset == 5
+    store.close()

@@ -562,7 +562,13 @@ class LocalMessageStore:
                 raise SegmentClosed(f"local store {self.root!r} is closed", path=self.root)
             queue_offset = self._queue_offsets.get(key)
             if queue_offset is None:  # the queue's first put in this process
-                queue_offset = self._first_queue_offset(topic, queue_id)
+                try:
+                    queue_offset = self._first_queue_offset(topic, queue_id)
+                except LocalIOError as exc:  # (before the append: nothing was stored)
+                    raise with_stored(exc, False) from None
+                except OSError as exc:  # the queue's floor file
+                    where = exc.filename or os.path.join(self.root, "consumequeue", topic, str(queue_id))
+                    raise with_stored(local_io_error("raising the first offset of", where, exc), False) from None
             ts = _time_ns() // 1_000_000 if self._default_clock else int(self._clock())  # (now_ms)
             if ts < self._last_store_ts:
                 ts = self._last_store_ts

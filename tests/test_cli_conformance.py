@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -68,3 +69,14 @@ def test_bad_input_exits_2(tiered, args, needle):
     proc = tiered(*args)
     assert proc.returncode == 2
     assert needle in proc.stderr
+
+
+@pytest.mark.parametrize("option", ["root=", "root=  "])
+def test_an_empty_option_value_is_refused_before_the_suite_runs(tiered, option):
+    """Issue 18: `--option root=` ran the suite and reported 117 failures."""
+    proc = tiered("posix", "--option", option, "--json")
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    error = json.loads(proc.stdout)["error"]
+    assert (error["code"], error["option"]) == ("INVALID_OPTION", "root")
+    assert "--option root= has an empty value" in error["message"]
+    assert "passed" not in proc.stderr and "failed" not in proc.stderr  # pytest never started

@@ -512,7 +512,7 @@ def test_corrupt_bytes_are_never_handed_on(tmp_path):
 
 
 def test_disk_failures_are_typed_and_leave_the_store_usable(tmp_path, monkeypatch):
-    from tiered_core.errors import DriverError
+    from tiered_core.errors import LocalIOError
     import errno
 
     store = _store(tmp_path)
@@ -525,9 +525,11 @@ def test_disk_failures_are_typed_and_leave_the_store_usable(tmp_path, monkeypatc
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "pwrite", full_disk)
-    with pytest.raises(DriverError) as err:
+    with pytest.raises(LocalIOError) as err:
         store.put_message("orders", 0, _msg("orders", 1))
-    assert err.value.retryable and err.value.errno == errno.ENOSPC
+    assert err.value.retryable and err.value.errno == errno.ENOSPC and err.value.stored is False
+    assert err.value.path.endswith("00000000000000000000")
+    assert os.path.getsize(err.value.path) == end  # the partial bytes were cut
     monkeypatch.setattr(os, "pwrite", real)
     assert store.get_commit_log_max_offset() == end
     r = store.put_message("orders", 0, _msg("orders", 2))

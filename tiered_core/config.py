@@ -40,6 +40,7 @@ from tiered_core.codec.java_properties import parse_java_properties
 from tiered_core.configdef import IGNORED_ROCKETMQ_KEYS, KEYS, NEVER_EXPIRE_HOURS, section
 from tiered_core.configdef.key import bad_value as _bad
 from tiered_core.configdef.types import (
+    COMPONENT,
     LOCAL_FLUSH_MODES,
     METADATA_RECOVERY_MODES,
     OPTIONAL_PATH,
@@ -575,6 +576,10 @@ def _from_properties(text: str, where: str) -> tuple[dict[str, Any], dict[str, s
         if key in _ROCKETMQ_BY_KEY:
             declared = _ROCKETMQ_BY_KEY[key]
             name, unit = declared.name, declared.rocketmq_unit
+            if declared.type is COMPONENT:
+                # A broker or cluster name keeps the trailing blanks Java gives it (RocketMQ's
+                # broker would name its tier prefix "broker-a "): checked, and refused, as written.
+                value = raw
             if unit is not None:
                 try:
                     value = unit.convert(value)

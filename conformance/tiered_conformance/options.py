@@ -70,13 +70,18 @@ class SuiteSettings:
 
 
 def parse_assignments(items: Iterable[str], flag: str) -> dict[str, str]:
-    """``["k=v", ...]`` -> ``{"k": "v"}``; a malformed item raises :class:`InvalidOption` naming it."""
+    """``["k=v", ...]`` -> ``{"k": "v"}``; a malformed item or an empty (or blank) value raises
+    :class:`InvalidOption` naming it: ``root=`` would run the suite in the working directory,
+    or fail every test, rather than say what is wrong."""
     out: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
         key = key.strip()
         if not sep or not key:
             raise InvalidOption(f"{flag} expects KEY=VALUE, got {item!r}", option=item)
+        if not value.strip():
+            raise InvalidOption(f"{flag} {key}= has an empty value: give {key!r} a value, or leave the "
+                                "option out to use the driver's test location", option=key, flag=flag)
         out[key] = value
     return out
 
@@ -126,15 +131,18 @@ def apply_overrides(caps: Capabilities, overrides: Iterable[CapabilityOverride])
 
 
 def resolve_settings(driver: str | None, options: Iterable[str] = (), capabilities: Iterable[str] = (),
-                     hypothesis_examples: int | None = None, metadata_store: str | None = None) -> SuiteSettings:
-    """Check everything the command line selected; raise a typed error naming a bad input.
+                     hypothesis_examples: int | None = None, metadata_store: str | None = None, *,
+                     option_flag: str = "--tiered-option") -> SuiteSettings:
+    """Check everything the command line selected; raise a typed error naming a bad input
+    (``option_flag`` is how errors name the driver-option flag: ``tiered conformance`` says
+    ``--option``).
 
     The driver and the metadata store are looked up in the registry (name, alias or
     ``module:Class``); option
     names are checked against the driver class now, their values converted later,
     merged with the driver's conformance environment (``tiered_conformance_environment``).
     """
-    settings = SuiteSettings(options=parse_assignments(options, "--tiered-option"),
+    settings = SuiteSettings(options=parse_assignments(options, option_flag),
                              overrides=parse_capability_overrides(capabilities),
                              hypothesis_examples=hypothesis_examples)
     if hypothesis_examples is not None and hypothesis_examples < 1:

@@ -326,7 +326,13 @@ class MessageStoreDispatcher:
             result = self.index.put_keys(flat.topic, flat.topic_id, flat.queue_id,
                                          pending.keys, pending.offsets, pending.sizes, pending.timestamps)
             if result is not AppendResult.SUCCESS:
-                stats.errors.append(f"{flat}: index put returned {result.name}")
+                # The group's consume-queue units wait for their keys (a unit must never be
+                # durable before its keys are indexed): the retry of the group indexes them.
+                self._pending_index[key] = pending
+                why = getattr(self.index, "last_error", None)
+                stats.errors.append(f"{flat}: index put returned {result.name}" + (f": {why}" if why else ""))
+                stats.failed_commits += 1
+                return False
         if not flat.commit():
             stats.failed_commits += 1
             return False

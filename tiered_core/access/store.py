@@ -596,10 +596,12 @@ class TieredMessageStore:
             if self.cache is not None:
                 self.cache.close()
         finally:
-            self.local.close()
-            self.metadata.close()
-            self.driver.close()
-            self._remove_scratch()
+            try:
+                self.local.close()  # (a full disk may fail its last flush: still close the rest)
+            finally:
+                self.metadata.close()
+                self.driver.close()
+                self._remove_scratch()
 
     def __enter__(self) -> "TieredMessageStore":
         return self

@@ -8,12 +8,16 @@ Exit status (:mod:`tiered_core.cli.exit_codes`): 0 only for success; a typed err
 to a code by its :class:`~tiered_core.errors.ErrorCode`. Errors go to stderr as one line
 ``tiered CMD: [CODE] message``; with ``--json`` stdout additionally holds exactly one JSON
 document: the result, or ``{"error": {"code", "exit_code", "type", "message", ...context}}``.
+Ctrl-C prints ``interrupted`` (code ``INTERRUPTED``, exit 130), no traceback. A local disk
+failure is ``LOCAL_IO`` (exit 5) naming the file; SIGXFSZ is ignored so that a write past
+``ulimit -f`` fails with that error instead of killing the process.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 import traceback
 from typing import NoReturn
@@ -22,6 +26,7 @@ from tiered_core import __version__
 from tiered_core.cli.common import USAGE, error_payload, print_json
 from tiered_core.cli.exit_codes import ExitCode, exit_code_for, table
 from tiered_core.errors import TieredStoreError
+from tiered_core.local.io_errors import DISK_ERRNOS, local_io_error
 
 #: Subcommand modules, in the order ``tiered --help`` lists them.
 COMMANDS = [
@@ -34,6 +39,13 @@ COMMANDS = [
     "spark",
     "static_topic",
 ]
+
+
+def _in_main_thread() -> bool:
+    """Whether this is the main thread (the only one that may set signal handlers)."""
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 class UsageError(Exception):
@@ -87,9 +99,14 @@ def command_name(args: argparse.Namespace | None) -> str:
 
 def _fail(exc: BaseException, args: argparse.Namespace | None, want_json: bool) -> int:
     """Report ``exc`` (stderr; and stdout as JSON with ``--json``) and return its exit code."""
+    if isinstance(exc, OSError) and exc.errno in DISK_ERRNOS:
+        # a local disk failure that escaped untyped: still LOCAL_IO (exit 5), naming the file
+        exc = local_io_error("accessing", exc.filename, exc)
     code = exit_code_for(exc)
     name = command_name(args)
-    if isinstance(exc, TieredStoreError):
+    if isinstance(exc, KeyboardInterrupt):
+        print(f"{name}: interrupted", file=sys.stderr)
+    elif isinstance(exc, TieredStoreError):
         print(f"{name}: {exc}", file=sys.stderr)
     elif isinstance(exc, OSError):
         print(f"{name}: {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -105,6 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     """Run ``tiered`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     want_json = "--json" in argv
+    if hasattr(signal, "SIGXFSZ") and _in_main_thread():
+        # A write past the file size limit (ulimit -f) must fail with EFBIG, which the store
+        # reports as a LOCAL_IO error naming the file, not kill the process (the default).
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     parser = build_parser()
     args: argparse.Namespace | None = None
     try:

@@ -1,6 +1,7 @@
 """What every ``tiered`` subcommand shares: ``--json``, errors as output, opening a store.
 
-- :func:`add_json_option` gives a subcommand its ``--json`` flag.
+- :func:`add_json_option` gives a subcommand its ``--json`` flag; :func:`int_arg` makes the
+  type of an integer option whose error names the option, the value and what it accepts.
 - :func:`error_payload` turns an exception into the ``{"error": {...}}`` object printed
   with ``--json`` (code, exit code, message and the error's context, secrets redacted).
 - :func:`check_store_path`, :func:`store_exists` and :func:`open_store` open a store the
@@ -17,7 +18,7 @@ import os
 import re
 import sys
 import warnings
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Callable
 
 from tiered_core.access.paths import check_store_path
 from tiered_core.cli.exit_codes import exit_code_for
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 USAGE = "USAGE"  # the command line itself is wrong (argparse)
 CHECK_FAILED = "CHECK_FAILED"  # the command ran a check and it failed (conformance, demo)
 INTERNAL = "INTERNAL"  # an unexpected exception (a bug)
+INTERRUPTED = "INTERRUPTED"  # Ctrl-C (SIGINT)
 
 #: Context keys never printed with their value (in addition to each driver's secret_options).
 _SECRET_KEY = re.compile(r"(password|passwd|secret|token|credential|connection_string|account_key|sas|"
@@ -92,6 +94,28 @@ class DispatchFailed(TieredStoreError):
                 break
 
 
+# -- option types ----------------------------------------------------------------------------
+
+def int_arg(minimum: int, what: str, maximum: int | None = None) -> Callable[[str], int]:
+    """The argparse ``type`` of an integer option: ``what`` it is (e.g. "a queue id") and its
+    bounds. A bad value reads ``argument --queue: must be a queue id: an integer from 0 to
+    2147483647, got 'abc'`` (argparse names the option), never argparse's ``invalid
+    _non_negative value``."""
+    accepted = f"an integer from {minimum} to {maximum}" if maximum is not None else f"an integer >= {minimum}"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text, 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {what}: {accepted}, got {text!r}") from None
+        if value < minimum or (maximum is not None and value > maximum):
+            raise argparse.ArgumentTypeError(f"must be {what}: {accepted}, got {value}")
+        return value
+
+    parse.__name__ = what  # (argparse's own messages name the type by it)
+    return parse
+
+
 # -- --json ----------------------------------------------------------------------------------
 
 def add_json_option(parser: argparse.ArgumentParser, what: str = "the result") -> None:
@@ -151,12 +175,14 @@ def error_payload(exc: BaseException, *, code: str | None = None, exit_code: int
     """The ``{"error": {...}}`` object for ``exc``.
 
     Holds ``code`` (an :class:`ErrorCode` value, or ``USAGE`` / ``CHECK_FAILED`` /
-    ``INTERNAL``), ``exit_code``, ``type`` (the exception class), ``message`` and the
-    error's context (the offending input), with secrets redacted.
+    ``INTERRUPTED`` / ``INTERNAL``), ``exit_code``, ``type`` (the exception class),
+    ``message`` and the error's context (the offending input), with secrets redacted.
     """
     if isinstance(exc, CheckFailed):
         code = code or CHECK_FAILED
-    if isinstance(exc, TieredStoreError):
+    if isinstance(exc, KeyboardInterrupt):
+        code, message, context = code or INTERRUPTED, "interrupted", {}
+    elif isinstance(exc, TieredStoreError):
         code = code or (exc.code.value if isinstance(exc.code, ErrorCode) else str(exc.code))
         message = exc.message
         context = redact_context(dict(exc.context))
@@ -220,5 +246,5 @@ def open_store(config: "StoreConfig", *, create: bool) -> "TieredMessageStore":
 
 
 __all__ = ["StoreNotFound", "MessageNotFound", "CheckFailed", "DispatchFailed", "add_json_option",
-           "print_json", "redact_context", "error_payload", "check_store_path", "store_exists",
-           "load_config", "open_store", "USAGE", "CHECK_FAILED", "INTERNAL"]
+           "int_arg", "print_json", "redact_context", "error_payload", "check_store_path", "store_exists",
+           "load_config", "open_store", "USAGE", "CHECK_FAILED", "INTERRUPTED", "INTERNAL"]

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from tiered_core.cli.common import CheckFailed, add_json_option, print_json
+from tiered_core.cli.common import CheckFailed, add_json_option, int_arg, print_json
 from tiered_core.cli.exit_codes import ExitCode
 from tiered_core.errors import IllegalParam, PluginLoadError
 from tiered_core.spi.driver import redact
@@ -42,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="driver option (repeatable); overrides the driver's test location")
     parser.add_argument("--capability", metavar="FIELD=VALUE[:REASON]", action="append", default=[],
                         help="override a declared capability for this run, e.g. an emulator gap")
-    parser.add_argument("--hypothesis-examples", metavar="N", type=int, default=None,
+    parser.add_argument("--hypothesis-examples", metavar="N", type=int_arg(1, "a number of examples"), default=None,
                         help="examples for the stateful test (default 40)")
     parser.add_argument("-k", metavar="EXPR", dest="keyword", default=None,
                         help="only run tests matching this pytest -k expression")
@@ -115,7 +115,8 @@ def run(args: argparse.Namespace) -> int:
     import pytest
 
     # Bad input (unknown driver or option, bad capability) is a typed error -> exit 2.
-    settings = resolve_settings(args.name, args.option, args.capability, args.hypothesis_examples)
+    settings = resolve_settings(args.name, args.option, args.capability, args.hypothesis_examples,
+                                option_flag="--option")
     collector = ReportCollector()
     with tempfile.TemporaryDirectory(prefix="tiered-conformance-") as scratch:
         ini = Path(scratch) / "pytest.ini"

@@ -36,6 +36,7 @@ from tiered_core.cli.common import (
     DispatchFailed,
     add_json_option,
     check_store_path,
+    int_arg,
     open_store,
     print_json,
     store_exists,
@@ -62,12 +63,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true",
                    help="with --config: add the demo topics to a store that already holds messages (the "
                         "demo topics themselves must be empty); without it such a store is refused")
-    p.add_argument("--messages", type=int, default=200_000, metavar="N", help="messages to put (default 200000)")
-    p.add_argument("--size", type=int, default=1024, help="body bytes per message (default 1024)")
-    p.add_argument("--topics", type=int, default=4, metavar="N", help="topics to spread them over (default 4)")
-    p.add_argument("--queues", type=int, default=4, metavar="N", help="queues per topic (default 4)")
-    p.add_argument("--lookups", type=int, default=200, metavar="N", help="key and time lookups to run (default 200)")
-    p.add_argument("--static-messages", type=int, default=4000, metavar="N",
+    p.add_argument("--messages", type=int_arg(1, "a number of messages"), default=200_000, metavar="N",
+                   help="messages to put (default 200000)")
+    p.add_argument("--size", type=int_arg(1, "a body size in bytes"), default=1024,
+                   help="body bytes per message (default 1024)")
+    p.add_argument("--topics", type=int_arg(1, "a number of topics"), default=4, metavar="N",
+                   help="topics to spread them over (default 4)")
+    p.add_argument("--queues", type=int_arg(1, "a number of queues"), default=4, metavar="N",
+                   help="queues per topic (default 4)")
+    p.add_argument("--lookups", type=int_arg(0, "a number of lookups"), default=200, metavar="N",
+                   help="key and time lookups to run (default 200)")
+    p.add_argument("--static-messages", type=int_arg(0, "a number of messages"), default=4000, metavar="N",
                    help="messages for the static-topic step on the embedded default (default 4000; 0 skips it)")
     add_json_option(p, "the summary")
     p.set_defaults(func=run)

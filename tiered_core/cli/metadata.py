@@ -21,7 +21,7 @@ import os
 import sys
 from typing import Callable
 
-from tiered_core.cli.common import add_json_option, print_json
+from tiered_core.cli.common import add_json_option, int_arg, print_json
 from tiered_core.metadata.convert import FORMAT_BY_EXTENSION, convert
 
 #: Actions in the order ``tiered metadata --help`` lists them.
@@ -83,7 +83,7 @@ def _register_rebuild(actions: argparse._SubParsersAction) -> None:
                         "that cannot be read")
     p.add_argument("--no-timestamps", dest="timestamps", action="store_false",
                    help="do not read message headers for segment times (use the rebuild time)")
-    p.add_argument("--progress-every", type=int, default=1000, metavar="N",
+    p.add_argument("--progress-every", type=int_arg(0, "a number of segments"), default=1000, metavar="N",
                    help="print progress every N segments (default 1000; 0 = never)")
     add_json_option(p, "the rebuild's counts (progress goes to stderr)")
     p.set_defaults(func=_with_json(run_rebuild))

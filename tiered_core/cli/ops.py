@@ -19,25 +19,18 @@ from tiered_core.cli.common import (
     DispatchFailed,
     MessageNotFound,
     add_json_option,
+    int_arg,
     load_config,
     open_store,
     print_json,
 )
-from tiered_core.errors import CorruptData, IllegalParam, StateConflict, TieredStoreError
+from tiered_core.common import INT_MAX, LONG_MAX
+from tiered_core.errors import CorruptData, IllegalParam, LocalIOError, StateConflict, TieredStoreError
+from tiered_core.local.io_errors import DISK_ERRNOS, local_io_error, with_stored
 
-
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
-    return value
+_queue_id = int_arg(0, "a queue id", INT_MAX)
+_offset = int_arg(0, "a queue offset", LONG_MAX)
+_count = int_arg(1, "a message count", INT_MAX)
 
 
 def _store_command(sub: argparse._SubParsersAction, name: str, func, json_what: str, *,
@@ -53,7 +46,7 @@ def _store_command(sub: argparse._SubParsersAction, name: str, func, json_what: 
 
 def _queue_arguments(p: argparse.ArgumentParser, topic_help: str) -> None:
     p.add_argument("--topic", required=True, help=topic_help)
-    p.add_argument("--queue", type=_non_negative, default=0, metavar="ID", help="queue id (default 0)")
+    p.add_argument("--queue", type=_queue_id, default=0, metavar="ID", help="queue id (default 0)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -76,8 +69,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "when the message at the offset is damaged in the tiered store and no "
                                    "local copy serves it.")
     _queue_arguments(g, "topic to read")
-    g.add_argument("--offset", type=_non_negative, default=0, help="first queue offset to read (default 0)")
-    g.add_argument("--count", type=_positive, default=10, help="most messages to return (default 10)")
+    g.add_argument("--offset", type=_offset, default=0, help="first queue offset to read (default 0)")
+    g.add_argument("--count", type=_count, default=10, help="most messages to return (default 10)")
     g.add_argument("--key", help="look up by key instead of offset (all queues of the topic)")
 
     _store_command(sub, "stat", stat, "a list of per-queue objects (with their damaged segments)",
@@ -89,30 +82,50 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def put(args: argparse.Namespace) -> int:
-    """``tiered put``: put one message; with ``--dispatch`` tier it or fail."""
+    """``tiered put``: put one message; with ``--dispatch`` tier it or fail.
+
+    A local disk failure is a :class:`~tiered_core.errors.LocalIOError` (exit 5) saying whether
+    the message was stored: not when the store could not open or the commit-log append failed;
+    stored (with its offsets, under ``put``) when it came after the append (consume queue, key
+    index, flush, dispatch, close), so a retry would store it twice.
+    """
     from tiered_core.codec.message import Message
 
     config = load_config(args.config)
     body = args.body.encode() if args.body is not None else sys.stdin.buffer.read()
     failure: DispatchFailed | None = None
     dispatch: dict[str, Any] | None = None
-    with open_store(config, create=True) as store:
-        from tiered_core.static_topic.guard import refuse_direct_puts
-        refuse_direct_puts(store, args.topic)  # a static topic's physical queues take the cluster's puts only
-        res = store.put_message(Message(topic=args.topic, body=body, keys=args.key, tags=args.tags), args.queue)
-        result = {"status": res.status.name, "topic": args.topic, "queue_id": args.queue,
-                  "queue_offset": res.queue_offset, "commitlog_offset": res.commitlog_offset,
-                  "store_timestamp": res.store_timestamp}
-        if not res.ok:
-            kind = IllegalParam if res.status.name == "MESSAGE_ILLEGAL" else StateConflict
-            raise kind(f"put to {args.topic}/{args.queue} answered {res.status.name}", topic=args.topic,
-                       queue_id=args.queue, status=res.status.name)
-        if args.dispatch:
-            stats = store.dispatch(force=True)
-            dispatch = {"messages": stats.messages, "bytes": stats.bytes, "groups": stats.groups,
-                        "queues": stats.queues, "failed_commits": stats.failed_commits,
-                        "errors": list(stats.errors)}
-            failure = _dispatch_failure(store, stats, args.topic, args.queue, res.queue_offset, result)
+    result: dict[str, Any] | None = None
+    try:
+        with open_store(config, create=True) as store:
+            from tiered_core.static_topic.guard import refuse_direct_puts
+            refuse_direct_puts(store, args.topic)  # a static topic's physical queues take the cluster's puts only
+            res = store.put_message(Message(topic=args.topic, body=body, keys=args.key, tags=args.tags),
+                                    args.queue)
+            result = {"status": res.status.name, "topic": args.topic, "queue_id": args.queue,
+                      "queue_offset": res.queue_offset, "commitlog_offset": res.commitlog_offset,
+                      "store_timestamp": res.store_timestamp}
+            if not res.ok:
+                result = None
+                kind = IllegalParam if res.status.name == "MESSAGE_ILLEGAL" else StateConflict
+                raise kind(f"put to {args.topic}/{args.queue} answered {res.status.name}", topic=args.topic,
+                           queue_id=args.queue, status=res.status.name)
+            if args.dispatch:
+                stats = store.dispatch(force=True)
+                dispatch = {"messages": stats.messages, "bytes": stats.bytes, "groups": stats.groups,
+                            "queues": stats.queues, "failed_commits": stats.failed_commits,
+                            "errors": list(stats.errors)}
+                failure = _dispatch_failure(store, stats, args.topic, args.queue, res.queue_offset, result)
+    except (LocalIOError, OSError) as exc:
+        if not isinstance(exc, LocalIOError):
+            if exc.errno not in DISK_ERRNOS:
+                raise
+            exc = local_io_error("accessing", exc.filename, exc)  # (one that escaped untyped)
+        if result is None:
+            raise with_stored(exc, False) from None
+        if not args.json:
+            _print_put(result)  # the message is stored: say where, then fail
+        raise with_stored(exc, True, f"{args.topic}/{args.queue}@{result['queue_offset']}", put=result) from None
     if failure is not None:
         if not args.json:
             _print_put(result)  # the message is stored locally: say so, then fail
@@ -147,7 +160,7 @@ def _dispatch_failure(store, stats, topic: str, queue_id: int, queue_offset: int
         f"({stats.failed_commits} failed commit(s), {len(stats.errors)} error(s): {why}); "
         f"the message is stored locally at {own}@{queue_offset} "
         f"({'tiered' if this_tiered else 'not tiered'}) and a later dispatch retries",
-        errors=list(stats.errors), queues=queues, failed_commits=stats.failed_commits, put=result)
+        errors=list(stats.errors), queues=queues, failed_commits=stats.failed_commits, stored=True, put=result)
 
 
 def _row(m) -> dict:
@@ -162,14 +175,14 @@ def get(args: argparse.Namespace) -> int:
     with open_store(config, create=False) as store:
         if args.key:
             messages = store.query_message(args.topic, args.key, args.count).messages
-            status, tier, nxt = "FOUND", "-", "-"
+            status, tier, nxt = "FOUND", None, None  # several queues and tiers: no one answer
             if not messages:
                 raise MessageNotFound(f"no message of topic {args.topic!r} has key {args.key!r}",
                                       topic=args.topic, key=args.key)
         else:
             res = store.get_message("tiered-cli", args.topic, args.queue, args.offset, args.count)
             messages, status = res.messages, res.status.name
-            tier, nxt = (res.tier.value if res.tier else "-"), res.next_begin_offset
+            tier, nxt = (res.tier.value if res.tier else None), res.next_begin_offset
             if not messages and res.error is not None:
                 raise _unserved(args.topic, args.queue, args.offset, status, res.error)
             if not messages:
@@ -183,7 +196,7 @@ def get(args: argparse.Namespace) -> int:
         print_json({"status": status, "tier": tier, "next_begin_offset": nxt,
                     "messages": [_row(m) for m in messages]})
         return 0
-    print(f"status={status} tier={tier} next_begin_offset={nxt}")
+    print(f"status={status} tier={tier or '-'} next_begin_offset={'-' if nxt is None else nxt}")
     for m in messages:
         body = m.body[:60].decode("utf-8", "replace")
         print(f"  {m.topic}/{m.queue_id}@{m.queue_offset} ts={m.store_timestamp} keys={','.join(m.keys)} "

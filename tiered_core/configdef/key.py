@@ -47,7 +47,8 @@ class Switch:
 class Key:
     """One setting of :class:`~tiered_core.config.StoreConfig`, declared once.
 
-    ``minimum`` / ``maximum`` bound the value (``why`` says why the minimum); ``unit`` is
+    ``minimum`` / ``maximum`` bound the value (``why`` says why the minimum, ``why_max`` why the
+    maximum: every size, count and duration has one); ``unit`` is
     shown in the README; ``rocketmq`` is the broker.conf key (``rocketmq_unit`` converts its
     raw string when RocketMQ counts in another unit); ``env`` defaults to ``TIERED_<NAME>``;
     ``requires`` names a package a (non-empty) value needs.
@@ -61,6 +62,7 @@ class Key:
     minimum: int | None = None
     maximum: int | None = None
     why: str = ""
+    why_max: str = ""
     rocketmq: str | None = None
     rocketmq_unit: RocketMQUnit | None = None
     rocketmq_aliases: tuple[str, ...] = ()
@@ -116,6 +118,7 @@ class IgnoredKey:
     minimum: int | None = None
     maximum: int | None = None
     why: str = ""
+    why_max: str = ""
 
     @property
     def accepted(self) -> str:
@@ -183,10 +186,11 @@ def _bounds(key: Key) -> str:
     if key.type.name in ("size", "count", "ms", "hours"):
         parts = [f">= {key.minimum or 0}"]
         if key.maximum is not None:
-            parts.append(f"<= {key.maximum}")
+            parts.append(f"<= {key.type.show(key.maximum)}")
         return ", ".join(parts)
     if key.type.name == "component":
-        return f"<= {key.maximum} UTF-8 bytes; no `/`, `\\`" if key.maximum else ""
+        return (f"<= {key.maximum} UTF-8 bytes; no `/`, `\\`, no leading or trailing whitespace"
+                if key.maximum else "")
     if key.type.name in ("level", "flush", "recovery"):
         return key.accepted.replace(" | ", ", ")
     return ""
@@ -211,6 +215,7 @@ def markdown_table(keys: Keys, ignored: tuple[IgnoredKey, ...] = ()) -> str:
         name = "`[tiered.options]`" if key.type is OPTIONS else f"`{key.name}`"
         kind = key.type.label + (f" ({key.unit})" if key.unit else "")
         meaning = key.doc + (f" Minimum: {key.why}." if key.why else "")
+        meaning += f" Maximum: {key.why_max}." if key.why_max else ""
         if key.requires:
             meaning += f" Needs the `{key.requires}` package."
         lines.append("| " + " | ".join(_cell(c) for c in (

@@ -29,6 +29,7 @@ from tiered_core.configdef.types import (
     OPTIONS,
     PATH,
     QUARTER,
+    CENTURY_MS,
     RECOVERY,
     SIZE,
     STORAGE_LEVEL,
@@ -36,6 +37,16 @@ from tiered_core.configdef.types import (
 
 #: ``file_reserved_hours`` meaning "never expire" (about 245,000 years).
 NEVER_EXPIRE_HOURS = INT_MAX
+
+# Upper bounds: every size, count and duration has one, so that a typo (an extra digit, a
+# value in the wrong unit) is refused by name instead of overflowing or waiting forever.
+#: A tiered segment is one backend object; GCS and S3 objects hold at most 5 TiB (and an
+#: Azure append blob less): a segment size beyond 1 TiB is a mistake, not a plan.
+SEGMENT_MAX = 1 << 40
+WHY_SEGMENT_MAX = "a segment is one backend object (a GCS or S3 object holds at most 5 TiB)"
+#: RocketMQ counts these in Java ints.
+WHY_INT = "RocketMQ's value is a Java int"
+WHY_CENTURY = "about 100 years"
 
 KEYS = Keys(
     # -- where things are ---------------------------------------------------------------------------
@@ -62,61 +73,71 @@ KEYS = Keys(
         doc="Read policy: which tier serves a read; a miss in the tiered store falls back to the local one."),
     # -- the container layer ----------------------------------------------------------------------
     Key("commit_log_max_size", SIZE, 1 << 30, unit="bytes", minimum=128,
-        why="a tiered segment must hold one whole message", rocketmq="tieredStoreCommitLogMaxSize",
+        why="a tiered segment must hold one whole message", maximum=SEGMENT_MAX, why_max=WHY_SEGMENT_MAX,
+        rocketmq="tieredStoreCommitLogMaxSize",
         doc="Size of a tiered commit-log segment; a full one is sealed and the next rolled."),
     Key("consume_queue_max_size", SIZE, 100 << 20, unit="bytes", minimum=20,
         why="a segment must hold one 20-byte consume-queue unit, or nothing is tiered",
+        maximum=SEGMENT_MAX, why_max=WHY_SEGMENT_MAX,
         rocketmq="tieredStoreConsumeQueueMaxSize",
         doc="Size of a tiered consume-queue segment."),
-    Key("max_group_commit_count", COUNT, 10000, unit="appends", minimum=1,
+    Key("max_group_commit_count", COUNT, 10000, unit="appends", minimum=1, maximum=INT_MAX, why_max=WHY_INT,
         rocketmq="tieredStoreMaxGroupCommitCount",
         doc="Appends a segment buffers before it must commit (an append above it is BUFFER_FULL)."),
     # -- the dispatcher ------------------------------------------------------------------------------
-    Key("group_commit_count", COUNT, 4096, unit="messages", minimum=1, rocketmq="tieredStoreGroupCommitCount",
+    Key("group_commit_count", COUNT, 4096, unit="messages", minimum=1, maximum=INT_MAX, why_max=WHY_INT,
+        rocketmq="tieredStoreGroupCommitCount",
         doc="A queue is copied to the tier when this many messages wait (also the most in one group)."),
-    Key("group_commit_size", SIZE, 4 << 20, unit="bytes", minimum=1, rocketmq="tieredStoreGroupCommitSize",
+    Key("group_commit_size", SIZE, 4 << 20, unit="bytes", minimum=1, maximum=INT_MAX,
+        why_max="a group lies within one local commit-log file", rocketmq="tieredStoreGroupCommitSize",
         doc="A group stays under this many bytes; one larger message is copied alone."),
-    Key("group_commit_interval_ms", DURATION_MS, 30_000, unit="ms", minimum=0,
-        rocketmq="tieredStoreGroupCommitTimeout", switch=Switch("tieredStoreGroupCommit", 0),
+    Key("group_commit_interval_ms", DURATION_MS, 30_000, unit="ms", minimum=0, maximum=CENTURY_MS,
+        why_max=WHY_CENTURY, rocketmq="tieredStoreGroupCommitTimeout", switch=Switch("tieredStoreGroupCommit", 0),
         doc="A queue is also copied when its oldest waiting message waited this long; 0 copies whatever "
             "waits at every dispatch round (still in groups bounded by the count and size above)."),
-    Key("max_pending_limit", COUNT, 2500, unit="uploads", minimum=1,
-        rocketmq="tieredStoreMaxPendingLimit", rocketmq_unit=QUARTER,
+    Key("max_pending_limit", COUNT, 2500, unit="uploads", minimum=1, maximum=1 << 16,
+        why_max="each upload in flight may hold a thread", rocketmq="tieredStoreMaxPendingLimit",
+        rocketmq_unit=QUARTER,
         doc="The most group uploads in flight at once, across queues. A queue has at most one (its "
             "groups commit in order), so this is also the most queues copied at once; each holds a "
             "dispatch thread, started only when that many queues have work."),
-    Key("rolling_min_size", SIZE, 16 << 20, unit="bytes", minimum=0, rocketmq="commitLogRollingMinimumSize",
+    Key("rolling_min_size", SIZE, 16 << 20, unit="bytes", minimum=0, maximum=SEGMENT_MAX,
+        why_max="the largest segment", rocketmq="commitLogRollingMinimumSize",
         doc="A commit-log segment older than `rolling_interval_ms` is rolled once it holds this much."),
-    Key("rolling_interval_ms", DURATION_MS, 24 * 3_600_000, unit="ms", minimum=0,
-        rocketmq="commitLogRollingInterval", rocketmq_unit=HOURS_TO_MS,
+    Key("rolling_interval_ms", DURATION_MS, 24 * 3_600_000, unit="ms", minimum=0, maximum=CENTURY_MS,
+        why_max=WHY_CENTURY, rocketmq="commitLogRollingInterval", rocketmq_unit=HOURS_TO_MS,
         doc="Age after which a commit-log segment of at least `rolling_min_size` is rolled."),
     Key("file_reserved_hours", HOURS, 72, unit="hours", minimum=1,
         why="0 would expire everything; tieredStoreDeleteFileEnable=false keeps files for good",
+        maximum=NEVER_EXPIRE_HOURS, why_max=f"{WHY_INT}; {NEVER_EXPIRE_HOURS} means never expire",
         rocketmq="tieredStoreFileReservedTime",
         switch=Switch("tieredStoreDeleteFileEnable", NEVER_EXPIRE_HOURS, "never expire"),
         doc="Tiered segments and uploaded index files older than this are deleted when expiry runs "
             "(a topic's own reserve time wins for its segments)."),
     # -- the fetcher's read-ahead cache ------------------------------------------------------------------
-    Key("read_ahead_cache_bytes", SIZE, 64 << 20, unit="bytes", minimum=0,
-        switch=Switch("readAheadCacheEnable", 0),
+    Key("read_ahead_cache_bytes", SIZE, 64 << 20, unit="bytes", minimum=0, maximum=1 << 40,
+        why_max="a memory budget", switch=Switch("readAheadCacheEnable", 0),
         doc="Memory budget of the read-ahead cache; 0: no cache, every tiered read goes to the backend."),
-    Key("read_ahead_cache_expire_ms", DURATION_MS, 10_000, unit="ms", minimum=0,
-        rocketmq="readAheadCacheExpireDuration",
+    Key("read_ahead_cache_expire_ms", DURATION_MS, 10_000, unit="ms", minimum=0, maximum=CENTURY_MS,
+        why_max=WHY_CENTURY, rocketmq="readAheadCacheExpireDuration",
         doc="A cached entry not read for this long expires."),
     Key("read_ahead_disk_cache_path", OPTIONAL_PATH, None, requires="diskcache",
         requires_hint="leave it unset for a memory-only cache",
         doc="Adds a disk tier to the read-ahead cache in this directory."),
     # -- the local store ------------------------------------------------------------------------------
     Key("local_commit_log_file_size", SIZE, 1 << 30, unit="bytes", minimum=4096,
-        why="the local commit log's smallest file", rocketmq="mappedFileSizeCommitLog",
+        why="the local commit log's smallest file", maximum=INT_MAX,
+        why_max="positions in a file are Java ints in RocketMQ (mappedFileSizeCommitLog)",
+        rocketmq="mappedFileSizeCommitLog",
         doc="Size of a local commit-log file (fixed for the life of a store directory)."),
     Key("local_flush", FLUSH, "async", rocketmq="flushDiskType",
         doc="`async`: a background thread fsyncs; `sync`: a put returns once fsynced "
             "(RocketMQ's `ASYNC_FLUSH` / `SYNC_FLUSH` are accepted)."),
-    Key("local_retention_hours", HOURS, 72, unit="hours", minimum=0, rocketmq="fileReservedTime",
+    Key("local_retention_hours", HOURS, 72, unit="hours", minimum=0, maximum=INT_MAX, why_max=WHY_INT,
+        rocketmq="fileReservedTime",
         doc="Local files older than this are deleted, once everything in them is tiered."),
-    Key("local_retention_interval_ms", DURATION_MS, 10_000, unit="ms", minimum=0,
-        rocketmq="cleanResourceInterval",
+    Key("local_retention_interval_ms", DURATION_MS, 10_000, unit="ms", minimum=0, maximum=CENTURY_MS,
+        why_max=WHY_CENTURY, rocketmq="cleanResourceInterval",
         doc="How often a store opened with background services runs local retention (and tells its "
             "listeners, e.g. a static-topic cluster trimming its mappings); 0: only when called."),
     # -- safety -------------------------------------------------------------------------------------
@@ -131,11 +152,11 @@ KEYS = Keys(
 
 #: RocketMQ tiered keys accepted without effect here; their values are still checked.
 IGNORED_ROCKETMQ_KEYS = (
-    IgnoredKey("tieredStoreIndexFileMaxHashSlotNum", COUNT, minimum=1,
+    IgnoredKey("tieredStoreIndexFileMaxHashSlotNum", COUNT, minimum=1, maximum=INT_MAX, why_max=WHY_INT,
                doc="the tiered index sizes its files itself (an uploaded file records its own layout)."),
-    IgnoredKey("tieredStoreIndexFileMaxIndexNum", COUNT, minimum=1,
+    IgnoredKey("tieredStoreIndexFileMaxIndexNum", COUNT, minimum=1, maximum=INT_MAX, why_max=WHY_INT,
                doc="as `tieredStoreIndexFileMaxHashSlotNum`."),
-    IgnoredKey("tieredStoreDeleteFileInterval", DURATION_MS, minimum=0,
+    IgnoredKey("tieredStoreDeleteFileInterval", DURATION_MS, minimum=0, maximum=CENTURY_MS, why_max=WHY_CENTURY,
                doc="expiry runs when called (`TieredMessageStore.delete_expired_tiered`) and, for index "
                    "files, on the index service's own interval."),
     IgnoredKey("tieredStoreCrcCheckEnable", BOOL,

@@ -36,6 +36,9 @@ _DURATION_RE = re.compile(r"\s*([0-9][0-9_]*(?:\.[0-9]+)?)\s*(ms|s|sec|min|m|h|d
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 HOUR_MS = 3_600_000
+#: About a hundred years in ms: the longest duration a key takes (threading waits overflow past
+#: ``threading.TIMEOUT_MAX``, some 292 years; nothing here waits longer than a lifetime).
+CENTURY_MS = 100 * 365 * 24 * HOUR_MS
 
 SIZE_ACCEPTED = "a size >= 0: an int (bytes) or a string like '4MiB', '1GiB', '512k'"
 DURATION_ACCEPTED = "a duration >= 0: an int (milliseconds) or a string like '500ms', '30s', '24h'"
@@ -183,7 +186,9 @@ def _name(value: Any, key: "Key") -> str:
 
 
 def _component(value: Any, key: "Key") -> str:
-    if (not isinstance(value, str) or not value or value in (".", "..") or "/" in value
+    # blank or whitespace-padded: "broker-a " names another tier prefix than "broker-a"
+    if (not isinstance(value, str) or not value.strip() or value != value.strip()
+            or value in (".", "..") or "/" in value
             or "\\" in value or any(ord(c) < 0x20 for c in value) or not storable_text(value)
             or (key.maximum is not None and len(value.encode("utf-8")) > key.maximum)):
         raise ValueError(value)
@@ -216,24 +221,28 @@ def _recovery(value: Any, key: "Key") -> str:
     return text
 
 
-def _at_least_minimum(parse: Callable[[Any], int]) -> Callable[[Any, "Key"], int]:
-    """A checker: ``parse(value)``, then ValueError below the key's minimum."""
+def _in_bounds(number: int, value: Any, key: "Key") -> int:
+    """``number``, or ValueError (naming ``value``) outside the key's minimum and maximum."""
+    if number < (key.minimum or 0) or (key.maximum is not None and number > key.maximum):
+        raise ValueError(value)
+    return number
+
+
+def _bounded(parse: Callable[[Any], int]) -> Callable[[Any, "Key"], int]:
+    """A checker: ``parse(value)``, then ValueError outside the key's bounds."""
     def check(value: Any, key: "Key") -> int:
-        number = parse(value)
-        if number < (key.minimum or 0):
-            raise ValueError(value)
-        return number
+        return _in_bounds(parse(value), value, key)
     return check
 
 
-_size = _at_least_minimum(parse_size)
+_size = _bounded(parse_size)
 
 
 def _count(value: Any, key: "Key") -> int:
-    return parse_count(value, key.minimum or 0)
+    return _in_bounds(parse_count(value, key.minimum or 0), value, key)
 
 
-_duration = _at_least_minimum(parse_duration_ms)
+_duration = _bounded(parse_duration_ms)
 
 
 def _hours(value: Any, key: "Key") -> int:
@@ -244,9 +253,7 @@ def _hours(value: Any, key: "Key") -> int:
         hours = ms // HOUR_MS
     else:
         hours = parse_count(value, 0)
-    if hours < (key.minimum or 0):
-        raise ValueError(value)
-    return hours
+    return _in_bounds(hours, value, key)
 
 
 def _bool(value: Any, key: "Key") -> bool:
@@ -260,16 +267,22 @@ def _options(value: Any, key: "Key") -> Any:
 # -- accepted values, as error messages and the README show them ---------------------------------------
 
 
-def _at_least(text: str, key: "Key") -> str:
-    """``text`` with its ``>= 0`` / ``> 0`` bound replaced by the key's minimum, and why."""
+def _at_least(text: str, key: "Key", show: Callable[[int], str] = str) -> str:
+    """``text`` with its ``>= 0`` / ``> 0`` bound replaced by the key's minimum, and why; then
+    the key's maximum (``show`` writes it in the key's unit), and why."""
     if key.minimum is not None:
         bound = "> 0" if key.minimum == 1 and text.startswith("a size") else f">= {key.minimum}"
         text = re.sub(r">=? 0", bound, text, count=1)
-    return f"{text} ({key.why})" if key.why else text
+    if key.why:
+        text = f"{text} ({key.why})"
+    if key.maximum is not None:
+        text += f"; at most {show(key.maximum)}" + (f" ({key.why_max})" if key.why_max else "")
+    return text
 
 
 def _component_accepted(key: "Key") -> str:
-    text = "a non-empty name without '/', '\\', control characters or lone surrogates"
+    text = ("a non-empty name without '/', '\\', control characters, lone surrogates or leading or "
+            "trailing whitespace")
     if key.maximum is not None:
         text += f"; at most {key.maximum} UTF-8 bytes (one file name)"
     return text
@@ -290,6 +303,8 @@ def _show_size(value: int) -> str:
 
 
 def _show_duration(value: int) -> str:
+    if value and value % (24 * HOUR_MS) == 0 and value >= 365 * 24 * HOUR_MS:
+        return f"{value // (24 * HOUR_MS)}d"
     for unit, suffix in ((HOUR_MS, "h"), (60_000, "min"), (1000, "s")):
         if value and value % unit == 0:
             return f"{value // unit}{suffix}"
@@ -334,10 +349,11 @@ STORAGE_LEVEL = ValueType("level", "choice", "str", _storage_level,
                           _fixed(" | ".join(STORAGE_LEVELS) + " (or 0-3)"))
 FLUSH = ValueType("flush", "choice", "str", _flush, _fixed(" | ".join(LOCAL_FLUSH_MODES)))
 RECOVERY = ValueType("recovery", "choice", "str", _recovery, _fixed(" | ".join(METADATA_RECOVERY_MODES)))
-SIZE = ValueType("size", "size", "int", _size, lambda key: _at_least(SIZE_ACCEPTED, key), _show_size)
+SIZE = ValueType("size", "size", "int", _size, lambda key: _at_least(SIZE_ACCEPTED, key, _show_size),
+                 _show_size)
 COUNT = ValueType("count", "int", "int", _count, lambda key: _at_least("an int >= 0", key))
-DURATION_MS = ValueType("ms", "duration", "int", _duration, lambda key: _at_least(DURATION_ACCEPTED, key),
-                        _show_duration)
+DURATION_MS = ValueType("ms", "duration", "int", _duration,
+                        lambda key: _at_least(DURATION_ACCEPTED, key, _show_duration), _show_duration)
 HOURS = ValueType("hours", "int", "int", _hours,
                   lambda key: _at_least("an int >= 0 (hours) or a string like '72h', '3d'", key))
 BOOL = ValueType("bool", "bool", "bool", _bool, _fixed(BOOL_ACCEPTED))

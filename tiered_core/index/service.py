@@ -44,7 +44,7 @@ from tiered_core.index.store_file import (
     check_put,
 )
 from tiered_core.segment import FileSegment
-from tiered_core.common import AppendResult, FileSegmentType, SegmentStatus, now_ms
+from tiered_core.common import AppendResult, FileSegmentType, SegmentStatus, now_ms, unlink_if_exists
 from tiered_core.configdef import KEYS, section
 from tiered_core.spi.driver import SegmentDriver
 from tiered_core.spi.metadata import TieredMetadataStore
@@ -132,6 +132,8 @@ class IndexStoreService:
         self._uploaded: list[UploadedIndexFile] = []
         self._current: IndexStoreFile | None = None
         self._closed = False
+        #: Why the last put_keys failed, when a typed error says it (e.g. a LocalIOError).
+        self.last_error: TieredStoreError | None = None
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -242,6 +244,10 @@ class IndexStoreService:
             path = os.path.join(self.directory, name)
             if not os.path.isfile(path):
                 continue
+            if IndexStoreFile.never_written(path):
+                log.warning("index file %s is empty (its creation was cut short); removing it", path)
+                unlink_if_exists(path)
+                continue
             try:
                 f = IndexStoreFile.open(path, default_slot_count=self.config.max_hash_slots)
             except CorruptData as exc:
@@ -316,6 +322,7 @@ class IndexStoreService:
                         f = self._roll_locked()
                     except TieredStoreError as exc:
                         log.error("cannot create a new index file in %s: %s", self.directory, exc)
+                        self.last_error = exc
                         return AppendResult.UNKNOWN_ERROR
                 result, done = f.put_keys(topic, topic_id, queue_id, keys[start:], offsets[start:],
                                           sizes[start:], timestamps[start:])
@@ -324,6 +331,7 @@ class IndexStoreService:
                     return result
                 attempts = 0 if done else attempts + 1
                 if result is not AppendResult.FILE_FULL or attempts >= self.config.put_attempts:
+                    self.last_error = f.last_error if result is AppendResult.UNKNOWN_ERROR else None
                     log.error("index: keys of %d message(s) of %s queue %d from offset %d were not written: %s",
                               n - start, topic, queue_id, offsets[start], result.name)
                     return result

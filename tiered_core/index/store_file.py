@@ -37,7 +37,7 @@ from typing import BinaryIO, Callable, Iterable, Sequence
 
 from tiered_core.codec.hashing import index_key_hash
 from tiered_core.codec._impl import link_items
-from tiered_core.errors import CorruptData, DriverError, IllegalParam, TieredStoreError
+from tiered_core.errors import CorruptData, IllegalParam, LocalIOError, TieredStoreError
 from tiered_core.common import INT_MAX, INT_MIN, LONG_MAX, AppendResult, unlink_if_exists
 from tiered_core.codec.tiered_index import (
     BEGIN_MAGIC,
@@ -126,9 +126,10 @@ def _in_window(store_ts: int, begin: int, end: int) -> bool:
     return store_ts <= end and store_ts + 999 >= begin
 
 
-def _os_error(exc: OSError, op: str, path: str) -> DriverError:
-    return DriverError(f"local index file {path!r}: {op} failed: {exc}", retryable=False,
-                       path=path, op=op)
+def _os_error(exc: OSError, op: str, path: str) -> LocalIOError:
+    name = errno.errorcode.get(exc.errno or 0, "EUNKNOWN")
+    return LocalIOError(f"local disk: {op} of index file {path!r} failed: {exc.strerror or exc} ({name})",
+                        path=path, op=op, errno=exc.errno, reason=name, stored=None)
 
 
 class IndexStoreFile:
@@ -144,8 +145,8 @@ class IndexStoreFile:
 
     Raises :class:`~tiered_core.errors.IllegalParam` for bad arguments,
     :class:`~tiered_core.errors.CorruptData` when :meth:`open` finds a file that is not
-    an index file, :class:`~tiered_core.errors.DriverError` when the file cannot be
-    created or opened.
+    an index file, :class:`~tiered_core.errors.LocalIOError` naming the file when it cannot
+    be created (nothing is left of it then) or opened.
     """
 
     def __init__(self, path: str, fd: int, begin_timestamp: int, slot_count: int, max_items: int,
@@ -165,6 +166,8 @@ class IndexStoreFile:
         self._map: mmap.mmap | None = None  # header + slot table, mapped by the first put_keys
         #: The uploaded file that replaced this one; queries that raced with the swap go there.
         self.replacement: "UploadedIndexFile | None" = None
+        #: Why the last put answered UNKNOWN_ERROR (a LocalIOError naming this file).
+        self.last_error: TieredStoreError | None = None
 
     # -- create / open ---------------------------------------------------------------
 
@@ -189,8 +192,20 @@ class IndexStoreFile:
             os.pwrite(fd, header.encode(), 0)
         except OSError as exc:
             os.close(fd)
+            # ours (O_EXCL) and holding nothing: a full disk or a file size limit must not
+            # leave a file that the next open takes for a corrupt one
+            unlink_if_exists(path)
             raise _os_error(exc, "create", path) from exc
         return cls(path, fd, begin_timestamp, slot_count, max_items, header, 0)
+
+    @staticmethod
+    def never_written(path: str) -> bool:
+        """True for an empty file: its creation was cut short before it was even sized (a
+        kill, or a full disk before :meth:`create` could remove it), so it holds no key."""
+        try:
+            return os.path.getsize(path) == 0
+        except OSError:
+            return False
 
     @classmethod
     def open(cls, path: str, *, default_slot_count: int) -> "IndexStoreFile":
@@ -322,6 +337,7 @@ class IndexStoreFile:
             except OSError as exc:
                 log.error("index file %s: writing %d key(s) of %s@%d failed: %s", self.path,
                           len(key_list), topic, offset, exc)
+                self.last_error = _os_error(exc, "write", self.path)
                 return AppendResult.UNKNOWN_ERROR
             if self._count + 1 >= self.max_items:
                 self._seal_locked()
@@ -396,6 +412,7 @@ class IndexStoreFile:
                     except OSError as exc:
                         log.error("index file %s: writing the keys of %d message(s) of %s failed: %s",
                                   self.path, n, topic, exc)
+                        self.last_error = _os_error(exc, "write", self.path)
                         return AppendResult.UNKNOWN_ERROR, 0
                     return AppendResult.SUCCESS, n
             # Plan: the messages that fit, as put_key would take them one by one.
@@ -440,6 +457,7 @@ class IndexStoreFile:
                 except OSError as exc:
                     log.error("index file %s: writing the keys of %d message(s) of %s failed: %s", self.path,
                               len(picked), topic, exc)
+                    self.last_error = _os_error(exc, "write", self.path)
                     return AppendResult.UNKNOWN_ERROR, 0
             if seal:
                 self._seal_locked()

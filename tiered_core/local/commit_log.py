@@ -89,7 +89,9 @@ class CommitLog:
     that were written. Thread-safe: appends are serialised by a lock, reads run
     concurrently with appends and deletions. Raises :class:`IllegalParam` for a
     message that is not a message or does not fit a file, :class:`IllegalOffset` for
-    reads outside ``[min_offset, max_offset)``, :class:`SegmentClosed` after close.
+    reads outside ``[min_offset, max_offset)``, :class:`SegmentClosed` after close, and
+    :class:`~tiered_core.errors.LocalIOError` naming the file when the disk fails: an append
+    that raises it leaves :attr:`max_offset` where it was (its partial bytes are cut).
     """
 
     def __init__(self, directory: str, file_size: int = DEFAULT_FILE_SIZE, *,

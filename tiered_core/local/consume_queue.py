@@ -373,7 +373,11 @@ class ConsumeQueue:
     def flush(self) -> None:
         with self._lock:
             self._dirty = False
-        self._files.flush()
+        try:
+            self._files.flush()
+        except BaseException:
+            self._dirty = True  # flushed again next time
+            raise
 
     def files(self) -> list[MappedFile]:
         return self._files.files

@@ -6,7 +6,11 @@ start at 1 (``indexCount`` starts at 1 and is the next number), so a file holds
 the newest item, each item at the previous item of the same slot, so collisions form a
 chain read newest first. ``timeDiff`` is seconds since the file's ``beginTimestamp``.
 ``hashSlotCount`` counts puts, as RocketMQ's does. Files are pre-sized and
-memory-mapped like RocketMQ's.
+memory-mapped like RocketMQ's (sparse: blocks are allocated as they are written), and
+every block a write through the map touches is allocated first (``posix_fallocate``: a
+slot-table page when it is first written, the items a chunk ahead), so a full disk is a
+:class:`~tiered_core.errors.LocalIOError` naming the file rather than a SIGBUS that kills
+the process.
 
 The index only narrows a lookup: a hit means "the key's hash matched and the time
 is about right". Callers read the message and check its topic, keys and time.
@@ -14,6 +18,7 @@ is about right". Callers read the message and check its topic, keys and time.
 
 from __future__ import annotations
 
+import errno
 import logging
 import mmap
 import os
@@ -33,14 +38,22 @@ from tiered_core.codec.local_index import (
     index_file_name,
     parse_index_file_name,
 )
-from tiered_core.errors import IllegalParam, SegmentClosed, StateConflict
+from tiered_core.errors import IllegalParam, LocalIOError, SegmentClosed, StateConflict
 from tiered_core.common import INT_MAX, fsync_dir, unlink_if_exists
+from tiered_core.local.io_errors import local_io_error
 
 log = logging.getLogger(__name__)
 
 #: RocketMQ defaults: maxHashSlotNum and maxIndexNum.
 DEFAULT_HASH_SLOTS = 5_000_000
 DEFAULT_MAX_ITEMS = 5_000_000 * 4
+#: Bytes of items allocated at a time ahead of the writes (about 3,300 items).
+ALLOCATE_AHEAD = 64 << 10
+#: The unit in which header and slot-table blocks are allocated before a write through the map.
+_PAGE = mmap.PAGESIZE
+#: posix_fallocate errors that mean "this file system cannot preallocate" (the map is then
+#: written without it, as before); any other error is a disk failure.
+_NO_PREALLOCATION = {errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
 
 
 class IndexFile:
@@ -51,7 +64,9 @@ class IndexFile:
     in the middle leaves a file whose every reachable item is whole. Thread-safe.
     Raises :class:`StateConflict` when an existing file does not match the
     configured slot and item counts (they must not change across restarts),
-    :class:`SegmentClosed` after close.
+    :class:`SegmentClosed` after close, :class:`~tiered_core.errors.LocalIOError` naming
+    the file when the disk fails (full, a file too large, read-only): a put that raises
+    it wrote nothing, and a file whose creation failed is removed again.
     """
 
     def __init__(self, path: str, hash_slots: int = DEFAULT_HASH_SLOTS,
@@ -65,8 +80,13 @@ class IndexFile:
         self.file_size = HEADER_SIZE + hash_slots * SLOT_SIZE + max_items * ITEM_SIZE
         self._items_base = HEADER_SIZE + hash_slots * SLOT_SIZE
         self._lock = threading.Lock()
+        self._mm: mmap.mmap | None = None
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
-        fd = os.open(path, flags, 0o644)
+        try:
+            fd = os.open(path, flags, 0o644)
+        except OSError as exc:
+            raise local_io_error("creating" if create else "opening", path, exc) from None
+        self._fd = fd
         try:
             size = os.fstat(fd).st_size
             if create or size == 0:
@@ -79,14 +99,24 @@ class IndexFile:
                     f"index file {path!r} is {size} bytes but {hash_slots} slots and {max_items} items "
                     f"need {self.file_size}: the index slot and item counts must not change",
                     path=path, size=size, expected=self.file_size)
-            self._mm: mmap.mmap | None = mmap.mmap(fd, self.file_size)
-        finally:
+            # header and slot-table pages allocated (1) so far; the items up to _items_allocated
+            self._pages = bytearray(-(-self._items_base // _PAGE))
+            self._items_allocated = self._items_base
+            self._allocate_page(0)  # the header
+            self._mm = mmap.mmap(fd, self.file_size)
+        except BaseException as exc:
             os.close(fd)
+            if create:
+                unlink_if_exists(path)  # ours (O_EXCL) and empty: no file is left half made
+            if isinstance(exc, OSError):
+                raise local_io_error("creating" if create else "opening", path, exc) from None
+            raise
         (self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset,
          self.hash_slot_count, self.index_count) = HEADER.unpack_from(self._mm, 0)
         if self.index_count <= 0:
             self.index_count = 1
         if self.index_count > max_items:
+            self.close()
             raise StateConflict(f"index file {path!r} claims {self.index_count} items, more than "
                                 f"{max_items}", path=path)
         # The header is rewritten on every put: a field that cannot be written back (a slot
@@ -97,12 +127,41 @@ class IndexFile:
                                    ("beginPhyOffset", self.begin_phy_offset, None),
                                    ("endPhyOffset", self.end_phy_offset, None)):
             if value < 0 or (limit is not None and value > limit):
-                self._mm.close()
+                self.close()
                 bound = f"0..{limit}" if limit is not None else ">= 0"
                 raise StateConflict(f"index file {path!r} header field {name} is {value}, not {bound}: "
                                     "the header is corrupt", path=path, field=name, value=value)
         if create:
             self._write_header()
+
+    # A write through the map into a hole of the file needs a block; on a full disk the kernel
+    # answers with SIGBUS, which kills the process. So every block is allocated before the
+    # map writes it: a full disk is then an OSError here, before anything was written.
+    def _fallocate(self, start: int, end: int) -> bool:
+        """Allocate bytes ``[start, end)``; False when the file system cannot preallocate
+        (then it is written as RocketMQ writes it). LocalIOError when the disk is full."""
+        try:
+            os.posix_fallocate(self._fd, start, end - start)
+        except OSError as exc:
+            if exc.errno not in _NO_PREALLOCATION:
+                raise local_io_error("allocating space in", self.path, exc) from None
+            self._pages = bytearray(b"\x01") * len(self._pages)
+            self._items_allocated = self.file_size
+            return False
+        return True
+
+    def _allocate_page(self, page: int) -> None:
+        """Allocate the header/slot-table page ``page`` (before a write through the map)."""
+        if self._fallocate(page * _PAGE, min((page + 1) * _PAGE, self._items_base)):
+            self._pages[page] = 1
+
+    def _allocate_items(self, count: int) -> None:
+        """Allocate the items up to item number ``count`` (exclusive), a chunk ahead."""
+        end = self._items_base + count * ITEM_SIZE
+        if end > self._items_allocated:
+            end = min(self.file_size, max(end, self._items_allocated + ALLOCATE_AHEAD))
+            if self._fallocate(self._items_allocated, end):
+                self._items_allocated = end
 
     @property
     def name(self) -> str:
@@ -191,6 +250,9 @@ class IndexFile:
             if self.is_full():
                 return False
             slot_pos = HEADER_SIZE + (key_hash % self.hash_slots) * SLOT_SIZE
+            self._allocate_items(self.index_count + 1)
+            if not self._pages[slot_pos // _PAGE]:
+                self._allocate_page(slot_pos // _PAGE)
             prev = self._slot_head(mm, slot_pos)
             if self.begin_timestamp <= 0:
                 diff = 0
@@ -214,7 +276,8 @@ class IndexFile:
         each) in turn, under one lock; stops when the file is full. Returns the index of
         the first item not put (``len(items)`` when all were). Each item is written as
         :meth:`put` writes it (item, slot, then header), so a kill at any point leaves
-        what a kill between two puts leaves."""
+        what a kill between two puts leaves. A full disk raises LocalIOError with
+        ``stopped_at``, the index of the first item not put."""
         n = len(items)
         with self._lock:
             mm = self._mmap()
@@ -232,12 +295,26 @@ class IndexFile:
             begin_ts, end_ts = self.begin_timestamp, self.end_timestamp
             begin_phy, end_phy = self.begin_phy_offset, self.end_phy_offset
             i = start
+            # the items this call may write, allocated before the first (a full disk: none)
+            try:
+                self._allocate_items(min(count + n - start, max_items))
+            except LocalIOError as exc:
+                exc.stopped_at = start
+                raise
+            pages = self._pages
             try:
                 while i < n and count < max_items:
                     key_hash, phy_offset, store_timestamp = items[i]
                     if not 0 <= key_hash <= INT_MAX:
                         raise IllegalParam(f"key hash {key_hash} must be in 0..2^31-1", key_hash=key_hash)
                     slot_pos = HEADER_SIZE + (key_hash % slots) * SLOT_SIZE
+                    if not pages[slot_pos // _PAGE]:
+                        try:
+                            self._allocate_page(slot_pos // _PAGE)
+                        except LocalIOError as exc:
+                            exc.stopped_at = i  # the items before it are put
+                            raise
+                        pages = self._pages
                     prev = slot_unpack(mm, slot_pos)[0]
                     if prev >= count:  # items written but never counted: step over them
                         self.index_count = count
@@ -311,20 +388,41 @@ class IndexFile:
     def flush(self) -> None:
         with self._lock:
             if self._mm is not None:
-                self._mm.flush()
+                try:
+                    self._mm.flush()
+                except OSError as exc:
+                    raise local_io_error("flushing", self.path, exc) from None
 
     def close(self) -> None:
         with self._lock:
             if self._mm is not None:
                 self._mm.close()
                 self._mm = None
+                os.close(self._fd)
 
     def destroy(self) -> None:
         self.close()
-        unlink_if_exists(self.path)
+        try:
+            unlink_if_exists(self.path)
+        except OSError as exc:
+            raise local_io_error("deleting", self.path, exc) from None
 
     def __repr__(self) -> str:
         return f"IndexFile({self.name}, items={self.item_count}, phy={self.begin_phy_offset}..{self.end_phy_offset})"
+
+
+def _complete_upto(items: list[tuple[int, int, int]], written: int) -> int:
+    """The commit-log offset of the last message all of whose items are among the first
+    ``written`` of ``items`` (a message's items are adjacent); -1 when there is none."""
+    if written <= 0:
+        return -1
+    last = items[written - 1][1]
+    if written < len(items) and items[written][1] == last:  # that message is cut short
+        k = written - 1
+        while k >= 0 and items[k][1] == last:
+            k -= 1
+        return items[k][1] if k >= 0 else -1
+    return last
 
 
 class IndexService:
@@ -342,7 +440,10 @@ class IndexService:
         self.max_items = max_items
         self._clock = clock or (lambda: time.time_ns() // 1_000_000)
         self._lock = threading.RLock()
-        os.makedirs(directory, exist_ok=True)
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as exc:
+            raise local_io_error("creating the directory", directory, exc) from None
         self._files: list[IndexFile] = []
         for name in sorted(os.listdir(directory)):
             if parse_index_file_name(name) is None:
@@ -377,8 +478,14 @@ class IndexService:
             ts += 1
         f = IndexFile(path, self.hash_slots, self.max_items, create=True)
         self._files.append(f)
-        fsync_dir(self.directory)
+        self._sync_dir()
         return f
+
+    def _sync_dir(self) -> None:
+        try:
+            fsync_dir(self.directory)
+        except OSError as exc:
+            raise local_io_error("fsync of the directory", self.directory, exc) from None
 
     def put_keys(self, topic: str, keys: Iterable[str], phy_offset: int, store_timestamp: int) -> int:
         """Index each key of a message as ``topic#key``; returns items written.
@@ -425,17 +532,23 @@ class IndexService:
             if not items:
                 return 0
             i = 0
-            fresh = not self._files
-            f = self._files[-1] if self._files else self._new_file()
-            while True:
-                j = f.put_items(items, i)
-                if j >= len(items):
-                    break
-                if j == i and fresh:  # pragma: no cover - a fresh file always takes one
-                    raise StateConflict(f"fresh index file {f.path!r} refused a key", path=f.path)
-                f = self._new_file()
-                fresh = True
-                i = j
+            try:
+                fresh = not self._files
+                f = self._files[-1] if self._files else self._new_file()
+                while True:
+                    j = f.put_items(items, i)
+                    if j >= len(items):
+                        break
+                    if j == i and fresh:  # pragma: no cover - a fresh file always takes one
+                        raise StateConflict(f"fresh index file {f.path!r} refused a key", path=f.path)
+                    i = j
+                    f = self._new_file()
+                    fresh = True
+            except LocalIOError as exc:
+                # the messages whose keys are all in are indexed: a retry skips them
+                written = getattr(exc, "stopped_at", i)
+                self._indexed_upto = max(self._indexed_upto, _complete_upto(items, written))
+                raise
             self._indexed_upto = upto
             return len(items)
 
@@ -506,7 +619,7 @@ class IndexService:
             log.info("deleting expired index file %s", f.path)
             f.destroy()
         if removed:
-            fsync_dir(self.directory)
+            self._sync_dir()
         return len(removed)
 
     def flush(self) -> None:

@@ -15,7 +15,6 @@ data. Reads race safely with deletion through :meth:`MappedFile.hold` /
 from __future__ import annotations
 
 import bisect
-import errno
 import logging
 import os
 import threading
@@ -23,7 +22,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from tiered_core.common import fsync_dir
-from tiered_core.errors import DriverError, IllegalOffset, IllegalParam, SegmentClosed, StateConflict
+from tiered_core.errors import IllegalOffset, IllegalParam, SegmentClosed, StateConflict
+from tiered_core.local.io_errors import local_io_error
+
+#: (the name of :func:`~tiered_core.local.io_errors.local_io_error` before local disk
+#: failures had their own type)
+disk_error = local_io_error
 
 log = logging.getLogger(__name__)
 
@@ -44,23 +48,16 @@ def parse_offset_file_name(name: str) -> int | None:
     return int(name)
 
 
-_RETRYABLE_ERRNOS = {errno.ENOSPC, errno.EINTR, errno.EAGAIN, errno.EDQUOT}
-
-
-def disk_error(what: str, path: str, exc: OSError) -> DriverError:
-    """A local disk failure as a typed error (ENOSPC and the like are retryable)."""
-    return DriverError(f"{what} {path!r} failed: {exc.strerror or exc}", retryable=exc.errno in _RETRYABLE_ERRNOS,
-                       path=path, errno=exc.errno)
-
-
 class MappedFile:
     """One fixed-capacity file of a log, starting at log offset ``start``.
 
     Guarantees: appends land at the current write position (the file length);
     ``read`` returns only bytes below the write position; after ``flush`` every
     byte appended before the call is on disk. Raises :class:`SegmentClosed` once
-    the file is closed or destroyed and :class:`IllegalParam` for ranges outside
-    what was written. Not thread-safe for writers: one writer at a time (the owning
+    the file is closed or destroyed, :class:`IllegalParam` for ranges outside
+    what was written, and :class:`~tiered_core.errors.LocalIOError` naming the file when
+    the disk fails (a failed append or end leaves the write position where it was and
+    cuts what it wrote). Not thread-safe for writers: one writer at a time (the owning
     log serialises appends); readers may run concurrently with it.
     """
 
@@ -70,7 +67,10 @@ class MappedFile:
         self.path = path
         self.start = start
         self.capacity = capacity
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise local_io_error("opening", path, exc) from None
         self._write_pos = os.fstat(self._fd).st_size
         self._flushed_pos = -1  # unknown after open: the first flush always fsyncs
         self._refs = 1  # the owner's reference
@@ -167,10 +167,22 @@ class MappedFile:
                 while done < n:
                     done += os.pwrite(self._fd, view[done:], pos + done)
         except OSError as exc:
-            # the write position did not move: the next append overwrites the partial bytes
-            raise disk_error("write to", self.path, exc) from None
+            # The write position did not move, so no reader sees the partial bytes; cut them
+            # too, so that the file's length stays its write position (and a restart finds no
+            # torn tail). Should the cut fail as well, the next append overwrites them, and
+            # recovery cuts what a crash leaves.
+            self._cut_back(pos)
+            raise local_io_error("writing", self.path, exc) from None
         self._write_pos = pos + n
         return pos
+
+    def _cut_back(self, position: int) -> None:
+        """Best effort: shorten the file to ``position`` after a failed write (shrinking
+        needs no space, so it works on a full disk)."""
+        try:
+            os.ftruncate(self._fd, position)
+        except OSError as exc:
+            log.warning("%s: cannot cut the bytes of a failed write after %d: %s", self.path, position, exc)
 
     def seal_with(self, record: bytes) -> None:
         """Write ``record`` at the write position, zero-fill the rest of the file and
@@ -185,14 +197,18 @@ class MappedFile:
             while done < len(record):
                 done += os.pwrite(self._fd, record[done:], self._write_pos + done)
         except OSError as exc:
-            raise disk_error("ending", self.path, exc) from None
+            self._cut_back(self._write_pos)  # the file is as it was: not ended
+            raise local_io_error("ending (filling to its size)", self.path, exc) from None
         self._write_pos = self.capacity
 
     def fill_to_capacity(self) -> None:
         """Extend the file with zeros to its capacity (sparse where the FS allows)."""
         self._check_open()
         if self._write_pos < self.capacity:
-            os.ftruncate(self._fd, self.capacity)
+            try:
+                os.ftruncate(self._fd, self.capacity)
+            except OSError as exc:
+                raise local_io_error("filling to its size", self.path, exc) from None
             self._write_pos = self.capacity
 
     def fileno(self) -> int:
@@ -222,7 +238,7 @@ class MappedFile:
                 try:
                     chunk = os.pread(self._fd, end - pos, pos)
                 except OSError as exc:
-                    raise disk_error("read of", self.path, exc) from None
+                    raise local_io_error("reading", self.path, exc) from None
                 if not chunk:
                     raise StateConflict(
                         f"{self.path!r} is shorter than its write position {self._write_pos}",
@@ -244,7 +260,7 @@ class MappedFile:
         try:
             os.fsync(self._fd)
         except OSError as exc:
-            raise disk_error("fsync of", self.path, exc) from None
+            raise local_io_error("fsync of", self.path, exc) from None
         finally:
             self.release()
         self._flushed_pos = max(self._flushed_pos, pos)
@@ -258,8 +274,11 @@ class MappedFile:
                 f"truncate {self.path!r} to {position}: outside 0..{self._write_pos}",
                 path=self.path, position=position,
             )
-        os.ftruncate(self._fd, position)
-        os.fsync(self._fd)
+        try:
+            os.ftruncate(self._fd, position)
+            os.fsync(self._fd)
+        except OSError as exc:
+            raise local_io_error("cutting", self.path, exc) from None
         self._write_pos = position
         self._flushed_pos = min(self._flushed_pos, position)
 
@@ -267,7 +286,10 @@ class MappedFile:
         return int(os.stat(self.path).st_mtime * 1000)
 
     def set_mtime_ms(self, ts_ms: int) -> None:
-        os.utime(self.path, ns=(ts_ms * 1_000_000, ts_ms * 1_000_000))
+        try:
+            os.utime(self.path, ns=(ts_ms * 1_000_000, ts_ms * 1_000_000))
+        except OSError as exc:
+            raise local_io_error("setting the time of", self.path, exc) from None
 
     def __repr__(self) -> str:
         return f"MappedFile({self.path!r}, start={self.start}, written={self._write_pos})"
@@ -292,7 +314,10 @@ class MappedFileQueue:
         self._files: list[MappedFile] = []
         self._starts: list[int] = []
         self._flushed = 0
-        os.makedirs(directory, exist_ok=True)
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as exc:
+            raise local_io_error("creating the directory", directory, exc) from None
         self._load()
 
     def _load(self) -> None:
@@ -405,8 +430,14 @@ class MappedFileQueue:
             self._starts.append(start)
             if not self._files[:-1]:
                 self._flushed = max(self._flushed, start)
-        fsync_dir(self.directory)
+        self._sync_dir()
         return mf
+
+    def _sync_dir(self) -> None:
+        try:
+            fsync_dir(self.directory)
+        except OSError as exc:
+            raise local_io_error("fsync of the directory", self.directory, exc) from None
 
     def last_for_append(self, start_if_empty: int = 0) -> MappedFile:
         """The last file if it has room, else a new one after it."""
@@ -449,7 +480,7 @@ class MappedFileQueue:
             self._files = keep
             self._starts = [mf.start for mf in keep]
             self._flushed = min(self._flushed, self.max_offset)
-        fsync_dir(self.directory)
+        self._sync_dir()
 
     def delete_head(self, predicate: Callable[[MappedFile], bool]) -> list[MappedFile]:
         """Delete leading files while ``predicate(file)`` holds; never the last file."""
@@ -463,7 +494,7 @@ class MappedFileQueue:
             log.info("deleting expired file %s", mf.path)
             mf.close(destroy=True)
         if removed:
-            fsync_dir(self.directory)
+            self._sync_dir()
         return removed
 
     def close(self) -> None:

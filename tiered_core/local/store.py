@@ -70,6 +70,7 @@ from tiered_core.errors import (
     CorruptData,
     IllegalOffset,
     IllegalParam,
+    LocalIOError,
     SegmentClosed,
     StateConflict,
     TieredStoreError,
@@ -77,6 +78,7 @@ from tiered_core.errors import (
 from tiered_core.local.commit_log import END_FILE_MIN_BLANK_LENGTH, CommitLog
 from tiered_core.local.consume_queue import ConsumeQueue
 from tiered_core.local.index_file import IndexService
+from tiered_core.local.io_errors import local_io_error, with_stored
 from tiered_core.common import INT_MAX, LONG_MAX, BoundaryType, fsync_dir, now_ms, offset_by_time
 from tiered_core.configdef import HOUR_MS, KEYS
 
@@ -102,6 +104,8 @@ CHECKPOINT_FILE = "checkpoint.json"
 LOCK_FILE = "lock"
 #: Bytes read to find a message's store timestamp (its head, IPv6 hosts included).
 _HEAD_PEEK = 96
+#: Pause of a background step after a local disk failure before it tries again.
+_DISK_RETRY_S = 1.0
 
 
 class FlushMode(str, enum.Enum):
@@ -278,7 +282,11 @@ class LocalMessageStore:
     * after any crash, reopening yields a store whose every consume-queue unit
       points at a whole, valid message (a torn tail is cut);
     * bad input raises :class:`~tiered_core.errors.IllegalParam` naming it and
-      stores nothing.
+      stores nothing;
+    * a local disk failure (full, a file too large, read-only, a failing device) is a
+      :class:`~tiered_core.errors.LocalIOError` naming the file, never a bare ``OSError``;
+      units and keys it kept from being written are written by the next reput (or the
+      replay at the next open).
 
     After opening, :attr:`recovery` (a :class:`~tiered_core.local.commit_log.RecoveryResult`)
     tells what restart recovery validated and cut.
@@ -316,6 +324,7 @@ class LocalMessageStore:
         self._valid_topics: set[str] = set()
         self._last_checkpoint: _Checkpoint | None = None
         self._reput_error: TieredStoreError | None = None
+        self._background_errors: dict[str, str] = {}  # what -> the last error logged for it
         self._stop = threading.Event()
         self._reput_wakeup = threading.Event()
         self._reput_idle = False  # the reput thread waits for a put to wake it
@@ -426,12 +435,15 @@ class LocalMessageStore:
         tmp = path + ".tmp"
         body = json.dumps({"version": 1, "commitlog_flushed": cp.commitlog_flushed,
                            "reput_offset": cp.reput_offset, "written_at": now_ms()})
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(body)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_dir(self.root)
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(body)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)  # (a failure before this keeps the previous checkpoint)
+            fsync_dir(self.root)
+        except OSError as exc:
+            raise local_io_error("writing the checkpoint", path, exc) from None
         self._last_checkpoint = cp
 
     # ------------------------------------------------------------- services ----
@@ -454,10 +466,15 @@ class LocalMessageStore:
                 found = self.reput()
             except SegmentClosed:
                 break
-            except Exception:  # noqa: BLE001 - the loop must survive; reput logs details
-                log.exception("local store %s: reput failed", self.root)
+            except LocalIOError as exc:  # a full or failed disk: retried until it recovers
+                self._background_failed("reput", exc)
+                self._stop.wait(_DISK_RETRY_S)
+                continue
+            except Exception as exc:  # noqa: BLE001 - the loop must survive
+                self._background_failed("reput", exc)
                 self._stop.wait(0.1)
                 continue
+            self._background_failed("reput", None)
             if found:
                 self._stop.wait(gather)
                 continue
@@ -481,8 +498,25 @@ class LocalMessageStore:
                     self._commit_log.flush()  # what the commit point needs
             except SegmentClosed:
                 break
-            except Exception:  # noqa: BLE001
-                log.exception("local store %s: flush failed", self.root)
+            except Exception as exc:  # noqa: BLE001 - the loop must survive
+                self._background_failed("flush", exc)
+                continue
+            self._background_failed("flush", None)
+
+    def _background_failed(self, what: str, exc: BaseException | None) -> None:
+        """Log a background step's failure once (not at every retry), and its recovery."""
+        if exc is None:
+            if self._background_errors.pop(what, None) is not None:
+                log.warning("local store %s: %s works again", self.root, what)
+            return
+        text = str(exc)
+        if self._background_errors.get(what) == text:
+            return
+        self._background_errors[what] = text
+        if isinstance(exc, TieredStoreError):
+            log.error("local store %s: %s failed (retried until it works): %s", self.root, what, exc)
+        else:
+            log.error("local store %s: %s failed (retried until it works)", self.root, what, exc_info=exc)
 
     # ---------------------------------------------------------------- writes ----
     def _check_open(self) -> None:
@@ -494,7 +528,10 @@ class LocalMessageStore:
 
         Returns its queue offset, commit-log offset and store timestamp. With SYNC
         flush the message is fsynced before this returns. IllegalParam for a bad
-        topic, queue id or message (nothing is stored).
+        topic, queue id or message (nothing is stored). A local disk failure is a
+        :class:`~tiered_core.errors.LocalIOError` naming the file whose ``stored`` says what
+        happened: False when the commit-log append failed (nothing of the message is kept,
+        its queue offset is not used up), True when only the SYNC fsync after it failed.
         """
         if self._closed:
             raise SegmentClosed(f"local store {self.root!r} is closed", path=self.root)
@@ -525,13 +562,24 @@ class LocalMessageStore:
                 raise SegmentClosed(f"local store {self.root!r} is closed", path=self.root)
             queue_offset = self._queue_offsets.get(key)
             if queue_offset is None:  # the queue's first put in this process
-                queue_offset = self._first_queue_offset(topic, queue_id)
+                try:
+                    queue_offset = self._first_queue_offset(topic, queue_id)
+                except LocalIOError as exc:  # (before the append: nothing was stored)
+                    raise with_stored(exc, False) from None
+                except OSError as exc:  # the queue's floor file
+                    where = exc.filename or os.path.join(self.root, "consumequeue", topic, str(queue_id))
+                    raise with_stored(local_io_error("raising the first offset of", where, exc), False) from None
             ts = _time_ns() // 1_000_000 if self._default_clock else int(self._clock())  # (now_ms)
             if ts < self._last_store_ts:
                 ts = self._last_store_ts
             _I64.pack_into(data, ts_pos, ts)
             # encoded above, size checked; it sets the queue offset with the physical offset
-            offset = self._commit_log.append_held(data, ts, prop_crc, queue_offset)
+            try:
+                offset = self._commit_log.append_held(data, ts, prop_crc, queue_offset)
+            except LocalIOError as exc:
+                # the append did not move the log's end: nothing of the message is readable,
+                # its partial bytes were cut (or are cut by recovery), its queue offset is unused
+                raise with_stored(exc, False) from None
             self._queue_offsets[key] = queue_offset + 1
             self._last_store_ts = ts
         if self._reput_idle:
@@ -539,7 +587,12 @@ class LocalMessageStore:
             self._reput_idle = False
             self._reput_wakeup.set()
         if self._sync_flush:
-            self._commit_log.flush_to(offset + len(data))
+            try:
+                self._commit_log.flush_to(offset + len(data))
+            except LocalIOError as exc:
+                # in the log (reads and the reput see it) but not confirmed on disk
+                raise with_stored(exc, True, f"{topic}/{queue_id}@{queue_offset}, commit-log offset "
+                                             f"{offset}, not confirmed on disk") from None
         return _new_put_result(LocalPutResult, (queue_offset, offset, ts))
 
     def set_floor_provider(self, provider: FloorProvider | None) -> None:
@@ -633,7 +686,10 @@ class LocalMessageStore:
         """Dispatch every message appended since the last reput; returns how many.
 
         On a corrupt record the reput stops before it, logs, keeps the error in
-        :attr:`reput_error` and tries again next time.
+        :attr:`reput_error` and tries again next time. A local disk failure while writing
+        units or keys raises :class:`~tiered_core.errors.LocalIOError` naming the file (also
+        kept in :attr:`reput_error`): the reput offset stays before the messages concerned,
+        so the next reput writes them again.
 
         Records are taken a commit-log chunk at a time (:meth:`CommitLog.read_chunk`),
         scanned for the few fields a dispatch needs (:func:`~tiered_core.codec.reput_scan.
@@ -661,6 +717,11 @@ class LocalMessageStore:
                 if self._reput_error is None or str(self._reput_error) != str(exc):
                     log.error("local store %s: reput stopped at %d: %s", self.root, self._reput_offset, exc)
                 self._reput_error = exc
+            except LocalIOError as exc:
+                # The reput offset stays before every message whose unit or keys were not all
+                # written: the next reput (or the replay at the next open) writes them again.
+                self._reput_error = exc
+                raise
             return count[0]
 
     def _reput_to(self, end: int, count: list[int]) -> None:
@@ -814,8 +875,12 @@ class LocalMessageStore:
                     d = os.path.join(base, topic, str(queue_id))
                     cq = ConsumeQueue(d, topic, queue_id, self.config.consume_queue_units_per_file)
                     # a queue directory lost in a power cut would restart its offsets at 0
-                    fsync_dir(os.path.join(base, topic))
-                    fsync_dir(base)
+                    for directory in (os.path.join(base, topic), base):
+                        try:
+                            fsync_dir(directory)
+                        except OSError as exc:
+                            cq.close()
+                            raise local_io_error("fsync of the directory", directory, exc) from None
                     self._cqs[key] = cq
         return cq
 
@@ -1181,14 +1246,20 @@ class LocalMessageStore:
         self._reput_wakeup.set()
         for t in self._threads:
             t.join()
+        failure: BaseException | None = None
         try:
-            self.reput()
+            try:
+                self.reput()
+            except LocalIOError as exc:
+                failure = exc  # flush what is written all the same; the next open replays the rest
             self.flush()
         finally:
             with self._put_lock, self._reput_lock:
                 self._closed = True
                 self._close_files()
             self._release_dir_lock()
+        if failure is not None:
+            raise failure
 
     def _close_files(self) -> None:
         for cq in self._cqs.values():

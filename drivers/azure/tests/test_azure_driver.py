@@ -301,3 +301,35 @@ def test_conformance_environment_starts_or_reuses_azurite(tmp_path, azurite, mon
         with AzureDriver(**options) as drv:
             drv.write("x", 0, b"shared emulator")
             assert drv.size("x") == 15
+
+
+@pytest.mark.parametrize("options, option, needle", [
+    ({"account_name": "acct", "account_key": 12345}, "account_key", "got an int"),
+    ({"account_name": "acct", "account_key": "not base64!"}, "account_key", "not base64"),
+    ({"account_name": "acct", "account_key": " " + AZURITE_KEY}, "account_key", "a blank or padded string"),
+    ({"connection_string": 42}, "connection_string", "got an int"),
+    ({"account_name": 7}, "account_name", "7 (an int)"),
+    ({"endpoint": ["http://x"]}, "endpoint", "(a list)"),
+    ({"account_name": "acct", "retries": "3"}, "retries", "an int >= 0"),
+    ({"account_name": "acct", "timeout": True}, "timeout", "a number of seconds"),
+    ({"account_name": "acct", "credential": "  "}, "credential", "blank"),
+])
+def test_a_bad_option_is_named_with_what_it_must_be_and_no_secret(options, option, needle):
+    """Issue 18: `account_key = 12345` said "cannot build a client: TypeError" and named
+    connection_string."""
+    with pytest.raises(InvalidOption) as info:
+        AzureDriver(container="c", **options)
+    assert info.value.option == option and needle in str(info.value)
+    assert f"'{option}'" in str(info.value)
+    if option in AzureDriver.secret_options and str(options[option]).strip():  # described, never shown
+        assert str(options[option]).strip() not in str(info.value)
+
+
+def test_a_client_that_cannot_be_built_names_the_option_it_came_from():
+    with pytest.raises(InvalidOption) as info:
+        AzureDriver(container="c", endpoint="http://", account_name="acct", account_key=AZURITE_KEY)
+    assert info.value.option == "endpoint" and "'endpoint'" in str(info.value)
+    secret = "DefaultEndpointsProtocol=http;AccountName=x;AccountKey=SECRET"  # no endpoint in it
+    with pytest.raises(InvalidOption) as info:
+        AzureDriver(container="c", connection_string=secret + ";garbage")
+    assert info.value.option == "connection_string" and "SECRET" not in str(info.value)

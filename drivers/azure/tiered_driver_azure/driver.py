@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import logging
 from typing import Any, Callable, Iterator
@@ -37,6 +39,12 @@ class AzureDriver(SegmentDriver):
     Credentials, first that is given: ``connection_string``; ``account_key`` (with
     ``account_name``); ``credential`` (a SAS token or a credential object); otherwise
     ``DefaultAzureCredential`` (environment, managed identity, Azure CLI...).
+
+    Every option is checked when the driver is made: a value of the wrong type (e.g. a TOML
+    number for ``account_key``), a blank one, or an ``account_key`` that is not base64 raises
+    :class:`~tiered_core.errors.InvalidOption` naming that option and what it must be (a
+    secret's value is never shown); a client the SDK cannot build names the option it was
+    built from.
     """
 
     name = "azure"
@@ -51,6 +59,9 @@ class AzureDriver(SegmentDriver):
         endpoint: str | None = None, retries: int = 5, timeout: float = 60.0,
         max_block_size: int = MAX_APPEND_BLOCK,
     ) -> None:
+        _check_options(container=container, account_name=account_name, prefix=prefix,
+                       connection_string=connection_string, credential=credential, account_key=account_key,
+                       endpoint=endpoint, retries=retries, timeout=timeout, max_block_size=max_block_size)
         if not container:
             raise InvalidOption("option 'container' of driver 'azure' is required", option="container")
         if retries < 0 or timeout <= 0:
@@ -69,14 +80,22 @@ class AzureDriver(SegmentDriver):
         self.max_block_size = max_block_size
         #: Counts the HTTP requests sent, and lets a test hook intercept each one.
         self.transport = RequestProbe()
-        try:
-            self._service = self._make_service(connection_string, account_name, account_key, credential, endpoint)
+        self._service = self._make_service(connection_string, account_name, account_key, credential, endpoint)
+        with self._built_from("container"):
             self._container = self._service.get_container_client(container)
+
+    @contextlib.contextmanager
+    def _built_from(self, option: str) -> Iterator[None]:
+        """What the SDK raises while building from ``option`` as an InvalidOption naming it (the
+        error's text only for an option that is not a secret: a malformed one must not be echoed)."""
+        try:
+            yield
         except (InvalidOption, DriverError):
             raise
-        except Exception as exc:  # a malformed connection string must not be echoed
-            raise InvalidOption(f"driver 'azure': cannot build a client for container {container!r}: "
-                                f"{type(exc).__name__}", option="connection_string") from None
+        except Exception as exc:  # noqa: BLE001 - any SDK failure to build is a bad option
+            why = type(exc).__name__ if option in self.secret_options else f"{type(exc).__name__}: {exc}"
+            raise InvalidOption(f"driver 'azure': cannot build a client for container {self.container!r} from "
+                                f"option {option!r}: {why}", option=option) from None
 
     def _make_service(self, connection_string, account_name, account_key, credential, endpoint):
         from azure.storage.blob import BlobServiceClient
@@ -90,20 +109,24 @@ class AzureDriver(SegmentDriver):
             "raw_response_hook": _lose_answer_if_asked,
         }
         if connection_string:
-            return BlobServiceClient.from_connection_string(connection_string, **kwargs)
+            with self._built_from("connection_string"):
+                return BlobServiceClient.from_connection_string(connection_string, **kwargs)
         url = endpoint or f"https://{account_name}.blob.core.windows.net"
         if account_key:
             from azure.core.credentials import AzureNamedKeyCredential
 
             name = account_name or url.rstrip("/").rsplit("/", 1)[-1]
-            cred: Any = AzureNamedKeyCredential(name, account_key)
+            with self._built_from("account_key"):
+                cred: Any = AzureNamedKeyCredential(name, account_key)
         elif credential is not None:
             cred = credential
         else:
             from azure.identity import DefaultAzureCredential  # lazy: heavy, only when needed
 
-            cred = DefaultAzureCredential()
-        return BlobServiceClient(account_url=url, credential=cred, **kwargs)
+            with self._built_from("credential"):
+                cred = DefaultAzureCredential()
+        with self._built_from("endpoint" if endpoint else "account_name"):
+            return BlobServiceClient(account_url=url, credential=cred, **kwargs)
 
     # -- helpers ---------------------------------------------------------------------
 
@@ -316,6 +339,51 @@ class _InjectedFault(Exception):
         super().__init__(f"injected HTTP {status}")
         self.status_code = status
         self.error_code = ""
+
+
+#: What each option must be, as errors say it: (accepted types, the text).
+_OPTION_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    "container": ((str,), "a container name (a string)"),
+    "account_name": ((str,), "a storage account name (a string)"),
+    "prefix": ((str,), "a blob name prefix (a string)"),
+    "connection_string": ((str,), "a connection string (a string)"),
+    "account_key": ((str,), "the storage account's access key (a base64 string)"),
+    "endpoint": ((str,), "a blob service URL (a string)"),
+    "retries": ((int,), "an int >= 0"),
+    "timeout": ((int, float), "a number of seconds > 0"),
+    "max_block_size": ((int,), "an int of bytes"),
+}
+
+
+def _check_options(**options: Any) -> None:
+    """InvalidOption naming the first option whose value has the wrong type, is blank, or (the
+    account key) is not base64; a secret's value is described, never shown."""
+    for name, value in options.items():
+        if value is None or name not in _OPTION_TYPES:
+            continue  # not given (credential: a SAS string or any credential object)
+        kinds, text = _OPTION_TYPES[name]
+        secret = name in AzureDriver.secret_options
+        kind = type(value).__name__
+        kind = ("an " if kind[:1] in "aeiou" else "a ") + kind
+        shown = kind if secret else f"{value!r} ({kind})"
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            raise InvalidOption(f"option {name!r} of driver 'azure' must be {text}, got {shown}", option=name)
+        if isinstance(value, str) and name != "prefix" and (not value.strip() or value != value.strip()):
+            got = "a blank or padded string" if secret else repr(value)
+            raise InvalidOption(f"option {name!r} of driver 'azure' must be {text} without blanks around it, "
+                                f"got {got}", option=name)
+    key = options.get("account_key")
+    if key is not None:
+        try:
+            base64.b64decode(key, validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidOption("option 'account_key' of driver 'azure' must be the storage account's access "
+                                "key, a base64 string (as the portal shows it); the value given is not base64",
+                                option="account_key") from None
+    credential = options.get("credential")
+    if isinstance(credential, str) and not credential.strip():
+        raise InvalidOption("option 'credential' of driver 'azure' must be a SAS token or a credential "
+                            "object, got a blank string", option="credential")
 
 
 class _RequestHook:

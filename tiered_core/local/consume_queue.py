@@ -35,6 +35,7 @@ from tiered_core.codec.consume_queue import (
 )
 from tiered_core.common import fsync_dir, now_ms
 from tiered_core.errors import IllegalOffset, IllegalParam, SegmentClosed, StateConflict
+from tiered_core.local.io_errors import local_io_error
 from tiered_core.local.mapped_file import MappedFile, MappedFileQueue
 
 log = logging.getLogger(__name__)
@@ -212,12 +213,15 @@ class ConsumeQueue:
     def _write_floor(self, offset: int, until_ms: int) -> None:
         path = self._floor_path()
         tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"offset": offset, "until_ms": until_ms, "written_at": now_ms()}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_dir(self.directory)
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump({"offset": offset, "until_ms": until_ms, "written_at": now_ms()}, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            fsync_dir(self.directory)
+        except OSError as exc:
+            raise local_io_error("writing the consume-queue floor", path, exc) from exc
         self._floor, self._floor_until_ms = offset, until_ms
 
     def _fill_gap(self, expected: int, queue_offset: int, log_missing: bool = True) -> None:

@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tiered_core.errors import IdentityMismatch, MetadataError
+from tiered_core.errors import IdentityMismatch, MetadataError, PrefixOwned
 from tiered_core.flat.ownership import PrefixOwnership, read_store_id
 from tiered_core.metadata import open_metadata_read_only
 from tiered_core.ops import identity as ids
@@ -67,6 +67,17 @@ class OpenChecks:
             ids.write_local(store_path, self.identity, store_id)
         if ids.read_metadata(metadata) != self.identity:
             ids.write_metadata(metadata, self.identity)
+
+
+def _with_takeover_fix(exc: PrefixOwned, config: "StoreConfig", *, lost: bool) -> PrefixOwned:
+    """``exc`` with the take-over command for ``config`` spelled out (``--create`` when its
+    store_path holds no store: a lost disk, or a failover to a new path)."""
+    command = f"tiered takeover --config {config.source or 'FILE'}" + (" --create" if lost else "")
+    message = exc.message.replace("`tiered takeover --config FILE`", f"`{command}`")
+    if lost:
+        message += (f". store_path {config.store_path!r} holds no store: if it lost its disk, or this is a "
+                    "failover to a new store_path, that command makes this the prefix's owner")
+    return PrefixOwned(message, **{**exc.context, "fix": command})
 
 
 def check_before_open(config: "StoreConfig", driver: SegmentDriver, *, take_over: bool = False,
@@ -116,7 +127,10 @@ def check_before_open(config: "StoreConfig", driver: SegmentDriver, *, take_over
                 and report.listed == 0:
             raise _nothing_there(config, identity, report, meta_where)
         if not read_only:
-            ownership.check_claimable(owner, take_over=take_over)
+            try:
+                ownership.check_claimable(owner, take_over=take_over)
+            except PrefixOwned as exc:
+                raise _with_takeover_fix(exc, config, lost=store_id is None) from None
         if report is not None and report.unknown and not rebuild:
             raise report.refusal(rebuild_fix(config))
     except BaseException:

@@ -337,12 +337,14 @@ class ReadOnlyDriver(DriverLayer):
     (:class:`~tiered_core.errors.StateConflict` naming the operation and the path): the
     driver of a store opened read-only, which owns nothing and writes nothing."""
 
-    def __init__(self, inner: SegmentDriver, why: str = "the store is open read-only") -> None:
+    def __init__(self, inner: SegmentDriver, why: str = "the store is open read-only", **context: object) -> None:
         super().__init__(inner)
         self.why = why
+        self.context = context  # added to every refusal's context (e.g. the broker whose view it is)
 
     def _refuse(self, op: str, path: str) -> StateConflict:
-        return StateConflict(f"{op} of {path!r} refused: {self.why}", path=path, op=op, read_only=True)
+        return StateConflict(f"{op} of {path!r} refused: {self.why}", path=path, op=op, read_only=True,
+                             **self.context)
 
     def write(self, path: str, position: int, data: bytes | memoryview) -> None:
         raise self._refuse("write", path)

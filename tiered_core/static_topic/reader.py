@@ -31,42 +31,15 @@ from tiered_core.access.key_query import tiered_key_hits
 from tiered_core.access.results import GetMessageResult
 from tiered_core.codec.message import MessageExt
 from tiered_core.config import StoreConfig
-from tiered_core.errors import StateConflict, TieredStoreError
+from tiered_core.errors import TieredStoreError
 from tiered_core.flat.file_store import FlatFileStore
+from tiered_core.flat.ownership import ReadOnlyDriver
 from tiered_core.index.service import IndexStoreService
 from tiered_core.metadata.sqlite import SqliteMetadataStore
 from tiered_core.ops.rebuild import rebuild_metadata
 from tiered_core.spi.driver import SegmentDriver
-from tiered_core.spi.layer import DriverLayer
 
 log = logging.getLogger(__name__)
-
-
-class ReadOnlyDriver(DriverLayer):
-    """A driver layer that allows only ``size``, ``exists``, ``is_sealed``, ``read`` and ``list``."""
-
-    def __init__(self, inner: SegmentDriver, owner: str) -> None:
-        super().__init__(inner)
-        self.owner = owner
-
-    def _refuse(self, op: str, path: str) -> StateConflict:
-        return StateConflict(f"read-only view of broker {self.owner!r}: {op} of {path!r} refused "
-                             "(another broker's prefix is never written)", path=path, broker=self.owner, op=op)
-
-    def write(self, path: str, position: int, data: bytes | memoryview) -> None:
-        raise self._refuse("write", path)
-
-    def write_if_absent(self, path: str, data: bytes) -> bool:
-        raise self._refuse("write_if_absent", path)
-
-    def create(self, path: str) -> None:
-        raise self._refuse("create", path)
-
-    def seal(self, path: str) -> None:
-        raise self._refuse("seal", path)
-
-    def delete(self, path: str) -> None:
-        raise self._refuse("delete", path)
 
 
 class TieredBrokerReader:
@@ -83,7 +56,8 @@ class TieredBrokerReader:
         self.config = config if config.broker == broker else config.replace(broker=broker)
         self.broker = broker
         self._lock = threading.Lock()
-        self.driver = ReadOnlyDriver(self.config.open_driver(), broker)
+        self.driver = ReadOnlyDriver(self.config.open_driver(), f"read-only view of broker {broker!r} (another "
+                                     "broker's prefix is never written)", broker=broker)
         self.metadata: SqliteMetadataStore | None = None
         self.index: IndexStoreService | None = None
         self.cache: ReadAheadCache | None = None

@@ -20,6 +20,7 @@ import pytest
 from store_workload import small_config as _small_config
 from tiered_core import BoundaryType, Message
 from tiered_core.access.dispatcher import MessageStoreDispatcher
+from tiered_core.access.key_repair import REPAIR_FILE
 from tiered_core.access.results import GetMessageStatus
 from tiered_core.access.store import TieredMessageStore
 from tiered_core.cli import main
@@ -143,8 +144,12 @@ def test_restored_old_directory_continues_after_the_tier(tmp_path):
     shutil.copytree(backup, cfg.store_path)
     with TieredMessageStore.open(cfg) as store:
         assert store.local.get_max_offset_in_queue(TOPIC, 0) == 200  # continued past the tier's 200
-        # The backup's key index ends before the b messages: the store says from when to reindex.
-        assert store.key_index_gap_since is not None and store.key_index_gap_since <= b_ts
+        # The backup's key index ends before the b messages: the open indexed them again from the tier.
+        assert store.key_repair is not None and store.key_repair.since <= b_ts and store.key_repair.done.is_set()
+        assert store.key_index_gap_since is None
+        assert not os.path.exists(os.path.join(cfg.store_path, REPAIR_FILE))
+        hits = store.query_message(TOPIC, "b-0-70").messages
+        assert [(m.queue_id, m.body) for m in hits] == [(0, body("b", 0, 70))]
         after = put(store, "c", 6)
         assert sorted(o for q, o in after if q == 0) == [200, 201, 202]
         store.local.reput()
@@ -158,7 +163,7 @@ def test_restored_old_directory_continues_after_the_tier(tmp_path):
         store.dispatch(force=True)
     with TieredMessageStore.open(cfg) as store:  # the floor is durable: the gap reads from the tier
         assert_reads_back(store, {**sent, **after})
-        assert store.key_index_gap_since is None  # a plain reopen is no recovery
+        assert store.key_repair is None  # a plain reopen is no recovery
 
 
 def test_lost_metadata_rebuilt_then_lost_disk(tmp_path):
@@ -281,3 +286,27 @@ def test_local_history_from_before_a_takeover_is_given_up(tmp_path):
         assert store.get_message("g", TOPIC, 0, 61, 1).status is GetMessageStatus.OFFSET_OVERFLOW_ONE
         store.dispatch(force=True)
         assert store.is_tiered(TOPIC, 0, 60) and store.is_tiered(TOPIC, 1, 60)  # and it is tiered again
+
+
+def test_lost_disk_key_lookups_are_repaired_and_an_interrupted_repair_resumes(tmp_path):
+    """After a lost disk the keys of everything tiered since the last uploaded index file
+    are indexed again from the tier; a repair cut short (its record left) runs at the next open."""
+    cfg = config_at(tmp_path)
+    with TieredMessageStore.open(cfg) as store:
+        sent = put(store, "a", 300)
+        tier_only(store)
+    shutil.rmtree(cfg.store_path)
+    new = config_at(tmp_path, "new")
+    with TieredMessageStore.open(new, take_over=True) as store:
+        assert store.key_repair is not None and store.key_repair.done.is_set()
+        assert store.key_repair.indexed == len(sent)
+        for qid, seq in ((0, 0), (1, 149), (0, 75)):
+            hits = store.query_message(TOPIC, f"a-{qid}-{seq}").messages
+            assert [(m.queue_id, m.body) for m in hits] == [(qid, body("a", qid, seq))]
+    # A repair that did not finish: its record says from when; the next open runs it.
+    with open(os.path.join(new.store_path, REPAIR_FILE), "w") as f:
+        f.write("0\n")
+    with TieredMessageStore.open(new) as store:
+        assert store.key_repair is not None and store.key_repair.since == 0 and store.key_repair.done.is_set()
+        assert not os.path.exists(os.path.join(new.store_path, REPAIR_FILE))
+        assert len(store.query_message(TOPIC, "a-1-3").messages) == 1  # indexed twice, found once

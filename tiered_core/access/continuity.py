@@ -31,7 +31,6 @@ from tiered_core.common import fsync_dir, now_ms
 from tiered_core.errors import TieredStoreError
 from tiered_core.flat.file_store import FlatFileStore
 from tiered_core.flat.message_file import FlatMessageFile
-from tiered_core.index.service import IndexStoreService
 from tiered_core.local.store import LocalMessageStore
 
 log = logging.getLogger(__name__)
@@ -144,27 +143,5 @@ def continue_after_tier(local: LocalMessageStore, flat_files: FlatFileStore, *, 
     return raised
 
 
-def key_index_gap(index: IndexStoreService, flat_files: FlatFileStore) -> int | None:
-    """After a recovery path: the store time from which keys of tiered messages may be
-    missing from the key index, or None when it covers what the tier holds.
-
-    The dispatcher indexes a group's keys before it commits the group, but the index file
-    being filled lives on the local disk until it is uploaded: a lost disk or an old copy
-    of the directory loses the keys of what was tiered since. The index is taken to cover
-    the tier when its newest file (local or uploaded) ends at or after the tier's newest
-    message; otherwise the gap starts at that file's first time (0 when there is none), a
-    bound that also covers a queue whose dispatch lagged behind the others.
-    """
-    newest = max((newest_store_time(f) for f in flat_files.files()), default=-1)
-    if newest < 0:
-        return None
-    files = index.files()
-    covered = max((f.end_timestamp or -1 for f in files), default=-1)
-    if covered >= newest:
-        return None
-    last = max(files, key=lambda f: f.end_timestamp or -1, default=None)
-    return (last.min_timestamp or 0) if last is not None else 0
-
-
-__all__ = ["GIVEN_UP_DIR", "history_trusted", "key_index_gap", "set_aside_local_history", "HISTORY_EPOCH_FILE", "continue_after_tier", "read_history_epoch", "tier_end",
+__all__ = ["GIVEN_UP_DIR", "history_trusted", "set_aside_local_history", "HISTORY_EPOCH_FILE", "continue_after_tier", "read_history_epoch", "tier_end",
            "write_history_epoch"]

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tiered_core.access.cache import ReadAheadCache
-from tiered_core.access.continuity import (continue_after_tier, history_trusted, key_index_gap,
-                                           set_aside_local_history)
+from tiered_core.access.continuity import continue_after_tier, history_trusted, set_aside_local_history
+from tiered_core.access.key_repair import KeyIndexRepair, key_index_gap, pending_repair
 from tiered_core.access.opening import check_before_open, rebuild_fix
 from tiered_core.access.paths import check_store_path, make_store_dir
 from tiered_core.access.dispatcher import DispatchConfig, DispatchStats, MessageStoreDispatcher
@@ -159,15 +159,20 @@ class TieredMessageStore:
             index_config = config if self._scratch is None else config.replace(store_path=self._scratch)
             self.index = IndexStoreService.from_store_config(index_config, self.driver, self.metadata,
                                                              clock=clock or now_ms, read_only=read_only)
-            #: Store time from which keys of tiered messages may be missing from the key index
-            #: (its local file was lost with the disk or replaced by an old copy); None: no gap seen.
-            self.key_index_gap_since = (key_index_gap(self.index, self.flat_files)
-                                        if recovered or not had_local else None)
-            if self.key_index_gap_since is not None:
-                log.warning("keys of tiered messages stored since %d may be missing from the key index (its "
-                            "local part was lost or is older than the tier); rebuild them with `tiered spark "
-                            "reindex --config %s --start-time %d`", self.key_index_gap_since,
-                            config.source or "FILE", self.key_index_gap_since)
+            #: After a recovery path, the repair of the key index (:mod:`tiered_core.access.key_repair`;
+            #: see :attr:`key_index_gap_since`); None: nothing to repair.
+            self.key_repair: KeyIndexRepair | None = None
+            if not read_only:
+                gap = key_index_gap(self.index, self.flat_files) if recovered or not had_local else None
+                starts = [t for t in (gap, pending_repair(config.store_path)) if t is not None]
+                if starts:
+                    since = min(starts)
+                    log.warning("keys of tiered messages stored since %d may be missing from the key index (its "
+                                "local part was lost or is older than the tier): indexing them again from the tier",
+                                since)
+                    self.key_repair = KeyIndexRepair(config.store_path, self.flat_files, self.index, since)
+                    if not background:
+                        self.key_repair.run()
             # read_ahead_cache_bytes = 0 (RocketMQ readAheadCacheEnable=false): read without a cache.
             self.cache = (ReadAheadCache(config.read_ahead_cache_bytes, config.read_ahead_cache_expire_ms,
                                          disk_path=config.read_ahead_disk_cache_path)
@@ -196,10 +201,19 @@ class TieredMessageStore:
         if background:
             self.dispatcher.start()
             self.index.start()
+            if self.key_repair is not None:
+                self.key_repair.start()  # beside the store's traffic
             if config.local_retention_interval_ms > 0:
                 self._retention_thread = threading.Thread(target=self._retention_loop, daemon=True,
                                                           name=f"local-retention:{config.broker}")
                 self._retention_thread.start()
+
+    @property
+    def key_index_gap_since(self) -> int | None:
+        """After a recovery path, the store time from which keys of tiered messages may be
+        missing from the key index until its repair finished (None: none are missing)."""
+        repair = self.key_repair
+        return None if repair is None or repair.done.is_set() else repair.since
 
     def _open_local_read_only(self, local_config: LocalStoreConfig,
                               clock: Callable[[], int] | None) -> LocalMessageStore:
@@ -590,6 +604,8 @@ class TieredMessageStore:
             self._retention_stop.set()
             if self._retention_thread is not None:
                 self._retention_thread.join()
+            if self.key_repair is not None:
+                self.key_repair.stop()
             self.dispatcher.shutdown()
             self.index.shutdown()
             self.flat_files.shutdown()

@@ -7,8 +7,9 @@ restore of an old snapshot, lost metadata rebuilt from the backend, and a plain 
 The model knows, per (queue, offset), the body a put acknowledged and whether it was ever
 tiered. A lost disk loses what was not tiered (the machine never checks those again, and
 their offsets may be handed out again: nothing durable names them). After every step it
-checks that each live (topic, queue, offset) reads back its own body; every put checks that
-its offset names no live message and no message the tier ever held.
+checks that each live (topic, queue, offset) reads back its own body and that key lookups
+find live messages; every put checks that its offset names no live message and no message
+the tier ever held.
 
 The restore step follows the store's rule (``tiered_core.access.continuity``): a snapshot is
 trusted when it was taken under the ownership epoch its store holds at restore time; then
@@ -101,7 +102,7 @@ class OffsetMachine(RuleBasedStateMachine):
         for _ in range(n):
             self.seq += 1
             data = f"m{self.seq}|".encode() * 6
-            r = self.store.put_message(Message(topic=TOPIC, body=data, keys=[f"k{self.seq}"]), queue)
+            r = self.store.put_message(Message(topic=TOPIC, body=data, keys=[self._key(data)]), queue)
             key = (queue, r.queue_offset)
             if key in self.live:
                 raise Violation(f"offset {queue}@{r.queue_offset} handed out again; it names a live message")
@@ -219,6 +220,22 @@ class OffsetMachine(RuleBasedStateMachine):
                 if got.get(o) != self.live[(qid, o)]:
                     raise Violation(f"{TOPIC}/{qid}@{o} reads back {got.get(o, b'nothing')[:12]!r}, not "
                                     f"{self.live[(qid, o)][:12]!r}")
+
+    @staticmethod
+    def _key(data: bytes) -> str:
+        return "k" + data.split(b"|", 1)[0][1:].decode()
+
+    @invariant()
+    def key_lookups_find_live_messages(self) -> None:
+        """The first, middle and last live message of each queue are found by key, once."""
+        for qid in range(QUEUES):
+            offsets = sorted(o for q, o in self.live if q == qid)
+            for off in {offsets[0], offsets[len(offsets) // 2], offsets[-1]} if offsets else ():
+                data = self.live[(qid, off)]
+                hits = [(m.queue_id, m.queue_offset, m.body) for m in
+                        self.store.query_message(TOPIC, self._key(data), max_count=4).messages]
+                if hits != [(qid, off, data)]:
+                    raise Violation(f"key {self._key(data)} of {TOPIC}/{qid}@{off} finds {hits!r}")
 
     def teardown(self) -> None:
         try:

@@ -35,6 +35,23 @@ def open_metadata_store(name: str, path: str, **options: Any) -> TieredMetadataS
     return metadata_store_class(name)(path, **options)
 
 
+def open_metadata_store_readonly(name: str, path: str, **options: Any) -> TieredMetadataStore:
+    """Open the existing metadata store ``name`` at ``path`` for reading only.
+
+    Nothing is created: a missing file raises :class:`~tiered_core.errors.NotFound` naming
+    the path (a JSON store's ``.bak`` counts, as that store loads it). A store class with an
+    ``open_readonly`` constructor (SQLite: :meth:`SqliteMetadataStore.open_readonly`) refuses
+    every write; another one is opened normally (its file exists, so opening creates nothing).
+    """
+    from tiered_core.errors import NotFound
+
+    if not (os.path.isfile(path) or os.path.isfile(path + ".bak")):
+        raise NotFound(path, "does not exist (the metadata store is opened read-only and never created)")
+    cls = metadata_store_class(name)
+    opener = getattr(cls, "open_readonly", None)
+    return opener(path, **options) if callable(opener) else cls(path, **options)
+
+
 def set_aside(path: str) -> list[str]:
     """Move a damaged metadata file (and SQLite's ``-wal``/``-shm`` companions) out of the way,
     to ``{name}.damaged-{ms}``; nothing is deleted. Returns the new paths."""
@@ -56,4 +73,5 @@ __all__ = [
     "SqliteMetadataStore",
     "metadata_store_class",
     "open_metadata_store",
+    "open_metadata_store_readonly",
 ]

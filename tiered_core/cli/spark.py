@@ -210,10 +210,10 @@ def _stream_session(args):
     check_mirror(args.config, args.to_config, args.checkpoint)
     if args.max_messages_per_trigger is not None and args.max_messages_per_trigger <= 0:
         raise InvalidOption(f"--max-messages-per-trigger must be > 0, got {args.max_messages_per_trigger}",
-                            option="max-messages-per-trigger", value=args.max_messages_per_trigger)
+                            option="--max-messages-per-trigger", value=args.max_messages_per_trigger)
     if not args.trigger_interval > 0:
         raise InvalidOption(f"--trigger-interval must be > 0 seconds, got {args.trigger_interval}",
-                            option="trigger-interval", value=args.trigger_interval)
+                            option="--trigger-interval", value=args.trigger_interval)
     source_options = {"config": args.config}
     if args.topics:
         source_options["topics"] = args.topics

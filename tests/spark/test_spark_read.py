@@ -9,7 +9,7 @@ from spark_helpers import api_rows, message_row, parquet_rows, write_config
 
 from tiered_core.codec.message import Message, decode_message, encode_message
 from tiered_core.config import StoreConfig
-from tiered_core.errors import ConfigError, InvalidOption
+from tiered_core.errors import ConfigError, InvalidOption, InvalidPath
 from tiered_core.flat import FlatFileStore
 from tiered_core.spark import count_partitions, plan_read, read
 from tiered_core.spark.jobs import export
@@ -67,7 +67,7 @@ def test_export_equals_what_the_flat_api_reads(spark, store, tmp_path):
     assert result.rows == len(expected)
     assert result.topics == len(SPEC.topics)
     assert result.partitions == count_partitions(store)
-    with pytest.raises(ConfigError, match="exists"):
+    with pytest.raises(InvalidPath, match="exists"):
         export(spark, store, tmp_path / "out")
 
 

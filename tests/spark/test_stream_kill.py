@@ -23,6 +23,7 @@ from spark_helpers import write_config
 from stream_helpers import descendants, expected_bodies, kill_group, queue_bodies, start_producer, stream_cli, wait_for
 
 from tiered_core import StoreConfig, TieredMessageStore
+from tiered_core.spark.sample import SampleSpec, write_sample
 from tiered_core.spark.stream_job import STARTED_LINE
 from tiered_core.spark.stream_sink import read_ledger
 
@@ -157,6 +158,7 @@ def test_sigterm_during_startup_ends_cleanly(tmp_path):
     with exit status 0, stopped by "signal", and nothing mirrored: the handlers are in place
     before anything slow starts."""
     source = write_config(tmp_path / "a.toml", tmp_path / "a")
+    write_sample(StoreConfig.load(source), SampleSpec(topics=("orders",), queues=1, messages=5))  # it must exist
     target = write_config(tmp_path / "b.toml", tmp_path / "b")
     with open(tmp_path / "stream.log", "a") as log:
         proc = stream_cli(source, target, str(tmp_path / "checkpoint"), "--json", log=log)

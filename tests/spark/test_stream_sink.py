@@ -81,7 +81,7 @@ def test_a_replayed_batch_writes_nothing_twice(target):
 
     commit_batch(options(target), 1, batch(1, [rows("orders", 0, 50, 10)]))
     assert bodies(target) == expected(("orders", 0, 0, 60), ("audit", 1, 0, 5))
-    assert read_ledger(target, SINK) == Ledger(1, QUERY, None)
+    assert read_ledger(target, SINK) == Ledger(1, QUERY, None, appended=65, skipped=0)  # totals: replay not counted
     # queue offsets are assigned contiguously from 0
     assert [o for o, _ in queue_bodies(target)[("orders", 0)]] == list(range(60))
     # ...and every message is found by its key, once (the replay indexed nothing twice that shows)
@@ -101,7 +101,7 @@ def test_the_ledger_lives_in_a_json_metadata_store_too(tmp_path):
     first = batch(0, [rows("orders", 0, 0, 70)])
     assert commit_batch(options(target), 0, first).appended == 70
     assert commit_batch(options(target), 0, first).replay
-    assert read_ledger(target, SINK) == Ledger(0, QUERY, None)
+    assert read_ledger(target, SINK) == Ledger(0, QUERY, None, appended=70)
     assert bodies(target) == expected(("orders", 0, 0, 70))
 
 
@@ -193,7 +193,8 @@ def test_sigkill_between_upload_and_metadata_then_replay_stores_each_message_onc
     assert replay.skipped == sum(landed.values())
     assert replay.appended == 2800 - replay.skipped
     assert bodies(target) == expected(("orders", 0, 0, 2630), ("audit", 0, 0, 300))
-    assert read_ledger(target, SINK) == Ledger(1, QUERY, None)
+    # totals: what the interrupted attempt uploaded counts as appended by batch 1, not as skipped
+    assert read_ledger(target, SINK) == Ledger(1, QUERY, None, appended=130 + 2800, skipped=0)
     timestamps = {m.store_timestamp for m in _messages(target, "audit", 0)}
     assert timestamps == {ledger.pending["timestamp"]}  # the pending time, also for the adopted messages
     # Keys of adopted and of appended messages are found, each message once.
@@ -221,6 +222,15 @@ def test_mirrored_offsets_are_kept_and_a_gap_is_refused(target):
         commit_batch(options(target), 1, batch(1, [gap]))
     assert read_ledger(target, SINK).committed == 0
     assert len(queue_bodies(target)[("orders", 1)]) == 10
+
+    # Rows B already holds at their offsets are skipped, and the ledger's totals say so.
+    again = rows("orders", 1, 0, 11)
+    for i, r in enumerate(again):
+        r["queue_offset"], r["store_timestamp"] = 40 + i, 1_700_000_000_000 + i
+    done = commit_batch(options(target), 1, batch(1, [again]))
+    assert (done.appended, done.skipped) == (1, 10)
+    ledger = read_ledger(target, SINK)
+    assert (ledger.committed, ledger.appended, ledger.skipped) == (1, 11, 10)
 
 
 def test_a_ledger_of_another_query_is_refused(target):

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+from typing import Iterator
 
 from tiered_core.cli.common import add_json_option
 
@@ -101,11 +103,26 @@ def _report(args, result) -> int:
     return 0
 
 
+def _require_source(config) -> None:
+    """The store a job reads must exist (:class:`StoreNotFound`, exit 3, as for ``tiered get``);
+    its metadata is opened read-only to check it, so nothing is created."""
+    from tiered_core.cli.common import StoreNotFound, store_exists
+    from tiered_core.spark.options import open_metadata_readonly
+
+    if not store_exists(config):
+        raise StoreNotFound(config)
+    open_metadata_readonly(config).close()
+
+
 def run_export(args) -> int:
+    from tiered_core.cli.common import load_config
+    from tiered_core.spark.export import check_export_target
     from tiered_core.spark.jobs import export
 
     options = _read_filters(args)
-    _check_configs(args.config)
+    config = load_config(args.config)
+    check_export_target(config, args.to, "overwrite" if args.overwrite else "errorifexists")
+    _require_source(config)
     spark = _session(args)
     result = export(spark, args.config, args.to, format=args.format,
                     mode="overwrite" if args.overwrite else "errorifexists", **options)
@@ -113,9 +130,13 @@ def run_export(args) -> int:
 
 
 def run_migrate(args) -> int:
+    from tiered_core.cli.common import load_config
     from tiered_core.spark.jobs import migrate
+    from tiered_core.spark.migrate import check_migration
 
-    _check_configs(args.config, args.to_config)
+    source, target = load_config(args.config), load_config(args.to_config)
+    check_migration(source, target, args.to_config)
+    _require_source(source)
     return _report(args, migrate(_session(args), args.config, args.to_config, chunk=args.chunk_size))
 
 
@@ -137,10 +158,12 @@ def _read_filters(args) -> dict[str, str]:
 
 
 def run_reindex(args) -> int:
+    from tiered_core.cli.common import load_config
     from tiered_core.spark.jobs import reindex
 
     options = _read_filters(args)
     _check_configs(args.config)
+    _require_source(load_config(args.config))
     return _report(args, reindex(_session(args), args.config, **options))
 
 
@@ -167,27 +190,71 @@ def run_stream(args) -> int:
     return 0
 
 
+#: The command-line option of each streaming-source option the command sets.
+_STREAM_FLAGS = {"topics": "--topics", "startingOffsets": "--starting-offsets",
+                 "maxMessagesPerTrigger": "--max-messages-per-trigger"}
+
+
 def _stream_session(args):
-    """Check the stream's configs and options (typed errors, before Spark starts), then start Spark."""
+    """Check the stream's configs, paths and options (typed errors naming the option and
+    its value, before Spark starts), then start Spark."""
+    from tiered_core.cli.common import load_config, store_exists
     from tiered_core.errors import InvalidOption
     from tiered_core.spark import get_session
-    from tiered_core.spark.stream_job import check_stores
+    from tiered_core.spark.stream_job import check_mirror
     from tiered_core.spark.stream_options import parse_stream_options
     from tiered_core.spark.stream_sink import parse_sink_options
+    from tiered_core.spark.stream_source import check_starting_offsets, source_queues
 
     _check_configs(args.config, args.to_config)
-    check_stores(args.config, args.to_config)
+    check_mirror(args.config, args.to_config, args.checkpoint)
     if args.max_messages_per_trigger is not None and args.max_messages_per_trigger <= 0:
         raise InvalidOption(f"--max-messages-per-trigger must be > 0, got {args.max_messages_per_trigger}",
-                            option="max-messages-per-trigger")
+                            option="--max-messages-per-trigger", value=args.max_messages_per_trigger)
     if not args.trigger_interval > 0:
         raise InvalidOption(f"--trigger-interval must be > 0 seconds, got {args.trigger_interval}",
-                            option="trigger-interval")
+                            option="--trigger-interval", value=args.trigger_interval)
     source_options = {"config": args.config}
     if args.topics:
         source_options["topics"] = args.topics
     if args.starting_offsets:
         source_options["startingOffsets"] = args.starting_offsets
-    parse_stream_options(source_options)
-    parse_sink_options({"config": args.to_config, "checkpointLocation": args.checkpoint})
+    config = load_config(args.config)
+    with _cli_option_names(args):
+        _, options = parse_stream_options(source_options)
+        parse_sink_options({"config": args.to_config, "checkpointLocation": args.checkpoint})
+        if args.available_now or store_exists(config):
+            _require_source(config)
+        else:
+            print(f"tiered spark stream: the source store {config.store_path!r} does not exist yet; the stream "
+                  "waits for it (nothing is created there)", file=sys.stderr, flush=True)
+        check_starting_offsets(config, options)
+        if options.topics:
+            held = {topic for topic, _ in source_queues(config)}
+            missing = sorted(options.topics - held)
+            if missing and args.available_now:
+                raise InvalidOption(f"option 'topics' names topic(s) {', '.join(map(repr, missing))}, which the "
+                                    f"source store does not hold (its topics: {', '.join(sorted(held)) or 'none'}); "
+                                    "with --available-now nothing would be copied from them",
+                                    option="topics", value=args.topics)
+            for topic in missing:
+                print(f"tiered spark stream: topic {topic!r} is not in the source store yet; it is mirrored from "
+                      "its first message once it appears", file=sys.stderr, flush=True)
     return get_session(args.master, app_name="tiered-stream", conf={"spark.ui.showConsoleProgress": "false"})
+
+
+@contextlib.contextmanager
+def _cli_option_names(args) -> Iterator[None]:
+    """Inside it, an :class:`InvalidOption` naming a streaming-source option is re-raised
+    naming the command-line option that set it, with its value."""
+    from tiered_core.errors import InvalidOption
+
+    try:
+        yield
+    except InvalidOption as exc:
+        flag = _STREAM_FLAGS.get(str(exc.context.get("option")))
+        if flag is None:
+            raise
+        value = getattr(args, flag[2:].replace("-", "_"), None)
+        raise InvalidOption(f"{flag} {value!r}: {exc.message}", **dict(exc.context, option=flag, value=value)) \
+            from None

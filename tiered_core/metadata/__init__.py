@@ -54,6 +54,25 @@ def open_metadata_read_only(name: str, path: str, **options: Any) -> TieredMetad
     return opener(path, **options)
 
 
+def open_metadata_for_reading(name: str, path: str, **options: Any) -> TieredMetadataStore:
+    """Open the existing metadata store ``name`` at ``path`` for reading it in place (Spark's
+    readers: no copy, unlike :func:`open_metadata_read_only`, whose private copy takes
+    recovery's writes).
+
+    Nothing is created: a missing file raises :class:`~tiered_core.errors.NotFound` naming
+    the path (a JSON store's ``.bak`` counts, as that store loads it). A store class with an
+    ``open_for_reading`` constructor (SQLite: :meth:`SqliteMetadataStore.open_for_reading`) refuses
+    every write; another one is opened normally (its file exists, so opening creates nothing).
+    """
+    from tiered_core.errors import NotFound
+
+    if not (os.path.isfile(path) or os.path.isfile(path + ".bak")):
+        raise NotFound(path, "does not exist (the metadata store is opened read-only and never created)")
+    cls = metadata_store_class(name)
+    opener = getattr(cls, "open_for_reading", None)
+    return opener(path, **options) if callable(opener) else cls(path, **options)
+
+
 def set_aside(path: str) -> list[str]:
     """Move a damaged metadata file (and SQLite's ``-wal``/``-shm`` companions) out of the way,
     to ``{name}.damaged-{ms}``; nothing is deleted. Returns the new paths."""
@@ -76,4 +95,5 @@ __all__ = [
     "metadata_store_class",
     "open_metadata_read_only",
     "open_metadata_store",
+    "open_metadata_for_reading",
 ]

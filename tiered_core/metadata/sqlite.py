@@ -165,6 +165,8 @@ class SqliteMetadataStore(TieredMetadataStore):
         self._lock = threading.RLock()
         self._depth = 0
         self._conn: sqlite3.Connection | None = None
+        self._writes_refused = False  # open_for_reading
+        self._immutable = False
         return opts
 
     @classmethod
@@ -194,6 +196,66 @@ class SqliteMetadataStore(TieredMetadataStore):
             self.close()
             raise
         return self
+
+    @classmethod
+    def open_for_reading(cls, path: str, **options: Any) -> "SqliteMetadataStore":
+        """Open an existing database for reading only: no file, directory, schema or row is
+        created or changed (every write raises :class:`MetadataError`).
+
+        While a writer has the database open (its ``-wal`` file exists) the connection reads
+        through SQLite's WAL like any reader. Otherwise it is opened ``immutable``, so SQLite
+        creates no ``-wal``/``-shm`` files next to it; each read then checks that the file did
+        not change under it (a writer that opened it meanwhile), and reads again through the
+        writer's WAL if it did. Raises :class:`MetadataError` naming the path when the file is
+        missing, not a tiered-store database, or written by a newer schema.
+        """
+        self = cls.__new__(cls)
+        opts = self._setup(path, options)
+        self._writes_refused = True
+        self._busy_timeout = float(opts["busy_timeout"])
+        self._connect_readonly()
+        try:
+            with self._guard("open") as conn:
+                tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+                if "schema_version" not in tables:
+                    raise MetadataError(f"{self.path!r} is not a tiered-store metadata store (tables: "
+                                        f"{', '.join(sorted(tables)) or 'none'})", path=self.path)
+                version = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0]
+            if version is None or version > SCHEMA_VERSION:
+                raise MetadataError(f"metadata store {self.path!r} has schema version {version}; this version of "
+                                    f"tiered-store reads up to {SCHEMA_VERSION}", path=self.path, version=version)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _file_state(self) -> tuple[int, int, bool]:
+        try:
+            st = os.stat(self.path)
+        except OSError as exc:
+            raise MetadataError(f"metadata store {self.path!r} cannot be read: {exc}", path=self.path) from exc
+        return st.st_mtime_ns, st.st_size, os.path.exists(self.path + "-wal")
+
+    def _connect_readonly(self) -> None:
+        from urllib.parse import quote
+
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if not os.path.isfile(self.path):
+            raise MetadataError(f"metadata store {self.path!r} does not exist", path=self.path)
+        self._immutable = not os.path.exists(self.path + "-wal")
+        uri = f"file:{quote(os.path.abspath(self.path))}?mode=ro" + ("&immutable=1" if self._immutable else "")
+        try:
+            self._conn = sqlite3.connect(uri, uri=True, timeout=self._busy_timeout, isolation_level=None,
+                                         check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise MetadataError(f"cannot open metadata store {self.path!r}: {exc}", path=self.path) from exc
+
+    def _refuse_write(self, operation: str) -> None:
+        if self._writes_refused:
+            raise MetadataError(f"metadata store {self.path!r} is open read-only: {operation} refused",
+                                path=self.path, operation=operation)
 
     def _migrate(self) -> None:
         conn = self._conn
@@ -240,6 +302,7 @@ class SqliteMetadataStore(TieredMetadataStore):
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator["SqliteMetadataStore"]:
+        self._refuse_write("a transaction")
         with self._lock:
             depth = self._depth
             savepoint = f"tiered_sp{depth}"
@@ -277,12 +340,38 @@ class SqliteMetadataStore(TieredMetadataStore):
         A single statement needs no explicit transaction: outside one it commits on
         its own (atomically, durably), inside one it is part of it.
         """
+        self._refuse_write(operation)
         with self._guard(operation) as conn:
             return conn.execute(sql, params).rowcount
 
     def _query(self, operation: str, sql: str, params: tuple = ()) -> list[tuple]:
+        if self._immutable:
+            return self._immutable_query(operation, sql, params)
         with self._guard(operation) as conn:
             return conn.execute(sql, params).fetchall()
+
+    def _immutable_query(self, operation: str, sql: str, params: tuple) -> list[tuple]:
+        """A read of an ``immutable`` read-only connection, kept only if the file did not change
+        while it ran; else the connection follows the writer (see :meth:`open_for_reading`)."""
+        with self._lock:
+            for _ in range(3):
+                before = self._file_state()
+                if not before[2]:
+                    try:
+                        with self._guard(operation) as conn:
+                            rows = conn.execute(sql, params).fetchall()
+                    except MetadataError:
+                        if self._file_state() == before:
+                            raise
+                    else:
+                        if self._file_state() == before:
+                            return rows
+                self._connect_readonly()  # a writer opened the database: read through its WAL
+                if not self._immutable:
+                    with self._guard(operation) as conn:
+                        return conn.execute(sql, params).fetchall()
+            raise MetadataError(f"metadata store {self.path!r} changed under three read-only reads in a row "
+                                f"({operation}); try again", path=self.path, operation=operation)
 
     @property
     def closed(self) -> bool:
@@ -533,6 +622,8 @@ class SqliteMetadataStore(TieredMetadataStore):
     def flush(self) -> None:
         # Every commit is already durable (synchronous=FULL); fold the WAL back into
         # the database so it does not grow without bound between automatic checkpoints.
+        if self._writes_refused:
+            return  # nothing was written
         with self._guard("flush") as conn:
             if self._depth == 0:
                 conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
@@ -551,6 +642,7 @@ class SqliteMetadataStore(TieredMetadataStore):
     def destroy(self) -> None:
         if self.read_only:
             raise MetadataError(f"metadata store {self.path!r} is open read-only: destroy refused", path=self.path)
+        self._refuse_write("destroy")
         with self._lock:
             self.close()
             for suffix in ("", "-wal", "-shm", "-journal"):

@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from tiered_core.spark.options import (
-    ConfigSource, ReadOptions, config_source, parse_read_options, require_shared_backend,
+    ConfigSource, ReadOptions, config_source, open_metadata_readonly, parse_read_options, require_shared_backend,
 )
 from tiered_core.spark.plan import QueuePartition, plan_partitions
 from tiered_core.spark.arrow_batch import batch_to_arrow
+from tiered_core.spark.failures import spark_facing, tagged
 from tiered_core.spark.reader import read_batches
 from tiered_core.spark.schema import arrow_schema, spark_schema
 
@@ -36,7 +37,11 @@ class TieredDataSource(DataSource):
     ``start_time`` / ``end_time`` (epoch ms or ISO 8601, inclusive; naive times are UTC);
     ``max_units_per_partition``. Bad options raise
     :class:`~tiered_core.errors.InvalidOption` / :class:`~tiered_core.errors.ConfigError`
-    naming the option. Read-only: the store is read as its metadata describes it.
+    naming the option. Read-only: the store is read as its metadata (opened read-only)
+    describes it, and nothing is created or written -- a store whose metadata does not exist
+    raises :class:`~tiered_core.spark.options.StoreNotReadable`. A typed error of a task
+    (e.g. :class:`~tiered_core.errors.CorruptData`) reaches the driver program tagged
+    (:mod:`tiered_core.spark.failures`).
     With ``static_topic`` (and ``cluster``, a cluster TOML file) it reads a static topic by
     logic queue instead (:mod:`tiered_core.spark.static_topic`).
     ``spark.readStream.format("tiered")`` streams the same rows
@@ -48,12 +53,14 @@ class TieredDataSource(DataSource):
     def name(cls) -> str:
         return FORMAT
 
+    @tagged
     def schema(self):
         from tiered_core.spark.stream_options import check_source_options
 
         check_source_options(dict(self.options))  # at load(): bad options fail before any query starts
         return spark_schema()
 
+    @tagged
     def streamReader(self, schema) -> "TieredStreamReader | StaticTopicStreamReader":
         """``spark.readStream.format("tiered")``: :class:`~tiered_core.spark.stream_source.TieredStreamReader`,
         or with ``static_topic`` :class:`~tiered_core.spark.stream_static.StaticTopicStreamReader`
@@ -61,24 +68,26 @@ class TieredDataSource(DataSource):
         options = dict(self.options)
         if any(str(k).lower() == "static_topic" for k in options):
             from tiered_core.spark.stream_options import parse_static_stream_options
-            from tiered_core.spark.stream_static import StaticTopicStreamReader
+            from tiered_core.spark.stream_static import SparkStaticTopicStreamReader
 
-            return StaticTopicStreamReader(*parse_static_stream_options(options))
+            return SparkStaticTopicStreamReader(*parse_static_stream_options(options))
         from tiered_core.spark.stream_options import parse_stream_options
-        from tiered_core.spark.stream_source import TieredStreamReader
+        from tiered_core.spark.stream_source import SparkTieredStreamReader
 
-        return TieredStreamReader(*parse_stream_options(options))
+        return SparkTieredStreamReader(*parse_stream_options(options))
 
+    @tagged
     def reader(self, schema) -> "TieredReader":
         options = dict(self.options)
         if any(str(k).lower() == "static_topic" for k in options):
             # a static topic (seed 002): rows by logic queue, see tiered_core.spark.static_topic
-            from tiered_core.spark.static_topic import StaticTopicReader, parse_static_options
+            from tiered_core.spark.static_topic import SparkStaticTopicReader, parse_static_options
 
-            return StaticTopicReader(*parse_static_options(options))  # type: ignore[return-value]
+            return SparkStaticTopicReader(*parse_static_options(options))  # type: ignore[return-value]
         read = parse_read_options(options)
-        return TieredReader(config_source(options), read)
+        return SparkTieredReader(config_source(options), read)
 
+    @tagged
     def streamWriter(self, schema, overwrite: bool):  # noqa: N802 (PySpark's name)
         """The streaming sink (:mod:`tiered_core.spark.stream_sink`): exactly once per micro-batch."""
         from tiered_core.spark.stream_sink import stream_writer
@@ -110,16 +119,21 @@ class TieredReader(DataSourceReader):
                 yield rows
 
 
+#: What Spark gets: :class:`TieredReader` whose typed errors reach the driver tagged.
+SparkTieredReader = spark_facing(TieredReader, "SparkTieredReader", __name__)
+
+
 class _EmptyPartition(InputPartition):
     def __init__(self) -> None:
         super().__init__(None)
 
 
 def planned_partitions(source: ConfigSource, read: ReadOptions) -> list[QueuePartition]:
-    """The partitions a read plans (metadata only)."""
+    """The partitions a read plans (metadata only, opened read-only; :class:`StoreNotReadable`
+    when the store's metadata does not exist)."""
     config = source.load()
     require_shared_backend(config)
-    metadata = config.open_metadata()
+    metadata = open_metadata_readonly(config)
     try:
         return plan_partitions(config, metadata, read)
     finally:

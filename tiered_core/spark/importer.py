@@ -22,7 +22,7 @@ from typing import Any, Iterator
 
 from tiered_core.common import FileSegmentType, SegmentStatus
 from tiered_core.errors import ConfigError, IllegalParam, InvalidOption
-from tiered_core.spark.failures import task_error
+from tiered_core.spark.failures import tagged_iter, task_error
 from tiered_core.spark.options import ConfigSource, require_shared_backend
 from tiered_core.spark.schema import COLUMNS, SCHEMA_DDL
 from tiered_core.spi.metadata import FileSegmentMetadata, QueueMetadata
@@ -136,7 +136,7 @@ def _import_groups(source: ConfigSource, seeds: dict[tuple[str, int], QueueSeed]
     from tiered_core.spark.reader import driver_for
 
     config = source.load()
-    driver = driver_for(source)
+    driver = driver_for(source, writable=True)
     scratch_dir = tempfile.mkdtemp(prefix="tiered-import-")
     current: tuple[str, int] | None = None
     appender = None
@@ -246,7 +246,7 @@ def _import(spark, df, groups, path, source, store_config, partitions, started) 
         ordered = df.repartition(n, "topic", "queue_id").sortWithinPartitions("topic", "queue_id", "queue_offset")
 
         def run(rows):
-            return _import_groups(source, seeds, rows)
+            return tagged_iter(_import_groups(source, seeds, rows))
 
         try:
             outcome = [json.loads(r) for r in ordered.rdd.map(lambda row: row.asDict()).mapPartitions(run).collect()]

@@ -19,8 +19,9 @@ from typing import Iterator
 
 from tiered_core.codec.naming import segment_path
 from tiered_core.errors import ConfigError, CorruptData, DriverError, PositionMismatch, StateConflict
-from tiered_core.spark.failures import task_error
-from tiered_core.spark.options import ConfigSource, require_shared_backend
+from tiered_core.ops.output_paths import check_separate_stores
+from tiered_core.spark.failures import tagged_iter, task_error
+from tiered_core.spark.options import ConfigSource, open_metadata_readonly, require_shared_backend
 from tiered_core.spark.plan import parse_flat_path
 from tiered_core.spi.driver import SegmentDriver
 from tiered_core.spi.metadata import FileSegmentMetadata, TieredMetadataStore
@@ -182,7 +183,7 @@ def _copy_partition(source_cfg: ConfigSource, target_cfg: ConfigSource, chunk: i
     from tiered_core.spark.reader import driver_for
 
     source = driver_for(source_cfg)
-    target = driver_for(target_cfg)
+    target = driver_for(target_cfg, writable=True)
     for task in tasks:
         fail_after = None
         if fail_index is not None and task.index == fail_index:
@@ -230,21 +231,8 @@ def migrate(spark, config: str | os.PathLike, to_config: str | os.PathLike, *, c
     started = time.perf_counter()
     source_src, target_src = ConfigSource.from_file(config), ConfigSource.from_file(to_config)
     source_cfg, target_cfg = StoreConfig.load(config), StoreConfig.load(to_config)
-    require_shared_backend(source_cfg, "source")
-    require_shared_backend(target_cfg, "target")
-    for key in ("cluster", "broker"):
-        if getattr(source_cfg, key) != getattr(target_cfg, key):
-            raise ConfigError(f"{to_config}: {key} {getattr(target_cfg, key)!r} differs from the source's "
-                              f"{getattr(source_cfg, key)!r}; segment paths contain it, so they must match",
-                              key=key, source=os.fspath(to_config))
-    if (source_cfg.driver, source_cfg.effective_driver_options()) == (
-            target_cfg.driver, target_cfg.effective_driver_options()):
-        raise ConfigError(f"{to_config}: the target backend is the source backend", key="driver",
-                          source=os.fspath(to_config))
-    if os.path.abspath(source_cfg.effective_metadata_path()) == os.path.abspath(target_cfg.effective_metadata_path()):
-        raise ConfigError(f"{to_config}: the target metadata store is the source's", key="metadata_path",
-                          source=os.fspath(to_config))
-    source_meta = source_cfg.open_metadata()
+    check_migration(source_cfg, target_cfg, to_config)
+    source_meta = open_metadata_readonly(source_cfg)  # the source is only read
     try:
         tasks = plan_copies(source_cfg, source_meta)
         claim_target(target_cfg, {t.path for t in tasks})
@@ -272,6 +260,29 @@ def migrate(spark, config: str | os.PathLike, to_config: str | os.PathLike, *, c
                          time.perf_counter() - started)
 
 
+def check_migration(source_cfg, target_cfg, to_config: str | os.PathLike) -> None:
+    """Refuse a migration that cannot work or would write into the source (before anything
+    runs): a process-local backend, another cluster or broker name, the same backend or
+    metadata store (:class:`ConfigError`), and a target whose ``store_path``, tier root or
+    metadata file is, contains or lies inside one of the source's
+    (:class:`~tiered_core.errors.InvalidPath` naming ``--to-config``)."""
+    require_shared_backend(source_cfg, "source")
+    require_shared_backend(target_cfg, "target")
+    for key in ("cluster", "broker"):
+        if getattr(source_cfg, key) != getattr(target_cfg, key):
+            raise ConfigError(f"{to_config}: {key} {getattr(target_cfg, key)!r} differs from the source's "
+                              f"{getattr(source_cfg, key)!r}; segment paths contain it, so they must match",
+                              key=key, source=os.fspath(to_config))
+    if (source_cfg.driver, source_cfg.effective_driver_options()) == (
+            target_cfg.driver, target_cfg.effective_driver_options()):
+        raise ConfigError(f"{to_config}: the target backend is the source backend", key="driver",
+                          source=os.fspath(to_config))
+    if os.path.abspath(source_cfg.effective_metadata_path()) == os.path.abspath(target_cfg.effective_metadata_path()):
+        raise ConfigError(f"{to_config}: the target metadata store is the source's", key="metadata_path",
+                          source=os.fspath(to_config))
+    check_separate_stores(target_cfg, [source_cfg], option="--to-config")
+
+
 def claim_target(target_cfg, planned: set[str]) -> None:
     """Own the target's tier prefix as the target store (so the store opened on the target
     config later is its owner, and a re-run is the same owner); refuse a target prefix that
@@ -292,5 +303,5 @@ def claim_target(target_cfg, planned: set[str]) -> None:
 
 def _copy_job(source: ConfigSource, target: ConfigSource, chunk: int, fail_index: int | None):
     def run(tasks):
-        return _copy_partition(source, target, chunk, fail_index, tasks)
+        return tagged_iter(_copy_partition(source, target, chunk, fail_index, tasks))
     return run

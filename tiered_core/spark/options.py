@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from tiered_core.codec.naming import validate_topic
-from tiered_core.errors import IllegalParam, InvalidOption
+from tiered_core.errors import IllegalParam, InvalidOption, NotFound, TieredStoreError
 
 #: Accepted option names (Spark hands them over lower-cased).
 OPTION_NAMES = (
@@ -61,6 +61,32 @@ def require_shared_backend(config, role: str = "store") -> None:
         raise ConfigError(f"{config.source or 'config'}: the {role}'s driver {config.driver!r} keeps its bytes "
                           "inside one process, and Spark tasks run in others; use a shared backend "
                           "(posix, gcs, azure...)", key="driver", source=config.source)
+
+
+class StoreNotReadable(NotFound):
+    """A Spark read (the data source, the stream source, ``tiered spark export``) named a store
+    whose metadata does not exist. Nothing was created: Spark reads never write a store."""
+
+    def __init__(self, config) -> None:
+        path = config.effective_metadata_path()
+        where = f" (config {config.source!r})" if config.source else ""
+        TieredStoreError.__init__(
+            self, f"no tiered store to read at store_path {config.store_path!r}{where}: its metadata file "
+                  f"{path!r} does not exist. Spark reads a store and never creates one: check the config's "
+                  "store_path and metadata_path; if the tier still holds the data, `tiered metadata rebuild "
+                  "--config FILE` rebuilds the metadata", path=path, key="metadata_path",
+            store_path=config.store_path, source=config.source)
+
+
+def open_metadata_readonly(config):
+    """``config``'s metadata store opened read-only (nothing is created or written);
+    :class:`StoreNotReadable` when it does not exist."""
+    from tiered_core.metadata import open_metadata_for_reading
+
+    try:
+        return open_metadata_for_reading(config.metadata, config.effective_metadata_path())
+    except NotFound:
+        raise StoreNotReadable(config) from None
 
 
 @dataclass(frozen=True)

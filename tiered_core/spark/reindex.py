@@ -26,7 +26,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from tiered_core.spark.options import ConfigSource, parse_read_options, require_shared_backend
+from tiered_core.spark.failures import tagged_iter
+from tiered_core.spark.options import (
+    ConfigSource, open_metadata_readonly, parse_read_options, require_shared_backend,
+)
 
 #: Messages between two progress lines.
 PROGRESS_EVERY = 100_000
@@ -97,7 +100,8 @@ def reindex(spark, config: str | os.PathLike, *, progress=sys.stderr, **read_opt
 
     Raises :class:`~tiered_core.errors.InvalidOption` for a bad option (before Spark runs),
     :class:`~tiered_core.errors.StateConflict` when the store is open in another process or
-    another store owns its prefix, and the typed error of a failed task (a corrupt
+    another store owns its prefix, :class:`~tiered_core.spark.options.StoreNotReadable` when
+    the store does not exist (nothing is created), and the typed error of a failed task (a corrupt
     message stops the job: nothing after it in its queue is indexed, what was put before
     stays). A failed put raises DriverError naming the queue.
     """
@@ -113,6 +117,7 @@ def reindex(spark, config: str | os.PathLike, *, progress=sys.stderr, **read_opt
     require_shared_backend(store_config)
     timed = read.start_time is not None or read.end_time is not None
     wants_time = read.wants_time if timed else None
+    open_metadata_readonly(store_config).close()  # a store that does not exist is not created here
     os.makedirs(store_config.store_path, exist_ok=True)
     lock = acquire_store_lock(store_config.store_path)  # the store itself must not run meanwhile
     try:
@@ -129,7 +134,7 @@ def reindex(spark, config: str | os.PathLike, *, progress=sys.stderr, **read_opt
             rdd = spark.sparkContext.parallelize(parts, slices)
 
             def run(partitions):
-                return _partition_keys(source, wants_time, partitions)
+                return tagged_iter(_partition_keys(source, wants_time, partitions))
 
             metadata = store_config.open_metadata()
             try:

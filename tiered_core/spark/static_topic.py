@@ -21,6 +21,7 @@ from typing import Any, Iterator, Mapping
 from tiered_core.access.results import GetMessageStatus
 from tiered_core.codec.message import MessageExt
 from tiered_core.errors import ConfigError, InvalidOption
+from tiered_core.spark.failures import spark_facing
 from tiered_core.static_topic import (
     LogicQueueMappingItem, TieredBrokerReader, cluster_configs_from_text, read_static_topic_items,
 )
@@ -153,6 +154,10 @@ class StaticTopicReader(DataSourceReader):
         schema = arrow_schema()
         for batch in read_static_partition(self.source, partition):
             yield messages_to_batch(batch, schema)
+
+
+#: What Spark gets: :class:`StaticTopicReader` whose typed errors reach the driver tagged.
+SparkStaticTopicReader = spark_facing(StaticTopicReader, "SparkStaticTopicReader", __name__)
 
 
 class _Empty(InputPartition):

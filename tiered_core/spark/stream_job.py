@@ -31,16 +31,49 @@ STARTED_LINE = "tiered spark stream: query started"
 
 @dataclass(frozen=True)
 class StreamResult:
-    """Totals of one run of the pipeline (this process only; a restart counts afresh)."""
+    """Totals of one run of the pipeline (this process only; a restart counts afresh).
+
+    ``rows``: messages read from the source in ``batches`` micro-batches; of them
+    ``mirrored`` were written to the target, ``skipped`` were already there at their queue
+    offsets (stored before this run, or by an interrupted attempt of the same micro-batch),
+    and ``replayed`` belonged to micro-batches the target had committed before (Spark
+    re-runs the last one after a restart), so nothing was done for them.
+    """
 
     batches: int
     rows: int
     seconds: float
     stopped: str  # "signal", "available-now" or "stop-event"
+    mirrored: int = 0
+    skipped: int = 0
+    replayed: int = 0
 
     def summary(self) -> str:
-        return (f"mirrored {self.rows} messages in {self.batches} micro-batches in {self.seconds:.1f}s "
-                f"(stopped by {self.stopped})")
+        parts = [f"mirrored {self.mirrored}"]
+        if self.skipped:
+            parts.append(f"skipped {self.skipped} already in the target at their queue offsets (stored there "
+                         "before this run: the target's queues were ahead of this checkpoint)")
+        if self.replayed:
+            parts.append(f"{self.replayed} in micro-batches the target had committed before (a replay after a "
+                         "restart; nothing written)")
+        return (f"read {self.rows} messages from the source in {self.batches} micro-batches: "
+                f"{', '.join(parts)}; in {self.seconds:.1f}s (stopped by {self.stopped})")
+
+
+def check_mirror(source_config: str | os.PathLike, target_config: str | os.PathLike,
+                 checkpoint: str | os.PathLike | None) -> None:
+    """Refuse a pipeline that would write into its source or into a store: the target is the
+    source (:func:`check_stores`, :class:`ConfigError`), the target's ``store_path``, tier
+    root or metadata file is, contains or lies inside the source's, or the checkpoint is
+    empty or is, contains or lies inside a location of either store
+    (:class:`~tiered_core.errors.InvalidPath` naming ``--to-config`` / ``--checkpoint``)."""
+    from tiered_core.config import StoreConfig
+    from tiered_core.ops.output_paths import check_output_path, check_separate_stores
+
+    check_stores(source_config, target_config)
+    a, b = StoreConfig.load(source_config), StoreConfig.load(target_config)
+    check_separate_stores(b, [a], option="--to-config")
+    check_output_path(checkpoint, [a, b], option="--checkpoint", what="checkpoint")
 
 
 def check_stores(source_config: str | os.PathLike, target_config: str | os.PathLike) -> None:
@@ -121,7 +154,13 @@ def run_mirror(spark, source_config: str | os.PathLike, target_config: str | os.
     stopped cleanly before returning. A failed query raises the typed error its task or
     commit raised (:func:`~tiered_core.spark.failures.task_error`).
     """
+    from tiered_core.spark.stream_sink import parse_sink_options, read_ledger
+
     started = time.perf_counter()
+    check_mirror(source_config, target_config, checkpoint)
+    sink_id = parse_sink_options({"config": os.fspath(target_config),
+                                  "checkpointLocation": os.path.abspath(os.fspath(checkpoint))}).sink_id
+    before = read_ledger(target_config, sink_id)
     stop = stop or threading.Event()
     signals = stop_on_signals(stop) if handle_signals else contextlib.nullcontext([])
     with signals as received:
@@ -129,8 +168,11 @@ def run_mirror(spark, source_config: str | os.PathLike, target_config: str | os.
                                              topics=topics, max_messages=max_messages,
                                              trigger_seconds=trigger_seconds, available_now=available_now,
                                              starting_offsets=starting_offsets, progress=progress)
+    after = read_ledger(target_config, sink_id)
+    mirrored, skipped = after.appended - before.appended, after.skipped - before.skipped
     reason = "signal" if received else "available-now" if finished else "stop-event"
-    return StreamResult(batches, rows, time.perf_counter() - started, reason)
+    return StreamResult(batches, rows, time.perf_counter() - started, reason, mirrored, skipped,
+                        max(0, rows - mirrored - skipped))
 
 
 def _run_query(spark, source_config, target_config, checkpoint, stop: threading.Event, *, topics,
@@ -159,9 +201,15 @@ def _run_query(spark, source_config, target_config, checkpoint, stop: threading.
                 print(f"tiered spark stream: batch {batch}: {n} messages (total {rows} in this run)",
                       file=progress, flush=True)
 
-    query = mirror_query(spark, source_config, target_config, checkpoint, topics=topics,
-                         max_messages=max_messages, trigger_seconds=trigger_seconds,
-                         available_now=available_now, starting_offsets=starting_offsets)
+    try:
+        query = mirror_query(spark, source_config, target_config, checkpoint, topics=topics,
+                             max_messages=max_messages, trigger_seconds=trigger_seconds,
+                             available_now=available_now, starting_offsets=starting_offsets)
+    except Exception as exc:  # load()/start() raise Spark's wrapping of the source's or sink's typed error
+        error = task_error(exc, "the mirror query could not start", fallback=False)
+        if error is None:
+            raise
+        raise error from None
     if progress is not None:
         print(f"{STARTED_LINE} (id {query.id}, checkpoint {os.fspath(checkpoint)})", file=progress, flush=True)
     try:
@@ -179,5 +227,5 @@ def _run_query(spark, source_config, target_config, checkpoint, stop: threading.
     return batches, rows, finished
 
 
-__all__ = ["DEFAULT_TRIGGER_SECONDS", "STARTED_LINE", "StreamResult", "check_stores", "mirror_query", "run_mirror",
-           "stop_on_signals"]
+__all__ = ["DEFAULT_TRIGGER_SECONDS", "STARTED_LINE", "StreamResult", "check_mirror", "check_stores", "mirror_query",
+           "run_mirror", "stop_on_signals"]

@@ -52,6 +52,7 @@ from tiered_core.codec.message import Message
 from tiered_core.codec.naming import validate_topic
 from tiered_core.common import FileSegmentType, now_ms
 from tiered_core.errors import IllegalParam, InvalidOption, MetadataError, StateConflict
+from tiered_core.spark.failures import spark_facing
 from tiered_core.spark.options import ConfigSource, config_source, require_shared_backend
 
 log = logging.getLogger(__name__)
@@ -233,11 +234,16 @@ class SinkBatchResult:
 @dataclass
 class Ledger:
     """A sink's record in B's metadata: the last committed batch, the query that wrote it,
-    and the batch being committed (with its store timestamp) until it is."""
+    the batch being committed (with its store timestamp) until it is, and the totals of the
+    committed batches: messages ``appended`` (made readable by their batch's commit, those an
+    interrupted attempt of it uploaded included) and rows ``skipped`` because B's metadata
+    recorded their queue offsets before their batch."""
 
     committed: int = -1
     query_id: str | None = None
     pending: dict[str, int] | None = None
+    appended: int = 0
+    skipped: int = 0
 
     @staticmethod
     def key(sink_id: str) -> str:
@@ -250,7 +256,8 @@ class Ledger:
             return cls()
         try:
             data = json.loads(raw)
-            return cls(int(data.get("committed", -1)), data.get("query_id"), data.get("pending"))
+            return cls(int(data.get("committed", -1)), data.get("query_id"), data.get("pending"),
+                       int(data.get("appended", 0)), int(data.get("skipped", 0)))
         except (ValueError, TypeError, AttributeError) as exc:
             raise MetadataError(f"streaming sink {sink_id!r}: its ledger in {metadata.path!r} is unreadable "
                                 f"({exc}); refusing to guess which batches were committed",
@@ -261,10 +268,15 @@ class Ledger:
 
 
 def read_ledger(config_path: str | os.PathLike, sink_id: str) -> Ledger:
-    """The ledger of ``sink_id`` in the store of ``config_path`` (tools, tests)."""
+    """The ledger of ``sink_id`` in the store of ``config_path`` (tools, tests), read without
+    writing anything; an empty ledger when the store's metadata does not exist yet."""
     from tiered_core.config import StoreConfig
+    from tiered_core.spark.options import StoreNotReadable, open_metadata_readonly
 
-    metadata = StoreConfig.load(config_path).open_metadata()
+    try:
+        metadata = open_metadata_readonly(StoreConfig.load(config_path))
+    except StoreNotReadable:
+        return Ledger()
     try:
         return Ledger.read(metadata, sink_id)
     finally:
@@ -347,6 +359,10 @@ def _append_queue(driver, metadata, config, topic: str, queue_id: int, rows: lis
                 for _, _, offset, store_ts, message in rows:
                     appender.append(offset, message, timestamp if store_ts is None else store_ts)
             outcome = queue_outcome(scratch, flat, appender.finish())
+            # Of the skipped rows, those B's metadata recorded before this batch were stored
+            # before it; the others landed in an interrupted attempt of this batch (adopted).
+            outcome["stored_before"] = 0 if rows[0][2] is None or before is None else \
+                sum(1 for row in rows if row[2] < before)
             keys = _index_items(flat, rows, before, timestamp)
         finally:
             flat.shutdown()
@@ -493,11 +509,14 @@ def _commit(driver, metadata, config, sink_id: str, batch_id: int, messages: lis
     _fault("uploaded_all")
     _index_batch(driver, metadata, config, batch_keys)
     _fault("before_metadata")
+    appended, skipped = sum(i["appended"] for i in outcome), sum(i["skipped"] for i in outcome)
+    stored_before = sum(i["stored_before"] for i in outcome)
     with metadata.transaction():
         record_outcome(metadata, outcome)
-        Ledger(batch_id, query_id or ledger.query_id, None).write(metadata, sink_id)
-    return SinkBatchResult(batch_id, sum(i["appended"] for i in outcome), sum(i["skipped"] for i in outcome),
-                           len(outcome), False)
+        # The totals: messages this batch made readable (adopted ones too), rows B held before it.
+        Ledger(batch_id, query_id or ledger.query_id, None, ledger.appended + appended + skipped - stored_before,
+               ledger.skipped + stored_before).write(metadata, sink_id)
+    return SinkBatchResult(batch_id, appended, skipped, len(outcome), False)
 
 
 class TieredStreamWriter(DataSourceStreamWriter):
@@ -542,6 +561,17 @@ class TieredStreamWriter(DataSourceStreamWriter):
 
 
 def stream_writer(options: Mapping[str, Any], schema) -> TieredStreamWriter:
-    """The sink for ``options`` and the query's ``schema`` (checked now, before any batch)."""
+    """The sink for ``options`` and the query's ``schema`` (checked now, before any batch; a
+    ``checkpointLocation`` in the target store is an :class:`~tiered_core.errors.InvalidPath`)."""
+    from tiered_core.ops.output_paths import check_output_path
+
     columns = check_sink_schema(schema)
-    return TieredStreamWriter(parse_sink_options(options), columns)
+    parsed = parse_sink_options(options)
+    location = next((str(v) for k, v in options.items() if str(k).lower() == "checkpointlocation" and v), None)
+    if location:  # Spark writes it: never into the target store
+        check_output_path(location, [parsed.source.load()], option="checkpointLocation", what="checkpoint")
+    return SparkTieredStreamWriter(parsed, columns)
+
+
+#: What Spark gets: :class:`TieredStreamWriter` whose typed errors reach the driver tagged.
+SparkTieredStreamWriter = spark_facing(TieredStreamWriter, "SparkTieredStreamWriter", __name__)

@@ -26,8 +26,9 @@ from tiered_core.codec.message import BORNHOST_V6_FLAG
 from tiered_core.common import BoundaryType, offset_by_time
 from tiered_core.errors import IllegalOffset, InvalidOption
 from tiered_core.spark.arrow_batch import batch_to_arrow
+from tiered_core.spark.failures import spark_facing
 from tiered_core.spark.offsets import QueueKey, QueueView, fair_split, offset_map, queue_positions, queue_views
-from tiered_core.spark.options import ConfigSource, require_shared_backend
+from tiered_core.spark.options import ConfigSource, StoreNotReadable, open_metadata_readonly, require_shared_backend
 from tiered_core.spark.plan import QueuePartition
 from tiered_core.spark.reader import driver_for, read_batches
 from tiered_core.spark.schema import arrow_schema
@@ -41,10 +42,54 @@ _TIMESTAMP = struct.Struct(">q")
 _STORE_TS_POS = (56, 68)
 
 
+def source_queues(config) -> set[QueueKey]:
+    """The (topic, queue id) pairs the store of ``config`` (a StoreConfig) holds in its tier,
+    from its metadata opened read-only; none while the store does not exist (a stream may
+    start before its source: nothing is created)."""
+    try:
+        metadata = open_metadata_readonly(config)
+    except StoreNotReadable:
+        return set()
+    try:
+        return set(queue_views(config, metadata))
+    finally:
+        metadata.close()
+
+
+def check_starting_offsets(config, options: StreamOptions) -> None:
+    """Refuse JSON ``startingOffsets`` naming a topic the query does not subscribe to, or a
+    topic or queue the store of ``config`` does not hold (:class:`InvalidOption` naming the
+    option, the topic and queue, and the topics the store holds). Metadata only, read-only."""
+    wanted = options.starting_map
+    if wanted is None:
+        return
+    held = source_queues(config)
+    topics = sorted({t for t, _ in held})
+    shown = ", ".join(topics[:20]) + (f" (and {len(topics) - 20} more)" if len(topics) > 20 else "")
+    for topic, queues in wanted.items():
+        if not options.wants_topic(topic):
+            raise InvalidOption(f"option 'startingOffsets' names topic {topic!r}, which the query does not "
+                                "subscribe to (options 'topics' / 'subscribePattern')", option="startingOffsets",
+                                value=topic, topic=topic)
+        if topic not in topics:
+            raise InvalidOption(f"option 'startingOffsets' names topic {topic!r}, which the tiered store does not "
+                                f"hold (its topics: {shown or 'none'})", option="startingOffsets", value=topic,
+                                topic=topic)
+        for queue_id in queues:
+            if (topic, queue_id) not in held:
+                ids = sorted(q for t, q in held if t == topic)
+                raise InvalidOption(f"option 'startingOffsets' names topic {topic!r} queue {queue_id}, which the "
+                                    f"tiered store does not hold (its queues of {topic!r}: "
+                                    f"{', '.join(map(str, ids))})", option="startingOffsets",
+                                    value=f"{topic}/{queue_id}", topic=topic, queue_id=queue_id)
+
+
 class TieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """A micro-batch stream of the messages a tiered store's metadata records as committed.
 
-    Guarantees: every message is read once per query (offsets are per queue; a checkpointed
+    Read-only: the store's metadata is opened read-only and nothing is ever created; a store
+    that does not exist yet has no queues (they are read from their first message once it
+    appears). Guarantees: every message is read once per query (offsets are per queue; a checkpointed
     query resumes where it stopped); a micro-batch never contains a unit beyond the committed
     offsets the metadata records when it is planned; queues and topics that appear while the
     query runs are read from their first message; ``maxMessagesPerTrigger`` /
@@ -65,25 +110,16 @@ class TieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._readable: dict[tuple, int] = {}  # _readable_min's answers
         config = source.load()
         require_shared_backend(config)
-        wanted = options.starting_map
-        if wanted is not None:
-            views = self._views()
-            for topic, queues in wanted.items():
-                if not options.wants_topic(topic):
-                    raise InvalidOption(f"option 'startingOffsets' names topic {topic!r}, which the query does "
-                                        "not subscribe to (options 'topics' / 'subscribePattern')",
-                                        option="startingOffsets", topic=topic)
-                for queue_id in queues:
-                    if (topic, queue_id) not in views:
-                        raise InvalidOption(f"option 'startingOffsets' names topic {topic!r} queue {queue_id}, "
-                                            "which the tiered store does not hold", option="startingOffsets",
-                                            topic=topic, queue_id=queue_id)
+        check_starting_offsets(config, options)
 
     # -- metadata views (driver side) -------------------------------------------------------
 
     def _views(self) -> dict[QueueKey, QueueView]:
         config = self.source.load()
-        metadata = config.open_metadata()
+        try:
+            metadata = open_metadata_readonly(config)
+        except StoreNotReadable:
+            return {}  # the store does not exist yet: no queue to read (and none is created)
         try:
             views = queue_views(config, metadata, self.options.wants_topic)
         finally:
@@ -264,3 +300,7 @@ class TieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 __all__ = ["TieredStreamReader"]
+
+
+#: What Spark gets: :class:`TieredStreamReader` whose typed errors reach the driver tagged.
+SparkTieredStreamReader = spark_facing(TieredStreamReader, "SparkTieredStreamReader", __name__)

@@ -42,7 +42,9 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from tiered_core.config import StoreConfig
 from tiered_core.errors import IllegalOffset, InvalidOption
+from tiered_core.spark.failures import spark_facing
 from tiered_core.spark.offsets import QueueKey, fair_split, offset_map, queue_positions, queue_views
+from tiered_core.spark.options import open_metadata_readonly
 from tiered_core.spark.schema import arrow_schema, messages_to_batch
 from tiered_core.spark.static_topic import ClusterSource, StaticItemPartition, read_static_partition
 from tiered_core.spark.stream_options import JSON_EARLIEST, JSON_LATEST, LATEST, StreamOptions
@@ -191,7 +193,7 @@ class StaticTopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
             config = by_name[broker]
             if not os.path.exists(config.effective_metadata_path()):
                 continue  # nothing tiered yet (and opening would create the store)
-            metadata = config.open_metadata()
+            metadata = open_metadata_readonly(config)
             try:
                 views = queue_views(config, metadata, lambda t: t == self.topic)
             finally:
@@ -310,3 +312,7 @@ class StaticTopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
 
 
 __all__ = ["GenerationSpan", "LogicQueueView", "StaticTopicStreamReader", "logic_queue_view"]
+
+
+#: What Spark gets: :class:`StaticTopicStreamReader` whose typed errors reach the driver tagged.
+SparkStaticTopicStreamReader = spark_facing(StaticTopicStreamReader, "SparkStaticTopicStreamReader", __name__)

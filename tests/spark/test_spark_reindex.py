@@ -16,7 +16,7 @@ from tiered_core.config import StoreConfig
 from tiered_core.errors import StateConflict
 from tiered_core.index.service import INDEX_DIR_NAME
 from tiered_core.spark.jobs import reindex
-from tiered_core.spark.reindex import batch_keys
+from tiered_core.index.batch_keys import batch_keys
 from tiered_core.spark.sample import SampleSpec, write_sample
 
 SPEC = SampleSpec(topics=("orders", "audit"), queues=2, messages=180, body_size=64)

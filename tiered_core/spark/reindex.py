@@ -24,9 +24,10 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from tiered_core.spark.failures import tagged_iter
+from tiered_core.index.batch_keys import batch_keys
 from tiered_core.spark.options import (
     ConfigSource, open_metadata_readonly, parse_read_options, require_shared_backend,
 )
@@ -56,34 +57,6 @@ class ReindexResult:
         return (f"re-indexed {self.indexed} of {self.messages} messages ({self.keys} keys) of {self.queues} queues "
                 f"from {self.partitions} input partitions; {self.uploaded} index files uploaded, in "
                 f"{self.seconds:.1f}s ({rate:,.0f} msg/s)")
-
-
-def batch_keys(batch, wants_time: Callable[[int], bool] | None) -> tuple:
-    """The index arguments of one validated batch's messages that have keys (and, with
-    ``wants_time``, a store time it accepts): ``(topic, queue_id, messages read, keys,
-    offsets, sizes, timestamps)``; the lists are empty when no message qualifies.
-
-    No message object is built: the store time comes from the header fields and the keys
-    from the properties text, as the dispatcher takes them
-    (:func:`~tiered_core.codec.keys.message_index_keys_from_properties`)."""
-    from tiered_core.codec.keys import message_index_keys_from_properties
-    from tiered_core.codec.message import message_fields
-
-    data, base = batch.data, batch.base
-    keys, offsets, sizes, timestamps = [], [], [], []
-    for offset, size, _tags in batch.units:
-        pos = offset - base
-        fields, _header_size, props = message_fields(data, pos)
-        if wants_time is not None and not wants_time(fields[11]):
-            continue
-        text = str(data[props:pos + size], "utf-8")
-        found = message_index_keys_from_properties(text) if "KEY" in text else ()
-        if found:
-            keys.append(list(found))
-            offsets.append(offset)
-            sizes.append(size)
-            timestamps.append(fields[11])
-    return (batch.topic, batch.queue_id, len(batch), keys, offsets, sizes, timestamps)
 
 
 def _partition_keys(source: ConfigSource, wants_time, partitions) -> Iterator[tuple]:
@@ -187,4 +160,4 @@ def _put_all(store_config, driver, metadata, rows, progress) -> tuple[int, int, 
     return messages, indexed, keys, uploaded
 
 
-__all__ = ["PARTITIONS_PER_SLICE", "PROGRESS_EVERY", "ReindexResult", "batch_keys", "reindex"]
+__all__ = ["PARTITIONS_PER_SLICE", "PROGRESS_EVERY", "ReindexResult", "reindex"]

@@ -149,3 +149,23 @@ def test_drivers_strict_mode_json_error(tmp_path, monkeypatch):
     assert proc.returncode == ExitCode.BAD_INPUT
     err = json.loads(proc.stdout)["error"]
     assert err["code"] == "PLUGIN_LOAD" and "tiered-driver-broken-json" in err["message"]
+
+
+def test_demo_recreates_only_a_demo_data_directory_it_made(tmp_path):
+    """Issue 18: the default demo deletes ./demo-data only when an earlier demo made it (its
+    output marker); someone's own ./demo-data is refused, untouched."""
+    own = tmp_path / "demo-data"
+    own.mkdir()
+    (own / "keep.txt").write_text("mine")
+    proc = run("demo", "--messages", "8000", "--size", "200", "--lookups", "5", "--static-messages", "0", "--json",
+               cwd=tmp_path)
+    assert proc.returncode == ExitCode.BAD_INPUT, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["error"]["code"] == "INVALID_PATH"
+    assert (own / "keep.txt").read_text() == "mine"
+    (own / "keep.txt").unlink()
+    own.rmdir()
+    for _ in range(2):  # made, then recreated
+        proc = run("demo", "--messages", "8000", "--size", "200", "--lookups", "5", "--static-messages", "0",
+                   "--json", cwd=tmp_path)
+        assert proc.returncode == ExitCode.OK, proc.stdout[-2000:] + proc.stderr[-2000:]
+        assert json.loads(proc.stdout)["verified"] == 8000

@@ -70,13 +70,14 @@ def test_static_demo_never_deletes_a_directory_it_did_not_make(tmp_path):
     the demo's own directory is recreated by its next run."""
     import pytest
 
-    from tiered_core.cli.demo_static import MARKER, run_static_demo
-    from tiered_core.errors import ConfigError
+    from tiered_core.cli.demo_static import run_static_demo
+    from tiered_core.errors import InvalidPath
+    from tiered_core.ops.output_paths import MARKER
 
     foreign = tmp_path / "cluster"
     foreign.mkdir()
     (foreign / "keep.txt").write_text("someone's data")
-    with pytest.raises(ConfigError, match="not one an earlier demo made"):
+    with pytest.raises(InvalidPath, match="holds no .tiered-output marker"):
         run_static_demo(str(foreign), 40)
     assert (foreign / "keep.txt").read_text() == "someone's data"
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import shutil
 import sys
 import time
 
@@ -46,6 +45,7 @@ from tiered_core.codec.message import Message
 from tiered_core.config import StoreConfig
 from tiered_core.errors import IllegalParam
 from tiered_core.common import BoundaryType
+from tiered_core.ops.output_paths import create_output_dir, remove_output_dir
 
 
 #: Messages built per chunk before their puts are timed (bounds the memory they take).
@@ -119,8 +119,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         root = os.path.abspath("demo-data")
         check_store_path(default_config(root))  # e.g. a read-only working directory: name it
-        shutil.rmtree(root, ignore_errors=True)
-        os.makedirs(root)
+        # Recreated on every run, but only a directory an earlier demo made (its output marker).
+        if os.path.lexists(root):
+            remove_output_dir(root, option="./demo-data")
+        create_output_dir(root, "tiered demo", option="./demo-data")
         # Local files small enough that retention has several to delete, whatever the volume.
         local_file = max(1 << 20, min(32 << 20, args.messages * (args.size + 200) // 6))
         config = default_config(root).replace(local_commit_log_file_size=local_file)

@@ -16,13 +16,12 @@ from dataclasses import dataclass
 
 from tiered_core.access.results import GetMessageStatus
 from tiered_core.codec.message import Message
-from tiered_core.errors import ConfigError
+from tiered_core.ops.output_paths import create_output_dir, remove_output_dir
 from tiered_core.static_topic import Cluster
 
 TOPIC = "demo-static"
 LOGIC_QUEUES = 4
 #: The file that marks a directory as the demo's own (so its next run may recreate it).
-MARKER = ".tiered-demo-static"
 BROKERS = ("broker-a", "broker-b", "broker-c")
 
 
@@ -61,21 +60,16 @@ def body_of(queue_id: int, seq: int) -> bytes:
 
 def _fresh_root(root: str) -> None:
     """Make ``root`` an empty directory. It may exist only as an earlier run of this demo
-    left it (marked by :data:`MARKER`): anything else there is not the demo's to delete."""
+    left it (holding the output marker, :data:`~tiered_core.ops.output_paths.MARKER`):
+    anything else there is not the demo's to delete (:class:`InvalidPath`)."""
     if os.path.lexists(root):
-        if not os.path.isfile(os.path.join(root, MARKER)):
-            raise ConfigError(f"the static-topic demo's directory {root!r} exists and is not one an earlier "
-                              "demo made; move it away or run the demo with another store_path",
-                              key="store_path", source=root)
-        shutil.rmtree(root)
-    os.makedirs(root)
-    with open(os.path.join(root, MARKER), "w") as fh:
-        fh.write("made by tiered demo; removed and recreated by its next run\n")
+        remove_output_dir(root, option="store_path")
+    create_output_dir(root, "tiered demo (static topic)", option="store_path")
 
 
 def run_static_demo(root: str, messages: int) -> StaticDemoResult:
     """Run the scenario under ``root`` (made afresh: see :func:`_fresh_root`) with ``messages``
-    puts in all. Raises ConfigError when ``root`` holds something the demo did not make."""
+    puts in all. Raises InvalidPath when ``root`` holds something the demo did not make."""
     _fresh_root(root)
     cluster_file = write_cluster_file(root)
     first_half = messages // 2

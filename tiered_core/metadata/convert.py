@@ -127,7 +127,9 @@ def convert(source_path: str, target_path: str, *, source_format: str | None = N
                            path=target_path)
     staging = target_path + ".converting"
     _remove_store_files(staging)
-    source = source_cls(source_path, **(source_options or {}))
+    # Only read, in place (no schema or row written into the source) where the store can.
+    opener = getattr(source_cls, "open_for_reading", None)
+    source = (opener or source_cls)(source_path, **(source_options or {}))
     try:
         try:
             target = target_cls(staging, **(target_options or {}))

@@ -20,7 +20,7 @@ import pytest
 from store_workload import small_config as _small_config
 from tiered_core import BoundaryType, Message
 from tiered_core.access.dispatcher import MessageStoreDispatcher
-from tiered_core.access.key_repair import REPAIR_FILE
+from tiered_core.index.coverage import COVERAGE_FILE
 from tiered_core.access.results import GetMessageStatus
 from tiered_core.access.store import TieredMessageStore
 from tiered_core.cli import main
@@ -146,8 +146,7 @@ def test_restored_old_directory_continues_after_the_tier(tmp_path):
         assert store.local.get_max_offset_in_queue(TOPIC, 0) == 200  # continued past the tier's 200
         # The backup's key index ends before the b messages: the open indexed them again from the tier.
         assert store.key_repair is not None and store.key_repair.since <= b_ts and store.key_repair.done.is_set()
-        assert store.key_index_gap_since is None
-        assert not os.path.exists(os.path.join(cfg.store_path, REPAIR_FILE))
+        assert store.key_index_gap_since is None and store.index.coverage.known
         hits = store.query_message(TOPIC, "b-0-70").messages
         assert [(m.queue_id, m.body) for m in hits] == [(0, body("b", 0, 70))]
         after = put(store, "c", 6)
@@ -290,7 +289,8 @@ def test_local_history_from_before_a_takeover_is_given_up(tmp_path):
 
 def test_lost_disk_key_lookups_are_repaired_and_an_interrupted_repair_resumes(tmp_path):
     """After a lost disk the keys of everything tiered since the last uploaded index file
-    are indexed again from the tier; a repair cut short (its record left) runs at the next open."""
+    are indexed again from the tier; the coverage marks then say, per queue, what the index
+    holds, so a repair cut short resumes exactly where it stopped."""
     cfg = config_at(tmp_path)
     with TieredMessageStore.open(cfg) as store:
         sent = put(store, "a", 300)
@@ -303,10 +303,16 @@ def test_lost_disk_key_lookups_are_repaired_and_an_interrupted_repair_resumes(tm
         for qid, seq in ((0, 0), (1, 149), (0, 75)):
             hits = store.query_message(TOPIC, f"a-{qid}-{seq}").messages
             assert [(m.queue_id, m.body) for m in hits] == [(qid, body("a", qid, seq))]
-    # A repair that did not finish: its record says from when; the next open runs it.
-    with open(os.path.join(new.store_path, REPAIR_FILE), "w") as f:
-        f.write("0\n")
+        assert store.index.coverage.get(TOPIC, 1) == 150
+    # A repair cut short after offset 100 of queue 1: the record says so, the next open does the rest.
+    record = os.path.join(new.store_path, "tiered_index_file", COVERAGE_FILE)
+    doc = json.load(open(record))
+    doc["queues"] = [[t, q, 100 if q == 1 else o] for t, q, o in doc["queues"]]
+    with open(record, "w") as f:
+        json.dump(doc, f)
     with TieredMessageStore.open(new) as store:
-        assert store.key_repair is not None and store.key_repair.since == 0 and store.key_repair.done.is_set()
-        assert not os.path.exists(os.path.join(new.store_path, REPAIR_FILE))
-        assert len(store.query_message(TOPIC, "a-1-3").messages) == 1  # indexed twice, found once
+        assert store.key_repair is not None and store.key_repair.ranges == {(TOPIC, 1): 100}
+        assert store.key_repair.done.is_set() and store.key_repair.indexed == 50
+        assert len(store.query_message(TOPIC, "a-1-120").messages) == 1  # indexed twice, found once
+    with TieredMessageStore.open(new) as store:
+        assert store.key_repair is None  # nothing left

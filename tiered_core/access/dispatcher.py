@@ -169,6 +169,8 @@ class MessageStoreDispatcher:
                    for topic, qid in sorted(queues) if not self._idle(topic, qid)]
         for fut in futures:
             stats.add(fut.result())
+        if self.index is not None:
+            self.index.coverage.save()
         return stats
 
     def _idle(self, topic: str, queue_id: int) -> bool:
@@ -209,6 +211,8 @@ class MessageStoreDispatcher:
             stats.errors.append(f"{topic}/{queue_id}: {exc}")
         finally:
             lock.release()
+            if self.index is not None:
+                self.index.coverage.save()
         return stats
 
     def _dispatch_group(self, flat: CompositeAccess, force: bool, stats: DispatchStats) -> bool:
@@ -336,6 +340,8 @@ class MessageStoreDispatcher:
         if not flat.commit():
             stats.failed_commits += 1
             return False
+        if self.index is not None:  # every message of the queue below the commit has its keys indexed
+            self.index.coverage.mark(flat.topic, flat.queue_id, flat.consume_queue_commit_offset())
         return True
 
     def untiered_local_offset(self) -> int | None:

@@ -19,7 +19,7 @@ from typing import Callable
 
 from tiered_core.access.cache import ReadAheadCache
 from tiered_core.access.continuity import continue_after_tier, history_trusted, set_aside_local_history
-from tiered_core.access.key_repair import KeyIndexRepair, key_index_gap, pending_repair
+from tiered_core.access.key_repair import KeyIndexRepair, key_index_gap, repair_ranges
 from tiered_core.access.opening import check_before_open, rebuild_fix
 from tiered_core.access.paths import check_store_path, make_store_dir
 from tiered_core.access.dispatcher import DispatchConfig, DispatchStats, MessageStoreDispatcher
@@ -163,16 +163,9 @@ class TieredMessageStore:
             #: see :attr:`key_index_gap_since`); None: nothing to repair.
             self.key_repair: KeyIndexRepair | None = None
             if not read_only:
-                gap = key_index_gap(self.index, self.flat_files) if recovered or not had_local else None
-                starts = [t for t in (gap, pending_repair(config.store_path)) if t is not None]
-                if starts:
-                    since = min(starts)
-                    log.warning("keys of tiered messages stored since %d may be missing from the key index (its "
-                                "local part was lost or is older than the tier): indexing them again from the tier",
-                                since)
-                    self.key_repair = KeyIndexRepair(config.store_path, self.flat_files, self.index, since)
-                    if not background:
-                        self.key_repair.run()
+                self.key_repair = self._plan_key_repair(recovered, had_local, take_over, checks)
+                if self.key_repair is not None and not background:
+                    self.key_repair.run()
             # read_ahead_cache_bytes = 0 (RocketMQ readAheadCacheEnable=false): read without a cache.
             self.cache = (ReadAheadCache(config.read_ahead_cache_bytes, config.read_ahead_cache_expire_ms,
                                          disk_path=config.read_ahead_disk_cache_path)
@@ -207,6 +200,31 @@ class TieredMessageStore:
                 self._retention_thread = threading.Thread(target=self._retention_loop, daemon=True,
                                                           name=f"local-retention:{config.broker}")
                 self._retention_thread.start()
+
+    def _plan_key_repair(self, recovered: int, had_local: bool, take_over: bool,
+                         checks) -> KeyIndexRepair | None:
+        """What the key index must index again (:mod:`tiered_core.access.key_repair`): past its
+        coverage marks; without them (a lost disk) and after a recovery path, by time."""
+        coverage = self.index.coverage
+        since = None
+        if not coverage.known:
+            # Without marks only a recovery path can have lost keys: a floor raised, a history
+            # given up, a queue only the tier holds, a take-over, metadata rebuilt, adopted bytes.
+            rebuilt = checks is not None and checks.report is not None and bool(checks.report.unknown)
+            suspect = (recovered or not had_local or take_over or rebuilt
+                       or any(not self.local.has_queue(f.topic, f.queue_id) or f.commit_log.adopted
+                              or f.consume_queue.adopted for f in self.flat_files.files()))
+            since = key_index_gap(self.index, self.flat_files) if suspect else None
+            if since is None:
+                coverage.declare_known()  # a new store, or one whose index covers its tier
+                coverage.save()
+                return None
+        ranges = repair_ranges(self.index, self.flat_files, since=since)
+        if not ranges:
+            return None
+        log.warning("the key index misses the keys of tiered messages of %d queue(s) (its local part was lost or "
+                    "is older than the tier): indexing them again from the tier", len(ranges))
+        return KeyIndexRepair(self.flat_files, self.index, ranges, since if since is not None else 0)
 
     @property
     def key_index_gap_since(self) -> int | None:

@@ -69,6 +69,7 @@ class FlatAppendFile:
         self.max_size = max_size
         self._segment_kwargs = {} if max_buffer_count is None else {"max_buffer_count": max_buffer_count}
         self.segments: list[FileSegment] = []
+        self.adopted = False  # see _recover_last_size
         #: Damaged segments found so far, by base offset (reads end at their lost bytes).
         self.damage: dict[int, SegmentDamage] = {}
         self._lock = threading.RLock()
@@ -112,6 +113,9 @@ class FlatAppendFile:
                 "bytes: the backend lost or truncated them; refusing to open over the gap",
                 path=last.path, size=size, committed=last.commit_position)
         sealed = last.sealed or self.driver.is_sealed(last.path)
+        #: Bytes the backend held past the metadata's commit point were adopted at open (the
+        #: segment's recorded times predate them).
+        self.adopted = size > last.commit_position
         if size != last.commit_position or sealed != last.sealed:
             fixed = self._new_segment(last.base_offset, initial_position=size, sealed=sealed)
             fixed.min_timestamp, fixed.max_timestamp = last.min_timestamp, last.max_timestamp

@@ -35,6 +35,7 @@ from tiered_core.errors import (
 from tiered_core.flat.append_file import FlatAppendFile
 from tiered_core.codec.tiered_index import IndexEntry
 from tiered_core.codec.tiered_index import END_MAGIC, IndexHeader
+from tiered_core.index.coverage import KeyCoverage
 from tiered_core.index.store_file import (
     IndexFileStatus,
     IndexStoreFile,
@@ -144,6 +145,8 @@ class IndexStoreService:
             driver, metadata, index_queue_path(broker), FileSegmentType.INDEX,
             lambda base: index_path(cluster, broker, base))
         self._next_base = 0
+        #: Per queue, which tiered messages have their keys in this index (see index.coverage).
+        self.coverage = KeyCoverage(self.directory, read_only=read_only)
         self._recover()
 
     @classmethod
@@ -253,6 +256,7 @@ class IndexStoreService:
             except CorruptData as exc:
                 log.error("index file %s is corrupt; renamed to %s.corrupt: %s", path, path, exc)
                 os.replace(path, path + ".corrupt")
+                self.coverage.invalidate()  # its keys are gone: which ones, the coverage cannot say
                 continue
             if self._already_uploaded(f):
                 log.info("index file %s was uploaded before the restart; removing the local copy", path)
@@ -669,6 +673,7 @@ class IndexStoreService:
                         log.warning("cannot fsync index file %s: %s", f.path, exc)
                     f.close()
                 self._current = None
+            self.coverage.save()  # after the files' writes
         self.flat_file.shutdown()
 
     close = shutdown

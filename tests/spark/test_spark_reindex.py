@@ -31,8 +31,9 @@ def store(tmp_path):
 
 
 def hits(config: str, topic: str, key: str) -> list[tuple[int, int]]:
-    """``query_message`` on the store: (queue id, queue offset) of each hit."""
-    with TieredMessageStore.open(StoreConfig.load(config)) as opened:
+    """``query_message`` on the store, opened read-only (a writable open would repair the key index
+    itself): (queue id, queue offset) of each hit."""
+    with TieredMessageStore.open(StoreConfig.load(config), read_only=True) as opened:
         found = opened.query_message(topic, key, max_count=16).messages
     return sorted((m.queue_id, m.queue_offset) for m in found)
 
@@ -78,9 +79,16 @@ def test_reindex_by_topic_and_time_indexes_only_that(spark, store):
 
 
 def test_reindex_refuses_a_running_store_and_writes_nothing(spark, store):
-    with TieredMessageStore.open(StoreConfig.load(store)):
+    # A running store holds its directory's lock (a writable open would also index the
+    # keys itself, see access.key_repair: hold just the lock).
+    from tiered_core.local.store import acquire_store_lock, release_store_lock
+
+    fd = acquire_store_lock(StoreConfig.load(store).store_path)
+    try:
         with pytest.raises(StateConflict, match="open in another process"):
             reindex(spark, store, progress=None)
+    finally:
+        release_store_lock(fd)
     assert index_segments(store) == 0
     assert hits(store, "orders", "k1-7") == []
 

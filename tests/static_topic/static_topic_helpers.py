@@ -27,6 +27,13 @@ class LogicRead(NamedTuple):
     last: Any
 
 
+def cluster_toml(cluster: str, brokers=("a", "b", "c"), *, shared: str = "") -> str:
+    """A cluster file: POSIX tier at ./tier, one ``[[broker]]`` with store_path ./NAME per broker;
+    ``shared`` adds lines to ``[tiered]``."""
+    head = f'[tiered]\ndriver = "posix"\ncluster = "{cluster}"\n{shared}[tiered.options]\nroot = "./tier"\n'
+    return head + "".join(f'[[broker]]\nbroker = "{b}"\nstore_path = "./{b}"\n' for b in brokers)
+
+
 def read_logic_queue(cluster, topic: str, queue: int, max_count: int = 64, *, skips: bool = False) -> LogicRead:
     """Every message of logic queue ``queue`` from logic offset 0, ``max_count`` per
     ``get_message``, until an overflow. Each call must move ``next_begin_offset`` on; each but the

@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from static_topic_helpers import cluster_toml
 
 from tiered_core import Message, StoreConfig, TieredMessageStore
 from tiered_core.cli import main
@@ -22,18 +23,7 @@ from tiered_core.static_topic.errors import DirectPutRefused
 
 TOPIC = "orders"
 
-CLUSTER = """[tiered]
-driver = "posix"
-cluster = "direct"
-[tiered.options]
-root = "./tier"
-[[broker]]
-broker = "a"
-store_path = "./a"
-[[broker]]
-broker = "b"
-store_path = "./b"
-"""
+CLUSTER = cluster_toml("direct", ("a", "b"))
 
 
 def broker_file(root: Path, broker: str) -> str:

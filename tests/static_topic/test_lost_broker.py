@@ -16,28 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from static_topic_helpers import read_logic_queue
+from static_topic_helpers import cluster_toml, read_logic_queue
 from tiered_core import Message
 from tiered_core.cli import main
 from tiered_core.static_topic import Cluster, LogicQueueMappingItem
 from tiered_core.static_topic.restore import infer_lost_items
 
-CLUSTER = """[tiered]
-driver = "posix"
-cluster = "lost"
-read_ahead_cache_bytes = 0
-[tiered.options]
-root = "./tier"
-[[broker]]
-broker = "a"
-store_path = "./a"
-[[broker]]
-broker = "b"
-store_path = "./b"
-[[broker]]
-broker = "c"
-store_path = "./c"
-"""
+CLUSTER = cluster_toml("lost", shared="read_ahead_cache_bytes = 0\n")
 
 
 def cli(capsys, *argv: str) -> tuple[int, dict]:

@@ -43,6 +43,9 @@ from tiered_core.common import AppendResult
 
 log = logging.getLogger(__name__)
 
+#: Rounds save the key-index coverage marks at most this often (shutdown always saves).
+COVERAGE_SAVE_INTERVAL_S = 5.0
+
 
 @dataclass
 class _PendingKeys:
@@ -165,12 +168,12 @@ class MessageStoreDispatcher:
         queues = set(self.local.list_queues())
         queues.update((f.topic, f.queue_id) for f in self.flat_files.files())
         stats = DispatchStats(queues=len(queues))
-        futures = [self._pool.submit(self.dispatch_queue, topic, qid, force)
+        futures = [self._pool.submit(self._dispatch_queue, topic, qid, force)  # (one coverage save below)
                    for topic, qid in sorted(queues) if not self._idle(topic, qid)]
         for fut in futures:
             stats.add(fut.result())
         if self.index is not None:
-            self.index.coverage.save()
+            self.index.coverage.save(min_interval_s=COVERAGE_SAVE_INTERVAL_S)
         return stats
 
     def _idle(self, topic: str, queue_id: int) -> bool:
@@ -194,6 +197,14 @@ class MessageStoreDispatcher:
             return self._queue_locks.setdefault(key, threading.Lock())
 
     def dispatch_queue(self, topic: str, queue_id: int, force: bool = False) -> DispatchStats:
+        """Copy one queue (see :meth:`dispatch`), then save the key-index coverage."""
+        try:
+            return self._dispatch_queue(topic, queue_id, force)
+        finally:
+            if self.index is not None:
+                self.index.coverage.save()
+
+    def _dispatch_queue(self, topic: str, queue_id: int, force: bool) -> DispatchStats:
         stats = DispatchStats()
         lock = self._queue_lock((topic, queue_id))
         if not lock.acquire(blocking=force):
@@ -211,8 +222,6 @@ class MessageStoreDispatcher:
             stats.errors.append(f"{topic}/{queue_id}: {exc}")
         finally:
             lock.release()
-            if self.index is not None:
-                self.index.coverage.save()
         return stats
 
     def _dispatch_group(self, flat: CompositeAccess, force: bool, stats: DispatchStats) -> bool:

@@ -1,9 +1,9 @@
 """Which tiered messages the key index holds the keys of: one queue offset per queue.
 
 The dispatcher indexes a group's keys before it commits the group, then marks the queue
-covered up to its new commit offset (:meth:`KeyCoverage.mark`, keyless groups too); each
-dispatch round saves the marks to ``{index dir}/covered.json`` (after the index's own writes,
-so a saved mark never runs ahead of the keys). The file lives beside the index's local file:
+covered up to its new commit offset (:meth:`KeyCoverage.mark`, keyless groups too); dispatch
+rounds save the marks to ``{index dir}/covered.json`` (at most every few seconds, and at
+shutdown; after the index's own writes, so a saved mark never runs ahead of the keys). The file lives beside the index's local file:
 a restored old copy of the store directory brings back the marks of its own index, so the
 store knows, per queue, exactly which tiered messages need their keys indexed again
 (:mod:`tiered_core.access.key_repair`). A missing file (a lost disk, a store older than
@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import threading
+import time
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,7 @@ class KeyCoverage:
         self._lock = threading.Lock()
         self._marks: dict[tuple[str, int], int] = {}
         self._dirty = False
+        self._saved_at = float("-inf")
         self.known = self._load()
 
     def _load(self) -> bool:
@@ -76,14 +78,16 @@ class KeyCoverage:
             self._dirty = True
             self.known = False
 
-    def save(self) -> None:
+    def save(self, *, min_interval_s: float = 0.0) -> None:
         """Write the marks (if they changed) to the record, atomically (no fsync: see the
-        module docstring)."""
+        module docstring); with ``min_interval_s``, not sooner than that after the last
+        write (older marks only mean more keys indexed twice after a restore)."""
         if self.read_only:
             return
         with self._lock:
-            if not self._dirty:
+            if not self._dirty or time.monotonic() - self._saved_at < min_interval_s:
                 return
+            self._saved_at = time.monotonic()
             body = json.dumps({"version": 1, "queues": [[t, q, o] for (t, q), o in sorted(self._marks.items())]})
             self._dirty = False
             known = self.known

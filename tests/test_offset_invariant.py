@@ -165,6 +165,29 @@ def test_restored_old_directory_continues_after_the_tier(tmp_path):
         assert store.key_repair is None  # a plain reopen is no recovery
 
 
+def test_restored_copy_finds_keys_of_a_queue_it_never_had(tmp_path):
+    """A backup holding queue 0 only; queue 1 is first written (and tiered) after it. Restored
+    (metadata rebuilt, the documented path), queue 1's keys are newer than every local message: lookups must still ask the tier.
+    (Found by bench/offset_state_machine.py: ``key k6 of sm/0@0 finds []``.)"""
+    cfg = config_at(tmp_path)
+    with TieredMessageStore.open(cfg) as store:
+        put(store, "a", 3, queues=1)
+        store.dispatch(force=True)
+    backup = tmp_path / "backup"
+    shutil.copytree(cfg.store_path, backup)
+    with TieredMessageStore.open(cfg) as store:
+        r = store.put_message(Message(topic=TOPIC, body=b"late", keys=["late-key"]), 1)
+        store.dispatch(force=True)
+    shutil.rmtree(cfg.store_path)
+    shutil.copytree(backup, cfg.store_path)
+    with TieredMessageStore.open(cfg.replace(metadata_recovery="rebuild")) as store:
+        assert store.local.get_earliest_message_time() >= 0  # the backup's queue 0 is still local
+        assert not store.local.has_queue(TOPIC, 1)
+        hits = store.query_message(TOPIC, "late-key").messages
+        assert [(m.queue_id, m.queue_offset, m.body) for m in hits] == [(1, r.queue_offset, b"late")]
+        assert [m.body for m in store.query_message(TOPIC, "a-0-1").messages] == [body("a", 0, 1)]
+
+
 def test_lost_metadata_rebuilt_then_lost_disk(tmp_path):
     """metadata_recovery = "rebuild" on a store whose whole store_path (metadata included) is gone."""
     cfg = config_at(tmp_path, metadata_recovery="rebuild")

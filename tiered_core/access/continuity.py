@@ -143,5 +143,21 @@ def continue_after_tier(local: LocalMessageStore, flat_files: FlatFileStore, *, 
     return raised
 
 
-__all__ = ["GIVEN_UP_DIR", "history_trusted", "set_aside_local_history", "HISTORY_EPOCH_FILE", "continue_after_tier", "read_history_epoch", "tier_end",
-           "write_history_epoch"]
+def tier_only_until_ms(local: LocalMessageStore, flat_files: FlatFileStore) -> int:
+    """The newest store time (from the metadata) of a tiered queue the local store has no
+    consume queue for, when the local store holds messages; -1 otherwise.
+
+    Key lookups ask the tiered index only for what is older than the oldest local message,
+    which holds while the local store and the tier share one history in commit-log order.
+    A restored old copy of the directory breaks it: a queue first written after the copy was
+    taken is tier-only, with messages newer than every local one. Its first put raises a
+    floor that records this time; until then the store widens the tiered window by it.
+    """
+    if local.get_earliest_message_time() < 0:
+        return -1  # (nothing local: the tiered index is asked for everything anyway)
+    return max((f.max_store_timestamp() for f in flat_files.files()
+                if not local.has_queue(f.topic, f.queue_id)), default=-1)
+
+
+__all__ = ["GIVEN_UP_DIR", "HISTORY_EPOCH_FILE", "continue_after_tier", "history_trusted", "read_history_epoch",
+           "set_aside_local_history", "tier_end", "tier_only_until_ms", "write_history_epoch"]

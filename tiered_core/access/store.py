@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tiered_core.access.cache import ReadAheadCache
-from tiered_core.access.continuity import continue_after_tier, history_trusted, set_aside_local_history
+from tiered_core.access.continuity import (
+    continue_after_tier, history_trusted, set_aside_local_history, tier_only_until_ms,
+)
 from tiered_core.access.key_repair import KeyIndexRepair, key_index_gap, repair_ranges
 from tiered_core.access.opening import check_before_open, rebuild_fix
 from tiered_core.access.paths import check_store_path, make_store_dir
@@ -156,6 +158,8 @@ class TieredMessageStore:
                 recovered = continue_after_tier(self.local, self.flat_files, store_path=config.store_path,
                                                 epoch=self.ownership.record.epoch)
                 recovered += self.given_up_history is not None
+            #: Key lookups ask the tiered index up to this time at least (see tier_only_until_ms).
+            self._tier_only_until_ms = tier_only_until_ms(self.local, self.flat_files)
             index_config = config if self._scratch is None else config.replace(store_path=self._scratch)
             self.index = IndexStoreService.from_store_config(index_config, self.driver, self.metadata,
                                                              clock=clock or now_ms, read_only=read_only)
@@ -294,6 +298,7 @@ class TieredMessageStore:
     #: When set, ``put_guard(message, queue_id)`` runs first in every :meth:`put_message` and
     #: refuses the put by raising (nothing is written); None (the default) admits every put.
     put_guard: Callable[[Message, int], None] | None = None
+    _tier_only_until_ms = -1
 
     def put_message(self, message: Message, queue_id: int = 0) -> PutMessageResult:
         """Store ``message`` in queue ``queue_id`` (locally; the dispatcher tiers it later).
@@ -518,10 +523,12 @@ class TieredMessageStore:
         found: list[MessageExt] = []
         if not force and earliest >= 0 and end >= earliest:
             found = self.local.query_message(topic, key, max_count, begin, end)
+        # A queue continued past the tier (a floor) has older local copies the tier supersedes;
+        # a queue only the tier holds may be newer than every local message (a restored copy).
+        tier_until = max(earliest, self.local.superseded_until_ms(), self._tier_only_until_ms)
         if self.policy is not ReadPolicy.DISABLE and len(found) < max_count and (
-                force or earliest < 0 or begin < max(earliest, self.local.superseded_until_ms())):
-            # A queue continued past the tier (a floor) has older local copies the tier supersedes.
-            window_end = end if force or earliest < 0 else min(end, max(earliest, self.local.superseded_until_ms()))
+                force or earliest < 0 or begin < tier_until):
+            window_end = end if force or earliest < 0 else min(end, tier_until)
             seen = {(m.queue_id, m.queue_offset) for m in found}
             for m in self._query_tiered(topic, key, max_count - len(found), begin, window_end):
                 if (m.queue_id, m.queue_offset) not in seen:

@@ -466,3 +466,16 @@ def test_anon_is_an_option():
     assert drv["anon"] is True
     with AzureDriver(**drv) as anon:
         assert anon.describe()["options"]["anon"] is True
+
+
+def test_an_environment_connection_string_for_another_account_is_refused(azurite, monkeypatch):
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string)
+    with pytest.raises(InvalidOption) as info:
+        AzureDriver(container="c", account_name="production")
+    assert info.value.option == "account_name" and "'devstoreaccount1'" in str(info.value)
+    assert AZURITE_KEY not in str(info.value)
+    with pytest.raises(InvalidOption) as info:
+        AzureDriver(container="c", endpoint="https://production.blob.core.windows.net")
+    assert info.value.option == "endpoint"
+    with AzureDriver(container=AZURE_CONTAINER, account_name="devstoreaccount1") as same:  # the same account
+        assert same.size("never-written") == 0

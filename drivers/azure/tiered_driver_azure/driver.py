@@ -493,6 +493,14 @@ def _check_auth(auth: dict[str, Any], account_name: str | None, endpoint: str | 
                         f"driver 'azure': the environment variable {_ENV[option]} is set, and adlfs would use "
                         f"it instead of option {next(o for o in given[0] if auth[o] is not None)!r}: unset "
                         f"it, or configure option {option!r} instead", option=option)
+    env_conn = "" if given else os.environ.get(_ENV["connection_string"], "")
+    if env_conn and endpoint:
+        raise InvalidOption(f"driver 'azure': the environment variable {_ENV['connection_string']} is set and gives "
+                            f"the account URL, and so does option 'endpoint': keep one", option="endpoint")
+    if env_conn and account_name and _conn_account(env_conn) not in (None, account_name):
+        raise InvalidOption(f"driver 'azure': option 'account_name' is {account_name!r}, but adlfs would use the "
+                            f"environment variable {_ENV['connection_string']}, which names account "
+                            f"{_conn_account(env_conn)!r}: unset it, or fix 'account_name'", option="account_name")
     if not (auth["connection_string"] or os.environ.get(_ENV["connection_string"]) or endpoint or account_name
             or os.environ.get(_ENV["account_name"])):
         raise InvalidOption("driver 'azure' needs 'connection_string', 'endpoint' or 'account_name'",
@@ -500,6 +508,15 @@ def _check_auth(auth: dict[str, Any], account_name: str | None, endpoint: str | 
     if endpoint and auth["connection_string"]:
         raise InvalidOption("driver 'azure': 'endpoint' and 'connection_string' both give the account URL; "
                             "keep one", option="endpoint")
+
+
+def _conn_account(connection_string: str) -> str | None:
+    """The ``AccountName=`` of a connection string (never anything else of it)."""
+    for part in connection_string.split(";"):
+        key, _, value = part.partition("=")
+        if key.strip().lower() == "accountname":
+            return value.strip()
+    return None
 
 
 class _RequestHook:

@@ -125,16 +125,17 @@ class AzureDriver(SegmentDriver):
         self._fs = self._open_fs(auth, account_name, endpoint, anon)
 
     @contextlib.contextmanager
-    def _built_from(self, option: str) -> Iterator[None]:
+    def _built_from(self, option: str, *, secret: bool = False) -> Iterator[None]:
         """What adlfs or the SDK raises while building from ``option`` as an InvalidOption naming
-        it (the error's text only for an option that is not a secret: a malformed one must not be
-        echoed)."""
+        it (the error's text only for an option that is not a secret, nor built with one: a
+        malformed one must not be echoed)."""
         try:
             yield
         except (InvalidOption, DriverError):
             raise
         except Exception as exc:  # noqa: BLE001 - any failure to build is a bad option
-            why = type(exc).__name__ if option in self.secret_options else f"{type(exc).__name__}: {exc}"
+            hide = secret or option in self.secret_options
+            why = type(exc).__name__ if hide else f"{type(exc).__name__}: {exc}"
             raise InvalidOption(f"driver 'azure': cannot build a client for container {self.container!r} from "
                                 f"option {option!r}: {why}", option=option) from None
 
@@ -156,7 +157,7 @@ class AzureDriver(SegmentDriver):
         if endpoint:  # adlfs builds https://{account}.blob.core.windows.net; keep its query (a SAS)
             query = urllib.parse.urlsplit(url).query
             url = endpoint.rstrip("/") + (f"?{query}" if query else "")
-        with self._built_from("endpoint" if endpoint else source):
+        with self._built_from("endpoint" if endpoint else source, secret="?" in url):  # a SAS in the URL
             own = BlobServiceClient(
                 account_url=url, credential=built.credential,
                 retry_total=0,  # one request per call: the retry layer repeats operations

@@ -8,7 +8,6 @@ import contextlib
 import inspect
 import logging
 import os
-import urllib.parse
 from typing import Any, Callable, Iterator
 
 from tiered_core.errors import (
@@ -155,7 +154,7 @@ class AzureDriver(SegmentDriver):
         built = fs.service_client
         url = built.url
         if endpoint:  # adlfs builds https://{account}.blob.core.windows.net; keep its query (a SAS)
-            query = urllib.parse.urlsplit(url).query
+            query = url.partition("?")[2]
             url = endpoint.rstrip("/") + (f"?{query}" if query else "")
         with self._built_from("endpoint" if endpoint else source, secret="?" in url):  # a SAS in the URL
             own = BlobServiceClient(
@@ -396,11 +395,11 @@ def _run(fs, make: Callable[[], Any]) -> Any:
 
 def _account_from_url(url: str) -> str | None:
     """The account an endpoint URL names: ``https://NAME.blob...`` or ``http://host:port/NAME``."""
-    parts = urllib.parse.urlsplit(url)
-    path = parts.path.strip("/")
-    if path:
-        return path.split("/", 1)[0]
-    host = parts.hostname or ""
+    rest = url.partition("://")[2].partition("?")[0]
+    netloc, _, path = rest.partition("/")
+    if path.strip("/"):
+        return path.strip("/").split("/", 1)[0]
+    host = netloc.rpartition("@")[2].partition(":")[0]
     return host.split(".", 1)[0] if "." in host and not host.replace(".", "").isdigit() else None
 
 

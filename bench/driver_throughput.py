@@ -73,8 +73,9 @@ def raw_fsspec(name: str, options: dict, payload: bytes, total: int) -> float:
     elif name == "azure":
         import adlfs
 
-        kwargs = {k: options[k] for k in ("connection_string", "account_name", "account_key", "credential")
-                  if options.get(k)}
+        kwargs = {k: options[k] for k in ("connection_string", "account_name", "account_key", "credential",
+                                          "sas_token", "client_id", "client_secret", "tenant_id", "anon")
+                  if options.get(k) is not None}
         fs = adlfs.AzureBlobFileSystem(skip_instance_cache=True, **kwargs)
         base = "/".join(p for p in (options["container"], str(options.get("prefix") or "").strip("/"), "raw", tag) if p)
     else:

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tiered_core.errors import DriverError, IllegalParam, InvalidOption, NotFound, PositionMismatch, SegmentSealed
+from tiered_core.errors import (
+    DriverError, IllegalParam, InvalidOption, InvalidPath, NotFound, PositionMismatch, SegmentSealed,
+)
 from tiered_core.plugins import conformance_environment, open_driver
 from tiered_core.segment import FileSegment
 from tiered_core.spi.layer import RetryPolicy, layered
@@ -333,3 +335,147 @@ def test_a_client_that_cannot_be_built_names_the_option_it_came_from():
     with pytest.raises(InvalidOption) as info:
         AzureDriver(container="c", connection_string=secret + ";garbage")
     assert info.value.option == "connection_string" and "SECRET" not in str(info.value)
+
+
+# -- adlfs owns the session and the credential chain (issue 19) --------------------------
+
+
+def _account_sas() -> str:
+    from datetime import datetime, timedelta, timezone
+
+    from azure.storage.blob import AccountSasPermissions, ResourceTypes, generate_account_sas
+
+    return generate_account_sas("devstoreaccount1", AZURITE_KEY, ResourceTypes(container=True, object=True),
+                                AccountSasPermissions(read=True, write=True, delete=True, list=True, add=True,
+                                                      create=True),
+                                expiry=datetime.now(timezone.utc) + timedelta(hours=1))
+
+
+def test_sas_token_through_adlfs_never_shown(azurite):
+    sas = _account_sas()
+    sig = [q for q in sas.split("&") if q.startswith("sig=")][0]
+    drv = AzureDriver(container=AZURE_CONTAINER, endpoint=azurite.blob_endpoint, account_name="devstoreaccount1",
+                      sas_token=sas, prefix=f"sas-{uuid.uuid4().hex[:8]}")
+    seen = appends_sent(drv)
+    drv.write("seg", 0, b"signed")
+    assert drv.write_if_absent("owner", b"me") and not drv.write_if_absent("owner", b"other")
+    assert drv.read("seg", 0, 6) == b"signed" and drv.read("owner", 0, 2) == b"me"
+    assert list(drv.list("")) == [("owner", 2), ("seg", 6)]
+    drv.transport.hook = lambda method, url: 500
+    with pytest.raises(DriverError) as info:
+        drv.read("seg", 0, 6)
+    assert info.value.retryable
+    assert drv.describe()["options"]["sas_token"] == "***"
+    shown = repr(drv) + json.dumps(drv.describe()) + str(info.value) + repr(info.value) + repr(seen)
+    assert sig not in shown and sig.split("=", 1)[1] not in shown
+    drv.close()
+
+
+def test_credentials_from_adlfs_environment_variables(azurite, monkeypatch):
+    """Nothing but the container in the options: adlfs reads AZURE_STORAGE_CONNECTION_STRING."""
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string)
+    with AzureDriver(container=AZURE_CONTAINER, prefix=f"env-{uuid.uuid4().hex[:8]}") as drv:
+        drv.write("x", 0, b"from the environment")
+        assert drv.size("x") == 20
+        assert AZURITE_KEY not in repr(drv) + json.dumps(drv.describe())
+
+
+def test_an_environment_variable_adlfs_prefers_to_the_option_is_refused(azurite, monkeypatch):
+    """adlfs takes AZURE_STORAGE_CONNECTION_STRING before account_key: the store would go to
+    that account, quietly. The driver refuses, naming the variable (never its value)."""
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string)
+    with pytest.raises(InvalidOption) as info:
+        AzureDriver(container="c", endpoint=azurite.blob_endpoint, account_name="devstoreaccount1",
+                    account_key=AZURITE_KEY)
+    assert "AZURE_STORAGE_CONNECTION_STRING" in str(info.value) and "'account_key'" in str(info.value)
+    assert AZURITE_KEY not in str(info.value)
+    monkeypatch.delenv("AZURE_STORAGE_CONNECTION_STRING")
+    monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_KEY", AZURITE_KEY)
+    with pytest.raises(InvalidOption) as info:
+        AzureDriver(container="c", endpoint=azurite.blob_endpoint, account_name="devstoreaccount1",
+                    sas_token=_account_sas())
+    assert info.value.option == "account_key" and "AZURE_STORAGE_ACCOUNT_KEY" in str(info.value)
+
+
+@pytest.mark.parametrize("options, option", [
+    ({"connection_string": "UseDevelopmentStorage=true", "account_key": AZURITE_KEY}, "account_key"),
+    ({"account_name": "acct", "account_key": AZURITE_KEY, "sas_token": "sv=1&sig=x"}, "sas_token"),
+    ({"account_name": "acct", "account_key": AZURITE_KEY, "credential": "sv=1&sig=x"}, "account_key"),
+    ({"account_name": "acct", "client_id": "id", "client_secret": "s3cr3t"}, "tenant_id"),
+    ({"connection_string": "UseDevelopmentStorage=true", "endpoint": "http://127.0.0.1:1/a"}, "endpoint"),
+])
+def test_one_way_to_authenticate(options, option, monkeypatch):
+    monkeypatch.delenv("AZURE_STORAGE_TENANT_ID", raising=False)
+    with pytest.raises(InvalidOption) as info:
+        AzureDriver(container="c", **options)
+    assert info.value.option == option
+    for secret in ("connection_string", "account_key", "sas_token", "client_secret", "credential"):
+        if secret in options and secret != "connection_string":
+            assert options[secret] not in str(info.value)
+
+
+def test_service_principal_secret_never_shown(monkeypatch, caplog):
+    """adlfs builds the service principal's credential; its token request fails here (the
+    authority cannot be reached: a transient failure), and neither that error, nor the logs,
+    nor anything shown carries the secret."""
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    monkeypatch.setenv("AZURE_AUTHORITY_HOST", "https://127.0.0.1:9")  # refused at once, never the internet
+    secret = "sp-SECRET-value-123"
+    drv = AzureDriver(container="c", account_name="acct", endpoint="https://127.0.0.1:9/acct",
+                      client_id="00000000-0000-0000-0000-000000000001", client_secret=secret,
+                      tenant_id="00000000-0000-0000-0000-000000000002")
+    with pytest.raises(DriverError) as info:
+        drv.size("x")
+    assert info.value.retryable is True and "ServiceRequestError" in str(info.value)
+    assert secret not in repr(drv) + json.dumps(drv.describe()) + str(info.value) + repr(info.value)
+    assert secret not in caplog.text
+    assert drv.describe()["options"]["client_secret"] == "***"
+    drv.close()
+
+
+def test_adlfs_calls_go_through_the_probe_and_failures_stay_typed(driver):
+    """read, write_if_absent and delete are adlfs calls: each request is counted, a fault is
+    a retryable DriverError, never a missing blob (a 503 on delete is not "already gone")."""
+    driver.write("seg", 0, b"abc")
+    for call in (lambda: driver.read("seg", 0, 3), lambda: driver.write_if_absent("o", b"x"),
+                 lambda: driver.delete("seg")):
+        before = driver.transport.requests
+        driver.transport.hook = lambda method, url: 503
+        with pytest.raises(DriverError) as info:
+            call()
+        assert info.value.retryable and driver.transport.requests - before == 1
+        driver.transport.hook = None
+    assert driver.read("seg", 0, 3) == b"abc" and not driver.exists("o")
+    before = driver.transport.requests
+    assert driver.write_if_absent("o", b"x") and driver.transport.requests - before == 1
+    driver.delete("seg")
+    assert not driver.exists("seg")
+
+
+def test_a_path_adlfs_would_read_as_a_version_is_refused(driver):
+    with pytest.raises(InvalidPath):
+        driver.write_if_absent("a?versionid=1", b"x")
+    with pytest.raises(InvalidPath):
+        driver.delete("a?versionid=1")
+
+
+def test_anon_is_an_option():
+    drv = AzureDriver.coerce_options({"container": "c", "account_name": "acct", "anon": "true"})
+    assert drv["anon"] is True
+    with AzureDriver(**drv) as anon:
+        assert anon.describe()["options"]["anon"] is True
+
+
+def test_an_environment_connection_string_for_another_account_is_refused(azurite, monkeypatch):
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string)
+    with pytest.raises(InvalidOption) as info:
+        AzureDriver(container="c", account_name="production")
+    assert info.value.option == "account_name" and "'devstoreaccount1'" in str(info.value)
+    assert AZURITE_KEY not in str(info.value)
+    with pytest.raises(InvalidOption) as info:
+        AzureDriver(container="c", endpoint="https://production.blob.core.windows.net")
+    assert info.value.option == "endpoint"
+    with AzureDriver(container=AZURE_CONTAINER, account_name="devstoreaccount1") as same:  # the same account
+        assert same.size("never-written") == 0

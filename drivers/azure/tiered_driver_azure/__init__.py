@@ -1,8 +1,9 @@
 """Azure Blob Storage backend for tiered-store: segments are append blobs.
 
-``append_block(..., appendpos_condition=position)`` makes every append conditional on
-the position, and ``seal_append_blob`` seals, so the service enforces the driver
-contract itself.
+adlfs owns the session and the authentication. ``append_block(...,
+appendpos_condition=position)`` makes every append conditional on the position, and
+``seal_append_blob`` seals, so the service enforces the driver contract itself (those
+calls go through adlfs's ``fs.service_client``: adlfs cannot express them).
 """
 
 from __future__ import annotations

@@ -1,14 +1,18 @@
-"""AzureDriver: segments as append blobs in one Azure Blob Storage container."""
+"""AzureDriver: segments as append blobs in one Azure Blob Storage container, through adlfs."""
 
 from __future__ import annotations
 
 import base64
 import binascii
 import contextlib
+import inspect
 import logging
+import os
 from typing import Any, Callable, Iterator
 
-from tiered_core.errors import DriverError, IllegalParam, InvalidOption, NotFound, PositionMismatch, SegmentSealed
+from tiered_core.errors import (
+    DriverError, IllegalParam, InvalidOption, InvalidPath, NotFound, PositionMismatch, SegmentSealed,
+)
 from tiered_core.spi import Capabilities, RetryPolicy, SegmentDriver
 from tiered_core.spi.transport import LOST_ANSWER, RequestProbe, is_transient
 
@@ -17,6 +21,20 @@ log = logging.getLogger("tiered_driver_azure")
 #: Largest block one append_block call may carry (the append-blob limit of older API
 #: versions and of Azurite; newer service versions accept more).
 MAX_APPEND_BLOCK = 4 * 1024 * 1024
+
+#: The ways to authenticate, in the order adlfs's ``do_connect`` tries them; each with the
+#: options that make it up.
+_AUTH_KINDS: tuple[tuple[str, ...], ...] = (
+    ("connection_string",), ("credential", "account_key"), ("sas_token",),
+    ("client_id", "client_secret", "tenant_id"),
+)
+#: The environment variables adlfs reads for an option that is not given.
+_ENV = {
+    "connection_string": "AZURE_STORAGE_CONNECTION_STRING", "account_name": "AZURE_STORAGE_ACCOUNT_NAME",
+    "account_key": "AZURE_STORAGE_ACCOUNT_KEY", "sas_token": "AZURE_STORAGE_SAS_TOKEN",
+    "client_id": "AZURE_STORAGE_CLIENT_ID", "client_secret": "AZURE_STORAGE_CLIENT_SECRET",
+    "tenant_id": "AZURE_STORAGE_TENANT_ID",
+}
 
 
 class AzureDriver(SegmentDriver):
@@ -27,41 +45,66 @@ class AzureDriver(SegmentDriver):
     (:class:`~tiered_core.errors.PositionMismatch` with the real size). A write larger
     than one block may land partially when it fails; ``size`` then tells how much.
     ``seal`` seals the append blob: later writes raise
-    :class:`~tiered_core.errors.SegmentSealed`.
+    :class:`~tiered_core.errors.SegmentSealed`. ``write_if_absent`` makes a block blob.
 
-    Each request is sent once (the SDK's retries are off): transient failures (HTTP
-    408/429/5xx, connection resets, timeouts) raise ``DriverError(retryable=True)``, and
-    the retry layer ``open_driver`` adds repeats the operation when that is safe
-    (``retries`` sets its count); 401/403 and a missing container raise
-    ``DriverError(retryable=False)`` naming the container. ``connection_string``, ``credential`` and ``account_key`` are secrets: they
-    never appear in ``repr``, ``describe`` or errors.
+    **adlfs owns the session and the authentication**: the driver opens an
+    ``adlfs.AzureBlobFileSystem`` (its event loop, its credential chain: ``connection_string``;
+    ``account_name`` with ``credential`` or ``account_key``; ``sas_token``; a service principal,
+    ``client_id`` + ``client_secret`` + ``tenant_id``; otherwise ``DefaultAzureCredential``
+    unless ``anon``; options not given are read from adlfs's ``AZURE_STORAGE_*`` environment
+    variables). ``write_if_absent`` is adlfs's ``pipe_file(overwrite=False)``, ``read`` its
+    ``cat_file`` and ``delete`` its ``rm_file``. Through adlfs's public ``fs.service_client``
+    (the aio ``BlobServiceClient``, driven on ``fs.loop``) go only the calls adlfs cannot
+    express:
 
-    Credentials, first that is given: ``connection_string``; ``account_key`` (with
-    ``account_name``); ``credential`` (a SAS token or a credential object); otherwise
-    ``DefaultAzureCredential`` (environment, managed identity, Azure CLI...).
+    * ``append_block(appendpos_condition=position)`` for ``write``: adlfs's ``"ab"`` mode
+      appends unconditionally, so it could not fence a stale writer;
+    * ``create_append_blob(match_condition=IfMissing)`` for ``create``: adlfs makes block
+      blobs, or append blobs only through that unconditional mode;
+    * ``seal_append_blob`` for ``seal``: adlfs has no seal;
+    * ``get_blob_properties`` for ``size``/``exists``/``is_sealed``: adlfs's ``info`` has no
+      seal flag, and answers a missing container with "no such file" (an empty segment);
+    * ``list_blobs(name_starts_with=...)`` for ``list``: adlfs's ``find`` answers a missing
+      container with an empty listing and cuts a prefix at ``/``.
 
+    That client is adlfs's own, rebuilt once from its URL and credential with the driver's
+    pipeline: the SDK's retries off (``retry_total=0``), ``timeout`` as connect/read
+    timeouts, one GET per read, and the request probe (``transport``) on every request,
+    adlfs's included. So each request is sent once: transient failures (HTTP 408/429/5xx,
+    connection resets, timeouts) raise ``DriverError(retryable=True)``, and the retry layer
+    ``open_driver`` adds repeats the operation when that is safe (``retries`` sets its
+    count); 401/403 and a missing container raise ``DriverError(retryable=False)`` naming
+    the container.
+
+    ``connection_string``, ``credential``, ``account_key``, ``sas_token`` and
+    ``client_secret`` are secrets: they never appear in ``repr``, ``describe``, errors or logs.
     Every option is checked when the driver is made: a value of the wrong type (e.g. a TOML
-    number for ``account_key``), a blank one, or an ``account_key`` that is not base64 raises
-    :class:`~tiered_core.errors.InvalidOption` naming that option and what it must be (a
-    secret's value is never shown); a client the SDK cannot build names the option it was
-    built from.
+    number for ``account_key``), a blank one, an ``account_key`` that is not base64, two ways
+    to authenticate at once, or an ``AZURE_STORAGE_*`` variable that adlfs would prefer to
+    the option given raises :class:`~tiered_core.errors.InvalidOption` naming that option
+    and what it must be (a secret's value is never shown); a client that cannot be built
+    names the option it was built from.
     """
 
     name = "azure"
     #: Only what differs from the defaults of :class:`Capabilities`.
     capabilities = Capabilities(conditional_append=True, create_if_absent=True)
-    secret_options = frozenset({"connection_string", "credential", "account_key"})
+    secret_options = frozenset({"connection_string", "credential", "account_key", "sas_token", "client_secret"})
     location_options = ("account_name", "container", "prefix")
 
     def __init__(
         self, *, container: str, account_name: str | None = None, prefix: str = "",
         connection_string: str | None = None, credential: Any = None, account_key: str | None = None,
+        sas_token: str | None = None, client_id: str | None = None, client_secret: str | None = None,
+        tenant_id: str | None = None, anon: bool | None = None,
         endpoint: str | None = None, retries: int = 5, timeout: float = 60.0,
         max_block_size: int = MAX_APPEND_BLOCK,
     ) -> None:
-        _check_options(container=container, account_name=account_name, prefix=prefix,
-                       connection_string=connection_string, credential=credential, account_key=account_key,
-                       endpoint=endpoint, retries=retries, timeout=timeout, max_block_size=max_block_size)
+        auth = {"connection_string": connection_string, "credential": credential, "account_key": account_key,
+                "sas_token": sas_token, "client_id": client_id, "client_secret": client_secret,
+                "tenant_id": tenant_id}
+        _check_options(container=container, account_name=account_name, prefix=prefix, endpoint=endpoint,
+                       retries=retries, timeout=timeout, max_block_size=max_block_size, anon=anon, **auth)
         if not container:
             raise InvalidOption("option 'container' of driver 'azure' is required", option="container")
         if retries < 0 or timeout <= 0:
@@ -70,9 +113,7 @@ class AzureDriver(SegmentDriver):
         if not 0 < max_block_size <= 100 * 1024 * 1024:
             raise InvalidOption(f"option 'max_block_size' of driver 'azure' must be in (0, 100 MiB], "
                                 f"got {max_block_size}", option="max_block_size")
-        if not (connection_string or endpoint or account_name):
-            raise InvalidOption("driver 'azure' needs 'connection_string', 'endpoint' or 'account_name'",
-                                option="account_name")
+        _check_auth(auth, account_name, endpoint)
         self.container = container
         self.root = prefix.strip("/")
         self.retry_policy = RetryPolicy(retries=retries)
@@ -80,63 +121,72 @@ class AzureDriver(SegmentDriver):
         self.max_block_size = max_block_size
         #: Counts the HTTP requests sent, and lets a test hook intercept each one.
         self.transport = RequestProbe()
-        self._service = self._make_service(connection_string, account_name, account_key, credential, endpoint)
-        with self._built_from("container"):
-            self._container = self._service.get_container_client(container)
+        self._fs = self._open_fs(auth, account_name, endpoint, anon)
 
     @contextlib.contextmanager
-    def _built_from(self, option: str) -> Iterator[None]:
-        """What the SDK raises while building from ``option`` as an InvalidOption naming it (the
-        error's text only for an option that is not a secret: a malformed one must not be echoed)."""
+    def _built_from(self, option: str, *, secret: bool = False) -> Iterator[None]:
+        """What adlfs or the SDK raises while building from ``option`` as an InvalidOption naming
+        it (the error's text only for an option that is not a secret, nor built with one: a
+        malformed one must not be echoed)."""
         try:
             yield
         except (InvalidOption, DriverError):
             raise
-        except Exception as exc:  # noqa: BLE001 - any SDK failure to build is a bad option
-            why = type(exc).__name__ if option in self.secret_options else f"{type(exc).__name__}: {exc}"
+        except Exception as exc:  # noqa: BLE001 - any failure to build is a bad option
+            hide = secret or option in self.secret_options
+            why = type(exc).__name__ if hide else f"{type(exc).__name__}: {exc}"
             raise InvalidOption(f"driver 'azure': cannot build a client for container {self.container!r} from "
                                 f"option {option!r}: {why}", option=option) from None
 
-    def _make_service(self, connection_string, account_name, account_key, credential, endpoint):
-        from azure.storage.blob import BlobServiceClient
+    def _open_fs(self, auth: dict[str, Any], account_name: str | None, endpoint: str | None, anon: bool | None):
+        """adlfs's file system (its loop and credential chain) with the driver's own pipeline."""
+        import adlfs
+        from azure.storage.blob.aio import BlobServiceClient
 
-        kwargs: dict[str, Any] = {
-            "retry_total": 0,  # one request per call: the retry layer repeats operations
-            "connection_timeout": min(self.timeout, 20.0),
-            "read_timeout": self.timeout,
-            "max_single_get_size": 256 * 1024 * 1024,  # one GET per read: no etag-pinned chunking
-            "raw_request_hook": _RequestHook(self),  # runs once per HTTP request sent
-            "raw_response_hook": _lose_answer_if_asked,
-        }
-        if connection_string:
-            with self._built_from("connection_string"):
-                return BlobServiceClient.from_connection_string(connection_string, **kwargs)
-        url = endpoint or f"https://{account_name}.blob.core.windows.net"
-        if account_key:
-            from azure.core.credentials import AzureNamedKeyCredential
-
-            name = account_name or url.rstrip("/").rsplit("/", 1)[-1]
-            with self._built_from("account_key"):
-                cred: Any = AzureNamedKeyCredential(name, account_key)
-        elif credential is not None:
-            cred = credential
-        else:
-            from azure.identity import DefaultAzureCredential  # lazy: heavy, only when needed
-
-            with self._built_from("credential"):
-                cred = DefaultAzureCredential()
-        with self._built_from("endpoint" if endpoint else "account_name"):
-            return BlobServiceClient(account_url=url, credential=cred, **kwargs)
+        given = [k for k, v in auth.items() if v is not None]
+        source = given[0] if given else ("endpoint" if endpoint else "account_name")
+        if account_name is None and endpoint and not auth["connection_string"]:
+            account_name = _account_from_url(endpoint)  # adlfs needs a name; the URL has it
+        kwargs = {k: v for k, v in auth.items() if v is not None}
+        with self._built_from(source):
+            fs = adlfs.AzureBlobFileSystem(
+                account_name=account_name, anon=anon, skip_instance_cache=True, use_listings_cache=False, **kwargs)
+        built = fs.service_client
+        url = built.url
+        if endpoint:  # adlfs builds https://{account}.blob.core.windows.net; keep its query (a SAS)
+            query = url.partition("?")[2]
+            url = endpoint.rstrip("/") + (f"?{query}" if query else "")
+        with self._built_from("endpoint" if endpoint else source, secret="?" in url):  # a SAS in the URL
+            own = BlobServiceClient(
+                account_url=url, credential=built.credential,
+                retry_total=0,  # one request per call: the retry layer repeats operations
+                connection_timeout=min(self.timeout, 20.0), read_timeout=self.timeout,
+                max_single_get_size=256 * 1024 * 1024,  # one GET per read: no etag-pinned chunking
+                raw_request_hook=_RequestHook(self),  # runs once per HTTP request sent
+                raw_response_hook=_lose_answer_if_asked,
+                user_agent=f"adlfs/{adlfs.__version__} tiered-store",
+            )
+        _run(fs, built.close)  # adlfs's own client sent nothing yet
+        fs.service_client = own
+        return fs
 
     # -- helpers ---------------------------------------------------------------------
 
     def _key(self, path: str) -> str:
         return f"{self.root}/{path}" if self.root else path
 
-    def _blob(self, path: str):
-        return self._container.get_blob_client(self._key(path))
+    def _fs_path(self, path: str) -> str:
+        """``container/key`` for adlfs, which must address exactly that blob."""
+        full = f"{self.container}/{self._key(path)}"
+        if tuple(self._fs.split_path(full)[:2]) != (self.container, self._key(path)):
+            raise InvalidPath(f"azure: path {path!r} cannot be addressed through adlfs (it reads "
+                              f"'?versionid=' as a blob version)", path=path)
+        return full
 
-    def _error(self, exc: Exception, action: str, path: str | None, **ctx: Any) -> DriverError:
+    def _blob(self, path: str):
+        return self._fs.service_client.get_blob_client(self.container, self._key(path))
+
+    def _error(self, exc: BaseException, action: str, path: str | None, **ctx: Any) -> DriverError:
         status, code = _status(exc)
         target = f"{path!r} in container {self.container!r}" if path else f"container {self.container!r}"
         if code == "ContainerNotFound":
@@ -147,17 +197,19 @@ class AzureDriver(SegmentDriver):
                                f"credentials and role assignments", retryable=False,
                                container=self.container, path=path, status=status)
         retryable = _transient(exc, status)
-        detail = f"HTTP {status} {code}".strip() if status else type(exc).__name__
+        detail = f"HTTP {status} {code}".strip() if status else type(_cause(exc)).__name__
         return DriverError(f"azure: cannot {action} {target}: {detail}", retryable=retryable,
                            container=self.container, path=path, status=status, **ctx)
 
     def _call(self, action: str, path: str | None, fn: Callable[[], Any],
-              handle: Callable[[Exception, int, str], Any] | None = None) -> Any:
+              handle: Callable[[BaseException, int, str], Any] | None = None) -> Any:
         """Call ``fn`` once; ``handle(exc, status, code)`` may return a value or raise a typed
         error for statuses the caller understands; any other failure becomes a DriverError
         (retryable when transient)."""
         try:
             return fn()
+        except (DriverError, InvalidPath, IllegalParam):
+            raise
         except Exception as exc:
             status, code = _status(exc)
             if handle is not None:
@@ -166,15 +218,18 @@ class AzureDriver(SegmentDriver):
                     return result
             raise self._error(exc, action, path) from None
 
-    def _props(self, path: str):
-        blob = self._blob(path)
+    def _sdk(self, action: str, path: str | None, make: Callable[[], Any],
+             handle: Callable[[BaseException, int, str], Any] | None = None) -> Any:
+        """Await the coroutine ``make()`` builds (a call of ``fs.service_client``) on adlfs's loop."""
+        return self._call(action, path, lambda: _run(self._fs, make), handle)
 
+    def _props(self, path: str):
         def handle(exc, status, code):
             if status == 404 and code != "ContainerNotFound":
                 return None
             return _UNHANDLED
 
-        return self._call("look up", path, blob.get_blob_properties, handle)
+        return self._sdk("look up", path, lambda: self._blob(path).get_blob_properties(), handle)
 
     # -- the operations ---------------------------------------------------------------
 
@@ -192,34 +247,32 @@ class AzureDriver(SegmentDriver):
     def create(self, path: str) -> None:
         from azure.core import MatchConditions
 
-        blob = self._blob(path)
-
         def handle(exc, status, code):
             if status in (409, 412) and code in ("BlobAlreadyExists", "ConditionNotMet", ""):
                 return None  # already there: create is idempotent
             return _UNHANDLED
 
-        self._call("create", path, lambda: blob.create_append_blob(match_condition=MatchConditions.IfMissing),
-                   handle)
+        self._sdk("create", path,
+                  lambda: self._blob(path).create_append_blob(match_condition=MatchConditions.IfMissing), handle)
 
     def write_if_absent(self, path: str, data: bytes) -> bool:
-        """One block-blob upload with ``If-None-Match: *``: the service refuses it (409) when
-        the blob exists. (After a lost answer, the retry layer recognises this call's own blob.)"""
-        blob = self._blob(path)
+        """adlfs's ``pipe_file(overwrite=False)``: one block-blob upload with ``If-None-Match: *``,
+        which the service refuses (409) when the blob exists. (After a lost answer, the retry
+        layer recognises this call's own blob.)"""
+        target = self._fs_path(path)
         payload = bytes(data)
 
         def handle(exc, status, code):
-            if status in (409, 412) and code in ("BlobAlreadyExists", "ConditionNotMet", ""):
+            if isinstance(exc, FileExistsError) or (status in (409, 412) and code in (
+                    "BlobAlreadyExists", "ConditionNotMet", "")):
                 return False
             return _UNHANDLED
 
-        result = self._call("create", path,
-                            lambda: blob.upload_blob(payload, blob_type="BlockBlob", overwrite=False), handle)
+        result = self._call("create", path, lambda: self._fs.pipe_file(target, payload, overwrite=False), handle)
         return result is not False
 
     def write(self, path: str, position: int, data: bytes | memoryview) -> None:
         view = memoryview(data).cast("B")
-        blob = self._blob(path)
         if not len(view):
             props = self._props(path)
             if props is not None and getattr(props, "is_append_blob_sealed", False):
@@ -236,7 +289,7 @@ class AzureDriver(SegmentDriver):
         while done < len(view):
             chunk = bytes(view[done:done + self.max_block_size])
             try:
-                self._append(blob, path, position + done, chunk)
+                self._append(path, position + done, chunk)
             except _Mismatch as mismatch:
                 if done == 0:
                     raise PositionMismatch(path, position, mismatch.actual) from None
@@ -247,7 +300,7 @@ class AzureDriver(SegmentDriver):
                 ) from None
             done += len(chunk)
 
-    def _append(self, blob, path: str, pos: int, chunk: bytes) -> None:
+    def _append(self, path: str, pos: int, chunk: bytes) -> None:
         state = {"created": False}
 
         def handle(exc, status, code):
@@ -264,15 +317,15 @@ class AzureDriver(SegmentDriver):
             return _UNHANDLED
 
         while True:
-            result = self._call(
+            result = self._sdk(
                 f"append at {pos} to", path,
-                lambda: blob.append_block(chunk, length=len(chunk), appendpos_condition=pos), handle,
+                lambda: self._blob(path).append_block(chunk, length=len(chunk), appendpos_condition=pos), handle,
             )
             if result is not _AGAIN:
                 return
 
     def read(self, path: str, position: int, length: int) -> bytes:
-        blob = self._blob(path)
+        target = self._fs_path(path)
 
         def handle(exc, status, code):
             if status == 404 and code != "ContainerNotFound":
@@ -281,15 +334,14 @@ class AzureDriver(SegmentDriver):
                 return b""
             return _UNHANDLED
 
-        body = self._call("read", path, lambda: blob.download_blob(offset=position, length=length).readall(), handle)
+        body = self._call("read", path, lambda: self._fs.cat_file(target, start=position, end=position + length),
+                          handle)
         if len(body) != length:
             raise IllegalParam(f"read of {path!r} [{position}, {position + length}) passes its size "
                                f"{self.size(path)}", path=path, position=position, length=length)
         return body
 
     def seal(self, path: str) -> None:
-        blob = self._blob(path)
-
         def handle(exc, status, code):
             if status == 404 and code != "ContainerNotFound":
                 raise NotFound(path, "cannot be sealed: it does not exist") from None
@@ -297,30 +349,58 @@ class AzureDriver(SegmentDriver):
                 return None
             return _UNHANDLED
 
-        self._call("seal", path, blob.seal_append_blob, handle)
+        self._sdk("seal", path, lambda: self._blob(path).seal_append_blob(), handle)
 
     def delete(self, path: str) -> None:
-        blob = self._blob(path)
+        target = self._fs_path(path)
 
         def handle(exc, status, code):
             if status == 404 and code != "ContainerNotFound":
                 return None
             return _UNHANDLED
 
-        self._call("delete", path, blob.delete_blob, handle)
+        self._call("delete", path, lambda: self._fs.rm_file(target), handle)
 
     def list(self, prefix: str = "") -> Iterator[tuple[str, int]]:
         full = f"{self.root}/{prefix}" if self.root else prefix
         cut = len(self.root) + 1 if self.root else 0
 
-        def fetch():
-            return sorted((b.name[cut:], int(b.size)) for b in self._container.list_blobs(name_starts_with=full))
+        async def fetch():
+            blobs = self._fs.service_client.get_container_client(self.container).list_blobs(name_starts_with=full)
+            return sorted([(b.name[cut:], int(b.size)) async for b in blobs])
 
-        return iter(self._call("list prefix", prefix, fetch))
+        return iter(self._sdk("list prefix", prefix, fetch))
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
-            self._service.close()
+            _run(self._fs, self._fs.service_client.close)
+        close = getattr(getattr(self._fs, "credential", None), "close", None)  # an aio AAD credential
+        if close is not None:
+            with contextlib.suppress(Exception):
+                if inspect.iscoroutinefunction(close):
+                    _run(self._fs, close)
+                else:
+                    close()
+
+
+def _run(fs, make: Callable[[], Any]) -> Any:
+    """Run the coroutine ``make()`` returns on adlfs's event loop and wait for it."""
+    from fsspec.asyn import sync
+
+    async def call():
+        return await make()
+
+    return sync(fs.loop, call)
+
+
+def _account_from_url(url: str) -> str | None:
+    """The account an endpoint URL names: ``https://NAME.blob...`` or ``http://host:port/NAME``."""
+    rest = url.partition("://")[2].partition("?")[0]
+    netloc, _, path = rest.partition("/")
+    if path.strip("/"):
+        return path.strip("/").split("/", 1)[0]
+    host = netloc.rpartition("@")[2].partition(":")[0]
+    return host.split(".", 1)[0] if "." in host and not host.replace(".", "").isdigit() else None
 
 
 class _Mismatch(Exception):
@@ -348,6 +428,11 @@ _OPTION_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "prefix": ((str,), "a blob name prefix (a string)"),
     "connection_string": ((str,), "a connection string (a string)"),
     "account_key": ((str,), "the storage account's access key (a base64 string)"),
+    "sas_token": ((str,), "a shared access signature (a string)"),
+    "client_id": ((str,), "the service principal's application (client) id (a string)"),
+    "client_secret": ((str,), "the service principal's client secret (a string)"),
+    "tenant_id": ((str,), "the service principal's tenant id (a string)"),
+    "anon": ((bool,), "true or false"),
     "endpoint": ((str,), "a blob service URL (a string)"),
     "retries": ((int,), "an int >= 0"),
     "timeout": ((int, float), "a number of seconds > 0"),
@@ -366,7 +451,7 @@ def _check_options(**options: Any) -> None:
         kind = type(value).__name__
         kind = ("an " if kind[:1] in "aeiou" else "a ") + kind
         shown = kind if secret else f"{value!r} ({kind})"
-        if isinstance(value, bool) or not isinstance(value, kinds):
+        if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
             raise InvalidOption(f"option {name!r} of driver 'azure' must be {text}, got {shown}", option=name)
         if isinstance(value, str) and name != "prefix" and (not value.strip() or value != value.strip()):
             got = "a blank or padded string" if secret else repr(value)
@@ -384,6 +469,54 @@ def _check_options(**options: Any) -> None:
     if isinstance(credential, str) and not credential.strip():
         raise InvalidOption("option 'credential' of driver 'azure' must be a SAS token or a credential "
                             "object, got a blank string", option="credential")
+
+
+def _check_auth(auth: dict[str, Any], account_name: str | None, endpoint: str | None) -> None:
+    """One way to authenticate, that adlfs will really use, and an account to use it on."""
+    given = [kind for kind in _AUTH_KINDS if any(auth[o] is not None for o in kind)]
+    if len(given) > 1:
+        names = " and ".join(f"{kind[0]!r}" if len(kind) == 1 else "/".join(kind) for kind in given)
+        raise InvalidOption(f"driver 'azure' takes one way to authenticate, got {names}: keep one",
+                            option=next(o for o in given[1] if auth[o] is not None))
+    if given == [("credential", "account_key")] and auth["credential"] is not None and auth["account_key"] is not None:
+        raise InvalidOption("driver 'azure' takes 'credential' or 'account_key', not both", option="account_key")
+    if given and given[0] == _AUTH_KINDS[3]:
+        missing = [o for o in _AUTH_KINDS[3] if auth[o] is None and not os.environ.get(_ENV[o])]
+        if missing:
+            raise InvalidOption(f"driver 'azure': a service principal needs client_id, client_secret and "
+                                f"tenant_id; {', '.join(missing)} missing", option=missing[0])
+    if given:  # a variable adlfs reads first must not replace the option given
+        for kind in _AUTH_KINDS[:_AUTH_KINDS.index(given[0])]:
+            for option in kind:
+                if option in _ENV and os.environ.get(_ENV[option]):
+                    raise InvalidOption(
+                        f"driver 'azure': the environment variable {_ENV[option]} is set, and adlfs would use "
+                        f"it instead of option {next(o for o in given[0] if auth[o] is not None)!r}: unset "
+                        f"it, or configure option {option!r} instead", option=option)
+    env_conn = "" if given else os.environ.get(_ENV["connection_string"], "")
+    if env_conn and endpoint:
+        raise InvalidOption(f"driver 'azure': the environment variable {_ENV['connection_string']} is set and gives "
+                            f"the account URL, and so does option 'endpoint': keep one", option="endpoint")
+    if env_conn and account_name and _conn_account(env_conn) not in (None, account_name):
+        raise InvalidOption(f"driver 'azure': option 'account_name' is {account_name!r}, but adlfs would use the "
+                            f"environment variable {_ENV['connection_string']}, which names account "
+                            f"{_conn_account(env_conn)!r}: unset it, or fix 'account_name'", option="account_name")
+    if not (auth["connection_string"] or os.environ.get(_ENV["connection_string"]) or endpoint or account_name
+            or os.environ.get(_ENV["account_name"])):
+        raise InvalidOption("driver 'azure' needs 'connection_string', 'endpoint' or 'account_name'",
+                            option="account_name")
+    if endpoint and auth["connection_string"]:
+        raise InvalidOption("driver 'azure': 'endpoint' and 'connection_string' both give the account URL; "
+                            "keep one", option="endpoint")
+
+
+def _conn_account(connection_string: str) -> str | None:
+    """The ``AccountName=`` of a connection string (never anything else of it)."""
+    for part in connection_string.split(";"):
+        key, _, value = part.partition("=")
+        if key.strip().lower() == "accountname":
+            return value.strip()
+    return None
 
 
 class _RequestHook:
@@ -409,31 +542,40 @@ def _lose_answer_if_asked(response) -> None:
         raise RequestProbe.answer_lost()
 
 
-def _status(exc: Exception) -> tuple[int, str]:
-    status = getattr(exc, "status_code", None) or 0
-    code = getattr(exc, "error_code", None) or ""
+def _cause(exc: BaseException) -> BaseException:
+    """The SDK's exception behind adlfs's ``FileNotFoundError``/``FileExistsError``."""
+    if isinstance(exc, (FileNotFoundError, FileExistsError)) and exc.__cause__ is not None:
+        return exc.__cause__
+    return exc
+
+
+def _status(exc: BaseException) -> tuple[int, str]:
+    inner = _cause(exc)
+    status = getattr(inner, "status_code", None) or 0
+    code = getattr(inner, "error_code", None) or ""
     code = getattr(code, "value", code)  # StorageErrorCode is an enum
     if not code:
-        response = getattr(exc, "response", None)
+        response = getattr(inner, "response", None)
         headers = getattr(response, "headers", None) or {}
         code = headers.get("x-ms-error-code", "") if hasattr(headers, "get") else ""
+    if not status and isinstance(inner, FileNotFoundError):
+        status = 404  # adlfs found no blob (no answer of the service behind it)
     return int(status), str(code)
 
 
-def _is_auth_error(exc: Exception) -> bool:
+def _is_auth_error(exc: BaseException) -> bool:
     from azure.core.exceptions import ClientAuthenticationError
 
     try:
         from azure.identity import CredentialUnavailableError
     except ImportError:  # pragma: no cover - azure-identity is a dependency
         CredentialUnavailableError = ClientAuthenticationError
-    return isinstance(exc, (ClientAuthenticationError, CredentialUnavailableError))
+    return isinstance(_cause(exc), (ClientAuthenticationError, CredentialUnavailableError))
 
 
-def _transient(exc: Exception, status: int) -> bool:
+def _transient(exc: BaseException, status: int) -> bool:
     from azure.core.exceptions import ServiceRequestError, ServiceResponseError
 
     if status:
         return is_transient(status)
-    return isinstance(exc, (ServiceRequestError, ServiceResponseError, ConnectionError, TimeoutError))
-
+    return isinstance(_cause(exc), (ServiceRequestError, ServiceResponseError, ConnectionError, TimeoutError))

@@ -39,7 +39,8 @@ class Azurite(Emulator):
 
     def command(self) -> list[str]:
         return [
-            azurite_binary(), "--skipApiVersionCheck", "--loose", "--silent",
+            # --disableTelemetry: otherwise Azurite reports to an Application Insights host.
+            azurite_binary(), "--skipApiVersionCheck", "--loose", "--silent", "--disableTelemetry",
             "--blobHost", "127.0.0.1", "--blobPort", str(self.port),
             "--location", str(self.data_dir),
         ]

@@ -1,5 +1,5 @@
-"""GcsDriver: segments in a Google Cloud Storage bucket (the shared object-store layout,
-:mod:`tiered_core.spi.objectstore`, over GCS primitives)."""
+"""GcsDriver: segments in a Google Cloud Storage bucket, on gcsfs (the shared object-store
+layout, :mod:`tiered_core.spi.objectstore`, over GCS primitives)."""
 
 from __future__ import annotations
 
@@ -11,25 +11,41 @@ from tiered_core.errors import DriverError, InvalidOption, NotFound
 from tiered_core.spi import Capabilities, RetryPolicy
 from tiered_core.spi.objectstore import ChainedObjectDriver, ObjectInfo
 
-from .client import GcsClient, Response
+from .transport import GcsTransport
+
+#: What a listing asks for: enough for the layout, nothing more.
+LIST_FIELDS = "items(name,size,generation,metadata,md5Hash),nextPageToken"
 
 
 class GcsDriver(ChainedObjectDriver):
-    """Segments as objects in one GCS bucket, below ``prefix``.
+    """Segments as objects in one GCS bucket, below ``prefix``, through gcsfs.
 
     The layout and its guarantees are :class:`~tiered_core.spi.objectstore.ChainedObjectDriver`'s:
-    each ``write`` is one conditional part upload (``ifGenerationMatch=0``), so it lands
+    each ``write`` is one exclusive part upload (``ifGenerationMatch=0``), so it lands
     whole or not at all (``atomic_write``), and ``size`` is recomputed from one listing,
     exact after a crash at any point; racing writers are excluded where the service
     enforces generation preconditions. Parts are composed into the base (GCS compose, 32
     sources a call) when the chain gets long and at seal, which records the seal in the
     base's metadata; later writes raise :class:`~tiered_core.errors.SegmentSealed`.
 
-    Each request is sent once: transient failures (HTTP 408/429/5xx, resets, timeouts)
-    raise ``DriverError(retryable=True)``, and the retry layer ``open_driver`` adds
-    repeats the operation when that is safe (``retries`` sets its count); 401/403 and a
-    missing bucket raise ``DriverError(retryable=False)`` naming the bucket. ``token`` is
-    a secret: it never appears in ``repr``, ``describe`` or error messages.
+    Every call is gcsfs's (``gcsfs.core.GCSFileSystem``, see :mod:`.transport`): the
+    exclusive create is ``pipe_file(mode="create")`` (one multipart upload at any size),
+    the ranged read ``cat_file``, the listing, the delete, the metadata update and the
+    compose are ``call`` requests of the JSON API, because gcsfs's own ``ls``/``find``,
+    ``rm`` and ``merge`` take no generation precondition (and ``find`` lists twice when
+    nothing matches). No call needs the official SDK. One thing is not gcsfs's public API:
+    the request hook -- the driver's probe wraps the undecorated ``GCSFileSystem._request``
+    (its ``__wrapped__``) and decorates it again with gcsfs's ``retry_request`` using the
+    ``retries`` option, since gcsfs fixes the retry count in that decorator.
+
+    Failures: gcsfs retries each request (HTTP 408/429/5xx, connection errors, token
+    refreshes; backoff 1 s, 2 s, 4 s ... 32 s) ``retries`` times, except a compose, which
+    is sent once (after a lost answer the driver looks at the base). What still fails
+    raises ``DriverError(retryable=True)`` and the retry layer ``open_driver`` adds
+    repeats the whole operation when that is safe (``retries`` sets its count too, within
+    its time budget); 401/403 and a missing bucket raise ``DriverError(retryable=False)``
+    naming the bucket. ``token`` is a secret: it never appears in ``repr``, ``describe``
+    or error messages.
 
     Against an emulator say so with ``emulated=True`` (never inferred from the endpoint):
     that instance then declares fake-gcs-server's gap, :data:`EMULATOR_GAP`
@@ -37,11 +53,11 @@ class GcsDriver(ChainedObjectDriver):
     enforce generation preconditions), and defaults ``token`` to ``"anon"``. The class's
     ``capabilities`` (the real service's) never change.
 
-    Authentication: ``token`` is a service-account (or authorized-user) JSON path, its
-    parsed dict, ``"google_default"``, ``"cloud"``, ``"anon"`` or a google-auth
-    credentials object; when absent, the standard Google credential chain, or anonymous
-    access when an emulator endpoint is configured. ``project`` is accepted for
-    configurations written for gcsfs; bucket-scoped object calls need none.
+    Authentication (gcsfs's): ``token`` is a service-account (or authorized-user) JSON
+    path, its parsed dict, ``"google_default"``, ``"cloud"`` (the metadata server),
+    ``"anon"`` or a google-auth credentials object; when absent, the standard chain
+    (application-default credentials, the metadata server on Google Cloud), else
+    anonymous access. ``project`` is passed to gcsfs (bucket-scoped object calls need none).
     """
 
     name = "gcs"
@@ -73,7 +89,10 @@ class GcsDriver(ChainedObjectDriver):
             if token is None:
                 token = "anon"
         try:
-            self.client = GcsClient(bucket=bucket, token=token, endpoint=endpoint, timeout=timeout)
+            self.gcs = GcsTransport(bucket=bucket, token=token, endpoint=endpoint.rstrip("/") if endpoint else None,
+                                    project=project, timeout=timeout, retries=retries)
+        except InvalidOption:
+            raise
         except Exception as exc:  # credential chain failures; never echo the token
             # The library's message may quote the token, so only its type is kept.
             raise DriverError(f"gcs: cannot set up credentials for bucket {bucket!r} ({type(exc).__name__}); "
@@ -82,8 +101,8 @@ class GcsDriver(ChainedObjectDriver):
 
     @property
     def transport(self):
-        """The request probe: requests sent (benchmarks), and a test hook on each."""
-        return self.client.transport
+        """The request probe: every HTTP attempt counted (benchmarks), and a test hook on each."""
+        return self.gcs.probe
 
     def _where(self, path: str) -> str:
         return f"{path!r} in bucket {self.bucket!r}"
@@ -91,86 +110,114 @@ class GcsDriver(ChainedObjectDriver):
     def _error_context(self) -> dict[str, Any]:
         return {"bucket": self.bucket}
 
-    def _fail(self, resp: Response, what: str) -> DriverError:
-        """A typed error for an unexpected status (the client raised transient ones already)."""
-        msg = resp.error_message()
-        if resp.status in (401, 403):
-            text = f"gcs: access denied ({resp.status}) to {what} in bucket {self.bucket!r}: check the credentials " \
-                   f"and IAM permissions"
-            return DriverError(text, retryable=False, bucket=self.bucket, status=resp.status)
-        if resp.status == 404:
-            return DriverError(f"gcs: bucket {self.bucket!r} does not exist (while trying to {what})",
-                               retryable=False, bucket=self.bucket, status=404)
-        return DriverError(f"gcs: cannot {what} in bucket {self.bucket!r}: HTTP {resp.status} {msg}".rstrip(),
-                           retryable=resp.status >= 500, bucket=self.bucket, status=resp.status)
+    def _no_bucket(self, what: str) -> DriverError:
+        return DriverError(f"gcs: bucket {self.bucket!r} does not exist (while trying to {what})",
+                           retryable=False, bucket=self.bucket, status=404)
+
+    def _path(self, name: str) -> str:
+        return f"{self.bucket}/{name}"
 
     @staticmethod
-    def _info(item: Mapping[str, Any]) -> ObjectInfo:
-        return ObjectInfo(str(item.get("name", "")), int(item.get("size", 0)), str(item.get("generation", "")),
-                          dict(item.get("metadata") or {}), str(item.get("md5Hash", "")))
+    def _info(item: Mapping[str, Any], name: str | None = None) -> ObjectInfo:
+        return ObjectInfo(name or str(item.get("name", "")), int(item.get("size", 0)),
+                          str(item.get("generation", "")), dict(item.get("metadata") or {}),
+                          str(item.get("md5Hash", "")))
 
     # -- the primitives of the shared layout ----------------------------------------------
 
     def _list_objects(self, prefix: str, *, what: str) -> list[ObjectInfo]:
-        status, items, _msg = self.client.list(prefix, what=what)
-        if status != 200:
-            raise self._fail(Response(status, b""), what)
-        return [self._info(item) for item in items]
+        async def pages(fs: Any) -> list[dict[str, Any]]:
+            items: list[dict[str, Any]] = []
+            token = None
+            while True:
+                page = await fs._call("GET", "b/{}/o", self.bucket, json_out=True, prefix=prefix,
+                                      maxResults=1000, fields=LIST_FIELDS, pageToken=token)
+                items.extend(page.get("items", []))
+                token = page.get("nextPageToken")
+                if not token:
+                    return items
+
+        try:
+            return [self._info(item) for item in self.gcs.run(what, pages)]
+        except FileNotFoundError:
+            raise self._no_bucket(what) from None
 
     def _create_object(self, name: str, data: bytes, metadata: Mapping[str, str] | None, *,
                        what: str) -> ObjectInfo | None:
-        resp = self.client.upload(name, data, metadata, what=what, if_generation_match=0)
-        if resp.status == 412:
+        # chunksize above the size: always one multipart upload, whose precondition the
+        # emulator enforces too (it ignores it on resumable uploads).
+        async def put(fs: Any) -> Any:
+            return await fs._pipe_file(self._path(name), data, metadata=dict(metadata) if metadata else None,
+                                       mode="create", chunksize=len(data) + 1)
+
+        try:
+            resource = self.gcs.run(what, put)
+        except FileExistsError:
             return None
-        if resp.status != 200:
-            raise self._fail(resp, what)
-        return self._info(resp.json())
+        except FileNotFoundError:
+            raise self._no_bucket(what) from None
+        return self._info(resource if isinstance(resource, dict) else {}, name)
 
     def _read_object(self, name: str, start: int, length: int, *, what: str) -> bytes:
-        resp = self.client.download(name, start, length, what=what)
-        if resp.status in (404, 416):
-            raise NotFound(name)
-        if resp.status not in (200, 206):
-            raise self._fail(resp, what)
-        body = resp.body
-        if resp.status == 200 and len(body) != length:  # server ignored the range
+        async def get(fs: Any) -> bytes:
+            return await fs._cat_file(self._path(name), start=start, end=start + length)
+
+        try:
+            body = self.gcs.run(what, get)
+        except FileNotFoundError:
+            raise NotFound(name) from None
+        except DriverError as exc:
+            if exc.context.get("status") == 416:  # starts past its end: replaced meanwhile
+                raise NotFound(name, "is shorter than the range read") from None
+            raise
+        if len(body) > length:  # a server that ignored the range sent the whole object
             body = body[start:start + length]
         return body
 
     def _delete_object(self, name: str, *, version: str | None = None, what: str) -> bool:
-        resp = self.client.delete(name, what=what, if_generation_match=int(version) if version else None)
-        if resp.status in (404, 412):
+        async def rm(fs: Any) -> None:
+            await fs._call("DELETE", "b/{}/o/{}", self.bucket, name, ifGenerationMatch=version or None)
+
+        try:
+            self.gcs.run(what, rm)
+        except (FileNotFoundError, FileExistsError):
             return False
-        if resp.status not in (200, 204):
-            raise self._fail(resp, what)
         return True
 
     def _update_metadata(self, name: str, metadata: Mapping[str, str], *, version: str,
                          what: str) -> ObjectInfo | None:
-        resp = self.client.patch_metadata(name, metadata, what=what, if_generation_match=int(version))
-        if resp.status in (404, 412):
+        async def patch(fs: Any) -> Any:
+            return await fs._call("PATCH", "b/{}/o/{}", self.bucket, name, json={"metadata": dict(metadata)},
+                                  ifGenerationMatch=version, json_out=True)
+
+        try:
+            return self._info(self.gcs.run(what, patch), name)
+        except (FileNotFoundError, FileExistsError):
             return None
-        if resp.status != 200:
-            raise self._fail(resp, what)
-        return self._info(resp.json())
 
     def _consolidate(self, name: str, sources: Sequence[ObjectInfo], metadata: Mapping[str, str], *,
                      version: str, what: str) -> ObjectInfo | None:
-        resp = self.client.compose(name, [name] + [s.name for s in sources], metadata, what=what,
-                                   if_generation_match=int(version))
-        if resp.status == 412:
+        body = {
+            "sourceObjects": [{"name": name}] + [{"name": s.name} for s in sources],
+            "destination": {"contentType": "application/octet-stream", "metadata": dict(metadata)},
+        }
+
+        async def compose(fs: Any) -> Any:
+            return await fs._call("POST", "b/{}/o/{}/compose", self.bucket, name, json=body,
+                                  ifGenerationMatch=version, json_out=True)
+
+        try:
+            return self._info(self.gcs.run(what, compose, once=True), name)
+        except FileExistsError:
             return None
-        if resp.status == 404:
-            raise NotFound(name, "or one of its parts does not exist")
-        if resp.status != 200:
-            raise self._fail(resp, what)
-        return self._info(resp.json())
+        except FileNotFoundError:
+            raise NotFound(name, "or one of its parts does not exist") from None
 
     def _content_checksum(self, data: bytes) -> str | None:
         return base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()
 
     def close(self) -> None:
-        self.client.close()
+        self.gcs.close()
 
 
 #: Declared gap of the emulator: it accepts ``ifGenerationMatch`` on compose and metadata

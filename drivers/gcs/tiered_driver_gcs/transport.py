@@ -69,6 +69,8 @@ def check_token(token: Any) -> Any:
     Google's token-info endpoint as a raw access token) is refused; pass a
     ``google.oauth2.credentials.Credentials`` object for that.
     """
+    if isinstance(token, os.PathLike):
+        token = os.fspath(token)
     if token is None or isinstance(token, dict) or token in TOKEN_METHODS:
         return token
     if isinstance(token, str):

@@ -102,7 +102,7 @@ def check(driver, path: str, expected: bytes) -> None:
 @pytest.mark.parametrize("delay", [0.0, 0.003, 0.02])
 def test_gcs_kill_during_part_upload_and_compose(tmp_path, delay):
     from tiered_driver_gcs import GcsDriver
-    from tiered_driver_gcs.layout import PART_MARK
+    from tiered_core.spi.objectstore.layout import PART_MARK
 
     server = start_or_skip(FakeGcsServer(tmp_path / "data"))
     try:
@@ -146,8 +146,8 @@ def test_gcs_kill_during_part_upload_and_compose(tmp_path, delay):
         driver.seal(path)  # idempotent; removes parts whose deletion the kill interrupted
         check(driver, path, expected)
         assert driver.is_sealed(path)
-        status, items, _ = driver.client.list(driver._key(path), what="test listing")
-        assert [o["name"] for o in items if PART_MARK in o["name"]] == []
+        items = driver._list_objects(driver._key(path), what="test listing")
+        assert [o.name for o in items if PART_MARK in o.name] == []
         driver.close()
     finally:
         server.close()

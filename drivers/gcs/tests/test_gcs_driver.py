@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -23,22 +24,29 @@ from tiered_core.spi.layer import CountingLayer, RetryPolicy, layered
 from tiered_core.spi.transport import LOST_ANSWER
 from tiered_driver_gcs import EMULATOR_GAP, GcsDriver
 from tiered_driver_gcs.testing import GCS_BUCKET
-from tiered_driver_gcs.driver import COMPACT_AT
-from tiered_driver_gcs.layout import META_SEALED, PART_MARK, part_key
+from tiered_core.spi.objectstore import ObjectInfo
+from tiered_core.spi.objectstore.layout import META_SEALED, PART_MARK, part_key
+
+COMPACT_AT = GcsDriver.compact_at
 
 
 @pytest.fixture
 def driver(fake_gcs):
-    drv = GcsDriver(**fake_gcs.driver_options(GCS_BUCKET, f"t-{uuid.uuid4().hex[:10]}"), retries=3)
+    # retries=0: gcsfs sends each request once, so an injected failure surfaces as it is
+    # (the retry layer is added where a test wants it; gcsfs's own retries have their test).
+    drv = GcsDriver(**fake_gcs.driver_options(GCS_BUCKET, f"t-{uuid.uuid4().hex[:10]}"), retries=0)
     yield drv
     drv.close()
 
 
-def raw_objects(drv: GcsDriver, path: str) -> list[dict]:
+def raw_objects(drv: GcsDriver, path: str) -> list[ObjectInfo]:
     """What the bucket really holds for ``path`` (base and parts)."""
-    status, items, _ = drv.client.list(drv._key(path), what="test listing")
-    assert status == 200
-    return items
+    return drv._list_objects(drv._key(path), what="test listing")
+
+
+def upload(drv: GcsDriver, name: str, data: bytes) -> None:
+    """Put an object in the bucket as another program would (an exclusive create)."""
+    assert drv._create_object(name, data, None, what="test upload") is not None
 
 
 def test_registered_and_opened_by_name(fake_gcs):
@@ -61,7 +69,7 @@ def test_appends_are_parts_and_reads_span_them(driver):
     assert driver.size("seg") == 16
     assert driver.read("seg", 0, 16) == b"base-part1-part2"
     assert driver.read("seg", 3, 10) == b"e-part1-pa"
-    names = sorted(o["name"] for o in raw_objects(driver, "seg"))
+    names = sorted(o.name for o in raw_objects(driver, "seg"))
     assert len(names) == 3 and sum(PART_MARK in n for n in names) == 2
     with pytest.raises(IllegalParam):
         driver.read("seg", 10, 7)
@@ -88,10 +96,10 @@ def test_compaction_keeps_few_objects_and_the_bytes(driver):
     assert driver.size("seg") == len(expected)
     assert driver.read("seg", 0, len(expected)) == bytes(expected)
     objs = raw_objects(driver, "seg")
-    parts = [o for o in objs if PART_MARK in o["name"]]
-    base = [o for o in objs if PART_MARK not in o["name"]][0]
+    parts = [o for o in objs if PART_MARK in o.name]
+    base = [o for o in objs if PART_MARK not in o.name][0]
     assert len(parts) < COMPACT_AT  # composed into the base when the chain got long
-    assert int(base["size"]) > len(b"<000>")
+    assert base.size > len(b"<000>")
 
 
 def test_seal_leaves_one_object_and_rejects_writes(driver):
@@ -103,8 +111,8 @@ def test_seal_leaves_one_object_and_rejects_writes(driver):
         pos += len(chunk)
     driver.seal("seg")
     objs = raw_objects(driver, "seg")
-    assert [o["name"] for o in objs] == [driver._key("seg")]
-    assert objs[0]["metadata"][META_SEALED] == "true"
+    assert [o.name for o in objs] == [driver._key("seg")]
+    assert objs[0].metadata[META_SEALED] == "true"
     assert driver.is_sealed("seg") and driver.size("seg") == len(expected)
     assert driver.read("seg", 0, len(expected)) == expected
     with pytest.raises(SegmentSealed):
@@ -122,28 +130,26 @@ def test_crash_leftovers_are_never_counted(driver):
     driver.write("seg", 4, b"BBBB")
     view = driver._view(driver._key("seg"), "seg")
     # (1) crash after a compose but before its parts were deleted: parts inside the base.
-    resp = driver.client.compose(driver._key("seg"), [driver._key("seg"), view.chain[0].name], view.metadata,
-                                 what="test compose", if_generation_match=view.generation)
-    assert resp.status == 200
+    assert driver._consolidate(driver._key("seg"), [view.chain[0].info()], view.metadata, version=view.version,
+                               what="test compose") is not None
     assert driver.size("seg") == 8
     assert driver.read("seg", 0, 8) == b"AAAABBBB"
     # (2) a part after a gap (a stale writer's upload that never joined the chain).
-    assert driver.client.upload(part_key(driver._key("seg"), view.segment_id, 100), b"zz", None,
-                                what="test upload").status == 200
+    upload(driver, part_key(driver._key("seg"), view.segment_id, 100), b"zz")
     # (3) a part of a different segment id (left by a deleted predecessor).
-    assert driver.client.upload(part_key(driver._key("seg"), "0ld", 8), b"yy", None, what="test upload").status == 200
+    upload(driver, part_key(driver._key("seg"), "0ld", 8), b"yy")
     assert driver.size("seg") == 8
     assert dict(driver.list("")) == {"seg": 8}
     driver.write("seg", 8, b"CC")
     assert driver.read("seg", 0, 10) == b"AAAABBBBCC"
     driver.seal("seg")  # garbage is removed with the seal
-    assert [o["name"] for o in raw_objects(driver, "seg")] == [driver._key("seg")]
+    assert [o.name for o in raw_objects(driver, "seg")] == [driver._key("seg")]
 
 
 def test_delete_interrupted_after_base_leaves_no_size(driver):
     driver.write("seg", 0, b"old-")
     driver.write("seg", 4, b"parts")
-    assert driver.client.delete(driver._key("seg"), what="test delete").status in (200, 204)
+    assert driver._delete_object(driver._key("seg"), what="test delete")
     assert driver.size("seg") == 0 and not driver.exists("seg")
     driver.write("seg", 0, b"new-")  # a new segment must not adopt the old parts
     driver.write("seg", 4, b"!")
@@ -182,7 +188,9 @@ def fail_first(n: int, status_or_exc, method: str | None = None):
     return hook
 
 
-def test_transient_failures_are_retried_by_the_layer_not_the_driver(driver):
+def test_transient_failures_surface_retryable_and_the_layer_retries(driver):
+    """With retries=0 gcsfs sends each request once: the failure reaches the driver's
+    caller as a retryable DriverError, and the retry layer repeats the operation."""
     driver.write("seg", 0, b"first")
     stack = layered(driver, QUICK)
     driver.transport.hook = hook = fail_first(2, 503)
@@ -193,6 +201,75 @@ def test_transient_failures_are_retried_by_the_layer_not_the_driver(driver):
     with pytest.raises(DriverError) as info:
         driver.size("seg")  # the driver alone sends once
     assert info.value.retryable and "503" in str(info.value)
+
+
+def test_gcsfs_retries_each_request_but_never_a_compose(fake_gcs):
+    """``retries`` is gcsfs's count of retries per request (with its backoff); a compose
+    is sent once, because only the driver can tell whether a lost one took place."""
+    drv = GcsDriver(**fake_gcs.driver_options(GCS_BUCKET, f"r-{uuid.uuid4().hex[:8]}"), retries=1)
+    drv.write("seg", 0, b"abc")
+    drv.write("seg", 3, b"def")
+    drv.transport.hook = hook = fail_first(1, 503)
+    before = drv.transport.requests
+    assert drv.size("seg") == 6  # gcsfs retried the failed listing itself
+    assert hook.left["n"] == 0 and drv.transport.requests - before == 2  # every attempt is counted
+    drv.transport.hook = fail_first(2, 503)
+    with pytest.raises(DriverError) as info:
+        drv.size("seg")  # two attempts, both failed
+    assert info.value.retryable and "503" in str(info.value)
+    seen = []
+
+    def fail_composes(method, what):
+        if what.startswith("compose"):
+            seen.append(what)
+            return 503
+        return None
+
+    drv.transport.hook = fail_composes
+    with pytest.raises(DriverError) as info:
+        drv.seal("seg")
+    assert info.value.retryable and seen == ["compose 'seg'"]  # not resent
+    drv.transport.hook = None
+    drv.seal("seg")
+    assert drv.is_sealed("seg") and drv.read("seg", 0, 6) == b"abcdef"
+    drv.close()
+
+
+def emulator_upload(url: str, bucket: str, name: str, data: bytes) -> None:
+    """A multipart upload straight to the emulator (outside gcsfs's loop)."""
+    body = (b"--b\r\nContent-Type: application/json\r\n\r\n" + json.dumps({"name": name}).encode()
+            + b"\r\n--b\r\nContent-Type: application/octet-stream\r\n\r\n" + data + b"\r\n--b--\r\n")
+    req = urllib.request.Request(f"{url}/upload/storage/v1/b/{bucket}/o?uploadType=multipart", data=body,
+                                 method="POST", headers={"Content-Type": "multipart/related; boundary=b"})
+    urllib.request.urlopen(req, timeout=10).close()
+
+
+@pytest.mark.parametrize("same_bytes", [True, False])
+def test_a_part_found_by_the_upload_counts_only_when_it_is_this_writes_bytes(driver, fake_gcs, same_bytes):
+    """gcsfs resends an upload whose answer was lost; the resend finds the first attempt's
+    part (412). Staged here: the part appears just before the upload is sent. The driver
+    takes it for its own only when it holds exactly this write's bytes."""
+    driver.write("seg", 0, b"base")
+    view = driver._view(driver._key("seg"), "seg")
+    name = part_key(driver._key("seg"), view.segment_id, 4)
+    landed = b"-part" if same_bytes else b"-othr"
+
+    def first_attempt_landed(method, what):
+        if what.startswith("write") and not staged:
+            staged.append(True)
+            emulator_upload(fake_gcs.url, GCS_BUCKET, name, landed)
+        return None
+
+    staged: list[bool] = []
+    driver.transport.hook = first_attempt_landed
+    if same_bytes:
+        driver.write("seg", 4, b"-part")
+    else:
+        with pytest.raises(PositionMismatch) as info:
+            driver.write("seg", 4, b"-part")
+        assert info.value.actual_size == 9
+    driver.transport.hook = None
+    assert staged and driver.read("seg", 0, 9) == b"base" + landed
 
 
 def test_a_failed_write_is_not_resent_and_file_segment_converges(driver):
@@ -317,7 +394,7 @@ def test_lost_answer_of_a_part_upload_is_not_written_twice(driver):
     assert seg.commit()  # the write failed, but size() shows the part landed: adopted, not resent
     driver.transport.hook = None
     assert driver.read("seg", 0, driver.size("seg")) == b"base-part"
-    assert len([o for o in raw_objects(driver, "seg") if PART_MARK in o["name"]]) == 1
+    assert len([o for o in raw_objects(driver, "seg") if PART_MARK in o.name]) == 1
 
 
 def test_lost_answer_of_a_compose_is_not_composed_twice(driver):
@@ -332,7 +409,7 @@ def test_lost_answer_of_a_compose_is_not_composed_twice(driver):
     driver.write("seg", len(expected), b"<last>")  # reaches COMPACT_AT: composes
     expected += b"<last>"
     driver.transport.hook = None
-    assert len([o for o in raw_objects(driver, "seg") if PART_MARK in o["name"]]) < COMPACT_AT  # it composed
+    assert len([o for o in raw_objects(driver, "seg") if PART_MARK in o.name]) < COMPACT_AT  # it composed
     assert driver.size("seg") == len(expected)
     assert driver.read("seg", 0, len(expected)) == bytes(expected)
     driver.seal("seg")
@@ -342,7 +419,7 @@ def test_lost_answer_of_a_compose_is_not_composed_twice(driver):
 def test_storage_emulator_host_is_honoured(fake_gcs, monkeypatch):
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs.url)
     drv = GcsDriver(bucket=GCS_BUCKET, prefix=f"env-{uuid.uuid4().hex[:8]}", emulated=True)  # no endpoint option
-    assert drv.client.location == fake_gcs.url
+    assert drv.gcs.fs._location == fake_gcs.url  # gcsfs resolved the emulator from the environment
     drv.write("x", 0, b"via env")
     assert drv.read("x", 0, 7) == b"via env"
 
@@ -387,7 +464,7 @@ def test_bearer_token_never_reaches_logs_or_errors(fake_gcs, caplog):
 
 
 def test_an_object_uploaded_by_someone_else_is_adopted(driver):
-    assert driver.client.upload(driver._key("foreign"), b"written elsewhere", None, what="test upload").status == 200
+    upload(driver, driver._key("foreign"), b"written elsewhere")
     assert driver.size("foreign") == 17
     driver.write("foreign", 17, b", appended here")
     assert driver.read("foreign", 0, 32) == b"written elsewhere, appended here"
@@ -414,14 +491,14 @@ def test_stale_writer_racing_a_compaction_is_rejected(fake_gcs, same_bytes):
     position = len(expected)
     theirs = b"<B-b>"
     mine = theirs if same_bytes else b"<A-a>"
-    real_upload = a.client.upload
+    real_create = a._create_object
 
-    def upload_after_b(key, data, metadata, **kwargs):
-        if PART_MARK in key and not b.size("seg") > position:
+    def create_after_b(name, data, metadata, **kwargs):
+        if PART_MARK in name and not b.size("seg") > position:
             b.write("seg", position, theirs)  # B wins the position and compacts
-        return real_upload(key, data, metadata, **kwargs)
+        return real_create(name, data, metadata, **kwargs)
 
-    a.client.upload = upload_after_b
+    a._create_object = create_after_b
     if same_bytes:
         a.write("seg", position, mine)  # the bytes at P are A's bytes: success is true
     else:
@@ -431,7 +508,7 @@ def test_stale_writer_racing_a_compaction_is_rejected(fake_gcs, same_bytes):
     expected += theirs
     assert b.size("seg") == len(expected)
     assert b.read("seg", 0, len(expected)) == bytes(expected)
-    assert len([o for o in raw_objects(b, "seg") if PART_MARK in o["name"]]) < COMPACT_AT  # B compacted
+    assert len([o for o in raw_objects(b, "seg") if PART_MARK in o.name]) < COMPACT_AT  # B compacted
 
 
 def test_conformance_environment_starts_or_reuses_an_emulator(tmp_path, fake_gcs, monkeypatch):

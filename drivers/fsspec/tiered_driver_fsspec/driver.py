@@ -96,26 +96,31 @@ class FsspecDriver(SegmentDriver):
     def _open_filesystem(self, storage: dict[str, Any]) -> tuple[Any, str]:
         import fsspec
 
+        error: TieredStoreError
         try:
             fs, root = fsspec.core.url_to_fs(self.url, **{**storage, **FORCED_OPTIONS})
         except ImportError as exc:  # fsspec names the package that implements the protocol
-            raise InvalidOption(f"option 'url' of driver 'fsspec': protocol {self.protocol!r} needs a package "
-                                f"that is not installed: {scrub(str(exc), self._secrets)}", option="url") from None
+            error = InvalidOption(f"option 'url' of driver 'fsspec': protocol {self.protocol!r} needs a package "
+                                  f"that is not installed: {scrub(str(exc), self._secrets)}", option="url")
         except ValueError as exc:
-            raise InvalidOption(f"option 'url' of driver 'fsspec': {self.url}: "
-                                f"{scrub(str(exc), self._secrets) or type(exc).__name__}", option="url") from None
+            error = InvalidOption(f"option 'url' of driver 'fsspec': {self.url}: "
+                                  f"{scrub(str(exc), self._secrets) or type(exc).__name__}", option="url")
         except TypeError as exc:  # an argument the filesystem does not take
-            raise InvalidOption(f"option 'storage_options' of driver 'fsspec' is not accepted by the {self.protocol!r} "
-                                f"filesystem: {scrub(str(exc), self._secrets)}",
-                                option="storage_options") from None
+            error = InvalidOption(f"option 'storage_options' of driver 'fsspec' is not accepted by the "
+                                  f"{self.protocol!r} filesystem: {scrub(str(exc), self._secrets)}",
+                                  option="storage_options")
         except Exception as exc:
-            raise DriverError(f"fsspec: cannot open {self.url}: {type(exc).__name__}: "
-                              f"{scrub(str(exc), self._secrets)}", retryable=False, url=self.url) from None
-        return fs, str(root).rstrip("/")
+            error = DriverError(f"fsspec: cannot open {self.url}: {type(exc).__name__}: "
+                                f"{scrub(str(exc), self._secrets)}", retryable=False, url=self.url)
+        else:
+            return fs, str(root).rstrip("/")
+        raise error  # outside the handler: the library's exception is not attached
 
     def _chain_layout(self) -> Any:
-        raise InvalidOption(f"driver 'fsspec': {self.url} ({self.guarantees.filesystem}) has no append; the part-chain "
-                            "layout it needs is not available in this version", option="url")
+        from .chain_layout import FsspecChain  # the shared object-store layout, in the driver layer
+
+        return FsspecChain(fs=self.fs, root=self.root, call=self._call, capabilities=self.capabilities,
+                           url=self.url, object_store=self.guarantees.object_store)
 
     # -- options -----------------------------------------------------------------------
 
@@ -180,9 +185,12 @@ class FsspecDriver(SegmentDriver):
         except (FileExistsError, TieredStoreError):
             raise
         except FileNotFoundError:
-            raise NotFound(path) from None
+            error: TieredStoreError = NotFound(path)
         except Exception as exc:
-            raise self._error(exc, what, path) from None
+            error = self._error(exc, what, path)
+        # Raised here, outside the handler: the library's exception (whose text may hold a
+        # credential) is neither the cause nor the context of the typed error.
+        raise error
 
     def _error(self, exc: BaseException, what: str, path: str) -> DriverError:
         detail = scrub(str(exc), self._secrets)

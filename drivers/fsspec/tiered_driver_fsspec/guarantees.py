@@ -61,6 +61,8 @@ class Guarantees:
     in_process: bool = False
     #: One write lands whole or not at all.
     atomic_write: bool = False
+    #: A flat key namespace listed by key prefix (``find(path, prefix=...)``), no directories.
+    object_store: bool = False
 
     def capabilities(self) -> Capabilities:
         return Capabilities(
@@ -79,6 +81,23 @@ class Guarantees:
                 "conditional_append": self.conditional_append, "layout": self.layout}
 
 
+_DECLARED: dict[str, Guarantees] = {}
+
+
+def declare(cls: type, *, exclusive_create: str, atomic_write: bool, object_store: bool,
+            in_process: bool = False) -> Guarantees:
+    """Declare that filesystem class ``cls`` (exactly; not its subclasses) creates objects
+    atomically with ``pipe_file(mode="create")`` -- ``exclusive_create`` says how -- and
+    cannot append: the driver then uses the part chain on it, with ``create_if_absent``
+    and ``conditional_append``. For a filesystem package that knows its own guarantees
+    (and for tests); the declaration is the declarer's promise, checked by nothing."""
+    name = qualified_name(cls)
+    how = f"one part per position, created exclusively ({exclusive_create})"
+    _DECLARED[name] = Guarantees(name, exclusive_create, how, CHAIN, atomic_write=atomic_write,
+                                 object_store=object_store, in_process=in_process)
+    return _DECLARED[name]
+
+
 def qualified_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
@@ -91,7 +110,9 @@ def guarantees_of(fs: object) -> Guarantees:
         # Parts are named by position and created exclusively: of two writers appending at
         # the same position only one part can exist, so the append is conditional too.
         return Guarantees(name, how, f"one part per position, created exclusively ({how})", CHAIN,
-                          atomic_write=True)
+                          atomic_write=True, object_store=True)
+    if name in _DECLARED:
+        return _DECLARED[name]
     if name == _LOCAL:
         return Guarantees(name, "a complete scratch file linked into place (os.link fails with EEXIST)",
                           None, APPEND)

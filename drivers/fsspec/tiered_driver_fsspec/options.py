@@ -122,6 +122,10 @@ def check_url(url: str) -> str:
                             "'file:///var/lib/tiered', 's3://bucket/prefix' or 'gs://bucket/prefix'",
                             option="url")
     url = url.strip()
+    if "::" in url:
+        raise InvalidOption("option 'url' of driver 'fsspec' is a chained URL ('::'): give one filesystem's URL "
+                            "(a cache or wrapper in front of it gets no credit for its guarantees) and put its "
+                            "settings in storage_options", option="url")
     if not _SCHEME.match(url):
         raise InvalidOption(f"option 'url' of driver 'fsspec' must start with a protocol "
                             f"('memory://', 'file://', 's3://', 'gs://', 'abfs://', ...), got {url!r}",
@@ -132,10 +136,10 @@ def check_url(url: str) -> str:
         raise InvalidOption(f"option 'url' of driver 'fsspec' carries a password ({shown}): the URL is "
                             "recorded as the store's location, so give the password in storage_options "
                             "(e.g. storage_options.password) and leave it out of the URL", option="url")
-    if parts.query or "::" in url:
-        what = "a query string" if parts.query else "a chained URL ('::')"
-        raise InvalidOption(f"option 'url' of driver 'fsspec' has {what}; give one filesystem's URL and "
-                            "put its settings in storage_options", option="url")
+    if parts.query:
+        raise InvalidOption("option 'url' of driver 'fsspec' has a query string (it could hold a signature); "
+                            "give the URL without it and put the filesystem's settings in storage_options",
+                            option="url")
     head, sep, rest = url.partition("://")
     rest = rest.rstrip("/")
     if not rest:

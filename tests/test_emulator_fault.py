@@ -102,7 +102,7 @@ def check(driver, path: str, expected: bytes) -> None:
 @pytest.mark.parametrize("delay", [0.0, 0.003, 0.02])
 def test_gcs_kill_during_part_upload_and_compose(tmp_path, delay):
     from tiered_driver_gcs import GcsDriver
-    from tiered_driver_gcs.layout import PART_MARK
+    from tiered_core.spi.objectstore.layout import PART_MARK
 
     server = start_or_skip(FakeGcsServer(tmp_path / "data"))
     try:

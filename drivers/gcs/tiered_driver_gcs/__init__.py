@@ -1,7 +1,7 @@
 """Google Cloud Storage backend for tiered-store (JSON API calls on aiohttp, google-auth credentials).
 
 Segments are a base object plus conditionally uploaded parts, composed into the base
-from time to time and at seal; see :mod:`tiered_driver_gcs.layout` for why the size is
+from time to time and at seal; see :mod:`tiered_core.spi.objectstore.layout` for why the size is
 exact after a crash at any point.
 """
 

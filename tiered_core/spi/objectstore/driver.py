@@ -1,0 +1,481 @@
+"""ChainedObjectDriver: the segment operations of every object-store driver, written once.
+
+The layout (a base object plus exclusively created parts chained by position, see
+:mod:`tiered_core.spi.objectstore.layout`) and everything that keeps it exact -- the
+position check, the confirmation that a part joined the chain when writers race, the
+recovery of a consolidation whose answer was lost, the seal, the clean-up of garbage --
+live here. A backend subclass provides only a handful of primitives on single objects
+(the ``_..._object`` methods and ``_consolidate``), each documented with its contract.
+
+Why the racing-writer confirmation is needed: writer A checks the size (``P``), then
+writer B writes at ``P`` and consolidates (deleting the part at ``P``), then A's exclusive
+create of the part at ``P`` succeeds -- its name is free again -- but the part lies inside
+the base and is never counted. So after creating a part, a driver on a backend that
+enforces preconditions (``capabilities.conditional_append``) lists the segment once more
+and reports success only if its part (same name and version) is in the chain, or if the
+bytes at ``P`` are exactly its bytes; otherwise it withdraws the part and raises
+``PositionMismatch`` (or ``SegmentSealed``).
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import logging
+import uuid
+from typing import Any, ClassVar, Iterator, Mapping, Sequence
+
+from tiered_core.errors import (
+    DriverError, IllegalParam, InvalidOption, InvalidPath, NotFound, PositionMismatch, SegmentSealed,
+)
+from tiered_core.spi.driver import SegmentDriver
+from tiered_core.spi.objectstore.layout import (
+    META_ID, META_SEALED, META_SEALED_SIZE, PART_MARK, ObjectInfo, Part, SegmentView, group_listing, interpret,
+    part_key,
+)
+
+log = logging.getLogger("tiered_core.spi.objectstore")
+
+#: The path component no path or prefix may contain (it separates a key from its parts).
+RESERVED = PART_MARK.rstrip("/")
+
+
+def new_segment_id() -> str:
+    """A random segment id (a deleted predecessor's parts never match it)."""
+    return uuid.uuid4().hex
+
+
+class ChainedObjectDriver(SegmentDriver, abc.ABC):
+    """A :class:`~tiered_core.spi.SegmentDriver` over an object store with exclusive create.
+
+    Guarantees the driver contract on immutable objects: each ``write`` creates one part
+    object exclusively, so it lands whole or not at all (``atomic_write``), and ``size``
+    is recomputed from one listing, exact after a crash at any point. The position is
+    checked before the upload and, where the backend enforces preconditions
+    (``capabilities.conditional_append``), confirmed after it: the part must continue the
+    chain, so two racing writers cannot both succeed. ``seal`` consolidates the parts into
+    the base (backends with :attr:`can_consolidate`) or records the final size, and marks
+    the base sealed in its metadata; later writes raise
+    :class:`~tiered_core.errors.SegmentSealed`. ``write_if_absent`` is one exclusive
+    create of the base. Failures of the primitives surface as the typed errors the
+    primitives raise (``DriverError`` with ``retryable``, ``NotFound``).
+
+    A subclass sets :attr:`root` through :meth:`_set_root`, implements the abstract
+    primitives, and may override :meth:`_where` / :meth:`_error_context` so that messages
+    name its bucket or container.
+    """
+
+    #: Whether :meth:`_consolidate` concatenates objects server-side (GCS compose).
+    #: Without it parts are never consolidated and a seal records the final size.
+    can_consolidate: ClassVar[bool] = False
+    #: Most sources one :meth:`_consolidate` call takes, the base included.
+    max_consolidate_sources: ClassVar[int] = 32
+    #: Consolidate the chain into the base once it has this many parts: keeps listings
+    #: and ranged reads short, while a run of large commits (the usual 4 MiB batches) is
+    #: not slowed by consolidations it does not need.
+    compact_at: ClassVar[int] = 64
+
+    #: The key prefix below which this driver's objects live ("" for the whole bucket).
+    root: str = ""
+
+    # -- the backend primitives ---------------------------------------------------------
+    #
+    # Names and signatures are stable: backends in other distributions implement them.
+    # ``what`` describes the request for messages and request probes (e.g. "write 'seg'
+    # at 5", "compose 'seg'"); it never contains credentials. Every primitive raises
+    # DriverError (retryable for transient failures, naming the bucket or container and
+    # saying what was denied for access errors), never a library's own exception.
+
+    @abc.abstractmethod
+    def _list_objects(self, prefix: str, *, what: str) -> list[ObjectInfo]:
+        """Every object whose name starts with ``prefix`` (all pages, no delimiter),
+        fresh from the backend (no listing cache: another writer's object must show).
+
+        ``metadata`` may be None where the listing does not carry custom metadata; the
+        driver then calls :meth:`_stat_object` for the bases it needs. A missing bucket
+        or container raises ``DriverError(retryable=False)`` naming it.
+        """
+
+    @abc.abstractmethod
+    def _create_object(self, name: str, data: bytes, metadata: Mapping[str, str] | None, *,
+                       what: str) -> ObjectInfo | None:
+        """Create object ``name`` holding ``data`` and custom ``metadata``, exclusively:
+        None (and nothing changed) when an object of that name exists.
+
+        Atomic where the backend has exclusive create (``If-None-Match: *``,
+        ``ifGenerationMatch=0``): of racing creators exactly one gets an
+        :class:`ObjectInfo` (its ``version`` at least), and no reader sees a partial
+        object. A create the transport resent after a lost answer may find its own first
+        attempt and return None: the driver recognises its own object (segment id in the
+        metadata, or the part's size and checksum).
+        """
+
+    @abc.abstractmethod
+    def _read_object(self, name: str, start: int, length: int, *, what: str) -> bytes:
+        """Bytes ``[start, start + length)`` of object ``name`` (one ranged read).
+
+        Raises :class:`~tiered_core.errors.NotFound` when the object does not exist (or is
+        now shorter than ``start``: it was replaced); the driver then lists again. May
+        return fewer bytes only when the object is shorter than the range.
+        """
+
+    @abc.abstractmethod
+    def _delete_object(self, name: str, *, version: str | None = None, what: str) -> bool:
+        """Delete object ``name``; with ``version``, only if it is still at that version.
+
+        True when deleted; False when it did not exist or (with ``version``) is at
+        another version, where the backend can tell. Never deletes another object.
+        """
+
+    @abc.abstractmethod
+    def _update_metadata(self, name: str, metadata: Mapping[str, str], *, version: str,
+                         what: str) -> ObjectInfo | None:
+        """Set the custom metadata of object ``name`` to ``metadata`` (a superset of its
+        current metadata: the layout never removes a key, so a backend that merges keys
+        is fine), only if the object is at ``version``; its bytes stay as they are.
+
+        Returns the object's new info, or None when it is at another version (or gone).
+        Used to seal a base and to adopt an object this driver did not create.
+        """
+
+    def _consolidate(self, name: str, sources: Sequence[ObjectInfo], metadata: Mapping[str, str], *,
+                     version: str, what: str) -> ObjectInfo | None:
+        """Replace object ``name`` (only if at ``version``) by its bytes followed by the
+        bytes of ``sources`` in order, with custom ``metadata``; server-side and atomic
+        (GCS compose). At most :attr:`max_consolidate_sources` objects, ``name`` included.
+
+        Returns the new info, or None when ``name`` is at another version. Raises
+        :class:`~tiered_core.errors.NotFound` when a source vanished. Send it at most once
+        (no transport-level resend): after a lost answer the driver looks at the base to
+        learn whether it happened. Only called when :attr:`can_consolidate` is True; the
+        default raises ``NotImplementedError``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot consolidate objects")
+
+    def _stat_object(self, name: str, *, what: str) -> ObjectInfo | None:
+        """The info of object ``name`` with its metadata, or None when absent. Needed only
+        by backends whose listings leave ``metadata`` None; the default raises
+        ``NotImplementedError``."""
+        raise NotImplementedError(f"{type(self).__name__} lists no metadata and has no _stat_object")
+
+    def _content_checksum(self, data: bytes) -> str | None:
+        """``data``'s checksum in the format of :attr:`ObjectInfo.checksum` for a part
+        created with it, or None (the driver then compares by reading the part back)."""
+        return None
+
+    # -- naming and messages -------------------------------------------------------------
+
+    def _set_root(self, prefix: str, *, option: str = "prefix") -> None:
+        """Use ``prefix`` (surrounding slashes ignored) as :attr:`root`; refuses the reserved mark."""
+        root = (prefix or "").strip("/")
+        if RESERVED in root:
+            raise InvalidOption(f"option {option!r} of driver {self.name!r} ({prefix!r}) contains the reserved "
+                                f"{RESERVED!r}", option=option)
+        self.root = root
+
+    def _key(self, path: str) -> str:
+        if RESERVED in path:
+            raise InvalidPath(f"path {path!r} contains the reserved {RESERVED!r}", path=path)
+        return f"{self.root}/{path}" if self.root else path
+
+    def _rel(self, key: str) -> str:
+        return key[len(self.root) + 1:] if self.root else key
+
+    def _where(self, path: str) -> str:
+        """``path`` and where it is, for messages, e.g. ``'seg' in bucket 'b'``."""
+        return repr(path)
+
+    def _error_context(self) -> dict[str, Any]:
+        """Context every error of this driver carries, e.g. ``{"bucket": ...}``."""
+        return {}
+
+    def _changed(self, path: str, during: str) -> DriverError:
+        return DriverError(f"{self.name}: {self._where(path)} changed during {during}", retryable=True,
+                           path=path, **self._error_context())
+
+    # -- views ----------------------------------------------------------------------------
+
+    def _with_metadata(self, key: str, items: list[ObjectInfo], path: str) -> list[ObjectInfo]:
+        """``items`` with the base's metadata filled in where the listing left it out."""
+        out = []
+        for item in items:
+            if item.name == key and item.metadata is None:
+                stat = self._stat_object(key, what=f"look up {path!r}")
+                if stat is None:
+                    continue  # deleted since the listing
+                item = stat
+            out.append(item)
+        return out
+
+    def _view(self, key: str, path: str) -> SegmentView:
+        items = self._list_objects(key, what=f"list {path!r}")
+        return interpret(key, self._with_metadata(key, items, path))
+
+    # -- the operations ---------------------------------------------------------------------
+
+    def size(self, path: str) -> int:
+        return self._view(self._key(path), path).size
+
+    def exists(self, path: str) -> bool:
+        return self._view(self._key(path), path).exists
+
+    def is_sealed(self, path: str) -> bool:
+        return self._view(self._key(path), path).sealed
+
+    def create(self, path: str) -> None:
+        key = self._key(path)
+        if self._view(key, path).exists:
+            return
+        # None: someone created it meanwhile -- fine.
+        self._create_object(key, b"", {META_ID: new_segment_id()}, what=f"create {path!r}")
+
+    def write_if_absent(self, path: str, data: bytes) -> bool:
+        """One exclusive create of the base: refused when the object exists. A create the
+        transport resent after a lost answer is recognised by its segment id."""
+        if not data:
+            raise IllegalParam(f"write_if_absent of {path!r} needs data", path=path)
+        key = self._key(path)
+        if self._view(key, path).exists:
+            return False  # the only guard where the backend ignores the precondition
+        segment_id = new_segment_id()
+        if self._create_object(key, bytes(data), {META_ID: segment_id}, what=f"create {path!r}") is not None:
+            return True
+        return self._view(key, path).segment_id == segment_id
+
+    def write(self, path: str, position: int, data: bytes | memoryview) -> None:
+        key = self._key(path)
+        payload = bytes(data)
+        view = self._view(key, path)
+        if view.sealed:
+            raise SegmentSealed(path)
+        if view.size != position:
+            raise PositionMismatch(path, position, view.size)
+        if not payload:
+            if not view.exists:
+                self.create(path)
+            return
+        if not view.exists:
+            self._write_base(key, path, position, payload)
+            return
+        if not view.segment_id:  # an object this driver did not create: adopt it
+            meta = {**view.metadata, META_ID: new_segment_id()}
+            if self._update_metadata(key, meta, version=view.version, what=f"adopt {path!r}") is None:
+                raise self._changed(path, "its adoption")
+            view = self._view(key, path)
+            if view.size != position or view.sealed or not view.segment_id:
+                raise self._changed(path, "its adoption")
+        self._write_part(key, path, position, payload, view)
+
+    def _refused(self, key: str, path: str, position: int) -> Exception:
+        """The error for a write whose object or part was taken by another writer."""
+        now = self._view(key, path)
+        if now.sealed:
+            return SegmentSealed(path)
+        return PositionMismatch(path, position, now.size)
+
+    def _write_base(self, key: str, path: str, position: int, payload: bytes) -> None:
+        """First bytes of a segment that does not exist: the base itself, created exclusively."""
+        segment_id = new_segment_id()
+        if self._create_object(key, payload, {META_ID: segment_id}, what=f"write {path!r} at {position}") is not None:
+            return
+        now = self._view(key, path)
+        if now.segment_id == segment_id and now.base_size == len(payload):
+            return  # this call's own object: the transport resent the create after a lost answer
+        raise self._refused(key, path, position)
+
+    def _write_part(self, key: str, path: str, position: int, payload: bytes, view: SegmentView) -> None:
+        name = part_key(key, view.segment_id, position)
+        created = self._create_object(name, payload, None, what=f"write {path!r} at {position}")
+        if created is None:
+            created = self._same_part(key, path, name, payload)
+            if created is None:
+                raise self._refused(key, path, position)
+        if not self.capabilities.conditional_append:
+            # The backend cannot exclude racing writers (an emulator ignoring
+            # preconditions), so there is no race to confirm against: one writer's part
+            # at the checked position always continues the chain.
+            if self.can_consolidate and len(view.chain) + 1 >= self.compact_at:
+                self._compact(key, path, self._view(key, path), seal=False, best_effort=True)
+            return
+        # Confirm the part continues the chain: a writer racing with a consolidation
+        # could otherwise have created a part at a position the base already covers.
+        now = self._view(key, path)
+        if any(p.name == name and p.version == created.version for p in now.chain):
+            if self.can_consolidate and len(now.chain) >= self.compact_at:
+                self._compact(key, path, now, seal=False, best_effort=True)
+            return
+        if (not now.sealed and now.size >= position + len(payload)
+                and self._read_view(path, now, position, len(payload)) == payload):
+            return  # consolidated into the base by a concurrent compaction
+        with contextlib.suppress(DriverError):  # outside the chain it is never counted anyway
+            self._delete_object(name, version=created.version, what=f"withdraw part of {path!r}")
+        if now.sealed:
+            raise SegmentSealed(path)
+        raise PositionMismatch(path, position, now.size)
+
+    def _same_part(self, key: str, path: str, name: str, payload: bytes) -> ObjectInfo | None:
+        """The existing part ``name`` when it holds exactly ``payload`` (this write's own
+        first attempt, resent by the transport, or an identical write), else None."""
+        for item in self._list_objects(name, what=f"list {path!r}"):
+            if item.name != name or item.size != len(payload):
+                continue
+            checksum = self._content_checksum(payload)
+            if checksum and item.checksum:
+                return item if checksum == item.checksum else None
+            try:
+                same = self._read_object(name, 0, len(payload), what=f"read {path!r}") == payload
+            except NotFound:
+                return None
+            return item if same else None
+        return None
+
+    def _compact(self, key: str, path: str, view: SegmentView, *, seal: bool, best_effort: bool) -> None:
+        """Consolidate the chain into the base, a batch a call; with ``seal``, mark it sealed.
+
+        A backend without consolidation keeps its parts: a seal then records the final
+        size in the base's metadata (one conditional metadata update).
+        """
+        meta = dict(view.metadata)
+        if not self.can_consolidate:
+            if seal:
+                meta.update({META_SEALED: "true", META_SEALED_SIZE: str(view.size)})
+                if self._update_metadata(key, meta, version=view.version, what=f"seal {path!r}") is None:
+                    raise self._changed(path, "the seal")
+                self._remove(view.garbage, path, "remove part of")
+            return
+        version, base_size, chain = view.version, view.base_size, list(view.chain)
+        done: list[Part] = []
+        batch_size = self.max_consolidate_sources - 1
+        try:
+            while chain or seal:
+                batch, chain = chain[:batch_size], chain[batch_size:]
+                last = not chain
+                if seal and last:
+                    meta[META_SEALED] = "true"
+                if batch:
+                    info = self._consolidate_once(key, path, batch, meta, version, base_size)
+                else:
+                    info = self._update_metadata(key, meta, version=version, what=f"seal {path!r}")
+                    if info is None:
+                        raise self._changed(path, "the seal")
+                version, base_size = info.version, base_size + sum(p.size for p in batch)
+                done.extend(batch)
+                if last:
+                    break
+        except DriverError:
+            if not best_effort:
+                raise
+            log.info("%s: compaction of %r deferred (backend unavailable)", self.name, path)
+        self._remove(done + view.garbage, path, "remove composed part of")
+
+    def _consolidate_once(self, key: str, path: str, batch: list[Part], meta: dict[str, str], version: str,
+                          base_size: int) -> ObjectInfo:
+        """One consolidation of the base and ``batch``; after a failure, whether it happened.
+
+        A consolidation whose answer was lost may have happened, and sending it again
+        would append the parts twice wherever the version precondition is not enforced
+        (an emulator). So it is never resent: after a transient failure or a refused
+        precondition the base tells whether it landed (new version, expected size); if
+        not, the error goes up, and a retry of the whole operation starts from a fresh view.
+        """
+        expected = base_size + sum(p.size for p in batch)
+        failure: DriverError | None = None
+        try:
+            info = self._consolidate(key, [p.info() for p in batch], meta, version=version,
+                                     what=f"compose {path!r}")
+        except NotFound:  # a part vanished: another writer compacted meanwhile
+            raise DriverError(f"{self.name}: parts of {self._where(path)} vanished during a compose",
+                              retryable=True, path=path, **self._error_context()) from None
+        except DriverError as exc:
+            if not exc.retryable:
+                raise
+            failure = exc
+        else:
+            if info is not None:
+                return info
+        now = self._view(key, path)
+        if now.version != version and now.base_size == expected:
+            return ObjectInfo(key, now.base_size, now.version, now.metadata)  # only the answer was lost
+        if failure is not None and now.version == version:
+            raise failure
+        raise self._changed(path, "a compose")
+
+    def _remove(self, parts: Sequence[Part], path: str, why: str) -> None:
+        """Delete parts the chain no longer counts (best effort: leftovers are garbage)."""
+        for part in parts:
+            with contextlib.suppress(DriverError):
+                self._delete_object(part.name, what=f"{why} {path!r}")
+
+    def read(self, path: str, position: int, length: int) -> bytes:
+        key = self._key(path)
+        for _attempt in range(3):
+            view = self._view(key, path)
+            if not view.exists:
+                raise NotFound(path)
+            try:
+                return self._read_view(path, view, position, length)
+            except _PieceGone:
+                continue  # a concurrent compaction removed a part: look again
+        raise DriverError(f"{self.name}: {self._where(path)} kept changing during a read", retryable=True,
+                          path=path, **self._error_context())
+
+    def _read_view(self, path: str, view: SegmentView, position: int, length: int) -> bytes:
+        if position + length > view.size:
+            raise IllegalParam(f"read of {path!r} [{position}, {position + length}) passes its size {view.size}",
+                               path=path, position=position, length=length)
+        out = []
+        end = position + length
+        for name, start, size in view.pieces():
+            lo, hi = max(position, start), min(end, start + size)
+            if lo >= hi:
+                continue
+            try:
+                body = self._read_object(name, lo - start, hi - lo, what=f"read {path!r} at {lo}")
+            except NotFound:
+                raise _PieceGone(name) from None
+            if len(body) != hi - lo:
+                raise DriverError(f"{self.name}: short read of {self._where(path)} at {lo}: {len(body)} of "
+                                  f"{hi - lo} bytes", retryable=True, path=path, **self._error_context())
+            out.append(body)
+        return b"".join(out)
+
+    def seal(self, path: str) -> None:
+        key = self._key(path)
+        view = self._view(key, path)
+        if not view.exists:
+            raise NotFound(path, "cannot be sealed: it does not exist")
+        if view.sealed:
+            self._remove(view.garbage, path, "remove part of")
+            return
+        if not view.segment_id:
+            view.metadata[META_ID] = new_segment_id()
+        self._compact(key, path, view, seal=True, best_effort=False)
+
+    def delete(self, path: str) -> None:
+        key = self._key(path)
+        # Base first: from then on the size is 0 and leftover parts are garbage.
+        self._delete_object(key, what=f"delete {path!r}")
+        for item in self._list_objects(key + PART_MARK, what=f"list parts of {path!r}"):
+            self._delete_object(item.name, what=f"delete part of {path!r}")
+
+    def list(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+        full = f"{self.root}/{prefix}" if self.root else prefix
+        items = self._list_objects(full, what=f"list prefix {prefix!r}")
+        out = []
+        for key, group in group_listing(items).items():
+            if self.root and not key.startswith(self.root + "/"):
+                continue
+            has_parts = any(item.name != key for item in group)
+            if has_parts:  # only a chain needs the base's metadata (its segment id)
+                group = self._with_metadata(key, group, self._rel(key))
+            view = interpret(key, group)
+            if view.exists:
+                out.append((self._rel(key), view.size))
+        return iter(sorted(out))
+
+
+class _PieceGone(Exception):
+    pass
+
+
+__all__ = ["ChainedObjectDriver", "RESERVED", "new_segment_id"]

@@ -1,0 +1,171 @@
+"""How one segment is laid out in the objects of an object store, and how its exact size is read back.
+
+A segment at key ``K`` is a *base* object ``K`` plus zero or more *part* objects
+``K#tiered-part/<segment id>/<position, 20 digits>``. The base's custom metadata holds
+the segment id (a random id chosen when the base is first written) and, once sealed,
+``tiered-sealed``. Every write of ``n`` bytes at ``p`` creates one part named by ``p``
+with the backend's *exclusive create* (only one part per position can ever exist), so an
+append is a single atomic upload and nothing has to be done after it for the bytes to
+count. Where the backend can concatenate objects server-side (GCS compose), parts are
+consolidated into the base from time to time and at seal; elsewhere they stay, and the
+seal records the segment's final size in ``tiered-sealed-size``.
+
+The size is computed from one listing of ``K`` (base and parts together):
+``base size + the sizes of the parts that continue the base without a gap`` -- the
+*chain*. Parts of another segment id (left by a deleted predecessor), parts that lie
+inside the base (already consolidated, deletion pending), parts after a gap and parts
+past a sealed size are garbage: never counted, removed at seal and delete. A sealed base
+without ``tiered-sealed-size`` was consolidated at seal: its parts are all garbage.
+After a crash at any point -- between an upload and a consolidation, between a
+consolidation and the deletion of its parts, between a seal and the clean-up -- this
+computation still gives exactly the bytes a reader can read.
+
+Nothing here talks to a backend: :func:`interpret` works on :class:`ObjectInfo` records
+that a driver's listing primitive produces (see
+:class:`tiered_core.spi.objectstore.driver.ChainedObjectDriver`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+#: Separates a segment's key from its parts' names; a path or prefix may not contain it.
+PART_MARK = "#tiered-part/"
+#: Base metadata: the segment id (parts of another id are never counted).
+META_ID = "tiered-segment-id"
+#: Base metadata: ``"true"`` once sealed.
+META_SEALED = "tiered-sealed"
+#: Base metadata of a segment sealed without consolidation: its final size in bytes.
+META_SEALED_SIZE = "tiered-sealed-size"
+
+
+def part_key(key: str, segment_id: str, position: int) -> str:
+    """The name of the part of segment ``key`` (id ``segment_id``) that starts at ``position``."""
+    return f"{key}{PART_MARK}{segment_id}/{position:020d}"
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """One stored object as a backend lists it, in backend-neutral terms.
+
+    ``name`` is the object's full key in its bucket or container; ``version`` an opaque
+    token that changes whenever the object is replaced or its metadata is updated where
+    the backend versions metadata (GCS generation, S3 ETag; ``""`` when the backend has
+    none), compared for equality only; ``metadata`` the custom metadata, or None when the
+    listing does not carry it (the driver then asks ``_stat_object``); ``checksum`` the
+    backend's content checksum in the backend's own format (``""`` when unknown).
+    """
+
+    name: str
+    size: int
+    version: str = ""
+    metadata: Mapping[str, str] | None = None
+    checksum: str = ""
+
+
+@dataclass(frozen=True)
+class Part:
+    """A part object of a segment, with its position parsed from its name."""
+
+    name: str
+    segment_id: str
+    position: int
+    size: int
+    version: str = ""
+    checksum: str = ""
+
+    def info(self) -> ObjectInfo:
+        return ObjectInfo(self.name, self.size, self.version, None, self.checksum)
+
+
+@dataclass
+class SegmentView:
+    """One listing of a segment's objects, interpreted."""
+
+    key: str
+    exists: bool = False
+    base_size: int = 0
+    version: str = ""
+    segment_id: str = ""
+    sealed: bool = False
+    #: The final size a seal without consolidation recorded; None otherwise.
+    sealed_size: int | None = None
+    metadata: dict[str, str] = field(default_factory=dict)
+    base_checksum: str = ""
+    chain: list[Part] = field(default_factory=list)
+    garbage: list[Part] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return self.base_size + sum(p.size for p in self.chain)
+
+    def pieces(self) -> list[tuple[str, int, int]]:
+        """``(object name, start offset in the segment, length)`` in order."""
+        out = [(self.key, 0, self.base_size)] if self.base_size else []
+        for p in self.chain:
+            out.append((p.name, p.position, p.size))
+        return out
+
+
+def parse_part(key: str, info: ObjectInfo) -> Part | None:
+    """The part ``info`` names below segment ``key``; None for a name that is not a part's."""
+    rest = info.name[len(key) + len(PART_MARK):]
+    seg_id, _, pos = rest.partition("/")
+    if not seg_id or not pos.isdigit():
+        return None
+    return Part(info.name, seg_id, int(pos), int(info.size), info.version, info.checksum)
+
+
+def interpret(key: str, items: Iterable[ObjectInfo]) -> SegmentView:
+    """Build the view of segment ``key`` from listed objects (others are ignored)."""
+    view = SegmentView(key)
+    parts: list[Part] = []
+    for item in items:
+        if item.name == key:
+            meta = dict(item.metadata or {})
+            view.exists = True
+            view.base_size = int(item.size)
+            view.version = item.version
+            view.metadata = meta
+            view.segment_id = meta.get(META_ID, "")
+            view.sealed = meta.get(META_SEALED, "") == "true"
+            sealed_size = meta.get(META_SEALED_SIZE, "")
+            view.sealed_size = int(sealed_size) if view.sealed and sealed_size.isdigit() else None
+            view.base_checksum = item.checksum
+        elif item.name.startswith(key + PART_MARK):
+            part = parse_part(key, item)
+            if part is not None:
+                parts.append(part)
+    if not view.exists or not view.segment_id or (view.sealed and view.sealed_size is None):
+        view.garbage = parts
+        return view
+    end = view.base_size
+    limit = view.sealed_size
+    for part in sorted(parts, key=lambda p: (p.position, p.name)):
+        fits = limit is None or part.position + part.size <= limit
+        if part.segment_id == view.segment_id and part.position == end and part.size > 0 and fits:
+            view.chain.append(part)
+            end += part.size
+        else:
+            view.garbage.append(part)
+    return view
+
+
+def segment_key(name: str) -> str:
+    """The key of the segment an object belongs to (a part's base, or the name itself)."""
+    return name.split(PART_MARK, 1)[0]
+
+
+def group_listing(items: Iterable[ObjectInfo]) -> dict[str, list[ObjectInfo]]:
+    """Listed objects grouped by the segment key they belong to (bases and parts)."""
+    groups: dict[str, list[ObjectInfo]] = {}
+    for item in items:
+        groups.setdefault(segment_key(item.name), []).append(item)
+    return groups
+
+
+__all__ = [
+    "META_ID", "META_SEALED", "META_SEALED_SIZE", "PART_MARK", "ObjectInfo", "Part", "SegmentView",
+    "group_listing", "interpret", "parse_part", "part_key", "segment_key",
+]

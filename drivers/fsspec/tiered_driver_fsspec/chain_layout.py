@@ -115,11 +115,27 @@ class FsspecChain(ChainedObjectDriver):
         parent = name.rsplit("/", 1)[0]
         if parent and not self.object_store:
             self.call(what, name, self.fs.makedirs, parent, exist_ok=True)
+        is_base = PART_MARK not in name
         try:
             self.call(what, name, self.fs.pipe_file, name, bytes(data), mode="create")
         except FileExistsError:
+            # The segment id is constant here, so the layout cannot tell this call's own
+            # base (a create the library resent after a lost answer: s3fs and gcsfs retry)
+            # from another writer's by its id: by its bytes it can. Identical bytes are the
+            # state this create would have made; anything else is someone else's object.
+            if is_base and data and self._holds(name, bytes(data), what):
+                return ObjectInfo(name, len(data), "", {META_ID: SEGMENT_ID})
             return None
-        return ObjectInfo(name, len(data), "", {META_ID: SEGMENT_ID} if PART_MARK not in name else None)
+        return ObjectInfo(name, len(data), "", {META_ID: SEGMENT_ID} if is_base else None)
+
+    def _holds(self, name: str, data: bytes, what: str) -> bool:
+        try:
+            info = self.call(what, name, self.fs.info, name)
+            if int(info.get("size") or 0) != len(data):
+                return False
+            return bytes(self.call(what, name, _cat_range, self.fs, name, 0, len(data))) == data
+        except (NotFound, _PastEnd):
+            return False
 
     def _read_object(self, name: str, start: int, length: int, *, what: str) -> bytes:
         try:

@@ -188,10 +188,8 @@ class AppendLayout:
                 return
             if self.fsync:
                 self.call("seal", path, _fsync_path, self.fs, key)
-            try:
-                self.call("seal", path, _touch_exclusive, self.fs, key + SEAL_MARK, exists_ok=True)
-            except FileExistsError:
-                pass
+            self.call("seal", path, _touch_exclusive, self.fs, key + SEAL_MARK, exists_ok=True)
+            self._sync_dir(key, path)
 
     def delete(self, path: str) -> None:
         key = self.key(path)

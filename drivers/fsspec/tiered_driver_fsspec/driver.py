@@ -102,9 +102,12 @@ class FsspecDriver(SegmentDriver):
         except ImportError as exc:  # fsspec names the package that implements the protocol
             error = InvalidOption(f"option 'url' of driver 'fsspec': protocol {self.protocol!r} needs a package "
                                   f"that is not installed: {scrub(str(exc), self._secrets)}", option="url")
-        except ValueError as exc:
-            error = InvalidOption(f"option 'url' of driver 'fsspec': {self.url}: "
-                                  f"{scrub(str(exc), self._secrets) or type(exc).__name__}", option="url")
+        except ValueError as exc:  # an unknown protocol, or arguments the filesystem refuses
+            text = scrub(str(exc), self._secrets) or type(exc).__name__
+            option = "url" if not storage or "protocol" in text.lower() else "storage_options"
+            error = InvalidOption(f"option {option!r} of driver 'fsspec': the {self.protocol!r} filesystem refused "
+                                  f"{self.url}" + (" with these storage_options" if option != "url" else "")
+                                  + f": {text}", option=option)
         except TypeError as exc:  # an argument the filesystem does not take
             error = InvalidOption(f"option 'storage_options' of driver 'fsspec' is not accepted by the "
                                   f"{self.protocol!r} filesystem: {scrub(str(exc), self._secrets)}",

@@ -53,6 +53,8 @@ def backend_options(request: pytest.FixtureRequest, driver: str, tmp_path: Path)
         return {"root": str(tmp_path / "tiered")}
     if driver == "sqlite":
         return {"database": str(tmp_path / "tiered-segments.db")}
+    if driver == "fsspec":  # the generic driver on local files (link-based atomic create)
+        return {"url": f"file://{tmp_path}/tiered-fsspec"}
     if driver == "gcs":
         server = request.getfixturevalue("fake_gcs")
         return {**server.driver_options(GCS_BUCKET, f"store-{tag}"), "retries": 3}

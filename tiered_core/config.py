@@ -345,10 +345,10 @@ class StoreConfig:
 
         options = self.effective_driver_options() if defaults else dict(self.driver_options)
         try:
-            secret = _driver_class(self.driver).secret_options
+            cls = _driver_class(self.driver)
         except TieredStoreError:
-            secret = frozenset(options)  # cannot tell which are secret: hide every value
-        return redact(options, secret)
+            return redact(options, frozenset(options))  # cannot tell which are secret: hide every value
+        return cls.redact_options(options)
 
 
 _FIELDS = dataclasses.fields(StoreConfig)

@@ -13,7 +13,7 @@ from typing import Any, Iterable
 
 from tiered_core.errors import InvalidOption
 from tiered_core.spi.capabilities import Capabilities
-from tiered_core.spi.driver import SegmentDriver, redact
+from tiered_core.spi.driver import SegmentDriver
 
 #: Reason recorded for a ``--tiered-capability`` given without one.
 DEFAULT_OVERRIDE_REASON = "declared with --tiered-capability"
@@ -53,7 +53,7 @@ class SuiteSettings:
                 return self._describe_store()
             return "no driver selected"
         cls = self.driver_cls
-        opts = redact(self.options, cls.secret_options)
+        opts = cls.redact_options(self.options)
         text = f"driver {self.driver_name!r} ({cls.__module__}.{cls.__qualname__})"
         if opts:
             text += f", options {opts}"

@@ -25,7 +25,6 @@ from typing import Any, Callable
 from tiered_core.cli.common import CheckFailed, add_json_option, int_arg, print_json
 from tiered_core.cli.exit_codes import ExitCode
 from tiered_core.errors import IllegalParam, PluginLoadError
-from tiered_core.spi.driver import redact
 
 #: Row for tests outside the four areas (none today).
 OTHER = "other"
@@ -139,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
 
     cls = settings.driver_cls
     assert cls is not None
-    options = redact(settings.options, cls.secret_options)
+    options = cls.redact_options(settings.options)
     failed = collector.failed()
     if code in (pytest.ExitCode.USAGE_ERROR, pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.INTERRUPTED):
         result = "ERROR"

@@ -5,6 +5,12 @@ One line per driver (name, distribution, version, capabilities, aliases), or wit
 on stderr (distribution and error); the listing still shows every driver that did
 load. With ``TIERED_STRICT_PLUGINS=1`` a broken plugin is an error instead.
 Only names are printed, never option values, so no secret can leak from here.
+
+With ``--config FILE`` the driver that config selects is also opened (as a store would
+open it; nothing is written) and described: its options (secrets redacted), the
+capabilities of that instance (a driver may derive them from its options, as fsspec does
+from its filesystem) and whatever else its ``describe`` reports, e.g. fsspec's
+``single_writer``. In ``--json`` it is the ``configured`` field of that driver's entry.
 """
 
 from __future__ import annotations
@@ -26,6 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    description="List installed drivers: name, distribution, version, "
                                                "capabilities and aliases.")
     parser.add_argument("--json", action="store_true", help="print a JSON list of objects")
+    parser.add_argument("--config", metavar="FILE", default=None,
+                        help="also open the driver this config selects (writing nothing) and show its options "
+                             "(secrets redacted) and this instance's capabilities")
     parser.set_defaults(func=run)
 
 
@@ -33,6 +42,12 @@ def run(args: argparse.Namespace) -> int:
     registry = _load_quietly(Registry())
     drivers = [describe(info) for _, info in sorted(registry.drivers.items())]
     text = json.dumps(drivers, indent=2) + "\n" if args.json else format_table(drivers)
+    if getattr(args, "config", None):
+        name, configured = describe_configured(args.config)
+        for entry in drivers:
+            if entry["name"] == name:
+                entry["configured"] = configured
+        text = json.dumps(drivers, indent=2) + "\n" if args.json else text + format_configured(name, configured)
     try:
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -70,6 +85,37 @@ def describe(info: PluginEntry) -> dict[str, Any]:
         "options": info.cls.option_names(),
         "class": f"{info.cls.__module__}:{info.cls.__qualname__}",
     }
+
+
+def describe_configured(path: str) -> tuple[str, dict[str, Any]]:
+    """``(driver name, description)`` of the driver the config at ``path`` selects, opened
+    with its options as a store opens it (nothing is written): options redacted, the
+    instance's capabilities, and the driver's own extra fields."""
+    from tiered_core.config import StoreConfig
+    from tiered_core.plugins import open_driver
+
+    config = StoreConfig.load(path)
+    driver = open_driver(config.driver, **config.effective_driver_options())
+    try:
+        info = dict(driver.describe())
+    finally:
+        driver.close()
+    info.pop("name", None)
+    info["config"] = path
+    return config.driver, info
+
+
+def format_configured(name: str, info: dict[str, Any]) -> str:
+    lines = [f"\nconfigured by {info['config']}: driver {name!r}, options {info.get('options', {})}",
+             f"  capabilities of this instance: {capability_summary(info.get('capabilities', {}))}"]
+    for cap, reason in sorted((info.get("capabilities", {}).get("overridden") or {}).items()):
+        lines.append(f"  capability {cap} overridden: {reason}")
+    if info.get("single_writer") and info.get("missing"):
+        lines.append(f"  single_writer = true: the backend lacks {', '.join(info['missing'])}; nothing refuses a "
+                     "second store writing to this location, so only one store may ever use it")
+    elif info.get("single_writer"):
+        lines.append("  single_writer = true (not needed: the backend refuses a second store itself)")
+    return "\n".join(lines) + "\n"
 
 
 def capability_summary(caps: dict[str, Any]) -> str:

@@ -177,13 +177,20 @@ class SegmentDriver(abc.ABC):
         """Name, redacted options and capabilities, for listings and logs."""
         return {
             "name": self.name,
-            "options": redact(self.options, self.secret_options),
+            "options": self.redact_options(self.options),
             "capabilities": self.capabilities.as_dict(),
         }
 
     def __repr__(self) -> str:
-        opts = ", ".join(f"{k}={v!r}" for k, v in redact(self.options, self.secret_options).items())
+        opts = ", ".join(f"{k}={v!r}" for k, v in self.redact_options(self.options).items())
         return f"{type(self).__name__}({opts})"
+
+    @classmethod
+    def redact_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
+        """``options`` as they may be shown (``repr``, ``describe``, config listings, the
+        conformance report): the values of :attr:`secret_options` replaced by ``***``.
+        A driver whose options nest credentials (a table of library options) overrides it."""
+        return redact(options, cls.secret_options)
 
     @staticmethod
     def check_path(path: str) -> str:

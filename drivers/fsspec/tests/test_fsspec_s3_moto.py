@@ -1,0 +1,95 @@
+"""The fsspec driver's part chain on a real S3 API: ``s3://`` through s3fs against moto's
+server (127.0.0.1, a free port), with the whole conformance suite (but the 1000-writes volume test: see below).
+
+moto 5.2.5 enforces ``If-None-Match: *`` on PutObject, which is what s3fs sends for
+``pipe_file(mode="create")``: the derived ``create_if_absent`` and ``conditional_append``
+hold there, and no gap is declared. Skipped when s3fs or moto's server is not installed
+(the s3 driver's development dependencies bring both).
+"""
+
+from __future__ import annotations
+
+import socket
+import uuid
+
+import pytest
+
+pytest.importorskip("s3fs")
+moto_server = pytest.importorskip("moto.server")
+
+from tiered_conformance import DriverConformance  # noqa: E402
+from tiered_core.plugins import open_driver  # noqa: E402
+
+BUCKET = "tiered-fsspec"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def s3_options():
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=_free_port())
+    server.start()
+    host, port = server.get_host_and_port()
+    options = {"endpoint_url": f"http://{host}:{port}", "key": "testing-key", "secret": "testing-secret",
+               "client_kwargs": {"region_name": "us-east-1"}}
+    import boto3
+
+    boto3.client("s3", endpoint_url=options["endpoint_url"], aws_access_key_id="testing-key",
+                 aws_secret_access_key="testing-secret", region_name="us-east-1").create_bucket(Bucket=BUCKET)
+    try:
+        yield options
+    finally:
+        server.stop()
+
+
+def test_s3_capabilities_are_derived_not_declared(s3_options):
+    drv = open_driver("fsspec", url=f"s3://{BUCKET}/caps", storage_options=s3_options)
+    described = drv.describe()
+    assert described["filesystem"]["filesystem"] == "s3fs.core.S3FileSystem"
+    assert described["filesystem"]["layout"] == "chain"
+    caps = described["capabilities"]
+    assert caps["create_if_absent"] and caps["conditional_append"] and caps["atomic_write"]
+    assert described["options"]["storage_options"]["secret"] == "***"
+    assert described["options"]["storage_options"]["key"] == "***"
+
+
+def test_one_commit_is_one_part_and_a_seal_keeps_the_bytes(s3_options):
+    import s3fs
+
+    root = f"{BUCKET}/layout-{uuid.uuid4().hex[:8]}"
+    drv = open_driver("fsspec", url=f"s3://{root}", storage_options=s3_options)
+    drv.write("seg", 0, b"a" * 1000)
+    drv.write("seg", 1000, b"b" * 500)
+    drv.seal("seg")
+    raw = s3fs.S3FileSystem(skip_instance_cache=True, use_listings_cache=False, **s3_options)
+    names = sorted(n[len(root) + 1:] for n in raw.find(root))
+    assert names == ["seg", "seg#tiered-part/meta/tiered-sealed", "seg#tiered-part/meta/tiered-sealed-size=1500",
+                     "seg#tiered-part/s/00000000000000001000"]
+    assert drv.read("seg", 990, 20) == b"a" * 10 + b"b" * 10
+    drv.delete("seg")
+    assert raw.find(root) == []
+
+
+#: Why the suite's 1000-writes test does not run here: the part chain keeps every commit as a
+#: part (S3 cannot concatenate small objects), so each write lists a chain that grows by one
+#: part; against moto on this machine 506 of the 1000 writes were done after 6 min 43 s
+#: (the 64 MiB test, 64 parts, took 20 s and runs). It passes on the in-process object store
+#: (test_fsspec_conformance.py::TestObjectStoreChainConformance).
+MANY_PARTS_ON_MOTO = ("1000 parts in one segment: each write lists the growing chain over moto's HTTP (506 "
+                      "writes took 6 min 43 s); runs on the in-process object store instead")
+
+
+class TestS3ChainConformance(DriverConformance):
+    @pytest.fixture
+    def driver(self, s3_options):
+        drv = open_driver("fsspec", url=f"s3://{BUCKET}/conformance-{uuid.uuid4().hex[:8]}",
+                          storage_options=s3_options)
+        yield drv
+        drv.close()
+
+    def test_1000_small_writes(self):
+        pytest.skip(MANY_PARTS_ON_MOTO)

@@ -1,0 +1,263 @@
+"""FsspecDriver: segments on any fsspec filesystem, with capabilities derived from it."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import logging
+import os
+from typing import Any, Callable, Iterator, Mapping
+
+from tiered_core.errors import DriverError, InvalidOption, InvalidPath, NotFound, TieredStoreError
+from tiered_core.spi import Capabilities, SegmentDriver
+
+from .append_layout import SCRATCH, SEAL_MARK, AppendLayout
+from .guarantees import APPEND, Guarantees, guarantees_of
+from .options import (
+    FORCED_OPTIONS, REDACTED, check_url, parse_storage_options, redact_tree, scrub, secret_values,
+)
+
+log = logging.getLogger("tiered_driver_fsspec")
+
+#: Reserved in object paths: the seal markers and parts of the layouts.
+RESERVED = "#tiered-"
+#: Storage options that say where the objects are (with the URL): the store's location.
+LOCATION_STORAGE_OPTIONS = ("endpoint_url", "endpoint", "account_name", "host", "port")
+
+_RETRYABLE_ERRNO = {errno.EINTR, errno.EAGAIN, errno.EIO, errno.EBUSY, errno.ETIMEDOUT, errno.ECONNRESET,
+                    errno.ECONNREFUSED, errno.ECONNABORTED, errno.EPIPE, errno.ENETUNREACH, errno.EHOSTUNREACH}
+
+
+class FsspecDriver(SegmentDriver):
+    """Segments below ``url`` on any fsspec filesystem (``memory://``, ``file://``,
+    ``s3://``, ``gs://``, ``abfs://``, ``sftp://``...), opened with ``storage_options``.
+
+    Contract: the full driver contract, with the capabilities *this instance's* filesystem
+    really has (:mod:`.guarantees`), set on the instance at open; the class's own
+    ``capabilities`` are the conservative defaults. A store needs atomic create-if-absent
+    for prefix ownership and fencing: a filesystem without it is refused at open with
+    :class:`~tiered_core.errors.InvalidOption` (option ``url``) saying what is missing,
+    unless ``single_writer = true`` asserts that one store only ever writes below the URL
+    (``describe`` and ``tiered drivers --config`` then say so).
+
+    Layouts: filesystems that append (local files, memory) keep a segment in one object,
+    sealed by a marker object; object stores (immutable objects, exclusive create) keep a
+    base plus parts chained by position (:mod:`tiered_core.spi.objectstore`).
+
+    Errors: backend failures are :class:`~tiered_core.errors.DriverError` (``retryable``
+    from the failure's kind), never a library exception; a missing object is
+    :class:`~tiered_core.errors.NotFound`. Credentials in ``storage_options`` never appear
+    in ``repr``, ``describe``, listings or error messages (their values are scrubbed from
+    the libraries' messages too). Listing and instance caches are always off.
+    """
+
+    name = "fsspec"
+    #: Conservative: an instance's capabilities are derived from its filesystem at open.
+    capabilities = Capabilities()
+    location_options = ("url",)
+
+    def __init__(self, *, url: str, storage_options: dict[str, Any] | None = None, single_writer: bool = False,
+                 fsync: bool = True) -> None:
+        self.url = check_url(url)
+        storage = parse_storage_options(storage_options)
+        self._secrets = secret_values(storage)
+        self.protocol = self.url.split("://", 1)[0]
+        if RESERVED in self.url:
+            raise InvalidOption(f"option 'url' of driver 'fsspec' contains the reserved {RESERVED!r}", option="url")
+        self.fs, self.root = self._open_filesystem(storage)
+        self.guarantees: Guarantees = guarantees_of(self.fs)
+        self.single_writer = bool(single_writer)
+        missing = self.guarantees.missing()
+        if missing and not self.single_writer:
+            raise InvalidOption(
+                f"driver 'fsspec': {self.url} ({self.guarantees.filesystem}) cannot create an object atomically "
+                f"if it is absent (capability {', '.join(missing)}): its pipe_file(mode='create') checks, then "
+                "writes, so a second store on this prefix could not be refused and a store taken over could not "
+                "be fenced. Use a filesystem that can (s3://, gs://, abfs://, file://, memory://) or the s3, gcs, "
+                "azure or posix driver; or, if exactly one store will ever write below this URL, set "
+                "single_writer = true in the driver options", option="url", missing=missing,
+                filesystem=self.guarantees.filesystem)
+        caps = self.guarantees.capabilities()
+        if missing:
+            log.warning("driver fsspec: %s (%s) has no atomic create-if-absent; single_writer = true: nothing "
+                        "refuses a second store writing below it", self.url, self.guarantees.filesystem)
+        self.capabilities = caps  # this instance's: derived from its filesystem
+        if self.guarantees.layout == APPEND:
+            self._layout: Any = AppendLayout(
+                self.fs, self.root, self._call, serialize=self.guarantees.in_process,
+                link_create=self.guarantees.exclusive_create is not None and not self.guarantees.in_process,
+                fsync=fsync)
+        else:
+            self._layout = self._chain_layout()
+
+    # -- opening -----------------------------------------------------------------------
+
+    def _open_filesystem(self, storage: dict[str, Any]) -> tuple[Any, str]:
+        import fsspec
+
+        error: TieredStoreError
+        try:
+            fs, root = fsspec.core.url_to_fs(self.url, **{**storage, **FORCED_OPTIONS})
+        except ImportError as exc:  # fsspec names the package that implements the protocol
+            error = InvalidOption(f"option 'url' of driver 'fsspec': protocol {self.protocol!r} needs a package "
+                                  f"that is not installed: {scrub(str(exc), self._secrets)}", option="url")
+        except ValueError as exc:  # an unknown protocol, or arguments the filesystem refuses
+            text = scrub(str(exc), self._secrets) or type(exc).__name__
+            option = "url" if not storage or "protocol" in text.lower() else "storage_options"
+            error = InvalidOption(f"option {option!r} of driver 'fsspec': the {self.protocol!r} filesystem refused "
+                                  f"{self.url}" + (" with these storage_options" if option != "url" else "")
+                                  + f": {text}", option=option)
+        except TypeError as exc:  # an argument the filesystem does not take
+            error = InvalidOption(f"option 'storage_options' of driver 'fsspec' is not accepted by the "
+                                  f"{self.protocol!r} filesystem: {scrub(str(exc), self._secrets)}",
+                                  option="storage_options")
+        except Exception as exc:
+            error = DriverError(f"fsspec: cannot open {self.url}: {type(exc).__name__}: "
+                                f"{scrub(str(exc), self._secrets)}", retryable=False, url=self.url)
+        else:
+            return fs, str(root).rstrip("/")
+        raise error  # outside the handler: the library's exception is not attached
+
+    def _chain_layout(self) -> Any:
+        from .chain_layout import FsspecChain  # the shared object-store layout, in the driver layer
+
+        return FsspecChain(fs=self.fs, root=self.root, call=self._call, capabilities=self.capabilities,
+                           url=self.url, object_store=self.guarantees.object_store)
+
+    # -- options -----------------------------------------------------------------------
+
+    @classmethod
+    def coerce_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
+        """As the base, with ``storage_options`` also accepted as JSON text (the command
+        line, an environment variable or broker.conf cannot write a table)."""
+        rest = dict(options)
+        storage = rest.pop("storage_options", None)
+        out = super().coerce_options(rest)
+        if "storage_options" in options:
+            out["storage_options"] = parse_storage_options(storage)
+        return out
+
+    @classmethod
+    def redact_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
+        """Options with every credential in ``storage_options`` (at any depth) shown as ``***``;
+        JSON text that cannot be read is hidden whole."""
+        out = dict(options)
+        if "storage_options" in out and out["storage_options"] is not None:
+            value = out["storage_options"]
+            if isinstance(value, str):
+                try:
+                    value = json.loads(value) if value.strip() else {}
+                except ValueError:
+                    value = REDACTED
+            out["storage_options"] = redact_tree(value) if isinstance(value, Mapping) else REDACTED
+        return out
+
+    @classmethod
+    def location(cls, options: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
+        """The URL (local paths made absolute, no trailing ``/``) and the storage options that
+        say where it is (an ``endpoint_url``, an ``account_name``...), never a secret."""
+        url = check_url(str(options.get("url", "")))
+        head, _, rest = url.partition("://")
+        if head in ("file", "local"):
+            url = f"{head}://{os.path.abspath(os.path.expanduser(rest))}"
+        where = {"url": url}
+        try:
+            storage = parse_storage_options(options.get("storage_options"))
+        except InvalidOption:
+            storage = {}
+        for key in LOCATION_STORAGE_OPTIONS:
+            if storage.get(key) not in (None, ""):
+                where[f"storage_options.{key}"] = str(storage[key])
+        return cls.name, where
+
+    def describe(self) -> dict[str, Any]:
+        out = super().describe()
+        out["filesystem"] = self.guarantees.as_dict()
+        out["single_writer"] = self.single_writer
+        out["missing"] = self.guarantees.missing()
+        return out
+
+    # -- errors ------------------------------------------------------------------------
+
+    def _call(self, what: str, path: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)``; a missing object becomes NotFound, FileExistsError passes
+        (callers decide), anything else a DriverError without secrets."""
+        try:
+            return fn(*args, **kwargs)
+        except (FileExistsError, TieredStoreError):
+            raise
+        except FileNotFoundError:
+            error: TieredStoreError = NotFound(path)
+        except Exception as exc:
+            error = self._error(exc, what, path)
+        # Raised here, outside the handler: the library's exception (whose text may hold a
+        # credential) is neither the cause nor the context of the typed error.
+        raise error
+
+    def _error(self, exc: BaseException, what: str, path: str) -> DriverError:
+        detail = scrub(str(exc), self._secrets)
+        where = f"{path!r} below {self.url}"
+        text = f"fsspec: cannot {what} {where}: {type(exc).__name__}" + (f": {detail}" if detail else "")
+        if isinstance(exc, PermissionError):
+            return DriverError(text + " (access denied: check the credentials in storage_options and the "
+                               "permissions)", retryable=False, path=path, url=self.url)
+        return DriverError(text, retryable=_retryable(exc), path=path, url=self.url)
+
+    # -- paths -------------------------------------------------------------------------
+
+    def _check(self, path: str) -> str:
+        if RESERVED in path:
+            raise InvalidPath(f"path {path!r} contains the reserved {RESERVED!r}", path=path)
+        if path.split("/", 1)[0] == SCRATCH:
+            raise InvalidPath(f"path {path!r} is inside the driver's reserved {SCRATCH!r} directory", path=path)
+        return path
+
+    # -- the operations ----------------------------------------------------------------
+
+    def size(self, path: str) -> int:
+        return self._layout.size(self._check(path))
+
+    def exists(self, path: str) -> bool:
+        return self._layout.exists(self._check(path))
+
+    def is_sealed(self, path: str) -> bool:
+        return self._layout.is_sealed(self._check(path))
+
+    def create(self, path: str) -> None:
+        self._layout.create(self._check(path))
+
+    def write(self, path: str, position: int, data: bytes | memoryview) -> None:
+        self._layout.write(self._check(path), position, data)
+
+    def write_if_absent(self, path: str, data: bytes) -> bool:
+        return self._layout.write_if_absent(self._check(path), data)
+
+    def read(self, path: str, position: int, length: int) -> bytes:
+        return self._layout.read(self._check(path), position, length)
+
+    def seal(self, path: str) -> None:
+        self._layout.seal(self._check(path))
+
+    def delete(self, path: str) -> None:
+        self._layout.delete(self._check(path))
+
+    def list(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+        return self._layout.list(prefix)
+
+    def close(self) -> None:
+        close = getattr(self._layout, "close", None)
+        if close is not None:
+            close()
+
+
+def _retryable(exc: BaseException) -> bool:
+    """Whether the same call may succeed later (a timeout, a dropped connection, a 5xx)."""
+    if isinstance(exc, (TimeoutError, asyncio.TimeoutError, ConnectionError)):
+        return True
+    status = getattr(exc, "status", None) or getattr(exc, "code", None)
+    if isinstance(status, int) and 400 <= status < 600:
+        return status >= 500 or status in (408, 429)
+    if isinstance(exc, OSError):
+        return exc.errno is None or exc.errno in _RETRYABLE_ERRNO
+    return not isinstance(exc, (ValueError, TypeError, NotImplementedError, AttributeError, KeyError))

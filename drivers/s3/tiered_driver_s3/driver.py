@@ -46,6 +46,7 @@ ownership fences the old owner before its writes reach the backend.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import errno
 import json
@@ -56,7 +57,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from tiered_core.errors import DriverError, InvalidOption, NotFound
 from tiered_core.spi import Capabilities, RetryPolicy
-from tiered_core.spi.objectstore import ChainedObjectDriver, ObjectInfo, SegmentView, part_key
+from tiered_core.spi.objectstore import PART_MARK, ChainedObjectDriver, ObjectInfo, SegmentView, part_key
 from tiered_core.spi.transport import LOST_ANSWER, RequestProbe, is_transient
 
 log = logging.getLogger("tiered_driver_s3")
@@ -67,6 +68,8 @@ MIN_PART = 5 * 1024 * 1024
 MAX_PART = 5 * 1024 * 1024 * 1024
 #: Target size of a part built from small pieces (read, concatenated, uploaded).
 BUILT_PART = 16 * 1024 * 1024
+#: Small pieces a consolidation reads at once.
+CONCURRENT_READS = 16
 #: Views kept per instance for the one-PUT write and the one-GET sealed read.
 CACHE_ENTRIES = 4096
 #: Options of s3fs the driver sets itself (a ``storage_options`` key may not override them).
@@ -206,6 +209,8 @@ class S3Driver(ChainedObjectDriver):
         config_kwargs.setdefault("connect_timeout", timeout)
         config_kwargs.setdefault("read_timeout", timeout)
         transport_retries = extra.pop("retries", 1)
+        if "session" not in extra and not set(extra) - _S3FS_OPTIONS:
+            extra["session"] = _shared_session()  # no session options: share the loaded service model
         try:
             fs = s3fs.S3FileSystem(
                 key=key, secret=secret, token=token, endpoint_url=self.endpoint_url, client_kwargs=client_kwargs,
@@ -379,7 +384,7 @@ class S3Driver(ChainedObjectDriver):
         pieces = ([head] if head.size else []) + [s for s in sources if s.size]
         total = sum(p.size for p in pieces)
         if total < MIN_PART:
-            body = b"".join(self._piece(p, 0, p.size, what) for p in pieces)
+            body = b"".join(self._pieces([(p, 0, p.size) for p in pieces], what))
             try:
                 resp = self._call("put_object", what=what, Key=name, Body=body, IfMatch=version,
                                   Metadata=dict(metadata))
@@ -400,18 +405,20 @@ class S3Driver(ChainedObjectDriver):
         return ObjectInfo(name, total, str(resp.get("ETag", "")), dict(metadata))
 
     def _upload_parts(self, name: str, upload: str, pieces: list[ObjectInfo], what: str) -> list[dict[str, Any]]:
-        """The parts of the new base: large pieces copied server-side, small ones concatenated."""
+        """The parts of the new base: large pieces copied server-side, small ones read
+        (concurrently) and concatenated into parts of at least 5 MiB."""
         parts: list[dict[str, Any]] = []
-        buffer: list[bytes] = []
+        pending: list[tuple[ObjectInfo, int, int]] = []
         buffered = 0
 
         def flush() -> None:
-            nonlocal buffer, buffered
+            nonlocal pending, buffered
             if buffered:
+                body = b"".join(self._pieces(pending, what))
                 resp = self._call("upload_part", what=what, Key=name, UploadId=upload, PartNumber=len(parts) + 1,
-                                  Body=b"".join(buffer))
+                                  Body=body)
                 parts.append({"PartNumber": len(parts) + 1, "ETag": resp["ETag"]})
-                buffer, buffered = [], 0
+                pending, buffered = [], 0
 
         for piece in pieces:
             offset = 0
@@ -432,9 +439,8 @@ class S3Driver(ChainedObjectDriver):
                     parts.append({"PartNumber": len(parts) + 1, "ETag": resp["CopyPartResult"]["ETag"]})
                     offset += n
                     continue
-                # Fill the buffer up to a part's worth (at least MIN_PART once flushed).
-                n = min(left, max(BUILT_PART - buffered, 1))
-                buffer.append(self._piece(piece, offset, n, what))
+                n = min(left, BUILT_PART - buffered)
+                pending.append((piece, offset, n))
                 buffered += n
                 offset += n
                 if buffered >= BUILT_PART:
@@ -442,14 +448,57 @@ class S3Driver(ChainedObjectDriver):
         flush()
         return parts
 
-    def _piece(self, piece: ObjectInfo, start: int, length: int, what: str) -> bytes:
+    def _pieces(self, reads: Sequence[tuple[ObjectInfo, int, int]], what: str) -> list[bytes]:
+        """``(object, start, length)`` ranges read concurrently, each ``If-Match`` its listed
+        ETag; a piece replaced or gone since the listing raises ``NotFound``."""
+        async def get(piece: ObjectInfo, start: int, length: int) -> bytes:
+            kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": piece.name,
+                                      "Range": f"bytes={start}-{start + length - 1}"}
+            if piece.version:
+                kwargs["IfMatch"] = piece.version
+            resp = await self.fs._call_s3("get_object", **kwargs)
+            body = resp["Body"]
+            try:
+                return await body.read()
+            finally:
+                body.close()
+
+        async def get_all() -> list[bytes]:
+            limit = asyncio.Semaphore(CONCURRENT_READS)
+
+            async def one(read: tuple[ObjectInfo, int, int]) -> bytes:
+                async with limit:
+                    return await get(*read)
+
+            return list(await asyncio.gather(*(one(r) for r in reads)))
+
         try:
-            data = self._get(piece.name, start, length, what=what, if_match=piece.version or None)
+            out = self._run(get_all, what=what)
         except _Conflict:
-            raise NotFound(piece.name) from None
-        if len(data) != length:
-            raise NotFound(piece.name)
-        return data
+            raise NotFound(what) from None
+        for (piece, _start, length), data in zip(reads, out):
+            if len(data) != length:
+                raise NotFound(piece.name)
+        return out
+
+    def _remove(self, parts: Sequence[Any], path: str, why: str) -> None:
+        """Delete parts the chain no longer counts, 1,000 a request (best effort: leftovers
+        are garbage, removed at the next seal or delete)."""
+        try:
+            self._delete_many([p.name for p in parts], what=f"{why} {path!r}", path=path)
+        except DriverError:
+            log.info("s3: removing %d leftover part(s) of %r deferred", len(parts), path)
+
+    def _delete_many(self, names: Sequence[str], *, what: str, path: str) -> None:
+        for i in range(0, len(names), 1000):
+            batch = names[i:i + 1000]
+            resp = self._call("delete_objects", what=what, path=path,
+                              Delete={"Objects": [{"Key": n} for n in batch], "Quiet": True})
+            failed = [e for e in resp.get("Errors") or () if e.get("Code") != "NoSuchKey"]
+            if failed:
+                raise DriverError(f"s3: cannot {what} in bucket {self.bucket!r}: {len(failed)} object(s) not "
+                                  f"deleted ({failed[0].get('Code')})", retryable=True, bucket=self.bucket,
+                                  path=path)
 
     def _abort(self, name: str, upload: str, what: str) -> None:
         try:
@@ -548,7 +597,10 @@ class S3Driver(ChainedObjectDriver):
     def delete(self, path: str) -> None:
         key = self._key(path)
         self._forget(key)
-        super().delete(path)
+        # Base first: from then on the size is 0 and leftover parts are garbage.
+        self._delete_object(key, what=f"delete {path!r}")
+        names = [item.name for item in self._list_objects(key + PART_MARK, what=f"list parts of {path!r}")]
+        self._delete_many(names, what=f"delete parts of {path!r}", path=path)
 
     def list(self, prefix: str = "") -> Iterator[tuple[str, int]]:
         return super().list(prefix)
@@ -565,6 +617,30 @@ class S3Driver(ChainedObjectDriver):
                 sync(fs.loop, s3.close, timeout=10)
         except Exception:  # noqa: BLE001 - closing is best effort
             log.debug("s3: closing the client failed", exc_info=True)
+
+
+#: s3fs constructor options that are not AWS session options (any other storage_options key
+#: is, e.g. ``profile``: such a driver gets a session of its own).
+_S3FS_OPTIONS = frozenset({
+    "anon", "use_ssl", "client_kwargs", "requester_pays", "default_block_size", "default_fill_cache",
+    "default_cache_type", "version_aware", "config_kwargs", "s3_additional_kwargs", "session", "username",
+    "password", "cache_regions", "max_concurrency", "fixed_upload_size", "local_expiry_check",
+    "listings_expiry_time", "max_paths",
+})
+_SESSION_LOCK = threading.Lock()
+_SESSION: Any = None
+
+
+def _shared_session() -> Any:
+    """One botocore session per process: each client made from it reuses the loaded S3
+    model (a client of a fresh session costs most of a second of CPU to make)."""
+    global _SESSION
+    with _SESSION_LOCK:
+        if _SESSION is None:
+            import aiobotocore.session
+
+            _SESSION = aiobotocore.session.AioSession()
+        return _SESSION
 
 
 def _check_bucket(bucket: Any) -> str:

@@ -57,7 +57,9 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from tiered_core.errors import DriverError, InvalidOption, NotFound
 from tiered_core.spi import Capabilities, RetryPolicy
-from tiered_core.spi.objectstore import PART_MARK, ChainedObjectDriver, ObjectInfo, SegmentView, part_key
+from tiered_core.spi.objectstore import (
+    META_ID, PART_MARK, ChainedObjectDriver, ObjectInfo, SegmentView, new_segment_id, part_key,
+)
 from tiered_core.spi.transport import LOST_ANSWER, RequestProbe, is_transient
 
 log = logging.getLogger("tiered_driver_s3")
@@ -189,6 +191,7 @@ class S3Driver(ChainedObjectDriver):
         self.emulated = emulated
         self.retry_policy = RetryPolicy(retries=retries)
         self._secrets = [v for v in (key, secret, token) if v]
+        _LOG_REDACTOR.add(self._secrets)
         if emulated and key is None:
             key, secret = "tiered-emulator-key", "tiered-emulator-secret"
         self.transport = RequestProbe()
@@ -329,6 +332,8 @@ class S3Driver(ChainedObjectDriver):
             resp = self._call("put_object", what=what, **kwargs)
         except _Conflict:
             return None
+        if metadata and metadata.get(META_ID) and PART_MARK not in name:  # a new base: its id is known
+            self._remember(name, _Seen(metadata[META_ID], len(data)))
         return ObjectInfo(name, len(data), str(resp.get("ETag", "")), dict(metadata or {}))
 
     def _read_object(self, name: str, start: int, length: int, *, what: str) -> bytes:
@@ -550,6 +555,16 @@ class S3Driver(ChainedObjectDriver):
         key = self._key(path)
         payload = bytes(data)
         seen = self._last_seen(key)
+        if position == 0 and payload and seen is None:
+            # The first bytes of a segment: create the base without a look. If anything is
+            # there already, S3 refuses the create and the shared path decides.
+            segment_id = new_segment_id()
+            if self._create_object(key, payload, {META_ID: segment_id}, what=f"write {path!r} at 0") is not None:
+                return
+            now = self._view(key, path)
+            if now.segment_id == segment_id and now.size == len(payload):
+                return  # this call's own create, resent by the transport after a lost answer
+            seen = None
         if not payload or seen is None or seen.sealed_version or seen.size != position or not seen.segment_id:
             self._forget(key)
             super().write(path, position, payload)
@@ -641,6 +656,52 @@ def _shared_session() -> Any:
 
             _SESSION = aiobotocore.session.AioSession()
         return _SESSION
+
+
+class _LogRedactor(logging.Filter):
+    """Keeps the s3 drivers' credentials out of the logs of the libraries under them.
+
+    botocore logs each request at DEBUG with its headers (the access key id in the
+    ``Authorization`` header, the session token in ``X-Amz-Security-Token``). This filter,
+    on the loggers that do, replaces every credential a driver of this process was given
+    by ``***`` before any handler sees the record.
+    """
+
+    LOGGERS = ("botocore.endpoint", "botocore.auth", "botocore.hooks", "botocore.parsers", "botocore.httpsession",
+               "botocore.retryhandler", "botocore.credentials", "botocore.client", "botocore.utils",
+               "aiobotocore.endpoint", "aiobotocore.client", "aiobotocore.httpsession", "aiobotocore.credentials",
+               "s3fs", "fsspec")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._secrets: set[str] = set()
+        self._installed = False
+        self._lock = threading.Lock()
+
+    def add(self, secrets: Sequence[str]) -> None:
+        with self._lock:
+            self._secrets.update(s for s in secrets if len(s) >= 4)
+            if self._secrets and not self._installed:
+                for name in self.LOGGERS:
+                    logging.getLogger(name).addFilter(self)
+                self._installed = True
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        secrets = self._secrets
+        if not secrets:
+            return True
+        try:
+            text = record.getMessage()
+        except Exception:  # noqa: BLE001 - a malformed record is the library's business
+            return True
+        if any(s in text for s in secrets):
+            for value in secrets:
+                text = text.replace(value, "***")
+            record.msg, record.args = text, ()
+        return True
+
+
+_LOG_REDACTOR = _LogRedactor()
 
 
 def _check_bucket(bucket: Any) -> str:

@@ -28,7 +28,7 @@ from tiered_core.spi.objectstore import ObjectInfo
 from tiered_core.spi.objectstore.layout import META_SEALED, PART_MARK
 from tiered_core.spi.transport import LOST_ANSWER
 from tiered_driver_s3 import EMULATOR_GAP, S3Driver
-from tiered_driver_s3.driver import MIN_PART
+from tiered_driver_s3.driver import MIN_PART, _Conflict
 from tiered_driver_s3.testing import S3_BUCKET
 
 QUICK = RetryPolicy(retries=3, base_delay=0.001, max_delay=0.01)
@@ -82,6 +82,8 @@ def test_moto_enforces_every_precondition_so_no_gap_is_declared(driver):
     assert driver._create_object(driver._key("c"), b"1", None, what="probe") is not None
     assert driver._create_object(driver._key("c"), b"2", None, what="probe") is None
     assert driver._delete_object(driver._key("c"), version='"stale"', what="probe") is False
+    with pytest.raises(_Conflict):  # the one-GET sealed read relies on it
+        driver._get(driver._key("c"), 0, 1, what="probe", if_match='"stale"')
     assert driver.read("c", 0, 1) == b"1"
 
 

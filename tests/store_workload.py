@@ -31,9 +31,9 @@ from tiered_driver_azure.testing import AZURE_CONTAINER
 from tiered_driver_gcs.testing import GCS_BUCKET
 from tiered_driver_s3.testing import S3_BUCKET
 
-DRIVERS = ("memory", "posix", "sqlite", "gcs", "azure")
+DRIVERS = ("memory", "posix", "sqlite", "gcs", "azure", "s3")
 #: drivers whose bytes outlive the process (a killed child's writes stay visible)
-PERSISTENT_DRIVERS = ("posix", "sqlite", "gcs", "azure")
+PERSISTENT_DRIVERS = ("posix", "sqlite", "gcs", "azure", "s3")
 
 
 def memory_options(request: pytest.FixtureRequest) -> dict[str, Any]:

@@ -3,6 +3,7 @@ with lost local disks and restored old directories among the faults.
 
     python bench/soak.py --minutes 10 --json            # the acceptance run (POSIX, SQLite metadata)
     python bench/soak.py --minutes 1 --kill-every 5     # a short development run
+    python bench/soak.py --driver s3 --minutes 5 --json # the tier on S3 (moto's server)
 
 The harness (this process) starts a child process that opens the store with
 ``TieredMessageStore.open(config, background=True)`` (POSIX driver, SQLite metadata,
@@ -178,8 +179,8 @@ def store_config(work: str, settings: dict[str, Any], store_path: str, *, rebuil
 
     return StoreConfig(
         store_path=store_path,
-        driver="posix",
-        driver_options={"root": os.path.join(work, "tiered")},
+        driver=settings.get("driver", "posix"),
+        driver_options=settings.get("driver_options") or {"root": os.path.join(work, "tiered")},
         metadata="sqlite",
         metadata_recovery="rebuild" if rebuild else "refuse",
         local_commit_log_file_size=settings["local_file_size"],
@@ -1382,6 +1383,8 @@ def harness(args: argparse.Namespace) -> int:
         "group_commit_interval_ms", "retention_every", "index_roll_every", "lookups_per_s",
         "replayers", "replay_batches", "max_tier_lag")}
     settings["verify_lookups"] = -1 if args.verify_lookups == "all" else int(args.verify_lookups)
+    settings["driver"] = args.driver
+    settings["driver_options"] = getattr(args, "driver_options", None)  # set by main() for an emulator
     if args.dir:
         work = os.path.abspath(args.dir)
         if os.path.exists(work) and os.listdir(work):
@@ -1644,6 +1647,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--minutes", type=float, default=10.0, help="how long to run before the final verify")
+    ap.add_argument("--driver", choices=("posix", "s3"), default="posix",
+                    help="the tier's backend: posix (a directory in the work directory) or s3 (moto's S3 "
+                         "server, started by the driver's test kit for the whole run; TIERED_S3_ENDPOINT "
+                         "names another server)")
     ap.add_argument("--kill-every", type=float, default=30.0, help="seconds of child uptime between SIGKILLs")
     ap.add_argument("--jitter", type=float, default=0.2, help="kill time varies by +- this fraction")
     ap.add_argument("--kill-during-open", type=float, default=0.1,
@@ -1724,7 +1731,15 @@ def main(argv: list[str] | None = None) -> int:
         problems.append("--verify-lookups must be a number or 'all'")
     if problems:
         ap.error("; ".join(problems))
-    return harness(args)
+    if args.driver == "posix":
+        return harness(args)
+    from tiered_core.plugins import conformance_environment
+
+    # The emulator outlives every child (SIGKILLed or not): it is the tier.
+    with tempfile.TemporaryDirectory(prefix=f"tiered-soak-{args.driver}-") as scratch, \
+            conformance_environment(args.driver, scratch) as options:
+        args.driver_options = {**options, "retries": 5}
+        return harness(args)
 
 
 if __name__ == "__main__":

@@ -14,10 +14,11 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 # -- emulators ------------------------------------------------------------------------
 
-# ``fake_gcs`` and ``azurite``: session fixtures of the drivers' test kits (one emulator
+# ``fake_gcs``, ``azurite`` and ``moto_s3``: session fixtures of the drivers' test kits (one emulator
 # each for tests/; they skip locally and fail under CI=true when it cannot start).
 from tiered_driver_azure.testing import azurite  # noqa: E402,F401  (fixture)
 from tiered_driver_gcs.testing import fake_gcs  # noqa: E402,F401  (fixture)
+from tiered_driver_s3.testing import moto_s3  # noqa: E402,F401  (fixture)
 
 
 # -- the repository -----------------------------------------------------------------

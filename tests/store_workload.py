@@ -1,8 +1,8 @@
 """Shared parts of the message-store tests: backends, a recorded workload, exactly-once checks.
 
 * :func:`backend_options` - driver options for a throw-away location of each driver
-  (gcs and azure against the session emulators ``fake_gcs`` and ``azurite``, fixtures of the
-  drivers' test kits that ``tests/conftest.py`` imports);
+  (gcs, azure and s3 against the session emulators ``fake_gcs``, ``azurite`` and
+  ``moto_s3``, fixtures of the drivers' test kits that ``tests/conftest.py`` imports);
 * :class:`Workload` - puts messages with keys and tags on several queues and records
   what each put returned (offsets, store time), so checks derive every expectation
   from what was written;
@@ -29,10 +29,11 @@ from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, ConsumeQueueUnit, deco
 from tiered_core.common import BoundaryType
 from tiered_driver_azure.testing import AZURE_CONTAINER
 from tiered_driver_gcs.testing import GCS_BUCKET
+from tiered_driver_s3.testing import S3_BUCKET
 
-DRIVERS = ("memory", "posix", "sqlite", "gcs", "azure")
+DRIVERS = ("memory", "posix", "sqlite", "gcs", "azure", "s3")
 #: drivers whose bytes outlive the process (a killed child's writes stay visible)
-PERSISTENT_DRIVERS = ("posix", "sqlite", "gcs", "azure")
+PERSISTENT_DRIVERS = ("posix", "sqlite", "gcs", "azure", "s3")
 
 
 def memory_options(request: pytest.FixtureRequest) -> dict[str, Any]:
@@ -61,6 +62,9 @@ def backend_options(request: pytest.FixtureRequest, driver: str, tmp_path: Path)
     if driver == "azure":
         server = request.getfixturevalue("azurite")
         return {**server.driver_options(AZURE_CONTAINER, f"store-{tag}"), "retries": 3}
+    if driver == "s3":
+        server = request.getfixturevalue("moto_s3")
+        return {**server.driver_options(S3_BUCKET, f"store-{tag}"), "retries": 3}
     raise ValueError(f"no test backend for driver {driver!r}")
 
 

@@ -73,7 +73,7 @@ def test_python_block_runs(line, code, workdir, python_exe, subprocess_env):
 
 def test_usage_block_really_stored_and_read(workdir, python_exe, subprocess_env):
     """The usage block prints what its comment promises, from a store under examples/."""
-    (line, code), = [(n, c) for n, c in PYTHON_BLOCKS if "TieredMessageStore.open" in c]
+    (line, code), = [(n, c) for n, c in PYTHON_BLOCKS if "TieredMessageStore.open(StoreConfig.load" in c]
     script = workdir / "usage.py"
     script.write_text(code)
     proc = subprocess.run([python_exe, str(script)], cwd=workdir, env=subprocess_env, capture_output=True,
@@ -81,6 +81,17 @@ def test_usage_block_really_stored_and_read(workdir, python_exe, subprocess_env)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert proc.stdout.split() == ["PUT_OK", "FOUND", "b'...'"], proc.stdout
     assert (workdir / "examples" / "demo-data" / "tiered-metadata.db").exists()
+
+
+def test_s3_block_stores_in_moto_and_reads_back(workdir, python_exe, subprocess_env):
+    """The "Using S3" block starts moto, stores a message in its bucket and reads it back."""
+    (line, code), = [(n, c) for n, c in PYTHON_BLOCKS if "MotoServer" in c]
+    script = workdir / "using_s3.py"
+    script.write_text(code)
+    proc = subprocess.run([python_exe, str(script)], cwd=workdir, env=subprocess_env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.stdout.split() == ["FOUND", "b'paid'"], proc.stdout
 
 
 def test_hook_block_registers_a_driver():

@@ -7,7 +7,7 @@
 2. Two stores on one tier prefix: the second is refused, naming both; a deliberate
    take-over fences the first, whose next write fails before it reaches the backend.
 
-Each runs on POSIX, on the GCS and Azure emulators and on the fsspec driver (file://).
+Each runs on POSIX, on the GCS, Azure and S3 (moto) emulators and on the fsspec driver (file://).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from tiered_core.errors import ErrorCode, Fenced, MetadataError, PrefixOwned, Un
 from tiered_core.flat.ownership import STORE_ID_FILE, segment_objects
 
 FAR_FUTURE_MS = 1 << 50
-BACKENDS = ("posix", "gcs", "azure", "fsspec")
+BACKENDS = ("posix", "gcs", "azure", "s3", "fsspec")
 
 
 @pytest.fixture(params=BACKENDS)

@@ -37,7 +37,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
 
 from tiered_core.codec.java_properties import parse_java_properties
-from tiered_core.configdef import IGNORED_ROCKETMQ_KEYS, KEYS, NEVER_EXPIRE_HOURS, section
+from tiered_core.configdef import (
+    IGNORED_ROCKETMQ_KEYS, KEYS, NEVER_EXPIRE_HOURS, ROCKETMQ_DRIVER_OPTION_KEYS, section,
+)
 from tiered_core.configdef.key import bad_value as _bad
 from tiered_core.configdef.types import (
     COMPONENT,
@@ -571,6 +573,7 @@ def _from_properties(text: str, where: str) -> tuple[dict[str, Any], dict[str, s
     switches: dict[str, bool] = {}
     root: str | None = None
     root_key = _ROCKETMQ_ROOT_KEYS[0]
+    mapped: dict[str, tuple[str, str]] = {}  # driver option -> (value, RocketMQ key)
     for key, raw in props.items():
         value = raw.strip()
         if key in _ROCKETMQ_BY_KEY:
@@ -589,6 +592,9 @@ def _from_properties(text: str, where: str) -> tuple[dict[str, Any], dict[str, s
             labels[name] = f"{key} ({name})"
         elif key in _ROCKETMQ_ROOT_KEYS:
             root, root_key = value or None, key
+        elif key in ROCKETMQ_DRIVER_OPTION_KEYS:
+            if value:
+                mapped[ROCKETMQ_DRIVER_OPTION_KEYS[key]] = (value, key)
         elif key in _ROCKETMQ_SWITCHES:
             try:
                 switches[key] = parse_bool(value)
@@ -625,6 +631,16 @@ def _from_properties(text: str, where: str) -> tuple[dict[str, Any], dict[str, s
     if root is not None and "root" not in options:
         options["root"] = root
         labels["options.root"] = root_key
+    if mapped:  # RocketMQ's objectStore* keys, for a driver that has the option
+        driver = values.get("driver", KEYS.driver.default)
+        try:
+            names = set(_driver_class(driver).option_names())
+        except TieredStoreError:
+            names = set()  # an unknown driver is reported when the driver is checked
+        for option, (value, key) in mapped.items():
+            if option in names and option not in options:
+                options[option] = value
+                labels["options." + option] = key
     if options:
         # tieredStoreFilePath is the POSIX provider's root; a driver without a root ignores it.
         driver = values.get("driver", KEYS.driver.default)

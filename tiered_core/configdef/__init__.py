@@ -19,7 +19,7 @@ from tiered_core.configdef.key import (
     section,
     with_table,
 )
-from tiered_core.configdef.keys import IGNORED_ROCKETMQ_KEYS, KEYS, NEVER_EXPIRE_HOURS
+from tiered_core.configdef.keys import IGNORED_ROCKETMQ_KEYS, KEYS, NEVER_EXPIRE_HOURS, ROCKETMQ_DRIVER_OPTION_KEYS
 from tiered_core.configdef.types import (
     HOUR_MS,
     LOCAL_FLUSH_MODES,
@@ -33,7 +33,7 @@ from tiered_core.configdef.types import (
 )
 
 __all__ = [
-    "KEYS", "IGNORED_ROCKETMQ_KEYS", "NEVER_EXPIRE_HOURS", "Key", "Keys", "IgnoredKey", "Switch", "ValueType",
+    "KEYS", "IGNORED_ROCKETMQ_KEYS", "NEVER_EXPIRE_HOURS", "ROCKETMQ_DRIVER_OPTION_KEYS", "Key", "Keys", "IgnoredKey", "Switch", "ValueType",
     "RocketMQUnit", "section", "bound_fields", "markdown_table", "with_table", "README_BEGIN", "README_END",
     "parse_size", "parse_duration_ms", "parse_bool", "STORAGE_LEVELS", "LOCAL_FLUSH_MODES",
     "METADATA_RECOVERY_MODES", "HOUR_MS",

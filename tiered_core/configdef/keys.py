@@ -58,7 +58,10 @@ KEYS = Keys(
     Key("driver_options", OPTIONS, {}, env="TIERED_OPTION_<NAME>",
         rocketmq="tieredStoreFilePath", rocketmq_aliases=("tieredStoreFilepath",),
         doc="The driver's options (a table; in broker.conf `tiered.options.NAME=value`). RocketMQ's "
-            "`tieredStoreFilePath` sets the `root` option of a driver that has one."),
+            "`tieredStoreFilePath` sets the `root` option of a driver that has one; its object-store keys "
+            "`objectStoreEndpoint`, `objectStoreBucket`, `objectStoreAccessKey`, `objectStoreSecretKey` set "
+            "`endpoint_url`, `bucket`, `key`, `secret` (the s3 driver's; a driver without the option "
+            "ignores them)."),
     Key("metadata", NAME, "sqlite", rocketmq="tieredMetadataServiceProvider",
         doc="The metadata store: `sqlite`, or `json` (RocketMQ's `tieredStoreMetadata.json`; "
             "`DefaultMetadataStore` is an alias)."),
@@ -149,6 +152,16 @@ KEYS = Keys(
     Key("verify_prop_crc", BOOL, False, rocketmq="forceVerifyPropCRC",
         doc="Tiered reads require the `__CRC32#` property and verify it."),
 )
+
+#: RocketMQ's object-store broker keys -> the driver option each sets (the s3 driver's names),
+#: like ``tieredStoreFilePath`` sets ``root``: only for a driver that has the option, and
+#: never over a ``tiered.options.NAME`` line of the same file.
+ROCKETMQ_DRIVER_OPTION_KEYS = {
+    "objectStoreEndpoint": "endpoint_url",
+    "objectStoreBucket": "bucket",
+    "objectStoreAccessKey": "key",
+    "objectStoreSecretKey": "secret",
+}
 
 #: RocketMQ tiered keys accepted without effect here; their values are still checked.
 IGNORED_ROCKETMQ_KEYS = (

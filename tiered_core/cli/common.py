@@ -185,7 +185,12 @@ def error_payload(exc: BaseException, *, code: str | None = None, exit_code: int
     elif isinstance(exc, TieredStoreError):
         code = code or (exc.code.value if isinstance(exc.code, ErrorCode) else str(exc.code))
         message = exc.message
-        context = redact_context(dict(exc.context))
+        # Top-level fields are the error's own (a message key, a config key, a path): only a
+        # field named like a secret is hidden. Inside nested mappings (driver options), a name
+        # any driver declares secret is hidden too (the s3 driver's option ``key``).
+        secrets = _secret_names()
+        context = {str(k): REDACTED if _SECRET_KEY.search(str(k)) else redact_context(v, secrets)
+                   for k, v in exc.context.items()}
     else:
         code = code or INTERNAL
         message = str(exc) or type(exc).__name__

@@ -190,3 +190,23 @@ def test_ref_log_reads_across_segments_and_stops_at_the_end(tier):
     assert log.read(100, 2000) == flat.get_commit_log(100, 2000)
     assert log.read(total - 10, 100) == flat.get_commit_log(total - 10, 10)
     assert log.read(total, 10) == b""
+
+
+def test_the_codec_header_positions_the_readers_use_match_encoded_messages():
+    import struct
+
+    from tiered_core.codec import message as codec
+
+    raw = message(7)
+    m = decode_message(raw)
+    i64, i32 = struct.Struct(">q"), struct.Struct(">i")
+    assert raw[:codec.MAGIC_END] == raw[:8] and codec.peek_total_size(raw[:codec.MAGIC_END]) == len(raw)
+    assert i64.unpack_from(raw, codec.QUEUE_OFFSET_END - 8)[0] == 7
+    assert i64.unpack_from(raw, codec.STORE_TIMESTAMP_POS_V4)[0] == m.store_timestamp == store_time(7)
+    assert i32.unpack_from(raw, codec.BODY_LENGTH_POS_V4)[0] == len(m.body)
+    assert raw[codec.HEADER_SIZE_V4:codec.HEADER_SIZE_V4 + len(m.body)] == m.body
+    v6 = encode_message(Message(topic=TOPIC, body=b"x", born_host=("::1", 9)), queue_id=0, queue_offset=1,
+                        store_timestamp=12345)
+    assert i32.unpack_from(v6, codec.SYS_FLAG_POS)[0] & codec.HOST_V6_FLAGS
+    assert i64.unpack_from(v6, codec.STORE_TIMESTAMP_POS_V6)[0] == 12345
+    assert codec.STORE_TIMESTAMP_POS_V6 + 8 <= codec.STORE_TIMESTAMP_END

@@ -28,7 +28,9 @@ from typing import Iterator, Sequence
 from tiered_core.codec._impl import peek_store_timestamp
 from tiered_core.codec.checks import PropCrcPolicy
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, ConsumeQueueUnit
-from tiered_core.codec.message import MAGIC_V1, MAGIC_V2, STORE_TIMESTAMP_END, peek_magic, peek_total_size
+from tiered_core.codec.message import (
+    MAGIC_END, MAGIC_V1, MAGIC_V2, STORE_TIMESTAMP_END, peek_magic, peek_total_size,
+)
 from tiered_core.codec.message_batch import MessageBatch
 from tiered_core.common import BoundaryType, offset_by_time
 from tiered_core.errors import CorruptData
@@ -43,8 +45,6 @@ UNITS_PER_READ = 4096
 #: A commit-log read of :meth:`SegmentReader.batches` spans at most this many bytes (one
 #: larger message is read alone).
 MAX_READ_BYTES = 16 << 20
-#: Bytes of a message's head that hold its magic code and total size.
-_HEAD_SIZE = 8
 
 
 class SegmentReader:
@@ -165,8 +165,8 @@ class SegmentReader:
     def message_size(self, offset: int) -> int | None:
         """The total size a message at commit-log ``offset`` declares in its head; None when
         the bytes there do not start like a message (no magic code, or too few)."""
-        head = self.commit_log.read(offset, _HEAD_SIZE)
-        if len(head) < _HEAD_SIZE or peek_magic(head) not in (MAGIC_V1, MAGIC_V2):
+        head = self.commit_log.read(offset, MAGIC_END)
+        if len(head) < MAGIC_END or peek_magic(head) not in (MAGIC_V1, MAGIC_V2):
             return None
         return peek_total_size(head)
 

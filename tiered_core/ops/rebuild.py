@@ -49,7 +49,7 @@ from tiered_core.common import LONG_MAX, NO_TIMESTAMP, FileSegmentType, SegmentS
 from tiered_core.codec.checks import PropCrcPolicy
 from tiered_core.codec.message_batch import MessageBatch
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, ConsumeQueueUnit
-from tiered_core.codec.message import MessageExt
+from tiered_core.codec.message import MAGIC_END, MessageExt
 from tiered_core.codec.keys import message_index_keys
 from tiered_core.codec.tiered_index import BEGIN_MAGIC, END_MAGIC, HEADER_SIZE, IndexHeader
 from tiered_core.codec.naming import (
@@ -388,7 +388,7 @@ class _QueueTimes:
         pos = offset - seg.base
         try:
             if size is None:  # no unit: the message's own size, if it has a message's head
-                size = self.reader.message_size(offset) if pos + 8 <= seg.size else None
+                size = self.reader.message_size(offset) if pos + MAGIC_END <= seg.size else None
                 if size is None:
                     return None
             if size <= 0 or pos + size > seg.size:

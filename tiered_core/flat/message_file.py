@@ -323,9 +323,9 @@ class FlatMessageFile(CompositeAccess):
                    prop_crc: PropCrcPolicy = PropCrcPolicy.IGNORE) -> MessageBatch:
         """Up to ``count`` validated messages from ``queue_offset`` (at most up to the commit
         offset; at most ``max_bytes`` of commit log, but at least one message): one
-        consume-queue read, one commit-log read, one split + validate pass
-        (:meth:`SegmentReader.read_batch <tiered_core.flat.segment_reader.SegmentReader.read_batch>`). The batch ends before the first bad
-        message, whose CorruptData is ``batch.error`` -- also when a damaged segment lost it
+        consume-queue read, one commit-log read, one split + validate pass (:meth:`SegmentReader.read_batch
+        <tiered_core.flat.segment_reader.SegmentReader.read_batch>` over :meth:`reader`). The batch ends
+        before the first bad message, whose CorruptData is ``batch.error`` -- also when a damaged segment lost it
         or its unit (reason ``segment_missing`` / ``segment_truncated``, naming the segment):
         the read ends at the damage, so every intact message before it is in the batch.
         Other I/O errors raise."""

@@ -104,7 +104,7 @@ def read_batches(source: ConfigSource, part: QueuePartition) -> Iterator[Message
     CorruptData is raised."""
     reader = reader_for(source, part.topic, part.queue_id, (part.consume_queue,), part.commit_log)
     end = _unit_end(driver_for(source), part)
-    return reader.batches(part.start // CQ_UNIT_SIZE, end // CQ_UNIT_SIZE)
+    yield from reader.batches(part.start // CQ_UNIT_SIZE, end // CQ_UNIT_SIZE)
 
 
 def read_messages(source: ConfigSource, part: QueuePartition, read: ReadOptions) -> Iterator[list[MessageExt]]:

@@ -1,10 +1,11 @@
-"""The one validated read path from consume queue to commit log.
+"""The group kernel of the one validated read path from consume queue to commit log.
 
-Every tiered read (the fetcher through :meth:`FlatMessageFile.read_batch
-<tiered_core.flat.message_file.FlatMessageFile.read_batch>`, the Spark reader over a
-planned partition, the metadata rebuild probing single messages) goes through
-:func:`read_batch` (I/O given as two callables) or, where the caller has already read the
-units and the commit-log span itself, :func:`check_batch`: the consume-queue units are
+Every tiered read goes through :class:`~tiered_core.flat.segment_reader.SegmentReader`
+(the fetcher through :meth:`FlatMessageFile.read_batch
+<tiered_core.flat.message_file.FlatMessageFile.read_batch>`, the Spark readers over a
+planned partition, the metadata rebuild and key queries probing single messages), which
+owns the I/O and calls :func:`read_batch` (I/O given as two callables) or, where it has
+already read the units and the commit-log span itself, :func:`check_batch`: the consume-queue units are
 read once, the commit-log span they point at once, and one pass
 (:func:`tiered_core.codec.batch.scan_units`) splits and validates every message -- the
 checks of :mod:`tiered_core.codec.checks`, in its order. The result is a

@@ -26,7 +26,6 @@ from __future__ import annotations
 import logging
 import os
 
-from tiered_core.codec._impl import peek_store_timestamp
 from tiered_core.common import fsync_dir, now_ms
 from tiered_core.errors import TieredStoreError
 from tiered_core.flat.file_store import FlatFileStore
@@ -61,7 +60,7 @@ def newest_store_time(flat: FlatMessageFile) -> int:
     try:
         if last < flat.consume_queue_min_offset():
             return known
-        return max(known, peek_store_timestamp(flat.get_message(last)))
+        return max(known, flat.reader().store_time(last))
     except TieredStoreError as exc:
         log.warning("%s: store time of the last tiered message unreadable (%s); using its metadata", flat, exc)
         return known

@@ -31,6 +31,7 @@ from typing import NamedTuple
 from tiered_core.codec._impl import peek_physical_offset, peek_store_timestamp, validate_message
 from tiered_core.codec.message import (
     BLANK_MAGIC,
+    MAGIC_END,
     MAGIC_V1,
     MAGIC_V2,
     PHYSICAL_OFFSET_POS,
@@ -159,7 +160,7 @@ class CommitLog:
         if not isinstance(message, bytearray):
             message = bytearray(message)
         size = len(message)
-        total, magic = _HEAD.unpack_from(message, 0) if size >= 8 else (-1, 0)
+        total, magic = _HEAD.unpack_from(message, 0) if size >= MAGIC_END else (-1, 0)
         if total != size or magic not in _MESSAGE_MAGICS:
             raise IllegalParam("append needs one whole encoded message (its totalSize and magic "
                                f"do not match: totalSize {total}, {size} bytes given)", size=size)

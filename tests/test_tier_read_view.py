@@ -106,8 +106,7 @@ def test_open_read_only_reads_a_stores_tier_and_writes_nothing(tmp_path):
             store.put_message(Message(TOPIC, b"m%d" % i), i % 2)
         store.dispatch(force=True)
     before = _tree(tmp_path)
-    view = TierReadView.open_read_only(config)
-    try:
+    with TierReadView.open_read_only(config) as view:
         assert sorted(view.queues()) == [(TOPIC, 0), (TOPIC, 1)]
         flat = view.flat_file(TOPIC, 1)
         assert flat is not None and flat.consume_queue_commit_offset() == 20
@@ -117,6 +116,4 @@ def test_open_read_only_reads_a_stores_tier_and_writes_nothing(tmp_path):
         with pytest.raises(StateConflict):
             view.driver.create("anything")
         assert view.prop_crc is view.fetcher.prop_crc
-    finally:
-        view.close()
     assert _tree(tmp_path) == before

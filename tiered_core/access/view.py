@@ -124,6 +124,12 @@ class TierReadView:
         """Every loaded queue, as ``(topic, queue_id)``."""
         return [(f.topic, f.queue_id) for f in self.flat_files.files()]
 
+    def __enter__(self) -> "TierReadView":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         """Close the flat files and the cache, then the metadata and the driver when owned;
         each step runs even when an earlier one raised."""

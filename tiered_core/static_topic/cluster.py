@@ -203,6 +203,8 @@ class Cluster(StaticTopicAdmin, MappingCheck, LogicDataPath, ConsumerOffsets):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # -- local retention ---------------------------------------------------------------------
+
     def _on_local_expiry(self, deleted_files: int) -> None:
         """A broker's local retention deleted files (called by its store, on the thread that ran
         it: the background timer of a store opened with ``background=True``): trim."""

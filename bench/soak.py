@@ -44,7 +44,7 @@ fault (counted by kill; 0 turns one off):
   A kill due for both restores.
 
 Before a fault (and before taking a copy) the harness takes a read-only look at the tier
-(``bench/soak.py --role look``: a :class:`~tiered_core.static_topic.reader.TieredBrokerReader`,
+(``bench/soak.py --role look``: a :class:`~tiered_core.static_topic.tiered_broker_reader.TieredBrokerReader`,
 which rebuilds a private view of the tier and never writes to it, and a copy of the killed
 child's metadata database): each queue's *tier end*, the larger of the two. What was
 acknowledged at or past it is genuinely gone with the disk (unless a trusted copy brings it
@@ -666,7 +666,7 @@ def look(work: str, settings: dict[str, Any], store_path: str) -> dict[str, Any]
     """What the tier and a killed child's ``store_path`` hold, read without writing either:
 
     * ``tier``: per queue, the offset past the last tiered message, from a
-      :class:`~tiered_core.static_topic.reader.TieredBrokerReader` (a view rebuilt from the
+      :class:`~tiered_core.static_topic.tiered_broker_reader.TieredBrokerReader` (a view rebuilt from the
       backend listing into a private database, through a driver that refuses every write);
     * ``metadata``: per queue, the tiered commit offset the store's own metadata database
       records (read from a copy of the database and its WAL);
@@ -676,7 +676,7 @@ def look(work: str, settings: dict[str, Any], store_path: str) -> dict[str, Any]
     from tiered_core.access.continuity import read_history_epoch
     from tiered_core.flat.ownership import STORE_ID_FILE, PrefixOwnership
     from tiered_core.metadata.sqlite import SqliteMetadataStore
-    from tiered_core.static_topic.reader import TieredBrokerReader
+    from tiered_core.static_topic.tiered_broker_reader import TieredBrokerReader
 
     config = store_config(work, settings, store_path)
     names = [queue_name(t, q) for t, q in queue_list(settings)]

@@ -21,14 +21,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from static_topic_helpers import broker_configs  # noqa: E402
 
 from tiered_core.static_topic import Cluster  # noqa: E402
-from tiered_core.static_topic import offsets, store, topic_config  # noqa: E402
+from tiered_core.static_topic import consumer_offsets, mapping_file, topic_config  # noqa: E402
 
 TOPIC = "orders"
 
 
 def main(root: str, command: str, where: str, k: int, driver: str = "posix", options: str | None = None) -> int:
     writes = {"n": 0, "kill_at_rename": False}
-    real_write = store.write_json_atomically
+    real_write = mapping_file.write_json_atomically
     real_replace = os.replace
 
     def write_json_atomically(path, doc):
@@ -43,9 +43,9 @@ def main(root: str, command: str, where: str, k: int, driver: str = "posix", opt
             os.kill(os.getpid(), signal.SIGKILL)
         real_replace(src, dst)
 
-    for module in (store, topic_config, offsets):
+    for module in (mapping_file, topic_config, consumer_offsets):
         module.write_json_atomically = write_json_atomically  # type: ignore[attr-defined]
-    store.os.replace = replace  # type: ignore[attr-defined]
+    mapping_file.os.replace = replace  # type: ignore[attr-defined]
     from pathlib import Path
 
     cluster = Cluster.open(broker_configs(Path(root), driver=driver,

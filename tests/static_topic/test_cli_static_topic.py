@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tiered_core.cli import main
 from tiered_core.static_topic import Cluster
-from tiered_core.static_topic.store import mapping_path
+from tiered_core.static_topic.mapping_file import mapping_path
 from tiered_core.static_topic.topic_config import topic_config_path
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cluster.toml"

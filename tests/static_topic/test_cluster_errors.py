@@ -10,7 +10,7 @@ import pytest
 from tiered_core import Message
 from tiered_core.errors import ErrorCode, Fenced, IllegalParam, MappingError, StateConflict
 from tiered_core.static_topic import Cluster, LogicQueueMappingItem
-from tiered_core.static_topic.store import mapping_path
+from tiered_core.static_topic.mapping_file import mapping_path
 
 TOPIC = "orders"
 

@@ -10,7 +10,7 @@ import pytest
 
 from tiered_core import Message
 from tiered_core.static_topic import Cluster, load_cluster_configs
-from tiered_core.static_topic.store import TopicQueueMappingStore
+from tiered_core.static_topic.mapping_file import TopicQueueMappingStore
 
 from static_topic_helpers import read_logic_queue
 

@@ -11,7 +11,7 @@ import pytest
 from tiered_core.errors import ErrorCode, MappingError
 from tiered_core.static_topic.mapping import LogicQueueMappingItem as Item
 from tiered_core.static_topic.mapping import TopicQueueMappingDetail
-from tiered_core.static_topic.store import TopicQueueMappingStore, mapping_path
+from tiered_core.static_topic.mapping_file import TopicQueueMappingStore, mapping_path
 
 
 def detail(bname: str = "a", **kw) -> TopicQueueMappingDetail:

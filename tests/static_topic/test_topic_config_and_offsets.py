@@ -12,8 +12,8 @@ import pytest
 from tiered_core import Message
 from tiered_core.errors import MappingError, StateConflict
 from tiered_core.static_topic import Cluster
-from tiered_core.static_topic.offsets import ConsumerOffsetStore
-from tiered_core.static_topic.store import mapping_path
+from tiered_core.static_topic.consumer_offsets import ConsumerOffsetStore
+from tiered_core.static_topic.mapping_file import mapping_path
 from tiered_core.static_topic.topic_config import TopicConfigStore, topic_config_path
 
 TOPIC = "orders"

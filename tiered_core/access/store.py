@@ -17,7 +17,6 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
-from tiered_core.access.cache import ReadAheadCache
 from tiered_core.access.continuity import (
     continue_after_tier, history_trusted, set_aside_local_history, tier_only_until_ms,
 )
@@ -25,9 +24,10 @@ from tiered_core.access.key_repair import KeyIndexRepair, key_index_gap, repair_
 from tiered_core.access.opening import check_before_open, rebuild_fix
 from tiered_core.access.paths import check_store_path, make_store_dir
 from tiered_core.access.dispatcher import DispatchConfig, DispatchStats, MessageStoreDispatcher
-from tiered_core.access.fetcher import MessageFilter, MessageStoreFetcher
+from tiered_core.access.fetcher import MessageFilter
 from tiered_core.access.key_query import tiered_key_hits
 from tiered_core.access.policy import ReadPolicy
+from tiered_core.access.view import TierReadView
 from tiered_core.access.results import (
     GetMessageResult,
     GetMessageStatus,
@@ -41,7 +41,6 @@ from tiered_core.codec.naming import validate_topic
 from tiered_core.config import StoreConfig
 from tiered_core.errors import IllegalParam, SegmentClosed, StateConflict, TieredStoreError
 from tiered_core.flat.damage import SegmentDamage
-from tiered_core.flat.file_store import FlatFileStore
 from tiered_core.flat.ownership import PrefixOwnership, ReadOnlyDriver, load_store_id
 from tiered_core.ops.reconcile import open_checked_metadata
 from tiered_core.index.service import IndexStoreService
@@ -98,7 +97,7 @@ class TieredMessageStore:
         # A message must fit one tiered segment, or it could never be tiered: refuse it at put.
         local_config = dataclasses.replace(local_config, max_message_size=min(local_config.max_message_size,
                                                                               config.commit_log_max_size))
-        driver = metadata = checks = None
+        driver = metadata = checks = view = None
         #: Where an untrusted local history was moved at this open (None: it was used).
         self.given_up_history: str | None = None
         self.local = None  # type: ignore[assignment]
@@ -143,12 +142,15 @@ class TieredMessageStore:
                     config.broker, rebuild=take_over or config.metadata_recovery == "rebuild",
                     fix=rebuild_fix(config), checked=None if take_over else checks.report)
                 checks.record(config.store_path, store_id, self.metadata)
-            self.flat_files = FlatFileStore(self.driver, self.metadata, config.flat_config())
+            # the tiered read stack (flat files, read-ahead cache, fetcher), built in one place;
+            # from here on it owns the driver and the metadata and closes them
+            self.view = view = TierReadView(config, self.driver, self.metadata, owns_driver=True,
+                                            owns_metadata=True)
+            self.flat_files, self.cache, self.fetcher = view.flat_files, view.cache, view.fetcher
             #: Queues whose tiered files could not be recovered at open, with the reason: their
             #: tiered data is not served and puts to them are refused; the other queues work.
-            self.unrecoverable: dict[tuple[str, int], str] = {}
-            if not self.flat_files.load():
-                self.unrecoverable = {(t, q): why for t, q, why in self.flat_files.failures}
+            self.unrecoverable: dict[tuple[str, int], str] = view.unrecoverable
+            if self.unrecoverable:
                 log.error("%d tiered queue(s) cannot be recovered; their tiered data is not served and puts "
                           "to them are refused (the other queues are open): %s", len(self.unrecoverable),
                           "; ".join(f"{t}/{q}: {why}" for (t, q), why in self.unrecoverable.items()))
@@ -170,20 +172,18 @@ class TieredMessageStore:
                 self.key_repair = self._plan_key_repair(recovered, had_local, take_over, checks)
                 if self.key_repair is not None and not background:
                     self.key_repair.run()
-            # read_ahead_cache_bytes = 0 (RocketMQ readAheadCacheEnable=false): read without a cache.
-            self.cache = (ReadAheadCache(config.read_ahead_cache_bytes, config.read_ahead_cache_expire_ms,
-                                         disk_path=config.read_ahead_disk_cache_path)
-                          if config.read_ahead_cache_bytes > 0 else None)
-            self.fetcher = MessageStoreFetcher(self.flat_files, self.cache, verify_prop_crc=config.verify_prop_crc)
             self.dispatcher = MessageStoreDispatcher(self.local, self.flat_files, self.index,
                                                      config.section(DispatchConfig), clock=clock)
         except BaseException:
             if checks is not None:
                 checks.close()
-            if metadata is not None:
-                metadata.close()
-            if driver is not None:
-                driver.close()
+            if view is not None:
+                view.close()  # (and the metadata and driver it owns)
+            else:
+                if metadata is not None:
+                    metadata.close()
+                if driver is not None:
+                    driver.close()
             if self.local is not None:
                 self.local.close()
             self._remove_scratch()
@@ -633,16 +633,14 @@ class TieredMessageStore:
                 self.key_repair.stop()
             self.dispatcher.shutdown()
             self.index.shutdown()
-            self.flat_files.shutdown()
-            if self.cache is not None:
-                self.cache.close()
         finally:
             try:
                 self.local.close()  # (a full disk may fail its last flush: still close the rest)
             finally:
-                self.metadata.close()
-                self.driver.close()
-                self._remove_scratch()
+                try:
+                    self.view.close()  # flat files, cache, metadata, driver
+                finally:
+                    self._remove_scratch()
 
     def __enter__(self) -> "TieredMessageStore":
         return self

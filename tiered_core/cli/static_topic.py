@@ -82,7 +82,7 @@ def _print_status(status: dict) -> None:
 def print_json(doc: Any) -> None:
     """Print ``doc`` as one JSON document: its outer two levels indented, one line per logic
     queue or violation (linear and quick for 100,000 logic queues, unlike an indented dump)."""
-    from tiered_core.static_topic.store import dumps_layered
+    from tiered_core.static_topic.mapping_file import dumps_layered
 
     sys.stdout.write(dumps_layered(doc, 2, indent=2) + "\n")
     sys.stdout.flush()

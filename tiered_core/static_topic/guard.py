@@ -25,7 +25,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from tiered_core.static_topic.errors import DirectPutRefused
-from tiered_core.static_topic.store import TopicQueueMappingStore, mapping_path, read_json_document
+from tiered_core.static_topic.mapping_file import TopicQueueMappingStore, mapping_path, read_json_document
 
 if TYPE_CHECKING:
     from tiered_core.access.results import PutMessageResult

@@ -17,7 +17,7 @@ written by a complete command.
 
 Topic configs are its own file, separate from ``topicQueueMapping.json`` (seed "File
 Isolation"). Writes are atomic and durable (the mapping file's
-:func:`~tiered_core.static_topic.store.write_json_atomically`). Unknown fields of a loaded
+:func:`~tiered_core.static_topic.mapping_file.write_json_atomically`). Unknown fields of a loaded
 topic config are kept and written back unchanged.
 """
 
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tiered_core.errors import MappingError, MetadataError
-from tiered_core.static_topic.store import loaded_data_version, read_json_document, write_versioned_json
+from tiered_core.static_topic.mapping_file import loaded_data_version, read_json_document, write_versioned_json
 
 FILE_NAME = "topics.json"
 #: RocketMQ's ``PermName.PERM_READ | PermName.PERM_WRITE``.

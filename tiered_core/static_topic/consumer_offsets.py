@@ -11,16 +11,19 @@ double-read-check (leader, then previous leader), so a remap never resets a cons
 remap also carries the fenced leader's offsets of the moved logic queue forward to the new
 leader (:meth:`ConsumerOffsetStore.raise_offsets`), so they survive the loss of a broker two
 leaders back.
-Writes are atomic (:func:`~tiered_core.static_topic.store.write_json_atomically`).
+Writes are atomic (:func:`~tiered_core.static_topic.mapping_file.write_json_atomically`).
+:class:`ConsumerOffsets` is the cluster's side: commit and query of logic queues' offsets.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from typing import Any
 
-from tiered_core.errors import MetadataError
-from tiered_core.static_topic.store import loaded_data_version, read_json_document, write_versioned_json
+from tiered_core.errors import IllegalParam, MetadataError
+from tiered_core.static_topic.mapping_file import loaded_data_version, read_json_document, write_versioned_json
+from tiered_core.static_topic.topic_view import MappingViews
 
 FILE_NAME = "consumerOffset.json"
 
@@ -87,3 +90,35 @@ class ConsumerOffsetStore:
     def _persist(self) -> None:  # lock held
         self.data_version = write_versioned_json(self.path, self.data_version, {
             "offsetTable": {k: {str(q): o for q, o in sorted(v.items())} for k, v in sorted(self._table.items())}})
+
+
+class ConsumerOffsets(MappingViews):
+    """Consumer offsets of logic queues (a part of :class:`~tiered_core.static_topic.cluster.Cluster`):
+    committed on the logic queue's leader, queried from the leader and then the previous
+    leader (the seed's double-read-check)."""
+
+    offsets: dict[str, ConsumerOffsetStore]
+    _lock: Any
+
+    def commit_consumer_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Store ``group``'s logic ``offset`` of logic queue ``queue_id`` on the queue's leader."""
+        if offset < 0:
+            raise IllegalParam(f"offset must be >= 0, got {offset}", offset=offset, topic=topic, queue=queue_id)
+        with self._lock:
+            _, items = self._items(topic, queue_id)
+            leader = items[-1].bname
+            self._open_store(leader)
+            self.offsets[leader].commit(group, topic, queue_id, offset)
+
+    def query_consumer_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """``group``'s committed logic offset: the leader's, else the previous leader's (the
+        seed's double-read-check); -1 when neither has one."""
+        with self._lock:
+            _, items = self._items(topic, queue_id)
+            for broker in dict.fromkeys(i.bname for i in reversed(items[-2:])):
+                store = self.offsets.get(broker)
+                if store is not None:
+                    value = store.query(group, topic, queue_id)
+                    if value >= 0:
+                        return value
+            return -1

@@ -11,8 +11,11 @@ A static topic's old generations live on brokers that may be closed, drained or 
 * its metadata is rebuilt from the backend listing into a private SQLite store in a
   temporary directory (:func:`tiered_core.ops.rebuild.rebuild_metadata`), removed at
   :meth:`close`; nothing is written under any broker's ``store_path``;
-* reads go through the access layer's :class:`~tiered_core.access.fetcher.MessageStoreFetcher`,
-  with the same validation as the broker's own reads.
+* reads go through the access layer's tier read view
+  (:class:`~tiered_core.access.view.TierReadView`: flat files, read-ahead cache, fetcher),
+  with the same validation and read settings as the broker's own reads; the disk tier of
+  its cache (``read_ahead_disk_cache_path``) goes to a directory of its own under that path
+  (:func:`~tiered_core.access.view.broker_disk_cache_path`).
 
 The view is a snapshot taken at open: a broker still writing would need :meth:`refresh`.
 """
@@ -29,6 +32,7 @@ from tiered_core.access.cache import ReadAheadCache
 from tiered_core.access.fetcher import MessageFilter, MessageStoreFetcher
 from tiered_core.access.key_query import tiered_key_hits
 from tiered_core.access.results import GetMessageResult
+from tiered_core.access.view import TierReadView, broker_disk_cache_path
 from tiered_core.codec.message import MessageExt
 from tiered_core.config import StoreConfig
 from tiered_core.errors import TieredStoreError
@@ -37,7 +41,6 @@ from tiered_core.flat.ownership import ReadOnlyDriver
 from tiered_core.index.service import IndexStoreService
 from tiered_core.metadata.sqlite import SqliteMetadataStore
 from tiered_core.ops.rebuild import rebuild_metadata
-from tiered_core.spi.driver import SegmentDriver
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +50,9 @@ class TieredBrokerReader:
 
     ``config`` is any broker's config of the same cluster (driver, options, cluster, read
     settings are used; its ``store_path`` is not touched). Contract: never writes to the
-    backend or to any local path; :meth:`get_message`, :meth:`min_offset` and
+    backend or to any local path but its private temporary directory and, when
+    ``read_ahead_disk_cache_path`` is set, the disk tier of its read-ahead cache
+    (:func:`~tiered_core.access.view.broker_disk_cache_path`); :meth:`get_message`, :meth:`min_offset` and
     :meth:`max_offset` answer from the snapshot of the segments listed at open.
     """
 
@@ -60,7 +65,7 @@ class TieredBrokerReader:
                                      "broker's prefix is never written)", broker=broker)
         self.metadata: SqliteMetadataStore | None = None
         self.index: IndexStoreService | None = None
-        self.cache: ReadAheadCache | None = None
+        self.view: TierReadView | None = None
         self._tmp = tempfile.mkdtemp(prefix=f"tiered-ro-{broker}-")
         self._generation = 0
         try:
@@ -72,21 +77,23 @@ class TieredBrokerReader:
     def refresh(self) -> None:
         """Re-list the broker's segments and rebuild the in-memory view."""
         with self._lock:
-            old = self.metadata
+            old = self.view
             self._generation += 1
             metadata = SqliteMetadataStore(os.path.join(self._tmp, f"view-{self._generation}.db"))
-            rebuild_metadata(self.driver, metadata, cluster=self.config.cluster, broker=self.broker)
-            flat_files = FlatFileStore(self.driver, metadata, self.config.flat_config())
-            if not flat_files.load():
+            try:
+                rebuild_metadata(self.driver, metadata, cluster=self.config.cluster, broker=self.broker)
+                # the same read stack a broker's own store has; the driver outlives each snapshot
+                view = TierReadView(self.config, self.driver, metadata, owns_metadata=True,
+                                    disk_cache_path=broker_disk_cache_path(self.config, self.broker))
+            except BaseException:
+                metadata.close()
+                raise
+            if view.unrecoverable:
                 log.warning("read-only view of %s: %d queue(s) not recoverable: %s", self.broker,
-                            len(flat_files.failures), flat_files.failures)
-            self.metadata, self.flat_files = metadata, flat_files
-            if self.cache is not None:
-                self.cache.close()
-            # the same read-ahead cache a broker's own store has (read_ahead_cache_bytes = 0: none)
-            self.cache = (ReadAheadCache(self.config.read_ahead_cache_bytes, self.config.read_ahead_cache_expire_ms)
-                          if self.config.read_ahead_cache_bytes > 0 else None)
-            self.fetcher = MessageStoreFetcher(flat_files, self.cache, verify_prop_crc=self.config.verify_prop_crc)
+                            len(view.unrecoverable), view.unrecoverable)
+            self.view, self.metadata = view, metadata
+            self.flat_files: FlatFileStore = view.flat_files
+            self.fetcher: MessageStoreFetcher = view.fetcher
             old_index, self.index = self.index, None
             if old_index is not None:
                 old_index.shutdown()
@@ -97,7 +104,12 @@ class TieredBrokerReader:
             except TieredStoreError as exc:
                 log.warning("read-only view of %s: key index unavailable (%s)", self.broker, exc)
             if old is not None:
-                old.close()
+                old.close()  # its flat files, cache and metadata
+
+    @property
+    def cache(self) -> ReadAheadCache | None:
+        """The read-ahead cache of the current snapshot (None: ``read_ahead_cache_bytes`` is 0)."""
+        return self.view.cache if self.view is not None else None
 
     def get_message(self, topic: str, queue_id: int, offset: int, max_count: int,
                     message_filter: MessageFilter | None = None) -> GetMessageResult:
@@ -124,11 +136,11 @@ class TieredBrokerReader:
                                topic, key, max_count, begin, end)
 
     def close(self) -> None:
-        if self.cache is not None:
-            self.cache.close()
-        if self.index is not None:
-            self.index.shutdown()
-        if self.metadata is not None:
-            self.metadata.close()
-        self.driver.close()
-        shutil.rmtree(self._tmp, ignore_errors=True)
+        try:
+            if self.index is not None:
+                self.index.shutdown()
+            if self.view is not None:
+                self.view.close()  # its flat files, cache and metadata
+        finally:
+            self.driver.close()
+            shutil.rmtree(self._tmp, ignore_errors=True)

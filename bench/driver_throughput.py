@@ -14,7 +14,8 @@ Figures:
 * ``driver_calls_per_mib``: SPI calls (write, size...) FileSegment made per MiB committed
   with 4 MiB batches, counted by a ``CountingLayer`` under the standard layers.
 * ``requests_per_mib``: HTTP requests the driver sent per MiB committed with 4 MiB
-  batches (drivers with a request probe, ``driver.transport``: gcs, azure, s3; target for
+  batches (drivers with a request hook point, ``driver.transport``, counted by the test
+  kit's ``tiered_conformance.request_probe.RequestProbe``: gcs, azure, s3; target for
   s3 <= 0.3, one PUT per 4 MiB commit).
 * ``batching_speedup``: 1 KiB appends committed every 4 MiB, divided by the same 1 KiB
   appends each committed on its own. Target >= 3.
@@ -36,9 +37,11 @@ import tempfile
 import time
 import uuid
 
+from tiered_conformance.request_probe import RequestProbe
 from tiered_core.plugins import conformance_environment, driver_class
 from tiered_core.segment import FileSegment
 from tiered_core.spi.layer import CountingLayer, layered
+from tiered_core.spi.transport import RequestHookPoint
 
 MiB = 1 << 20
 BATCH = 4 * MiB
@@ -162,7 +165,9 @@ def main(argv: list[str] | None = None) -> int:
             backend = cls(**all_options)
             counting = CountingLayer(backend)
             driver = layered(counting)  # as open_driver opens it, with a counting layer under the layers
-            probe = getattr(backend, "transport", None)  # the request probe of HTTP drivers
+            # HTTP drivers pass each request through a hook point: the test kit's probe counts them.
+            probe = RequestProbe.install(backend) if isinstance(getattr(backend, "transport", None),
+                                                                 RequestHookPoint) else None
             raw_rates, seg_rates, append_rates, small_rates, req_rates, call_rates = [], [], [], [], [], []
             for rnd in range(args.rounds):
                 tag = uuid.uuid4().hex[:8]

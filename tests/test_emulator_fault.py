@@ -2,7 +2,7 @@
 same data directory, and check that FileSegment converges: every committed byte
 readable exactly once, nothing duplicated, nothing torn.
 
-The kill is timed by a hook on the driver's request probe (``driver.transport``, the one
+The kill is timed by a hook on the driver's request hook point (``driver.transport``, the one
 transport-level hook, :mod:`tiered_core.spi.transport`): when the chosen request is about
 to be sent, a timer SIGKILLs the emulator a few milliseconds later, so the request dies
 while in flight (or just before it reaches the server, for a zero delay).

@@ -1,7 +1,9 @@
 """tiered-store: tiered message storage, byte-compatible with RocketMQ 5 (RIP-65).
 
-Layers (DESIGN.md): drivers (``tiered_core.spi``, plugins), the container layer
-(``segment``, ``flat``, ``metadata``) and the access layer (``access``).
+Layers (docs/ARCHITECTURE.md §2): drivers (``tiered_core.spi``, ``plugins``, the driver
+distributions), the container layer (``segment``, ``flat``, ``metadata``, ``index``, with
+``ops`` over it), the access layer (``access``, ``local``, ``static_topic``) and the tools
+(``spark``, ``cli``); ``codec`` holds the byte formats every layer shares.
 
 The public API::
 

@@ -15,12 +15,27 @@ import re
 import reprlib
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Protocol
 
 from tiered_core.errors import ConfigError
 
-if TYPE_CHECKING:
-    from tiered_core.configdef.key import Key
+
+class Bounds(Protocol):
+    """What a value type reads of the key it checks: its bounds and why they are there.
+
+    A :class:`~tiered_core.configdef.key.Key` is one; declaring only this here keeps the
+    types below the keys (``key`` imports ``types``, never the reverse).
+    """
+
+    @property
+    def minimum(self) -> int | None: ...
+    @property
+    def maximum(self) -> int | None: ...
+    @property
+    def why(self) -> str: ...
+    @property
+    def why_max(self) -> str: ...
+
 
 STORAGE_LEVELS = ("DISABLE", "NOT_IN_DISK", "NOT_IN_MEM", "FORCE")
 LOCAL_FLUSH_MODES = ("async", "sync")
@@ -168,24 +183,24 @@ def storable_text(text: str) -> bool:
 # -- one parse function per type -----------------------------------------------------------------
 
 
-def _path(value: Any, key: "Key") -> str:
+def _path(value: Any, key: "Bounds") -> str:
     path = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
     if not isinstance(path, str) or not path.strip() or not storable_text(path):
         raise ValueError(value)
     return os.path.expanduser(path)
 
 
-def _optional_path(value: Any, key: "Key") -> str | None:
+def _optional_path(value: Any, key: "Bounds") -> str | None:
     return None if value is None else _path(value, key)
 
 
-def _name(value: Any, key: "Key") -> str:
+def _name(value: Any, key: "Bounds") -> str:
     if not isinstance(value, str) or not value.strip() or not storable_text(value):
         raise ValueError(value)
     return value.strip()
 
 
-def _component(value: Any, key: "Key") -> str:
+def _component(value: Any, key: "Bounds") -> str:
     # blank or whitespace-padded: "broker-a " names another tier prefix than "broker-a"
     if (not isinstance(value, str) or not value.strip() or value != value.strip()
             or value in (".", "..") or "/" in value
@@ -195,7 +210,7 @@ def _component(value: Any, key: "Key") -> str:
     return value
 
 
-def _storage_level(value: Any, key: "Key") -> str:
+def _storage_level(value: Any, key: "Bounds") -> str:
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(STORAGE_LEVELS):
         return STORAGE_LEVELS[value]
     text = str(value).strip().upper() if isinstance(value, str) else None
@@ -206,7 +221,7 @@ def _storage_level(value: Any, key: "Key") -> str:
     return text
 
 
-def _flush(value: Any, key: "Key") -> str:
+def _flush(value: Any, key: "Bounds") -> str:
     text = str(value).strip().lower() if isinstance(value, str) else None
     text = {"async_flush": "async", "sync_flush": "sync"}.get(text, text)  # RocketMQ flushDiskType
     if text not in LOCAL_FLUSH_MODES:
@@ -214,23 +229,23 @@ def _flush(value: Any, key: "Key") -> str:
     return text
 
 
-def _recovery(value: Any, key: "Key") -> str:
+def _recovery(value: Any, key: "Bounds") -> str:
     text = str(value).strip().lower() if isinstance(value, str) else None
     if text not in METADATA_RECOVERY_MODES:
         raise ValueError(value)
     return text
 
 
-def _in_bounds(number: int, value: Any, key: "Key") -> int:
+def _in_bounds(number: int, value: Any, key: "Bounds") -> int:
     """``number``, or ValueError (naming ``value``) outside the key's minimum and maximum."""
     if number < (key.minimum or 0) or (key.maximum is not None and number > key.maximum):
         raise ValueError(value)
     return number
 
 
-def _bounded(parse: Callable[[Any], int]) -> Callable[[Any, "Key"], int]:
+def _bounded(parse: Callable[[Any], int]) -> Callable[[Any, "Bounds"], int]:
     """A checker: ``parse(value)``, then ValueError outside the key's bounds."""
-    def check(value: Any, key: "Key") -> int:
+    def check(value: Any, key: "Bounds") -> int:
         return _in_bounds(parse(value), value, key)
     return check
 
@@ -238,14 +253,14 @@ def _bounded(parse: Callable[[Any], int]) -> Callable[[Any, "Key"], int]:
 _size = _bounded(parse_size)
 
 
-def _count(value: Any, key: "Key") -> int:
+def _count(value: Any, key: "Bounds") -> int:
     return _in_bounds(parse_count(value, key.minimum or 0), value, key)
 
 
 _duration = _bounded(parse_duration_ms)
 
 
-def _hours(value: Any, key: "Key") -> int:
+def _hours(value: Any, key: "Bounds") -> int:
     if isinstance(value, str) and not value.strip().isdigit():
         ms = parse_duration_ms(value)
         if ms % HOUR_MS:
@@ -256,18 +271,18 @@ def _hours(value: Any, key: "Key") -> int:
     return _in_bounds(hours, value, key)
 
 
-def _bool(value: Any, key: "Key") -> bool:
+def _bool(value: Any, key: "Bounds") -> bool:
     return parse_bool(value)
 
 
-def _options(value: Any, key: "Key") -> Any:
+def _options(value: Any, key: "Bounds") -> Any:
     return value  # a table: each option is checked by the driver (StoreConfig._build)
 
 
 # -- accepted values, as error messages and the README show them ---------------------------------------
 
 
-def _at_least(text: str, key: "Key", show: Callable[[int], str] = str) -> str:
+def _at_least(text: str, key: "Bounds", show: Callable[[int], str] = str) -> str:
     """``text`` with its ``>= 0`` / ``> 0`` bound replaced by the key's minimum, and why; then
     the key's maximum (``show`` writes it in the key's unit), and why."""
     if key.minimum is not None:
@@ -280,7 +295,7 @@ def _at_least(text: str, key: "Key", show: Callable[[int], str] = str) -> str:
     return text
 
 
-def _component_accepted(key: "Key") -> str:
+def _component_accepted(key: "Bounds") -> str:
     text = ("a non-empty name without '/', '\\', control characters, lone surrogates or leading or "
             "trailing whitespace")
     if key.maximum is not None:
@@ -288,7 +303,7 @@ def _component_accepted(key: "Key") -> str:
     return text
 
 
-def _fixed(text: str) -> Callable[["Key"], str]:
+def _fixed(text: str) -> Callable[["Bounds"], str]:
     return lambda key: text
 
 
@@ -329,8 +344,8 @@ class ValueType:
     name: str
     label: str
     python: str
-    parse: Callable[[Any, "Key"], Any]
-    accepted: Callable[["Key"], str]
+    parse: Callable[[Any, "Bounds"], Any]
+    accepted: Callable[["Bounds"], str]
     show: Callable[[Any], str] = _show_plain
     #: A local path: relative values resolve against the config file's directory.
     is_path: bool = False

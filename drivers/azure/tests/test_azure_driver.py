@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tiered_conformance.request_probe import RequestProbe
 from tiered_core.errors import (
     DriverError, IllegalParam, InvalidOption, InvalidPath, NotFound, PositionMismatch, SegmentSealed,
 )
@@ -156,10 +157,12 @@ def test_transient_failures_are_retried_by_the_layer_not_the_driver(driver):
         return None
 
     driver.write("seg", 0, b"abc")
-    driver.transport.hook = hook
-    before = driver.transport.requests
+    probe = RequestProbe.install(driver)
+    probe.hook = hook
+    before = probe.requests
     assert layered(driver, QUICK).read("seg", 0, 3) == b"abc"
-    assert left["n"] == 0 and driver.transport.requests - before == 3
+    assert left["n"] == 0 and probe.requests - before == 3
+    probe.uninstall()
     calls = {"n": 0}
 
     def reset(method, url):
@@ -439,17 +442,18 @@ def test_adlfs_calls_go_through_the_probe_and_failures_stay_typed(driver):
     """read, write_if_absent and delete are adlfs calls: each request is counted, a fault is
     a retryable DriverError, never a missing blob (a 503 on delete is not "already gone")."""
     driver.write("seg", 0, b"abc")
+    probe = RequestProbe.install(driver)
     for call in (lambda: driver.read("seg", 0, 3), lambda: driver.write_if_absent("o", b"x"),
                  lambda: driver.delete("seg")):
-        before = driver.transport.requests
-        driver.transport.hook = lambda method, url: 503
+        before = probe.requests
+        probe.hook = lambda method, url: 503
         with pytest.raises(DriverError) as info:
             call()
-        assert info.value.retryable and driver.transport.requests - before == 1
-        driver.transport.hook = None
+        assert info.value.retryable and probe.requests - before == 1
+        probe.hook = None
     assert driver.read("seg", 0, 3) == b"abc" and not driver.exists("o")
-    before = driver.transport.requests
-    assert driver.write_if_absent("o", b"x") and driver.transport.requests - before == 1
+    before = probe.requests
+    assert driver.write_if_absent("o", b"x") and probe.requests - before == 1
     driver.delete("seg")
     assert not driver.exists("seg")
 

@@ -14,7 +14,7 @@ from tiered_core.errors import (
     DriverError, IllegalParam, InvalidOption, InvalidPath, NotFound, PositionMismatch, SegmentSealed,
 )
 from tiered_core.spi import Capabilities, RetryPolicy, SegmentDriver
-from tiered_core.spi.transport import LOST_ANSWER, RequestProbe, is_transient
+from tiered_core.spi.transport import LOST_ANSWER, RequestHookPoint, is_transient
 
 log = logging.getLogger("tiered_driver_azure")
 
@@ -69,7 +69,7 @@ class AzureDriver(SegmentDriver):
 
     That client is adlfs's own, rebuilt once from its URL and credential with the driver's
     pipeline: the SDK's retries off (``retry_total=0``), ``timeout`` as connect/read
-    timeouts, one GET per read, and the request probe (``transport``) on every request,
+    timeouts, one GET per read, and the request hook point (``transport``) on every request,
     adlfs's included. So each request is sent once: transient failures (HTTP 408/429/5xx,
     connection resets, timeouts) raise ``DriverError(retryable=True)``, and the retry layer
     ``open_driver`` adds repeats the operation when that is safe (``retries`` sets its
@@ -119,8 +119,8 @@ class AzureDriver(SegmentDriver):
         self.retry_policy = RetryPolicy(retries=retries)
         self.timeout = timeout
         self.max_block_size = max_block_size
-        #: Counts the HTTP requests sent, and lets a test hook intercept each one.
-        self.transport = RequestProbe()
+        #: Every HTTP request passes it (tests and benchmarks install their probe there).
+        self.transport = RequestHookPoint()
         self._fs = self._open_fs(auth, account_name, endpoint, anon)
 
     @contextlib.contextmanager
@@ -520,7 +520,7 @@ def _conn_account(connection_string: str) -> str | None:
 
 
 class _RequestHook:
-    """Called by the SDK for each HTTP request it sends: passes it through the probe."""
+    """Called by the SDK for each HTTP request it sends: passes it through the hook point."""
 
     def __init__(self, driver: AzureDriver) -> None:
         self._driver = driver
@@ -539,7 +539,7 @@ class _RequestHook:
 
 def _lose_answer_if_asked(response) -> None:
     if response.context.get("tiered_lost_answer"):
-        raise RequestProbe.answer_lost()
+        raise RequestHookPoint.answer_lost()
 
 
 def _cause(exc: BaseException) -> BaseException:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tiered_conformance.request_probe import RequestProbe
 from tiered_core.errors import DriverError, IllegalParam, InvalidPath, NotFound, PositionMismatch, SegmentSealed
 from tiered_core.plugins import conformance_environment, open_driver
 from tiered_core.segment import FileSegment
@@ -193,11 +194,12 @@ def test_transient_failures_surface_retryable_and_the_layer_retries(driver):
     caller as a retryable DriverError, and the retry layer repeats the operation."""
     driver.write("seg", 0, b"first")
     stack = layered(driver, QUICK)
-    driver.transport.hook = hook = fail_first(2, 503)
-    before = driver.transport.requests
+    probe = RequestProbe.install(driver)
+    probe.hook = hook = fail_first(2, 503)
+    before = probe.requests
     assert stack.read("seg", 0, 5) == b"first"  # the listing fails twice, then the read goes through
-    assert hook.left["n"] == 0 and driver.transport.requests - before == 4  # 2 failed, listing, download
-    driver.transport.hook = fail_first(1, 503)
+    assert hook.left["n"] == 0 and probe.requests - before == 4  # 2 failed, listing, download
+    probe.hook = fail_first(1, 503)
     with pytest.raises(DriverError) as info:
         driver.size("seg")  # the driver alone sends once
     assert info.value.retryable and "503" in str(info.value)
@@ -209,10 +211,12 @@ def test_gcsfs_retries_each_request_but_never_a_compose(fake_gcs):
     drv = GcsDriver(**fake_gcs.driver_options(GCS_BUCKET, f"r-{uuid.uuid4().hex[:8]}"), retries=1)
     drv.write("seg", 0, b"abc")
     drv.write("seg", 3, b"def")
-    drv.transport.hook = hook = fail_first(1, 503)
-    before = drv.transport.requests
+    probe = RequestProbe.install(drv)
+    probe.hook = hook = fail_first(1, 503)
+    before = probe.requests
     assert drv.size("seg") == 6  # gcsfs retried the failed listing itself
-    assert hook.left["n"] == 0 and drv.transport.requests - before == 2  # every attempt is counted
+    assert hook.left["n"] == 0 and probe.requests - before == 2  # every attempt is counted
+    probe.uninstall()
     drv.transport.hook = fail_first(2, 503)
     with pytest.raises(DriverError) as info:
         drv.size("seg")  # two attempts, both failed

@@ -10,6 +10,7 @@ from typing import Any, Mapping, Sequence
 from tiered_core.errors import DriverError, InvalidOption, NotFound
 from tiered_core.spi import Capabilities, RetryPolicy
 from tiered_core.spi.objectstore import ChainedObjectDriver, ObjectInfo
+from tiered_core.spi.transport import RequestHookPoint
 
 from .transport import GcsTransport
 
@@ -100,9 +101,10 @@ class GcsDriver(ChainedObjectDriver):
                               f"'anon', or a credentials object", retryable=False, bucket=bucket) from None
 
     @property
-    def transport(self):
-        """The request probe: every HTTP attempt counted (benchmarks), and a test hook on each."""
-        return self.gcs.probe
+    def transport(self) -> RequestHookPoint:
+        """The request hook point every HTTP attempt passes (where tests and benchmarks install
+        ``tiered_conformance.request_probe.RequestProbe``)."""
+        return self.gcs.hooks
 
     def _where(self, path: str) -> str:
         return f"{path!r} in bucket {self.bucket!r}"

@@ -1,5 +1,5 @@
-"""gcsfs as the gcs driver's transport: one GCSFileSystem per driver, every request probed,
-every failure translated into a typed error.
+"""gcsfs as the gcs driver's transport: one GCSFileSystem per driver, every request passed
+through the request hook point, every failure translated into a typed error.
 
 gcsfs carries the HTTP session (on fsspec's I/O thread), the credentials (google-auth:
 the standard chain, service-account files, authorized-user dicts, the metadata server,
@@ -8,11 +8,11 @@ errors and token refresh failures, with gcsfs's exponential backoff). Two things
 added here, both through the hook gcsfs routes every JSON-API request through
 (``GCSFileSystem._request``):
 
-* the :class:`~tiered_core.spi.transport.RequestProbe` sees every HTTP attempt (gcsfs's
-  retries included), counts it and lets a test hook fail it with a status (gcsfs then
-  treats it as it would the real answer: a 503 is retried, a 412 becomes
-  ``FileExistsError``) or carry it out and lose the answer (a ``ConnectionResetError``,
-  which gcsfs does not retry, so the driver sees the loss);
+* the :class:`~tiered_core.spi.transport.RequestHookPoint` sees every HTTP attempt
+  (gcsfs's retries included): a hook installed there (tests, benchmarks) may count it,
+  fail it with a status (gcsfs then treats it as it would the real answer: a 503 is
+  retried, a 412 becomes ``FileExistsError``) or carry it out and lose the answer (a
+  ``ConnectionResetError``, which gcsfs does not retry, so the driver sees the loss);
 * the number of retries is the driver's ``retries`` option: gcsfs fixes it at 6 tries in
   the decorator of ``_request``, so the undecorated function (``__wrapped__``) is
   decorated again with gcsfs's own ``retry_request``. A request marked *once* (compose)
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, TypeVar
 
 from tiered_core.errors import DriverError, InvalidOption
-from tiered_core.spi.transport import LOST_ANSWER, RequestProbe, is_transient
+from tiered_core.spi.transport import LOST_ANSWER, RequestHookPoint, is_transient
 
 log = logging.getLogger("tiered_driver_gcs")
 
@@ -88,21 +88,21 @@ def check_token(token: Any) -> Any:
 
 @functools.lru_cache(maxsize=1)
 def filesystem_class() -> type:
-    """``gcsfs.core.GCSFileSystem`` with every HTTP attempt passing a :class:`RequestProbe`."""
+    """``gcsfs.core.GCSFileSystem`` with every HTTP attempt passing a :class:`RequestHookPoint`."""
     from gcsfs.core import GCSFileSystem
     from gcsfs.retry import retry_request, validate_response
 
     # The request function without gcsfs's retry decorator (None if a gcsfs release
-    # stops exposing it: then the probe sees each request once, retries included).
+    # stops exposing it: then the hook point sees each request once, retries included).
     unretried = getattr(GCSFileSystem._request, "__wrapped__", None)
 
-    class ProbedGCSFileSystem(GCSFileSystem):
-        """gcsfs whose requests pass ``probe``, ``tries`` attempts each (one when marked *once*)."""
+    class HookedGCSFileSystem(GCSFileSystem):
+        """gcsfs whose requests pass ``hooks``, ``tries`` attempts each (one when marked *once*)."""
 
-        def __init__(self, *args: Any, probe: RequestProbe, tries: int, **kwargs: Any) -> None:
+        def __init__(self, *args: Any, hooks: RequestHookPoint, tries: int, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            self.probe = probe
-            self._retrying = retry_request(retries=tries)(ProbedGCSFileSystem._send)
+            self.hooks = hooks
+            self._retrying = retry_request(retries=tries)(HookedGCSFileSystem._send)
 
         async def _request(self, method, path, *args, **kwargs):
             if unretried is None or _SCOPE.get().once:
@@ -110,8 +110,8 @@ def filesystem_class() -> type:
             return await self._retrying(self, method, path, *args, **kwargs)
 
         async def _send(self, method, path, *args, **kwargs):
-            """One attempt: counted, and failed or its answer lost where the test hook says."""
-            verdict = self.probe.before(method, _SCOPE.get().what)
+            """One attempt, failed or its answer lost where an installed hook says."""
+            verdict = self.hooks.before(method, _SCOPE.get().what)
             if verdict is not None and verdict != LOST_ANSWER:
                 validate_response(int(verdict), _INJECTED, path, args)  # raises what gcsfs would
             if unretried is None:
@@ -119,14 +119,14 @@ def filesystem_class() -> type:
             else:
                 out = await unretried(self, method, path, *args, **kwargs)
             if verdict == LOST_ANSWER:
-                raise self.probe.answer_lost()
+                raise self.hooks.answer_lost()
             return out
 
-    return ProbedGCSFileSystem
+    return HookedGCSFileSystem
 
 
 class GcsTransport:
-    """One bucket's gcsfs file system, its request probe, and the translation of failures.
+    """One bucket's gcsfs file system, its request hook point, and the translation of failures.
 
     :meth:`run` executes a gcsfs coroutine for one driver request on gcsfs's I/O loop
     and returns its result. ``FileNotFoundError`` (HTTP 404) and ``FileExistsError``
@@ -141,7 +141,7 @@ class GcsTransport:
     def __init__(self, *, bucket: str, token: Any, endpoint: str | None, project: str | None,
                  timeout: float, retries: int) -> None:
         self.bucket = bucket
-        self.probe = RequestProbe()
+        self.hooks = RequestHookPoint()
         self._options: dict[str, Any] = {
             "token": check_token(token), "endpoint_url": endpoint, "requests_timeout": timeout,
             "use_listings_cache": False, "skip_instance_cache": True,
@@ -154,7 +154,7 @@ class GcsTransport:
         self._connect()  # credentials are resolved now, so that a bad token fails at open
 
     def _connect(self) -> Any:
-        self._fs = filesystem_class()(probe=self.probe, tries=self._tries, **self._options)
+        self._fs = filesystem_class()(hooks=self.hooks, tries=self._tries, **self._options)
         self._pid = os.getpid()
         return self._fs
 

@@ -2,7 +2,7 @@
 
 Fixtures construct the driver directly (no layers), so each request is sent once and a
 failure surfaces as it is; where retries matter the driver is put in the standard layers,
-as open_driver opens it. Faults are injected through the driver's request probe
+as open_driver opens it. Faults are injected through the driver's request hook point
 (``driver.transport.hook``), inside an operation, on the real requests.
 """
 

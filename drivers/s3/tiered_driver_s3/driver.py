@@ -60,7 +60,7 @@ from tiered_core.spi import Capabilities, RetryPolicy
 from tiered_core.spi.objectstore import (
     META_ID, PART_MARK, ChainedObjectDriver, ObjectInfo, SegmentView, new_segment_id, part_key,
 )
-from tiered_core.spi.transport import LOST_ANSWER, RequestProbe, is_transient
+from tiered_core.spi.transport import LOST_ANSWER, RequestHookPoint, is_transient
 
 log = logging.getLogger("tiered_driver_s3")
 
@@ -194,7 +194,7 @@ class S3Driver(ChainedObjectDriver):
         _LOG_REDACTOR.add(self._secrets)
         if emulated and key is None:
             key, secret = "tiered-emulator-key", "tiered-emulator-secret"
-        self.transport = RequestProbe()
+        self.transport = RequestHookPoint()
         self._seen: collections.OrderedDict[str, _Seen] = collections.OrderedDict()
         self._seen_lock = threading.Lock()
         self.fs = self._make_fs(key, secret, token, timeout, extra)
@@ -231,7 +231,7 @@ class S3Driver(ChainedObjectDriver):
     # -- requests ------------------------------------------------------------------------
 
     async def _before_send(self, request: Any, event_name: str = "", **_: Any) -> Any:
-        """Counts every request (benchmarks) and runs the test hook of :attr:`transport`."""
+        """Passes every request through :attr:`transport` (where tests and benchmarks hook in)."""
         operation = event_name.rsplit(".", 1)[-1]
         what = f"{operation} {request.url.split('?', 1)[0].split('://', 1)[-1].split('/', 1)[-1]}"
         verdict = self.transport.before(request.method, what)
@@ -239,7 +239,7 @@ class S3Driver(ChainedObjectDriver):
             return None
         if verdict == LOST_ANSWER:
             await self.fs.s3._endpoint._send(request)
-            raise RequestProbe.answer_lost()
+            raise RequestHookPoint.answer_lost()
         return _injected_response(request.url, int(verdict))
 
     def _call(self, operation: str, *, what: str, path: str | None = None, **kwargs: Any) -> Any:
@@ -756,7 +756,7 @@ def _storage_options(value: Any) -> dict[str, Any]:
 
 
 class _InjectedBody:
-    """The body of a response the request probe made up (an S3 error document)."""
+    """The body of a response an installed request hook made up (an S3 error document)."""
 
     def __init__(self, body: bytes) -> None:
         self._body = body
@@ -771,7 +771,7 @@ def _injected_response(url: str, status: int) -> Any:
     code = {503: "SlowDown", 500: "InternalError", 403: "AccessDenied", 404: "NoSuchKey",
             412: "PreconditionFailed"}.get(status, "InjectedError")
     body = (f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{code}</Code>"
-            f"<Message>injected by the request probe</Message></Error>").encode()
+            f"<Message>injected by a request hook</Message></Error>").encode()
     return AioAWSResponse(url, status, {"content-type": "application/xml"}, _InjectedBody(body))
 
 

@@ -81,7 +81,7 @@ class ChainedObjectDriver(SegmentDriver, abc.ABC):
     # -- the backend primitives ---------------------------------------------------------
     #
     # Names and signatures are stable: backends in other distributions implement them.
-    # ``what`` describes the request for messages and request probes (e.g. "write 'seg'
+    # ``what`` describes the request for messages and request hooks (e.g. "write 'seg'
     # at 5", "compose 'seg'"); it never contains credentials. Every primitive raises
     # DriverError (retryable for transient failures, naming the bucket or container and
     # saying what was denied for access errors), never a library's own exception.

@@ -59,11 +59,12 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition  # noqa: E402
 from spark_export import add_round_arguments, add_store_arguments, bench_workdir, print_report, write_store  # noqa: E402  (bench/ is on sys.path)
 
-from tiered_core.spark.datasource import planned_partitions  # noqa: E402
-from tiered_core.spark.options import ReadOptions, config_source, parse_read_options  # noqa: E402
+from tiered_core.spark.config_source import config_source  # noqa: E402
 from tiered_core.spark.plan import QueuePartition  # noqa: E402
 from tiered_core.spark.reader import read_batches  # noqa: E402
-from tiered_core.spark.schema import spark_schema  # noqa: E402
+from tiered_core.spark.source.batch import planned_partitions  # noqa: E402
+from tiered_core.spark.source.options import ReadOptions, parse_read_options  # noqa: E402
+from tiered_core.spark.source.schema import spark_schema  # noqa: E402
 
 TARGETS = {"stream_vs_parquet": 0.5, "arrow_vs_rows": 3.0}
 _UTC = _dt.timezone.utc
@@ -106,7 +107,7 @@ class FloorReader(DataSourceReader):
     def read(self, partition):
         if not isinstance(partition, QueuePartition):
             return
-        from tiered_core.spark.arrow_batch import batch_to_arrow
+        from tiered_core.spark.source.arrow_rows import batch_to_arrow
 
         batch = batch_to_arrow(next(read_batches(self.source, partition)))
         for start in range(0, self.share, batch.num_rows):

@@ -1,11 +1,11 @@
 """The ``tiered`` Structured Streaming source: ``spark.readStream.format("tiered")``.
 
 Offsets are ``{topic: {str(queue_id): next_offset}}``. The Spark driver plans from the
-store's metadata only (:func:`~tiered_core.spark.offsets.queue_views`): a queue ends where
+store's metadata only (:func:`~tiered_core.spark.source.stream_offsets.queue_views`): a queue ends where
 the metadata's committed consume-queue size ends, never at units a writer appended to the
 backend but has not committed to the metadata. Executors read the planned ranges from the
 shared backend alone (:func:`~tiered_core.spark.reader.read_batches`: one validated read
-path) and yield Arrow batches (:func:`~tiered_core.spark.arrow_batch.batch_to_arrow`).
+path) and yield Arrow batches (:func:`~tiered_core.spark.source.arrow_rows.batch_to_arrow`).
 """
 
 from __future__ import annotations
@@ -13,33 +13,27 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import logging
-import struct
-from typing import Iterator, Sequence
+from typing import Iterator
 
-from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable, ReadLimit, ReadMaxBytes, ReadMaxRows, SupportsTriggerAvailableNow,
-)
+from pyspark.sql.datasource import InputPartition
 
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, iter_cq_units
-from tiered_core.codec.message import BORNHOST_V6_FLAG
+from tiered_core.codec.message import STORE_TIMESTAMP_END, peek_store_timestamp
 from tiered_core.common import BoundaryType, offset_by_time
 from tiered_core.errors import IllegalOffset, InvalidOption
-from tiered_core.spark.arrow_batch import batch_to_arrow
+from tiered_core.spark.config_source import (
+    ConfigSource, StoreNotReadable, open_metadata_readonly, require_shared_backend,
+)
 from tiered_core.spark.failures import spark_facing
-from tiered_core.spark.offsets import QueueKey, QueueView, fair_split, offset_map, queue_positions, queue_views
-from tiered_core.spark.options import ConfigSource, StoreNotReadable, open_metadata_readonly, require_shared_backend
 from tiered_core.spark.plan import QueuePartition
 from tiered_core.spark.reader import driver_for, read_batches
-from tiered_core.spark.schema import arrow_schema
-from tiered_core.spark.stream_options import JSON_EARLIEST, JSON_LATEST, LATEST, StreamOptions
+from tiered_core.spark.source.arrow_rows import batch_to_arrow
+from tiered_core.spark.source.options import StreamOptions
+from tiered_core.spark.source.queue_stream import QueueStreamReader
+from tiered_core.spark.source.schema import arrow_schema
+from tiered_core.spark.source.stream_offsets import QueueKey, QueueView, queue_views
 
 log = logging.getLogger(__name__)
-
-#: sysFlag@36; the store timestamp follows the born host (8 bytes IPv4, 20 IPv6) at 56 or 68.
-_SYS_FLAG = struct.Struct(">i")
-_TIMESTAMP = struct.Struct(">q")
-_STORE_TS_POS = (56, 68)
 
 
 def source_queues(config) -> set[QueueKey]:
@@ -84,7 +78,7 @@ def check_starting_offsets(config, options: StreamOptions) -> None:
                                     value=f"{topic}/{queue_id}", topic=topic, queue_id=queue_id)
 
 
-class TieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class TieredStreamReader(QueueStreamReader):
     """A micro-batch stream of the messages a tiered store's metadata records as committed.
 
     Read-only: the store's metadata is opened read-only and nothing is ever created; a store
@@ -103,19 +97,20 @@ class TieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     tier's first message and logs a WARNING.
     """
 
+    DRIVER_ONLY = (*QueueStreamReader.DRIVER_ONLY, "_config")
+
     def __init__(self, source: ConfigSource, options: StreamOptions) -> None:
+        super().__init__(options)
         self.source = source
-        self.options = options
-        self._target: dict[QueueKey, int] | None = None
         self._readable: dict[tuple, int] = {}  # _readable_min's answers
-        config = source.load()
+        self._config = config = source.load()  # parsed once: every micro-batch plans with it
         require_shared_backend(config)
         check_starting_offsets(config, options)
 
     # -- metadata views (driver side) -------------------------------------------------------
 
-    def _views(self) -> dict[QueueKey, QueueView]:
-        config = self.source.load()
+    def plan_views(self) -> dict[QueueKey, QueueView]:
+        config = self._config if self._config is not None else self.source.load()
         try:
             metadata = open_metadata_readonly(config)
         except StoreNotReadable:
@@ -164,112 +159,30 @@ class TieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if not unit.is_valid or unit.commitlog_offset < cl_bases[0]:
                 return -1  # expired from the commit log: older than any time asked for
             cl = view.commit_log[bisect.bisect_right(cl_bases, unit.commitlog_offset) - 1]
-            head = driver.read(cl.path, unit.commitlog_offset - cl.base_offset, min(unit.size, 80))
-            at = _STORE_TS_POS[1 if _SYS_FLAG.unpack_from(head, 36)[0] & BORNHOST_V6_FLAG else 0]
-            return _TIMESTAMP.unpack_from(head, at)[0]
+            head = driver.read(cl.path, unit.commitlog_offset - cl.base_offset, min(unit.size, STORE_TIMESTAMP_END))
+            return peek_store_timestamp(head)
 
         return offset_by_time(view.min_offset, view.end_offset - 1, timestamp, BoundaryType.LOWER, store_time)
 
-    def _start_of(self, view: QueueView, wanted: dict[str, dict[int, int]] | None) -> int:
-        opts = self.options
-        if opts.starting_timestamp is not None:
-            return self._offset_by_time(view, opts.starting_timestamp)
-        if wanted is not None:
-            offset = wanted.get(view.topic, {}).get(view.queue_id, JSON_EARLIEST)
-            if offset == JSON_LATEST:
-                return view.end_offset
-            return view.min_offset if offset == JSON_EARLIEST else offset
-        return view.end_offset if opts.starting == LATEST else view.min_offset
+    def start_of(self, key: QueueKey, view: QueueView, wanted: dict[QueueKey, int]) -> int:
+        if self.options.starting_timestamp is not None:
+            return self._offset_by_time(view, self.options.starting_timestamp)
+        return super().start_of(key, view, wanted)
 
-    def _checked_start(self, view: QueueView, start: int) -> int:
-        """``start``, or the tier's first offset when it expired and ``failOnDataLoss`` is false."""
-        if start >= view.min_offset:
-            return start
+    def expired(self, key: QueueKey, first: int, end: int) -> None:
+        """A start below the tier's min offset: :class:`IllegalOffset`, or skipped with a WARNING
+        when ``failOnDataLoss`` is false."""
+        topic, queue_id = key
         if self.options.fail_on_data_loss:
             raise IllegalOffset(
-                f"topic {view.topic!r} queue {view.queue_id}: the stream's next offset {start} is below the "
-                f"tier's min offset {view.min_offset} (messages {start}..{view.min_offset - 1} expired); "
-                "set option failOnDataLoss=false to skip them", topic=view.topic, queue_id=view.queue_id,
-                offset=start, min_offset=view.min_offset)
+                f"topic {topic!r} queue {queue_id}: the stream's next offset {first} is below the "
+                f"tier's min offset {end} (messages {first}..{end - 1} expired); "
+                "set option failOnDataLoss=false to skip them", topic=topic, queue_id=queue_id,
+                offset=first, min_offset=end)
         log.warning("tiered stream: topic %r queue %d: skipping offsets %d..%d, expired from the tier "
-                    "(failOnDataLoss=false)", view.topic, view.queue_id, start, view.min_offset - 1)
-        return view.min_offset
+                    "(failOnDataLoss=false)", topic, queue_id, first, end - 1)
 
-    # -- the DataSourceStreamReader contract -------------------------------------------------
-
-    def initialOffset(self) -> dict:
-        wanted = self.options.starting_map
-        starts = {key: self._start_of(view, wanted) for key, view in self._views().items()}
-        if wanted is not None:  # a JSON start may lie beyond what is committed now: keep it
-            starts.update({(t, q): o for t, qs in wanted.items() for q, o in qs.items() if o >= 0})
-        return offset_map(starts)
-
-    def getDefaultReadLimit(self) -> ReadLimit:
-        if self.options.max_messages is not None:
-            return ReadMaxRows(self.options.max_messages)
-        if self.options.max_bytes is not None:
-            return ReadMaxBytes(self.options.max_bytes)
-        return ReadAllAvailable()
-
-    def prepareForTriggerAvailableNow(self) -> None:
-        self._target = {key: view.end_offset for key, view in self._views().items()}
-
-    def reportLatestOffset(self) -> dict | None:
-        return offset_map({key: view.end_offset for key, view in self._views().items()})
-
-    def _limits(self, limit: ReadLimit | None) -> tuple[int | None, int | None]:
-        """(max rows, max bytes) of one micro-batch: the engine's limit, else the options'."""
-        if isinstance(limit, ReadAllAvailable):
-            return None, None
-        rows, nbytes = self.options.max_messages, self.options.max_bytes
-        if isinstance(limit, ReadMaxRows):
-            rows = limit.max_rows
-        elif isinstance(limit, ReadMaxBytes):
-            nbytes = limit.max_bytes
-        return rows, nbytes
-
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        positions = queue_positions(start)
-        views = self._views()
-        available: dict[QueueKey, int] = {}
-        for key, view in views.items():
-            begin = self._checked_start(view, positions.get(key, view.min_offset))
-            positions[key] = begin
-            end = view.end_offset
-            if self._target is not None:
-                end = min(end, self._target.get(key, begin))
-            available[key] = max(0, end - begin)
-        rows, nbytes = self._limits(limit)
-        take = dict(available)
-        if rows is not None:
-            take = fair_split(take, rows)
-        if nbytes is not None:
-            sizes = {key: views[key].average_message_size() for key in take}
-            by_bytes = fair_split({key: n * sizes[key] for key, n in take.items()}, nbytes)
-            take = {key: min(take[key], by_bytes[key] // sizes[key]) for key in take}
-            if not any(take.values()) and any(available.values()):
-                first = min(key for key, n in available.items() if n > 0)
-                take[first] = 1  # one message bigger than the budget still moves the stream
-        for key, n in take.items():
-            positions[key] += n
-        return offset_map(positions)
-
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        begin, stop = queue_positions(start), queue_positions(end)
-        views = self._views()
-        parts: list[QueuePartition] = []
-        for key in sorted(stop):
-            view = views.get(key)
-            if view is None:
-                continue
-            first = begin.get(key, view.min_offset)
-            if first >= stop[key]:
-                continue
-            first = self._checked_start(view, first)
-            last = min(stop[key], view.end_offset)
-            for part in view.partitions(first, last):
-                parts.append(dataclasses.replace(part, index=len(parts)))
-        return parts
+    # -- executors --------------------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator:
         if not isinstance(partition, QueuePartition):
@@ -294,9 +207,6 @@ class TieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 "to skip them", topic=part.topic, queue_id=part.queue_id, offset=first, end_offset=end)
         log.warning("tiered stream: topic %r queue %d: skipping offsets %d..%d, expired from the tier's commit "
                     "log (failOnDataLoss=false)", part.topic, part.queue_id, first, end - 1)
-
-    def commit(self, end: dict) -> None:
-        """Nothing to release: the source holds no reservations on the store."""
 
 
 __all__ = ["TieredStreamReader"]

@@ -5,10 +5,8 @@ broker's tier (:mod:`tiered_core.static_topic.reader`)."""
 from __future__ import annotations
 
 from tiered_core.codec.checks import PropCrcPolicy
-from tiered_core.codec.consume_queue import decode_cq_unit
 from tiered_core.codec.message import MessageExt
 from tiered_core.errors import TieredStoreError
-from tiered_core.flat.batch import check_batch
 from tiered_core.flat.file_store import FlatFileStore
 from tiered_core.index.service import IndexStoreService
 from tiered_core.spi.metadata import TieredMetadataStore
@@ -17,7 +15,9 @@ from tiered_core.spi.metadata import TieredMetadataStore
 def tiered_key_hits(index: IndexStoreService, metadata: TieredMetadataStore, flat_files: FlatFileStore,
                     prop_crc: PropCrcPolicy, topic: str, key: str, max_count: int, begin: int,
                     end: int) -> list[MessageExt]:
-    """Tiered index hits, each checked against its queue: an entry counts only when the
+    """Tiered index hits, each read and checked through its queue's segment reader
+    (:meth:`FlatMessageFile.reader <tiered_core.flat.message_file.FlatMessageFile.reader>`):
+    an entry counts only when the
     consume-queue unit at the message's queue offset points at that very copy (an
     entry of a copy a crash left unreferenced, or of one indexed twice, does not)."""
     meta = metadata.get_topic(topic)
@@ -30,13 +30,11 @@ def tiered_key_hits(index: IndexStoreService, metadata: TieredMetadataStore, fla
         flat = flat_files.get(topic, entry.queue_id)
         if flat is None:
             continue
+        reader = flat.reader(prop_crc)
         try:
-            raw = flat.get_commit_log(entry.offset, entry.size)
             # The read path's checks, for a message no unit was read for (yet): the queue
             # offset and tags code are compared with its unit below.
-            checked = check_batch([(entry.offset, entry.size, 0)], raw, entry.offset, topic=topic,
-                                  queue_id=entry.queue_id, queue_offset=None,
-                                  prop_crc=prop_crc, check_tags=False)
+            checked = reader.message_at(entry.offset, entry.size)
             if checked.error is not None:
                 raise checked.error
             msg = checked.message(0)
@@ -44,10 +42,10 @@ def tiered_key_hits(index: IndexStoreService, metadata: TieredMetadataStore, fla
                     and (msg.queue_id, msg.queue_offset) not in seen
                     and flat.consume_queue_min_offset() <= msg.queue_offset < flat.consume_queue_commit_offset()):
                 continue
-            unit = decode_cq_unit(flat.get_consume_queue(msg.queue_offset), 0)
+            unit = reader.unit(msg.queue_offset)
         except TieredStoreError:
             continue
-        if (unit.commitlog_offset, unit.size) != (entry.offset, entry.size):
+        if unit is None or (unit.commitlog_offset, unit.size) != (entry.offset, entry.size):
             continue
         seen.add((msg.queue_id, msg.queue_offset))
         out.append(msg)

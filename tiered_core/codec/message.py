@@ -58,12 +58,26 @@ QUEUE_ID_POS = 12
 FLAG_POS = 16
 QUEUE_OFFSET_POS = 20
 PHYSICAL_OFFSET_POS = 28
+#: Bytes from a message's start that cover its queue offset.
+QUEUE_OFFSET_END = QUEUE_OFFSET_POS + 8  # 28
 SYS_FLAG_POS = 36
 BORN_TIMESTAMP_POS = 40
 BORN_HOST_POS = 48
+#: Bytes from a message's start that hold its totalSize and magic code (enough to tell
+#: whether bytes start like a message, and how long it says it is).
+MAGIC_END = MAGIC_POS + 4  # 8
 #: Bytes from a message's start that always cover its store timestamp (an IPv6 born host
 #: puts it at 68..76): read this much to peek it without knowing the host sizes.
 STORE_TIMESTAMP_END = 80
+#: storeTimestamp follows the born host: 8 bytes (IPv4) or 20 (IPv6) from BORN_HOST_POS
+#: (:func:`store_timestamp_position` picks by sysFlag).
+STORE_TIMESTAMP_POS_V4 = BORN_HOST_POS + 8  # 56
+STORE_TIMESTAMP_POS_V6 = BORN_HOST_POS + 20  # 68
+#: A message whose born and store hosts are both IPv4 (``sysFlag & HOST_V6_FLAGS == 0``, the
+#: usual case) has a fixed header of this many bytes, up to and including bodyLength.
+HEADER_SIZE_V4 = 88
+#: bodyLength (4 bytes), the last field of that fixed header; the body follows it.
+BODY_LENGTH_POS_V4 = HEADER_SIZE_V4 - 4  # 84
 
 # MessageSysFlag bits.
 COMPRESSED_FLAG = 0x1
@@ -80,7 +94,9 @@ COMPRESSION_LZ4_TYPE = 0x1 << 8
 COMPRESSION_ZSTD_TYPE = 0x2 << 8
 COMPRESSION_ZLIB_TYPE = 0x3 << 8
 COMPRESSION_TYPE_COMPARATOR = 0x7 << 8
-_HOST_FLAGS = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
+#: The sysFlag bits that make a host IPv6 (a longer header).
+HOST_V6_FLAGS = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
+_HOST_FLAGS = HOST_V6_FLAGS
 
 # Property names (MessageConst).
 PROPERTY_KEYS = "KEYS"
@@ -1050,7 +1066,7 @@ peek_born_timestamp = _peeker(BORN_TIMESTAMP_POS, _I64, "born timestamp")
 
 def store_timestamp_position(sys_flag: int) -> int:
     """Position of storeTimestamp: 56 for an IPv4 born host, 68 for IPv6."""
-    return BORN_HOST_POS + _host_len(bool(sys_flag & BORNHOST_V6_FLAG))
+    return STORE_TIMESTAMP_POS_V6 if sys_flag & BORNHOST_V6_FLAG else STORE_TIMESTAMP_POS_V4
 
 
 def peek_store_timestamp(buf: Buffer, offset: int = 0) -> int:
@@ -1088,7 +1104,8 @@ __all__ = [
     "MAGIC_V1", "MAGIC_V2", "BLANK_MAGIC",
     "TOTAL_SIZE_POS", "MAGIC_POS", "BODY_CRC_POS", "QUEUE_ID_POS", "FLAG_POS",
     "QUEUE_OFFSET_POS", "PHYSICAL_OFFSET_POS", "SYS_FLAG_POS", "BORN_TIMESTAMP_POS",
-    "BORN_HOST_POS",
+    "BORN_HOST_POS", "MAGIC_END", "QUEUE_OFFSET_END", "STORE_TIMESTAMP_END", "STORE_TIMESTAMP_POS_V4", "STORE_TIMESTAMP_POS_V6",
+    "HEADER_SIZE_V4", "BODY_LENGTH_POS_V4", "HOST_V6_FLAGS",
     "COMPRESSED_FLAG", "MULTI_TAGS_FLAG", "TRANSACTION_NOT_TYPE", "TRANSACTION_PREPARED_TYPE",
     "TRANSACTION_COMMIT_TYPE", "TRANSACTION_ROLLBACK_TYPE", "BORNHOST_V6_FLAG",
     "STOREHOSTADDRESS_V6_FLAG", "NEED_UNWRAP_FLAG", "INNER_BATCH_FLAG", "COMPRESSION_LZ4_TYPE",

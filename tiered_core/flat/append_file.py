@@ -18,6 +18,7 @@ from itertools import accumulate
 from typing import Callable, Iterator, Sequence
 
 from tiered_core.errors import DriverError, IllegalOffset, IllegalParam, StateConflict, TieredStoreError
+from tiered_core.flat.segment_ref import SegmentRef
 from tiered_core.flat.damage import SegmentDamage, check_segment
 from tiered_core.segment import FileSegment
 from tiered_core.common import NO_TIMESTAMP, AppendResult, FileSegmentType, SegmentStatus, now_ms
@@ -181,6 +182,23 @@ class FlatAppendFile:
 
     def __iter__(self) -> Iterator[FileSegment]:
         return iter(list(self.segments))
+
+    def segment_bases(self) -> list[int]:
+        """The segments' base offsets, ascending (the :class:`~tiered_core.flat.segment_ref.SegmentedLog` view)."""
+        return [s.base_offset for s in list(self.segments)]
+
+    def segment_path(self, offset: int) -> str:
+        """The backend path of the segment holding ``offset`` (the first one below it all)."""
+        segs = list(self.segments)
+        if not segs:
+            return self.file_path
+        i = bisect.bisect_right([s.base_offset for s in segs], offset) - 1
+        return segs[max(0, i)].path
+
+    def segment_refs(self) -> tuple[SegmentRef, ...]:
+        """The segments as references (path, base offset, committed size): what a reader
+        without this store's metadata database needs to read them."""
+        return tuple(SegmentRef(s.path, s.base_offset, s.commit_position) for s in list(self.segments))
 
     # -- writing --------------------------------------------------------------------------
 

@@ -18,14 +18,11 @@ import time
 from typing import Sequence
 
 from tiered_core.codec._impl import peek_queue_offset
-from tiered_core.codec.message import rewrite_physical_offset
+from tiered_core.codec.message import QUEUE_OFFSET_END, rewrite_physical_offset
 from tiered_core.codec.prop_crc import stored_prop_crc, upload_crc_error, write_prop_crc
 from tiered_core.errors import CorruptData, IllegalOffset, IllegalParam, TieredStoreError
 from tiered_core.flat.append_file import FlatAppendFile
 from tiered_core.common import AppendResult, FileSegmentType
-
-#: Bytes needed to read a message's queue offset (RocketMQ QUEUE_OFFSET_POSITION + 8).
-_QUEUE_OFFSET_END = 28
 
 
 class FlatCommitLogFile(FlatAppendFile):
@@ -48,8 +45,8 @@ class FlatCommitLogFile(FlatAppendFile):
         nothing is appended -- and it is recomputed after the rewrite. Without the property
         the bytes are appended exactly as before.
         """
-        if len(message) < _QUEUE_OFFSET_END:
-            raise IllegalParam(f"a message is at least {_QUEUE_OFFSET_END} bytes, got {len(message)}",
+        if len(message) < QUEUE_OFFSET_END:
+            raise IllegalParam(f"a message is at least {QUEUE_OFFSET_END} bytes, got {len(message)}",
                                length=len(message))
         buf = bytearray(message)
         size = len(buf)
@@ -108,13 +105,13 @@ class FlatCommitLogFile(FlatAppendFile):
         if self._first_queue_offset >= 0:
             return self._first_queue_offset
         segs = self.segments
-        if not segs or segs[0].commit_position < _QUEUE_OFFSET_END:
+        if not segs or segs[0].commit_position < QUEUE_OFFSET_END:
             return -1
         try:
-            head = self.read(self.min_offset, _QUEUE_OFFSET_END)
+            head = self.read(self.min_offset, QUEUE_OFFSET_END)
         except CorruptData:
             return -1
-        if len(head) < _QUEUE_OFFSET_END:  # the head segment holds less than one header
+        if len(head) < QUEUE_OFFSET_END:  # the head segment holds less than one header
             return -1
         self._first_queue_offset = peek_queue_offset(head, 0)
         return self._first_queue_offset

@@ -10,7 +10,6 @@ from typing import Sequence
 
 from tiered_core.codec._impl import encode_cq_unit, peek_store_timestamp
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, decode_cq_unit
-from tiered_core.codec.message import STORE_TIMESTAMP_END
 from tiered_core.codec.naming import queue_path, segment_path, validate_topic
 from tiered_core.errors import CorruptData, IllegalOffset, IllegalParam, TieredStoreError
 from tiered_core.flat.commit_log_file import FlatCommitLogFile
@@ -21,7 +20,7 @@ from tiered_core.segment import default_executor
 from tiered_core.codec.checks import PropCrcPolicy
 from tiered_core.codec.message_batch import MessageBatch
 from tiered_core.common import AppendResult, BoundaryType, FileSegmentType, now_ms, offset_by_time
-from tiered_core.flat.batch import read_batch
+from tiered_core.flat.segment_reader import SegmentReader
 from tiered_core.spi.access import CompositeAccess, ConsumeQueueRequest
 from tiered_core.spi.driver import SegmentDriver
 from tiered_core.spi.metadata import TieredMetadataStore
@@ -276,20 +275,20 @@ class FlatMessageFile(CompositeAccess):
         return self.executor.submit(self.get_consume_queue, queue_offset, count)
 
     def _store_time(self, queue_offset: int) -> int:
-        cq_offset = queue_offset * CQ_UNIT_SIZE
+        """:meth:`SegmentReader.store_time <tiered_core.flat.segment_reader.SegmentReader.store_time>`;
+        where a damaged segment lost the unit or the message, :meth:`_segment_time`."""
         try:
-            cq = self.get_consume_queue(queue_offset)
-            if len(cq) < CQ_UNIT_SIZE:
-                return self._segment_time(self.consume_queue, cq_offset, queue_offset)
-            offset, _size, _tags = decode_cq_unit(cq, 0)
-            head = self.get_commit_log(offset, STORE_TIMESTAMP_END)
-            if len(head) < STORE_TIMESTAMP_END:
-                return self._segment_time(self.commit_log, offset, queue_offset)
-            return peek_store_timestamp(head, 0)
+            return self.reader().store_time(queue_offset)
         except CorruptData as exc:
-            if exc.context.get("reason") not in DAMAGE_REASONS:
+            reason = exc.context.get("reason")
+            if reason in DAMAGE_REASONS:
+                file = self.commit_log if exc.context.get("file_type") == "COMMIT_LOG" else self.consume_queue
+            elif reason == "truncated":  # no whole unit there
+                file = self.consume_queue
+            elif reason == "unit_out_of_range":  # the commit log ends inside the message's head
+                file = self.commit_log
+            else:
                 raise
-            file = self.commit_log if exc.context.get("file_type") == "COMMIT_LOG" else self.consume_queue
             return self._segment_time(file, exc.context["offset"], queue_offset)
 
     def _segment_time(self, file, offset: int, queue_offset: int) -> int:
@@ -312,20 +311,27 @@ class FlatMessageFile(CompositeAccess):
         return offset_by_time(self.consume_queue_min_offset(), self.consume_queue_commit_offset() - 1,
                               timestamp, boundary, self._store_time)
 
+    def reader(self, prop_crc: PropCrcPolicy = PropCrcPolicy.IGNORE) -> SegmentReader:
+        """The queue's :class:`~tiered_core.flat.segment_reader.SegmentReader` over this flat
+        file's segments: its committed bytes only, with the damage accounting of
+        :meth:`FlatAppendFile.read <tiered_core.flat.append_file.FlatAppendFile.read>` (a
+        damaged segment ends a read at its first lost byte, or raises CorruptData naming it)."""
+        return SegmentReader(self.consume_queue, self.commit_log, topic=self.topic, queue_id=self.queue_id,
+                             prop_crc=prop_crc)
+
     def read_batch(self, queue_offset: int, count: int, max_bytes: int, *,
                    prop_crc: PropCrcPolicy = PropCrcPolicy.IGNORE) -> MessageBatch:
         """Up to ``count`` validated messages from ``queue_offset`` (at most up to the commit
         offset; at most ``max_bytes`` of commit log, but at least one message): one
         consume-queue read, one commit-log read, one split + validate pass
-        (:func:`tiered_core.flat.batch.read_batch`). The batch ends before the first bad
+        (:meth:`SegmentReader.read_batch <tiered_core.flat.segment_reader.SegmentReader.read_batch>`). The batch ends before the first bad
         message, whose CorruptData is ``batch.error`` -- also when a damaged segment lost it
         or its unit (reason ``segment_missing`` / ``segment_truncated``, naming the segment):
         the read ends at the damage, so every intact message before it is in the batch.
         Other I/O errors raise."""
         count = min(count, self.consume_queue_commit_offset() - queue_offset)
         try:
-            batch = read_batch(self.get_consume_queue, self.get_commit_log, queue_offset, count, max_bytes,
-                               topic=self.topic, queue_id=self.queue_id, prop_crc=prop_crc)
+            batch = self.reader(prop_crc).read_batch(queue_offset, count, max_bytes)
         except CorruptData as exc:  # a damaged segment lost the message at queue_offset
             return MessageBatch(self.topic, self.queue_id, queue_offset, b"", 0, [],
                                 self._queue_error(exc, queue_offset))

@@ -10,7 +10,8 @@ alone. What the listing cannot tell is recovered by reading a few bytes:
 * **timestamps** (``timestamps=True``, the default): a commit-log segment's begin/end are the
   store times of its first/last message, found through the consume queue (binary search
   over its units, ~log2(units) reads of 20 bytes) and read from the message, which must
-  pass the store's one read path (:func:`~tiered_core.flat.batch.check_batch`:
+  pass the store's one segment reader's checks
+  (:class:`~tiered_core.flat.segment_reader.SegmentReader`, from the listing alone:
   size, CRC, topic, queue id, queue offset, physical offset, tags code, and its
   ``__CRC32#`` property when it has one) -- a message that fails it tells nothing; a
   consume-queue segment's are those of the messages its first/last whole unit points at; an
@@ -47,14 +48,8 @@ from typing import Callable, Iterable, NamedTuple
 from tiered_core.common import LONG_MAX, NO_TIMESTAMP, FileSegmentType, SegmentStatus, now_ms
 from tiered_core.codec.checks import PropCrcPolicy
 from tiered_core.codec.message_batch import MessageBatch
-from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, ConsumeQueueUnit, decode_cq_unit
-from tiered_core.codec.message import (
-    MAGIC_V1,
-    MAGIC_V2,
-    MessageExt,
-    peek_magic,
-    peek_total_size,
-)
+from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, ConsumeQueueUnit
+from tiered_core.codec.message import MAGIC_END, MessageExt
 from tiered_core.codec.keys import message_index_keys
 from tiered_core.codec.tiered_index import BEGIN_MAGIC, END_MAGIC, HEADER_SIZE, IndexHeader
 from tiered_core.codec.naming import (
@@ -66,7 +61,8 @@ from tiered_core.codec.naming import (
     queue_path,
 )
 from tiered_core.errors import IllegalParam, MetadataError, TieredStoreError
-from tiered_core.flat.batch import check_batch
+from tiered_core.flat.segment_ref import SegmentRef
+from tiered_core.flat.segment_reader import SegmentReader
 from tiered_core.flat.ownership import is_owner_record
 from tiered_core.spi.driver import SegmentDriver
 from tiered_core.spi.metadata import FileSegmentMetadata, QueueMetadata, TieredMetadataStore, TopicMetadata
@@ -346,8 +342,7 @@ class _QueueTimes:
 
     def __init__(self, driver: SegmentDriver, cl: list[_Seg], cq: list[_Seg], stats: RebuildStats,
                  prop_crc: PropCrcPolicy = PropCrcPolicy.IF_PRESENT) -> None:
-        self.driver, self.cl, self.cq, self.stats = driver, cl, cq, stats
-        self.prop_crc = prop_crc
+        self.cl, self.cq, self.stats = cl, cq, stats
         self.cl_bases = [s.base for s in cl]
         # The queue whose messages these must be (every segment path names it).
         info = parse_segment_path((cl or cq)[0].path) if (cl or cq) else None
@@ -363,6 +358,10 @@ class _QueueTimes:
             if end > seg.base:
                 self.ranges.append((seg.base // CQ_UNIT_SIZE, end // CQ_UNIT_SIZE, seg))
         self.range_starts = [r[0] for r in self.ranges]
+        # All reads go through the store's one segment reader, from the listing alone.
+        self.reader = SegmentReader.from_refs(
+            driver, self.topic, self.queue_id, [SegmentRef(s.path, s.base, s.size) for _, _, s in self.ranges],
+            [SegmentRef(s.path, s.base, s.size) for s in cl], prop_crc)
 
     # -- reads -------------------------------------------------------------------------
 
@@ -371,16 +370,16 @@ class _QueueTimes:
         i = bisect.bisect_right(self.range_starts, q) - 1
         if i < 0 or q >= self.ranges[i][1]:
             return None
-        seg = self.ranges[i][2]
         try:
-            unit = decode_cq_unit(self.driver.read(seg.path, q * CQ_UNIT_SIZE - seg.base, CQ_UNIT_SIZE))
+            unit = self.reader.unit(q)
         except TieredStoreError:
             return None
-        return unit if unit.is_valid else None
+        return unit if unit is not None and unit.is_valid else None
 
     def _checked(self, offset: int, size: int | None, q: int | None, tags_code: int | None) -> MessageBatch | None:
         """The message at commit-log ``offset`` (a batch of one) if it passes the read path's
-        validation (:func:`tiered_core.flat.batch.check_batch`) as this queue's message
+        validation (:meth:`SegmentReader.message_at
+        <tiered_core.flat.segment_reader.SegmentReader.message_at>`) as this queue's message
         (``q``, ``tags_code``, ``size`` None: not known); else None."""
         i = bisect.bisect_right(self.cl_bases, offset) - 1
         if i < 0:
@@ -389,20 +388,14 @@ class _QueueTimes:
         pos = offset - seg.base
         try:
             if size is None:  # no unit: the message's own size, if it has a message's head
-                if pos + 8 > seg.size:
+                size = self.reader.message_size(offset) if pos + MAGIC_END <= seg.size else None
+                if size is None:
                     return None
-                head = self.driver.read(seg.path, pos, 8)
-                if peek_magic(head) not in (MAGIC_V1, MAGIC_V2):
-                    return None
-                size = peek_total_size(head)
             if size <= 0 or pos + size > seg.size:
                 return None
-            raw = self.driver.read(seg.path, pos, size)
+            batch = self.reader.message_at(offset, size, queue_offset=q, tags_code=tags_code)
         except TieredStoreError:
             return None
-        batch = check_batch([(offset, size, 0 if tags_code is None else tags_code)], raw, offset, topic=self.topic,
-                            queue_id=self.queue_id, queue_offset=q, prop_crc=self.prop_crc,
-                            check_tags=tags_code is not None)
         if batch.error is not None:
             log.warning("rebuild: %s: %s; its store time is not used", seg.path, batch.error.message)
             return None
@@ -444,17 +437,12 @@ class _QueueTimes:
         """The smallest queue offset whose unit points at or after commit-log ``offset``."""
         if not self.ranges:
             return None
-        lo, hi = self.ranges[0][0], self.ranges[-1][1]
-        while lo < hi:
-            mid = (lo + hi) // 2
-            unit = self.unit(mid)
-            if unit is None:
-                return None  # a hole: give up on the search rather than guess
-            if unit[0] >= offset:
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo if lo < self.ranges[-1][1] else None
+        end = self.ranges[-1][1]
+        try:
+            q = self.reader.first_unit_at_or_after(offset, self.ranges[0][0], end)
+        except TieredStoreError:
+            return None
+        return q if q is not None and q < end else None
 
     # -- filling -----------------------------------------------------------------------
 

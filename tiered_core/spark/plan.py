@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
 from tiered_core.codec.naming import segment_path
 from tiered_core.common import NO_TIMESTAMP, FileSegmentType, SegmentStatus
+from tiered_core.flat.segment_ref import SegmentRef
 from tiered_core.spark.source.options import ReadOptions
 from tiered_core.spi.metadata import FileSegmentMetadata, TieredMetadataStore
 
@@ -22,15 +23,6 @@ try:  # the data source needs pyspark; planning itself does not
 except ImportError:  # pragma: no cover - pyspark is installed with the spark extra
     class InputPartition:  # type: ignore[no-redef]
         pass
-
-
-@dataclass(frozen=True)
-class SegmentRef:
-    """One segment object: backend ``path``, ``base_offset`` in its flat file, ``size`` from metadata."""
-
-    path: str
-    base_offset: int
-    size: int
 
 
 @dataclass(frozen=True)

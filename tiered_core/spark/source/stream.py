@@ -10,23 +10,20 @@ path) and yield Arrow batches (:func:`~tiered_core.spark.source.arrow_rows.batch
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import logging
 from typing import Iterator
 
 from pyspark.sql.datasource import InputPartition
 
-from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, iter_cq_units
-from tiered_core.codec.message import STORE_TIMESTAMP_END, peek_store_timestamp
-from tiered_core.common import BoundaryType, offset_by_time
+from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
 from tiered_core.errors import IllegalOffset, InvalidOption
 from tiered_core.spark.config_source import (
     ConfigSource, StoreNotReadable, open_metadata_readonly, require_shared_backend,
 )
 from tiered_core.spark.failures import spark_facing
 from tiered_core.spark.plan import QueuePartition
-from tiered_core.spark.reader import driver_for, read_batches
+from tiered_core.spark.reader import read_batches, reader_for
 from tiered_core.spark.source.arrow_rows import batch_to_arrow
 from tiered_core.spark.source.options import StreamOptions
 from tiered_core.spark.source.queue_stream import QueueStreamReader
@@ -124,11 +121,10 @@ class TieredStreamReader(QueueStreamReader):
                 views[key] = dataclasses.replace(view, min_offset=self._readable_min(view))
         return views
 
-    def _unit_at(self, view: QueueView, offset: int):
-        pos = offset * CQ_UNIT_SIZE
-        seg = view.consume_queue[bisect.bisect_right([s.base_offset for s in view.consume_queue], pos) - 1]
-        buf = driver_for(self.source).read(seg.path, pos - seg.base_offset, CQ_UNIT_SIZE)
-        return next(iter_cq_units(buf, base_offset=pos))
+    def _segments(self, view: QueueView):
+        """The queue's segment reader (:class:`~tiered_core.flat.segment_reader.SegmentReader`) over
+        the view's segment references: its units and message heads are read there, not here."""
+        return reader_for(self.source, view.topic, view.queue_id, view.consume_queue, view.commit_log)
 
     def _readable_min(self, view: QueueView) -> int:
         """The first offset whose unit points into the commit log the tier still holds (the
@@ -138,35 +134,16 @@ class TieredStreamReader(QueueStreamReader):
         key = (view.key, view.consume_queue[0].base_offset, cl_min)
         cache = self._readable
         if key not in cache:
-            lo, hi = view.min_offset, view.end_offset  # units point forward: the first one at/after cl_min
-            if self._unit_at(view, lo).commitlog_offset >= cl_min:
-                hi = lo  # the usual case: one read
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if self._unit_at(view, mid).commitlog_offset >= cl_min:
-                    hi = mid
-                else:
-                    lo = mid + 1
-            cache[key] = lo
+            found = self._segments(view).first_unit_at_or_after(cl_min, view.min_offset, view.end_offset)
+            if found is None:  # a missing or bad unit on the way: left to the read, which names it
+                return view.min_offset
+            cache[key] = found
         return cache[key]
-
-    def _offset_by_time(self, view: QueueView, timestamp: int) -> int:
-        driver = driver_for(self.source)
-        cl_bases = [s.base_offset for s in view.commit_log]
-
-        def store_time(offset: int) -> int:
-            unit = self._unit_at(view, offset)
-            if not unit.is_valid or unit.commitlog_offset < cl_bases[0]:
-                return -1  # expired from the commit log: older than any time asked for
-            cl = view.commit_log[bisect.bisect_right(cl_bases, unit.commitlog_offset) - 1]
-            head = driver.read(cl.path, unit.commitlog_offset - cl.base_offset, min(unit.size, STORE_TIMESTAMP_END))
-            return peek_store_timestamp(head)
-
-        return offset_by_time(view.min_offset, view.end_offset - 1, timestamp, BoundaryType.LOWER, store_time)
 
     def start_of(self, key: QueueKey, view: QueueView, wanted: dict[QueueKey, int]) -> int:
         if self.options.starting_timestamp is not None:
-            return self._offset_by_time(view, self.options.starting_timestamp)
+            return self._segments(view).offset_by_time(self.options.starting_timestamp, view.min_offset,
+                                                       view.end_offset)
         return super().start_of(key, view, wanted)
 
     def expired(self, key: QueueKey, first: int, end: int) -> None:

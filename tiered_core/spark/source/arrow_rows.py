@@ -154,14 +154,14 @@ def _arrays_compiled(buffers, n: int, schema) -> list:
 
 def _build(data: bytes, positions: list[int], schema, use_compiled: bool) -> list:
     """The columns of the messages at ``positions`` of ``data`` (topic and queue id left None)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     n = len(positions)
     types = [field.type for field in schema]
     buffers = message_columns(data, positions) if message_columns is not None and use_compiled else None
     if buffers is not None:  # the compiled core (same columns; tests/test_speedups.py compares them)
         return _arrays_compiled(buffers, n, schema)
+    import pyarrow as pa
+    import pyarrow.compute as pc  # a second's import in a fresh worker: only on the pure path
+
     queue_offsets, cl_offsets, store_ts, born_ts, bodies, texts = _columns_pure(data, positions)
     properties, keys, tags = properties_columns(texts, schema)
     return [
@@ -199,7 +199,6 @@ def batch_to_arrow(batch: MessageBatch, schema=None, wants_time: TimeFilter | No
     ``batch`` must be validated (built by :func:`~tiered_core.flat.batch.check_batch`): its bytes
     are not checked again here. ``use_compiled=False`` builds it the pure way (the reference)."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     schema = _schema(schema)
     positions = [off - batch.base for off, _size, _tags in batch.units[start:stop]]
@@ -211,6 +210,8 @@ def batch_to_arrow(batch: MessageBatch, schema=None, wants_time: TimeFilter | No
     arrays[1] = pa.array([batch.queue_id] * n, type=schema.field(1).type)
     out = pa.RecordBatch.from_arrays(arrays, schema=schema)
     if wants_time is not None:
+        import pyarrow.compute as pc
+
         store_ms = pc.divide(out.column(4).cast(pa.int64()), 1000).to_pylist()
         out = out.filter(pa.array([wants_time(ts) for ts in store_ms], pa.bool_()))
     return out

@@ -44,7 +44,8 @@ from tiered_core.codec.message import decode_message  # noqa: E402
 from tiered_core.config import StoreConfig  # noqa: E402
 from tiered_core.flat import FlatFileStore  # noqa: E402
 from tiered_core.spark.sample import SampleSpec, write_sample  # noqa: E402
-from tiered_core.spark.schema import arrow_schema, messages_to_batch  # noqa: E402
+from tiered_core.spark.source.arrow_rows import messages_to_arrow  # noqa: E402
+from tiered_core.spark.source.schema import arrow_schema  # noqa: E402
 
 BATCH = 4096
 
@@ -69,7 +70,7 @@ def single_process_export(config_path: str, out: str) -> int:
                 units = list(iter_cq_units(flat.get_consume_queue(offset, count)))
                 first = units[0].commitlog_offset
                 span = flat.get_commit_log(first, units[-1].commitlog_offset + units[-1].size - first)
-                batches.append(messages_to_batch([decode_message(span, u.commitlog_offset - first) for u in units],
+                batches.append(messages_to_arrow([decode_message(span, u.commitlog_offset - first) for u in units],
                                                  schema))
                 offset += count
             table = pa.Table.from_batches(batches, schema).drop_columns(["topic"])

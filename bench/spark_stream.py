@@ -18,8 +18,9 @@ messages per second of wall time.
    ``triggerExecution`` time, which holds the source's planning, the reads and the offset
    and commit logs). ``parquet_msgs_per_s``: ``spark.read.parquet`` of the exported messages
    into the ``noop`` sink. ``stream_vs_parquet`` = stream / parquet; target >= 0.5.
-   ``stream_wall_msgs_per_s`` / ``stream_wall_vs_parquet``, for information: the same over
-   the query's whole life, from ``start()`` to its end -- that adds a fixed cost of about a
+   ``stream_wall_msgs_per_s`` / ``stream_wall_vs_parquet`` (target >= 0.5 too: the whole
+   query, not only the source): the same over the query's whole life, from ``start()`` to
+   its end -- that adds a fixed cost of about a
    second per query (Spark starts the query, a Python process for the source, and stops it),
    which a long-running stream pays once and a one-shot read of this size cannot hide.
    ``python_stream_query_s``: the whole life of a query of :class:`OneRowStream`, a Python
@@ -59,13 +60,14 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition  # noqa: E402
 from spark_export import add_round_arguments, add_store_arguments, bench_workdir, print_report, write_store  # noqa: E402  (bench/ is on sys.path)
 
-from tiered_core.spark.datasource import planned_partitions  # noqa: E402
-from tiered_core.spark.options import ReadOptions, config_source, parse_read_options  # noqa: E402
+from tiered_core.spark.config_source import config_source  # noqa: E402
 from tiered_core.spark.plan import QueuePartition  # noqa: E402
 from tiered_core.spark.reader import read_batches  # noqa: E402
-from tiered_core.spark.schema import spark_schema  # noqa: E402
+from tiered_core.spark.source.batch import planned_partitions  # noqa: E402
+from tiered_core.spark.source.options import ReadOptions, parse_read_options  # noqa: E402
+from tiered_core.spark.source.schema import spark_schema  # noqa: E402
 
-TARGETS = {"stream_vs_parquet": 0.5, "arrow_vs_rows": 3.0}
+TARGETS = {"stream_vs_parquet": 0.5, "stream_wall_vs_parquet": 0.5, "arrow_vs_rows": 3.0}
 _UTC = _dt.timezone.utc
 
 
@@ -106,7 +108,7 @@ class FloorReader(DataSourceReader):
     def read(self, partition):
         if not isinstance(partition, QueuePartition):
             return
-        from tiered_core.spark.arrow_batch import batch_to_arrow
+        from tiered_core.spark.source.arrow_rows import batch_to_arrow
 
         batch = batch_to_arrow(next(read_batches(self.source, partition)))
         for start in range(0, self.share, batch.num_rows):

@@ -784,8 +784,8 @@ def _arrow_both(units, buf, base, topic, queue_id, q0):
     The compiled kernel is put in place here: under ``TIERED_PURE_PYTHON=1`` the module's own
     is None, and the comparison would be of the reference with itself."""
     from tiered_core.flat.batch import check_batch
-    from tiered_core.spark import arrow_batch
-    from tiered_core.spark.schema import arrow_schema
+    from tiered_core.spark.source import arrow_rows as arrow_batch
+    from tiered_core.spark.source.schema import arrow_schema
 
     batch = check_batch([tuple(u) for u in units], buf, base, topic=topic, queue_id=queue_id, queue_offset=q0)
     schema = arrow_schema()

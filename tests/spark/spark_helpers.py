@@ -65,8 +65,47 @@ def parquet_rows(path: str) -> list[tuple]:
     """An export read back with pyarrow (hive topic directories), sorted like :func:`api_rows`."""
     import pyarrow.dataset as ds
 
-    from tiered_core.spark.schema import batch_rows
-
     table = ds.dataset(path, format="parquet", partitioning="hive").to_table()
     rows = [row_tuple(r) for batch in table.to_batches() for r in batch_rows(batch)]
     return sorted(rows, key=lambda t: (t[0], t[1], t[2]))
+
+
+def batch_rows(batch):
+    """Rows of an Arrow batch of the tiered schema as dicts; timestamps as epoch milliseconds."""
+    import pyarrow as pa
+
+    names = batch.schema.names
+    cols = {}
+    for name in names:
+        col = batch.column(name)
+        if pa.types.is_timestamp(col.type):
+            col = col.cast(pa.timestamp("us", tz=col.type.tz)).cast(pa.int64())
+            cols[name] = [None if v is None else v // 1000 for v in col.to_pylist()]
+        else:
+            cols[name] = col.to_pylist()
+    for i in range(batch.num_rows):
+        yield {name: cols[name][i] for name in names}
+
+
+def messages_to_batch(messages, schema=None):
+    """An independent reference of the Arrow builder: one row per decoded ``MessageExt``, built
+    from its Python fields (times in ms -> us UTC)."""
+    import pyarrow as pa
+
+    from tiered_core.spark.source.schema import arrow_schema
+
+    schema = schema if schema is not None else arrow_schema()
+    columns = [
+        [m.topic for m in messages],
+        [m.queue_id for m in messages],
+        [m.queue_offset for m in messages],
+        [m.commitlog_offset for m in messages],
+        [m.store_timestamp * 1000 for m in messages],
+        [m.born_timestamp * 1000 for m in messages],
+        [m.keys for m in messages],
+        [m.tags for m in messages],
+        [list(m.properties.items()) for m in messages],
+        [m.body for m in messages],
+    ]
+    arrays = [pa.array(col, type=field.type) for col, field in zip(columns, schema)]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)

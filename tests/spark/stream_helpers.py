@@ -108,8 +108,9 @@ def queue_messages(config_path: str, topic: str | None = None, queue_id: int | N
     read as the streaming source reads (metadata views with closed ends, then the executors'
     validated read path, here in-process): nothing beyond the metadata, nothing written."""
     from tiered_core.config import StoreConfig
-    from tiered_core.spark.offsets import queue_views
-    from tiered_core.spark.options import ConfigSource, ReadOptions
+    from tiered_core.spark.config_source import ConfigSource
+    from tiered_core.spark.source.options import ReadOptions
+    from tiered_core.spark.source.stream_offsets import queue_views
     from tiered_core.spark.reader import read_messages
 
     source, read = ConfigSource.from_file(config_path), ReadOptions()

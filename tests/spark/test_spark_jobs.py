@@ -57,7 +57,7 @@ def test_import_refuses_a_gap_in_a_queue(spark, tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from tiered_core.spark.schema import arrow_schema
+    from tiered_core.spark.source.schema import arrow_schema
 
     schema = arrow_schema()
     rows = {name: [] for name in schema.names}

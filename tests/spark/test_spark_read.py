@@ -13,7 +13,7 @@ from tiered_core.errors import ConfigError, InvalidOption, InvalidPath
 from tiered_core.flat import FlatFileStore
 from tiered_core.spark import count_partitions, plan_read, read
 from tiered_core.spark.jobs import export
-from tiered_core.spark.options import parse_read_options, parse_time
+from tiered_core.spark.source.options import parse_read_options, parse_time
 from tiered_core.spark.sample import SampleSpec, write_sample
 
 SPEC = SampleSpec(topics=("orders", "payments"), queues=2, messages=250, body_size=48)

@@ -110,8 +110,9 @@ def test_batch_keys_are_the_keys_of_the_decoded_messages(tmp_path):
     from tiered_core.codec.message import Message
     from tiered_core.flat import FlatFileStore
     from tiered_core.spark.appender import QueueAppender
-    from tiered_core.spark.datasource import planned_partitions
-    from tiered_core.spark.options import ConfigSource, ReadOptions
+    from tiered_core.spark.config_source import ConfigSource
+    from tiered_core.spark.source.batch import planned_partitions
+    from tiered_core.spark.source.options import ReadOptions
     from tiered_core.spark.reader import read_batches
 
     config_path = write_config(tmp_path / "tiered.toml", tmp_path / "data")

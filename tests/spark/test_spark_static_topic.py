@@ -16,7 +16,8 @@ from static_topic_helpers import broker_configs  # noqa: E402
 from tiered_core import Message  # noqa: E402
 from tiered_core.errors import InvalidOption  # noqa: E402
 from tiered_core.spark import register  # noqa: E402
-from tiered_core.spark.static_topic import parse_static_options, plan_static_partitions  # noqa: E402
+from tiered_core.spark.source.options import parse_static_options  # noqa: E402
+from tiered_core.spark.source.static_batch import plan_static_partitions  # noqa: E402
 from tiered_core.static_topic import Cluster  # noqa: E402
 
 TOPIC = "orders"

@@ -19,7 +19,7 @@ from stream_helpers import queue_bodies, queue_messages
 
 from tiered_core.config import StoreConfig
 from tiered_core.errors import IllegalOffset, IllegalParam, InvalidOption, StateConflict
-from tiered_core.spark.options import ConfigSource
+from tiered_core.spark.config_source import ConfigSource
 from tiered_core.spark.stream_sink import (
     FAULT_HOOKS, Ledger, SinkCommitMessage, SinkOptions, check_sink_schema, commit_batch, parse_sink_options,
     read_ledger, row_message,

@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
-from spark_helpers import api_rows, row_tuple, write_config
+from spark_helpers import api_rows, messages_to_batch, row_tuple, write_config
 from stream_helpers import run_available_now_into
 
 from tiered_core.codec.consume_queue import decode_cq_unit
@@ -20,12 +20,12 @@ from tiered_core.config import StoreConfig
 from tiered_core.errors import ConfigError, IllegalOffset, InvalidOption
 from tiered_core.flat import FlatFileStore
 from tiered_core.flat.batch import check_batch
-from tiered_core.spark.arrow_batch import batch_to_arrow
-from tiered_core.spark.offsets import fair_split, queue_views
+from tiered_core.spark.source.arrow_rows import batch_to_arrow
+from tiered_core.spark.source.stream_offsets import fair_split, queue_views
 from tiered_core.spark.sample import SampleSpec, write_sample
-from tiered_core.spark.schema import arrow_schema, messages_to_batch
-from tiered_core.spark.stream_options import parse_stream_options
-from tiered_core.spark.stream_source import TieredStreamReader
+from tiered_core.spark.source.options import parse_stream_options
+from tiered_core.spark.source.schema import arrow_schema
+from tiered_core.spark.source.stream import TieredStreamReader
 
 
 CQ_MAX = 2000  # 100 consume-queue units per segment
@@ -116,7 +116,7 @@ def test_columnar_builder_equals_messages_to_batch():
 
 def test_properties_are_parsed_like_parse_properties_even_when_odd():
     from tiered_core.codec.message import parse_properties
-    from tiered_core.spark.arrow_batch import properties_columns
+    from tiered_core.spark.source.arrow_rows import properties_columns
 
     schema = arrow_schema()
     for texts in (
@@ -231,7 +231,7 @@ def test_max_messages_per_trigger_gives_fair_micro_batches_of_at_most_500(spark,
 def test_max_bytes_per_trigger_bounds_micro_batches_through_spark(spark, tmp_path):
     store = new_store(tmp_path)
     source, opts = parse_stream_options({"config": store, "topics": "orders"})
-    size = TieredStreamReader(source, opts)._views()[("orders", 0)].average_message_size()
+    size = TieredStreamReader(source, opts).plan_views()[("orders", 0)].average_message_size()
     sink = run_available_now(spark, store, tmp_path / "ck", topics="orders", maxBytesPerTrigger=str(100 * size))
     sizes = [len(b) for b in sink.batches if b]
     assert len(sizes) >= 5 and all(n <= 100 for n in sizes), sizes
@@ -255,7 +255,7 @@ def test_read_limits_from_the_engine_override_the_options(tmp_path):
     one = only_bytes.latestOffset(start, ReadMaxBytes(10))  # smaller than any message: one message moves
     assert sum(int(o) for qs in one.values() for o in qs.values()) == 1
     # a byte budget of ~40 messages' worth reads about that many, shared over the four queues
-    size = reader._views()[("big", 0)].average_message_size()
+    size = reader.plan_views()[("big", 0)].average_message_size()
     capped = reader.latestOffset(start, ReadMaxBytes(40 * size))
     moved = sum(int(o) for qs in capped.values() for o in qs.values())
     assert 36 <= moved <= 40 and all(int(o) >= 9 for qs in capped.values() for o in qs.values())
@@ -326,7 +326,7 @@ def test_fail_on_data_loss_false_skips_ahead_and_logs(spark, tmp_path, caplog):
     assert sink.rows == expected_rows(SPEC, first={("orders", 0): 100})
     reader = TieredStreamReader(*parse_stream_options({"config": store, "startingOffsets": offsets,
                                                        "failOnDataLoss": "false"}))
-    with caplog.at_level(logging.WARNING, logger="tiered_core.spark.stream_source"):
+    with caplog.at_level(logging.WARNING, logger="tiered_core.spark.source.stream"):
         end = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
     assert end["orders"]["0"] == SPEC.messages
     assert any(r.levelno == logging.WARNING and "'orders' queue 0" in r.getMessage()

@@ -25,8 +25,8 @@ from tiered_core.common import now_ms  # noqa: E402
 from tiered_core.errors import IllegalOffset, InvalidOption  # noqa: E402
 from tiered_core.flat import FlatFileStore  # noqa: E402
 from tiered_core.spark import register  # noqa: E402
-from tiered_core.spark.stream_options import parse_static_stream_options  # noqa: E402
-from tiered_core.spark.stream_static import StaticTopicStreamReader, logic_queue_view  # noqa: E402
+from tiered_core.spark.source.options import parse_static_stream_options  # noqa: E402
+from tiered_core.spark.source.static_stream import StaticTopicStreamReader, logic_queue_view  # noqa: E402
 from tiered_core.static_topic import Cluster, LogicQueueMappingItem  # noqa: E402
 
 TOPIC = "orders"
@@ -195,7 +195,7 @@ def test_a_partly_tiered_generation_of_a_gone_broker_is_skipped_not_lost(spark, 
     # the same planning in this process (Spark runs it in a Python worker): a logged skip, not an error
     reader = StaticTopicStreamReader(*parse_static_stream_options({"cluster": str(cluster_file),
                                                                    "static_topic": TOPIC}))
-    with caplog.at_level(logging.WARNING, logger="tiered_core.spark.stream_static"):
+    with caplog.at_level(logging.WARNING, logger="tiered_core.spark.source.static_stream"):
         assert reader.latestOffset({TOPIC: {"0": 10}}, ReadAllAvailable()) == {TOPIC: {"0": 20}}
         parts = reader.partitions({TOPIC: {"0": 10}}, {TOPIC: {"0": 20}})
     assert [(p.bname, p.start, p.end, p.delta) for p in parts] == [("b", 0, 5, 15)]
@@ -256,7 +256,7 @@ def test_offsets_expired_from_the_tier_are_data_loss_unless_fail_on_data_loss_is
         0, 0, expired)
     assert "logic queue 0" in str(err.value) and "failOnDataLoss" in str(err.value)
     reader = StaticTopicStreamReader(*parse_static_stream_options({**base, "failOnDataLoss": "false"}))
-    with caplog.at_level(logging.WARNING, logger="tiered_core.spark.stream_static"):
+    with caplog.at_level(logging.WARNING, logger="tiered_core.spark.source.static_stream"):
         start = reader.initialOffset()
         end = reader.latestOffset(start, ReadAllAvailable())
         rows = sum(batch.num_rows for part in reader.partitions(start, end) for batch in reader.read(part))

@@ -1869,7 +1869,7 @@ cdef inline void put_i64(bytearray buf, Py_ssize_t i, int64_t v) noexcept:
 
 def message_columns(data, positions):
     """The Arrow buffers of the validated messages at ``positions`` of ``data`` (``bytes``), for
-    :func:`tiered_core.spark.arrow_batch.batch_to_arrow`: ``None`` when the pure builder must
+    :func:`tiered_core.spark.source.arrow_rows.batch_to_arrow`: ``None`` when the pure builder must
     decide (a repeated property name, text that is not UTF-8, a frame that does not parse,
     offsets beyond int32), else a tuple of buffers (native-endian int64 / int32):
 

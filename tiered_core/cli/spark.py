@@ -107,7 +107,7 @@ def _require_source(config) -> None:
     """The store a job reads must exist (:class:`StoreNotFound`, exit 3, as for ``tiered get``);
     its metadata is opened read-only to check it, so nothing is created."""
     from tiered_core.cli.common import StoreNotFound, store_exists
-    from tiered_core.spark.options import open_metadata_readonly
+    from tiered_core.spark.config_source import open_metadata_readonly
 
     if not store_exists(config):
         raise StoreNotFound(config)
@@ -149,7 +149,7 @@ def run_import(args) -> int:
 
 def _read_filters(args) -> dict[str, str]:
     """The data source's read options given on the command line (checked before Spark starts)."""
-    from tiered_core.spark.options import parse_read_options
+    from tiered_core.spark.source.options import parse_read_options
 
     options = {k: v for k, v in (("topics", args.topics), ("queues", args.queues),
                                  ("start_time", args.start_time), ("end_time", args.end_time)) if v}
@@ -202,9 +202,9 @@ def _stream_session(args):
     from tiered_core.errors import InvalidOption
     from tiered_core.spark import get_session
     from tiered_core.spark.stream_job import check_mirror
-    from tiered_core.spark.stream_options import parse_stream_options
+    from tiered_core.spark.source.options import parse_stream_options
     from tiered_core.spark.stream_sink import parse_sink_options
-    from tiered_core.spark.stream_source import check_starting_offsets, source_queues
+    from tiered_core.spark.source.stream import check_starting_offsets, source_queues
 
     _check_configs(args.config, args.to_config)
     check_mirror(args.config, args.to_config, args.checkpoint)

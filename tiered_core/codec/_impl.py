@@ -120,7 +120,7 @@ IMPLEMENTATION = "compiled" if compiled is not None else "pure-python"
 
 check_units = _chosen.check_units
 #: Compiled only (None on the pure path): the Arrow buffers of validated messages for
-#: ``spark.arrow_batch``, whose Arrow-kernel builder is its reference.
+#: ``spark.source.arrow_rows``, whose pure builder is its reference.
 message_columns = compiled.message_columns if compiled is not None else None
 decode_message = _chosen.decode_message
 validate_message = _chosen.validate_message

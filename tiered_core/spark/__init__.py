@@ -7,7 +7,8 @@ Needs the ``spark`` extra (pyspark, pyarrow) and a Java runtime::
     register(spark)
     df = spark.read.format("tiered").option("config", "tiered.toml").option("topics", "orders").load()
 
-Rows follow :data:`~tiered_core.spark.schema.SCHEMA_DDL`.
+Rows follow :data:`~tiered_core.spark.source.schema.SCHEMA_DDL`; the readers live in
+:mod:`tiered_core.spark.source`.
 """
 
 from __future__ import annotations
@@ -15,14 +16,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from tiered_core.spark.options import ConfigSource, ReadOptions, config_source, parse_read_options
-from tiered_core.spark.schema import COLUMNS, SCHEMA_DDL
+from tiered_core.spark.config_source import ConfigSource, config_source
+from tiered_core.spark.source.options import ReadOptions, parse_read_options
+from tiered_core.spark.source.schema import COLUMNS, SCHEMA_DDL
 from tiered_core.spark.session import check_java, get_session, prepare_environment
 
 
 def register(spark) -> None:
     """Register the ``tiered`` format with ``spark`` (once per session)."""
-    from tiered_core.spark.datasource import TieredDataSource
+    from tiered_core.spark.source.datasource import TieredDataSource
 
     if getattr(spark, "_tiered_registered", False):
         return
@@ -43,7 +45,7 @@ def count_partitions(config: str | os.PathLike | None = None, **options: Any) ->
 
 def plan_read(config: str | os.PathLike | None = None, **options: Any):
     """The :class:`~tiered_core.spark.plan.QueuePartition` s a read with these options plans."""
-    from tiered_core.spark.datasource import planned_partitions
+    from tiered_core.spark.source.batch import planned_partitions
 
     if config is not None:
         options["config"] = os.fspath(config)

@@ -55,7 +55,7 @@ def export(spark, config: str | os.PathLike, to: str | os.PathLike, *, format: s
     the store's ``store_path``, tier root or metadata file, an existing ``to`` (without
     ``overwrite``) or one without the marker (with it), or a URL output (exports write to a
     local or mounted file system); :class:`InvalidOption` for an unknown format or mode;
-    :class:`~tiered_core.spark.options.StoreNotReadable` when the store does not exist; the
+    :class:`~tiered_core.spark.config_source.StoreNotReadable` when the store does not exist; the
     typed error a read task raised (e.g. :class:`~tiered_core.errors.CorruptData`).
     """
     from tiered_core.config import StoreConfig

@@ -23,8 +23,8 @@ from typing import Any, Iterator
 from tiered_core.common import FileSegmentType, SegmentStatus
 from tiered_core.errors import ConfigError, IllegalParam, InvalidOption
 from tiered_core.spark.failures import tagged_iter, task_error
-from tiered_core.spark.options import ConfigSource, require_shared_backend
-from tiered_core.spark.schema import COLUMNS, SCHEMA_DDL
+from tiered_core.spark.config_source import ConfigSource, require_shared_backend
+from tiered_core.spark.source.schema import COLUMNS, SCHEMA_DDL
 from tiered_core.spi.metadata import FileSegmentMetadata, QueueMetadata
 
 

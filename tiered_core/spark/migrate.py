@@ -21,7 +21,7 @@ from tiered_core.codec.naming import segment_path
 from tiered_core.errors import ConfigError, CorruptData, DriverError, PositionMismatch, StateConflict
 from tiered_core.ops.output_paths import check_separate_stores
 from tiered_core.spark.failures import tagged_iter, task_error
-from tiered_core.spark.options import ConfigSource, open_metadata_readonly, require_shared_backend
+from tiered_core.spark.config_source import ConfigSource, open_metadata_readonly, require_shared_backend
 from tiered_core.spark.plan import parse_flat_path
 from tiered_core.spi.driver import SegmentDriver
 from tiered_core.spi.metadata import FileSegmentMetadata, TieredMetadataStore

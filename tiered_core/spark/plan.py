@@ -15,7 +15,7 @@ from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
 from tiered_core.codec.naming import segment_path
 from tiered_core.common import NO_TIMESTAMP, FileSegmentType, SegmentStatus
 from tiered_core.flat.segment_ref import SegmentRef
-from tiered_core.spark.options import ReadOptions
+from tiered_core.spark.source.options import ReadOptions
 from tiered_core.spi.metadata import FileSegmentMetadata, TieredMetadataStore
 
 try:  # the data source needs pyspark; planning itself does not

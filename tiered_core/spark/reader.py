@@ -25,7 +25,8 @@ from tiered_core.codec.message_batch import MessageBatch
 from tiered_core.flat.segment_reader import SegmentReader
 from tiered_core.ops.output_paths import LOCAL_PATH_OPTIONS
 from tiered_core.errors import NotFound
-from tiered_core.spark.options import ConfigSource, ReadOptions
+from tiered_core.spark.config_source import ConfigSource
+from tiered_core.spark.source.options import ReadOptions
 from tiered_core.spark.plan import QueuePartition, SegmentRef
 from tiered_core.spi.driver import SegmentDriver
 

@@ -28,9 +28,8 @@ from typing import Any, Iterator
 
 from tiered_core.spark.failures import tagged_iter
 from tiered_core.index.batch_keys import batch_keys
-from tiered_core.spark.options import (
-    ConfigSource, open_metadata_readonly, parse_read_options, require_shared_backend,
-)
+from tiered_core.spark.config_source import ConfigSource, open_metadata_readonly, require_shared_backend
+from tiered_core.spark.source.options import parse_read_options
 
 #: Messages between two progress lines.
 PROGRESS_EVERY = 100_000
@@ -73,7 +72,7 @@ def reindex(spark, config: str | os.PathLike, *, progress=sys.stderr, **read_opt
 
     Raises :class:`~tiered_core.errors.InvalidOption` for a bad option (before Spark runs),
     :class:`~tiered_core.errors.StateConflict` when the store is open in another process or
-    another store owns its prefix, :class:`~tiered_core.spark.options.StoreNotReadable` when
+    another store owns its prefix, :class:`~tiered_core.spark.config_source.StoreNotReadable` when
     the store does not exist (nothing is created), and the typed error of a failed task (a corrupt
     message stops the job: nothing after it in its queue is indexed, what was put before
     stays). A failed put raises DriverError naming the queue.
@@ -81,7 +80,7 @@ def reindex(spark, config: str | os.PathLike, *, progress=sys.stderr, **read_opt
     from tiered_core.config import StoreConfig
     from tiered_core.local.store import acquire_store_lock, release_store_lock
     from tiered_core.ops.claim import claim_store_prefix
-    from tiered_core.spark.datasource import planned_partitions
+    from tiered_core.spark.source.batch import planned_partitions
 
     started = time.perf_counter()
     read = parse_read_options({k: v for k, v in read_options.items() if v is not None})

@@ -53,7 +53,7 @@ from tiered_core.codec.naming import validate_topic
 from tiered_core.common import FileSegmentType, now_ms
 from tiered_core.errors import IllegalParam, InvalidOption, MetadataError, StateConflict
 from tiered_core.spark.failures import spark_facing
-from tiered_core.spark.options import ConfigSource, config_source, require_shared_backend
+from tiered_core.spark.config_source import ConfigSource, config_source, require_shared_backend
 
 log = logging.getLogger(__name__)
 
@@ -271,7 +271,7 @@ def read_ledger(config_path: str | os.PathLike, sink_id: str) -> Ledger:
     """The ledger of ``sink_id`` in the store of ``config_path`` (tools, tests), read without
     writing anything; an empty ledger when the store's metadata does not exist yet."""
     from tiered_core.config import StoreConfig
-    from tiered_core.spark.options import StoreNotReadable, open_metadata_readonly
+    from tiered_core.spark.config_source import StoreNotReadable, open_metadata_readonly
 
     try:
         metadata = open_metadata_readonly(StoreConfig.load(config_path))

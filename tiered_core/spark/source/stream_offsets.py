@@ -1,4 +1,4 @@
-"""What the streaming source may read, from metadata only, and how a micro-batch's budget is shared.
+"""What a stream reader may read, from metadata only, and how a micro-batch's budget is shared.
 
 :func:`queue_views` lists each queue's readable range as the metadata records it: from the
 first live consume-queue segment to the committed end of the last one (segment sizes as
@@ -44,6 +44,20 @@ class QueueView:
         """Committed commit-log bytes per readable unit (>= 1): the byte estimate of a micro-batch."""
         units = self.end_offset - self.min_offset
         return max(1, self.commit_log_bytes // units) if units > 0 else 1
+
+    def resolve(self, pos: int) -> tuple[int, int, int]:
+        """``(readable position, skipped, lost)``: ``pos`` moved up to :attr:`min_offset` when it
+        expired (the offsets below it are lost; a queue has no skips)."""
+        target = max(pos, self.min_offset)
+        return target, 0, target - pos
+
+    def count(self, start: int, end: int) -> int:
+        """Readable offsets in ``[start, end)``."""
+        return max(0, end - start)
+
+    def advance(self, start: int, n: int) -> int:
+        """The position after reading ``n`` offsets from ``start``."""
+        return start + n
 
     def partitions(self, start: int, end: int) -> list[QueuePartition]:
         """Queue offsets ``[start, end)`` as one :class:`QueuePartition` per consume-queue segment

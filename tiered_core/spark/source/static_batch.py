@@ -7,24 +7,21 @@ and each task reads its generation's physical queue straight from the shared tie
 through a read-only view of that broker's flat files
 (:class:`~tiered_core.static_topic.TieredBrokerReader`), whether or not the broker still
 exists. Rows carry the logic queue id in ``queue_id`` and logic offsets in ``queue_offset``.
-Only tiered (dispatched) messages are read. Options: ``cluster`` (a cluster TOML file, read
-where Spark plans; its text travels to executors), ``static_topic``, ``queues`` (comma list of
-logic queue ids).
+Only tiered (dispatched) messages are read. Options (:data:`~tiered_core.spark.source.options.OPTIONS`):
+``cluster`` (a cluster TOML file, read where Spark plans; its text travels to executors),
+``static_topic``, ``queues`` (comma list of logic queue ids).
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import Iterator
 
 from tiered_core.access.results import GetMessageStatus
 from tiered_core.codec.message import MessageExt
-from tiered_core.errors import ConfigError, InvalidOption
+from tiered_core.spark.config_source import ClusterSource
 from tiered_core.spark.failures import spark_facing
-from tiered_core.static_topic import (
-    LogicQueueMappingItem, TieredBrokerReader, cluster_configs_from_text, read_static_topic_items,
-)
+from tiered_core.static_topic import LogicQueueMappingItem, TieredBrokerReader, read_static_topic_items
 
 try:  # the data source needs pyspark; planning itself does not
     from pyspark.sql.datasource import DataSourceReader, InputPartition
@@ -35,22 +32,8 @@ except ImportError:  # pragma: no cover - pyspark is installed with the spark ex
     class DataSourceReader:  # type: ignore[no-redef]
         pass
 
-OPTION_NAMES = ("cluster", "static_topic", "queues")
+#: Messages a task asks the tier for at once.
 BATCH = 1024
-
-
-@dataclass(frozen=True)
-class ClusterSource:
-    """A cluster TOML as text, so it can travel to executors."""
-
-    text: str
-    base_dir: str
-
-    def __repr__(self) -> str:
-        return f"ClusterSource(base_dir={self.base_dir!r}, text=<{len(self.text)} chars>)"
-
-    def configs(self):
-        return cluster_configs_from_text(self.text, self.base_dir)
 
 
 @dataclass(frozen=True)
@@ -74,31 +57,6 @@ class StaticItemPartition(InputPartition):
         """Physical offsets ``[start, end)`` of decided generation ``item`` of ``logic_queue``."""
         return cls(index, topic, logic_queue, item.gen, item.bname, item.queueId, start, end,
                    item.logicOffset - item.startOffset)
-
-
-def parse_static_options(options: Mapping[str, Any]) -> tuple[ClusterSource, str, set[int] | None]:
-    """``(cluster source, topic, logic queues or None)``; bad options raise :class:`InvalidOption`."""
-    opts = {str(k).lower(): v for k, v in options.items()}
-    unknown = sorted(set(opts) - set(OPTION_NAMES))
-    if unknown:
-        raise InvalidOption(f"a static-topic read of data source 'tiered' has no option(s) "
-                            f"{', '.join(map(repr, unknown))}; accepted: {', '.join(OPTION_NAMES)}", option=unknown[0])
-    path = opts.get("cluster")
-    if not path:
-        raise InvalidOption("a static-topic read needs the option 'cluster' (a cluster TOML file)", option="cluster")
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise ConfigError(f"cannot read cluster file {path!r}: {exc}", key="cluster", source=path) from None
-    queues = None
-    if opts.get("queues") not in (None, ""):
-        try:
-            queues = {int(q) for q in str(opts["queues"]).split(",") if q.strip()}
-        except ValueError:
-            raise InvalidOption(f"option 'queues' must be a comma list of logic queue ids, got {opts['queues']!r}",
-                                option="queues") from None
-    return ClusterSource(text, os.path.dirname(os.path.abspath(path))), str(opts["static_topic"]), queues
 
 
 def plan_static_partitions(source: ClusterSource, topic: str, queues: set[int] | None = None
@@ -147,13 +105,14 @@ class StaticTopicReader(DataSourceReader):
         return plan_static_partitions(self.source, self.topic, self.queues) or [_Empty()]
 
     def read(self, partition):
-        from tiered_core.spark.schema import arrow_schema, messages_to_batch
+        from tiered_core.spark.source.arrow_rows import messages_to_arrow
+        from tiered_core.spark.source.schema import arrow_schema
 
         if not isinstance(partition, StaticItemPartition):
             return
         schema = arrow_schema()
         for batch in read_static_partition(self.source, partition):
-            yield messages_to_batch(batch, schema)
+            yield messages_to_arrow(batch, schema)
 
 
 #: What Spark gets: :class:`StaticTopicReader` whose typed errors reach the driver tagged.

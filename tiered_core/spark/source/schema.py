@@ -1,10 +1,7 @@
-"""The row schema of the ``tiered`` data source and the conversion of messages to Arrow batches."""
+"""The row schema of the ``tiered`` data source (Spark and Arrow); rows are built by
+:mod:`tiered_core.spark.source.arrow_rows`."""
 
 from __future__ import annotations
-
-from typing import Iterable, Sequence
-
-from tiered_core.codec.message import MessageExt
 
 #: Column names, in schema order.
 COLUMNS = (
@@ -52,39 +49,4 @@ def arrow_schema():
     return to_arrow_schema(spark_schema(), timezone="UTC")
 
 
-def messages_to_batch(messages: Sequence[MessageExt], schema=None):
-    """One ``pyarrow.RecordBatch`` of ``messages`` in :data:`COLUMNS` order (times in ms -> us UTC)."""
-    import pyarrow as pa
-
-    schema = schema if schema is not None else arrow_schema()
-    columns = [
-        [m.topic for m in messages],
-        [m.queue_id for m in messages],
-        [m.queue_offset for m in messages],
-        [m.commitlog_offset for m in messages],
-        [m.store_timestamp * 1000 for m in messages],
-        [m.born_timestamp * 1000 for m in messages],
-        [m.keys for m in messages],
-        [m.tags for m in messages],
-        [list(m.properties.items()) for m in messages],
-        [m.body for m in messages],
-    ]
-    arrays = [pa.array(col, type=field.type) for col, field in zip(columns, schema)]
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
-
-
-def batch_rows(batch) -> Iterable[dict]:
-    """Rows of an Arrow batch with this schema as dicts; timestamps as epoch milliseconds."""
-    import pyarrow as pa
-
-    names = batch.schema.names
-    cols = {}
-    for name in names:
-        col = batch.column(name)
-        if pa.types.is_timestamp(col.type):
-            col = col.cast(pa.timestamp("us", tz=col.type.tz)).cast(pa.int64())
-            cols[name] = [None if v is None else v // 1000 for v in col.to_pylist()]
-        else:
-            cols[name] = col.to_pylist()
-    for i in range(batch.num_rows):
-        yield {name: cols[name][i] for name in names}
+__all__ = ["COLUMNS", "SCHEMA_DDL", "arrow_schema", "spark_schema"]

@@ -4,12 +4,12 @@
 Offsets are ``{topic: {str(logic_queue_id): next_logic_offset}}``. The Spark driver plans from
 the brokers' mapping files (:func:`~tiered_core.static_topic.read_static_topic_items`) and
 tier metadata only: a broker whose ``store_path`` exists is described by its own metadata
-store, which it only queries (:func:`~tiered_core.spark.offsets.queue_views`: committed
+store, which it only queries (:func:`~tiered_core.spark.source.stream_offsets.queue_views`: committed
 units only); a broker whose ``store_path`` is gone by a listing of its prefix in the shared
 tier (:class:`~tiered_core.static_topic.TieredBrokerReader`; it writes nothing more, so the
 answer is remembered). No broker's message store is opened and no message is written. Each micro-batch
 range of a logic queue is cut into one
-:class:`~tiered_core.spark.static_topic.StaticItemPartition` per generation it spans, read by
+:class:`~tiered_core.spark.source.static_batch.StaticItemPartition` per generation it spans, read by
 executors exactly as the batch static-topic reader reads (:func:`read_static_partition`):
 rows carry the logic queue id in ``queue_id`` and logic offsets in ``queue_offset``.
 
@@ -31,23 +31,23 @@ in the tier ends the logic queue for now: later generations are read once it is 
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import logging
 import os
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.datasource import InputPartition
 
 from tiered_core.config import StoreConfig
 from tiered_core.errors import IllegalOffset, InvalidOption
+from tiered_core.spark.config_source import ClusterSource, open_metadata_readonly
 from tiered_core.spark.failures import spark_facing
-from tiered_core.spark.offsets import QueueKey, fair_split, offset_map, queue_positions, queue_views
-from tiered_core.spark.options import open_metadata_readonly
-from tiered_core.spark.schema import arrow_schema, messages_to_batch
-from tiered_core.spark.static_topic import ClusterSource, StaticItemPartition, read_static_partition
-from tiered_core.spark.stream_options import JSON_EARLIEST, JSON_LATEST, LATEST, StreamOptions
+from tiered_core.spark.source.arrow_rows import messages_to_arrow
+from tiered_core.spark.source.options import StreamOptions
+from tiered_core.spark.source.queue_stream import QueueStreamReader
+from tiered_core.spark.source.schema import arrow_schema
+from tiered_core.spark.source.static_batch import StaticItemPartition, read_static_partition
+from tiered_core.spark.source.stream_offsets import QueueKey, queue_views
 from tiered_core.static_topic import LogicQueueMappingItem, TieredBrokerReader, read_static_topic_items
 
 log = logging.getLogger(__name__)
@@ -117,6 +117,10 @@ class LogicQueueView:
             n -= take
         return pos
 
+    def average_message_size(self) -> int:
+        """Not known from mapping files (a static-topic stream has no byte limit): 1."""
+        return 1
+
     def partitions(self, start: int, end: int) -> list[StaticItemPartition]:
         """Logic offsets ``[start, end)`` as one partition per generation (physical ranges, closed ends)."""
         return [StaticItemPartition.of_item(0, self.topic, self.queue, s.item, s.item.to_physical(max(start, s.lo)),
@@ -143,13 +147,13 @@ def logic_queue_view(topic: str, queue: int, items: Sequence[LogicQueueMappingIt
     return LogicQueueView(topic, queue, tuple(spans)) if spans else None
 
 
-class StaticTopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class StaticTopicStreamReader(QueueStreamReader):
     """A micro-batch stream of static topic ``topic`` by logic queue (see the module doc).
 
     Guarantees: every tiered message of every decided generation is read once per query, in
     logic-offset order per logic queue (a checkpointed query resumes where it stopped); only
     units the tier's metadata records as committed are read; ``maxMessagesPerTrigger`` is
-    shared max-min fairly between logic queues (:func:`~tiered_core.spark.offsets.fair_split`).
+    shared max-min fairly between logic queues (:func:`~tiered_core.spark.source.stream_offsets.fair_split`).
     Raises, before the query starts, :class:`~tiered_core.errors.InvalidOption` for JSON
     ``startingOffsets`` naming a logic queue outside ``[0, totalQueues)`` and
     :class:`~tiered_core.errors.MappingError` when no broker maps ``topic``; while running,
@@ -159,8 +163,8 @@ class StaticTopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
     """
 
     def __init__(self, source: ClusterSource, topic: str, options: StreamOptions) -> None:
-        self.source, self.topic, self.options = source, topic, options
-        self._target: dict[QueueKey, int] | None = None
+        super().__init__(options)
+        self.source, self.topic = source, topic
         self._gone_bounds: dict[tuple[str, int], tuple[int, int]] = {}  # listings of gone brokers (final)
         total, _ = read_static_topic_items(source.configs(), topic)
         for queue in (options.starting_map or {}).get(topic, {}):
@@ -201,7 +205,7 @@ class StaticTopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
             out.update({(broker, q): (v.min_offset, v.end_offset) for (_, q), v in views.items() if q in ids})
         return out
 
-    def _views(self) -> dict[int, LogicQueueView]:
+    def plan_views(self) -> dict[QueueKey, LogicQueueView]:
         configs = self.source.configs()
         _, items = read_static_topic_items(configs, self.topic)
         gone = {i.bname for its in items.values() for i in its} - {c.broker for c in configs
@@ -212,20 +216,19 @@ class StaticTopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         for queue, its in sorted(items.items()):
             view = logic_queue_view(self.topic, queue, its, bounds, gone)
             if view is not None:
-                views[queue] = view
+                views[(self.topic, queue)] = view
         return views
 
-    def _checked(self, view: LogicQueueView, pos: int) -> int:
-        """``pos`` moved to the next readable offset; a skip over expired offsets raises
-        :class:`IllegalOffset` unless ``failOnDataLoss`` is false."""
-        target, skipped, lost = view.resolve(pos)
-        if lost:
-            self._lost(view.queue, pos, target, "expired from the tier")
-        if skipped:
-            log.warning("tiered stream: static topic %r logic queue %d: offsets %d..%d skipped at a generation "
-                        "boundary (%d offset(s) never tiered or not mapped; not data loss)", self.topic, view.queue,
-                        pos, target - 1, skipped)
-        return target
+    def wanted_starts(self) -> dict[QueueKey, int]:
+        return {(self.topic, q): o for q, o in ((self.options.starting_map or {}).get(self.topic) or {}).items()}
+
+    def expired(self, key: QueueKey, first: int, end: int) -> None:
+        self._lost(key[1], first, end, "expired from the tier")
+
+    def skipped(self, key: QueueKey, first: int, end: int, count: int) -> None:
+        log.warning("tiered stream: static topic %r logic queue %d: offsets %d..%d skipped at a generation "
+                    "boundary (%d offset(s) never tiered or not mapped; not data loss)", self.topic, key[1],
+                    first, end - 1, count)
 
     def _lost(self, queue: int, first: int, end: int, why: str) -> None:
         if self.options.fail_on_data_loss:
@@ -235,62 +238,7 @@ class StaticTopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         log.warning("tiered stream: static topic %r logic queue %d: skipping offsets %d..%d, %s "
                     "(failOnDataLoss=false)", self.topic, queue, first, end - 1, why)
 
-    # -- the DataSourceStreamReader contract -------------------------------------------------
-
-    def initialOffset(self) -> dict:
-        wanted = (self.options.starting_map or {}).get(self.topic)
-        starts: dict[QueueKey, int] = {}
-        for queue, view in self._views().items():
-            offset = (wanted or {}).get(queue, JSON_EARLIEST if wanted is not None or
-                                        self.options.starting != LATEST else JSON_LATEST)
-            starts[(self.topic, queue)] = (view.end_offset if offset == JSON_LATEST else
-                                           view.min_offset if offset == JSON_EARLIEST else offset)
-        for queue, offset in (wanted or {}).items():  # a JSON start beyond what is tiered now: keep it
-            if offset >= 0:
-                starts[(self.topic, queue)] = offset
-        return offset_map(starts)
-
-    def getDefaultReadLimit(self) -> ReadLimit:
-        if self.options.max_messages is not None:
-            return ReadMaxRows(self.options.max_messages)
-        return ReadAllAvailable()
-
-    def prepareForTriggerAvailableNow(self) -> None:
-        self._target = {(self.topic, q): v.end_offset for q, v in self._views().items()}
-
-    def reportLatestOffset(self) -> dict | None:
-        return offset_map({(self.topic, q): v.end_offset for q, v in self._views().items()})
-
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        positions = queue_positions(start)
-        views = self._views()
-        available: dict[QueueKey, int] = {}
-        for queue, view in views.items():
-            key = (self.topic, queue)
-            begin = positions[key] = self._checked(view, positions.get(key, view.min_offset))
-            end = view.end_offset
-            if self._target is not None:
-                end = min(end, self._target.get(key, begin))
-            available[key] = view.count(begin, end)
-        rows = None if isinstance(limit, ReadAllAvailable) else (
-            limit.max_rows if isinstance(limit, ReadMaxRows) else self.options.max_messages)
-        take = fair_split(available, rows) if rows is not None else available
-        for key, n in take.items():
-            positions[key] = views[key[1]].advance(positions[key], n)
-        return offset_map(positions)
-
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        begin, stop = queue_positions(start), queue_positions(end)
-        views = self._views()
-        parts: list[StaticItemPartition] = []
-        for key in sorted(stop):
-            view = views.get(key[1])
-            if view is None or begin.get(key, view.min_offset) >= stop[key]:
-                continue
-            first = self._checked(view, begin.get(key, view.min_offset))
-            for part in view.partitions(first, min(stop[key], view.end_offset)):
-                parts.append(dataclasses.replace(part, index=len(parts)))
-        return parts
+    # -- executors --------------------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator:
         if not isinstance(partition, StaticItemPartition):
@@ -302,13 +250,10 @@ class StaticTopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                 continue
             if batch[0].queue_offset > expected:
                 self._lost(partition.logic_queue, expected, batch[0].queue_offset, "no longer in the tier")
-            yield messages_to_batch(batch, schema)
+            yield messages_to_arrow(batch, schema)
             expected = batch[-1].queue_offset + 1
         if expected < end:
             self._lost(partition.logic_queue, expected, end, "no longer in the tier")
-
-    def commit(self, end: dict) -> None:
-        """Nothing to release: the source holds no reservations on any broker."""
 
 
 __all__ = ["GenerationSpan", "LogicQueueView", "StaticTopicStreamReader", "logic_queue_view"]

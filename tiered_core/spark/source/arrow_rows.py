@@ -1,18 +1,24 @@
-"""Arrow record batches built column-wise from a validated :class:`MessageBatch`.
+"""The one Arrow builder of the ``tiered`` data source: rows of validated messages, column-wise.
 
-The read path of the ``tiered`` data source (batch and streaming): the batch's commit-log
-buffer and unit offsets go straight into the columns of :func:`~tiered_core.spark.schema.arrow_schema`
--- one header ``unpack_from`` per message (:func:`~tiered_core.codec.message.message_fields`),
-no ``MessageExt`` objects, no Python row tuples. The result equals
-:func:`~tiered_core.spark.schema.messages_to_batch` of the same messages (a test compares them).
+Every reader (batch, stream, static topic) turns messages into record batches of
+:func:`~tiered_core.spark.source.schema.arrow_schema` here, from a buffer of message bytes
+and the positions of the messages in it (:func:`batch_to_arrow` for a validated
+:class:`MessageBatch`, :func:`messages_to_arrow` for fetched messages): no ``MessageExt``
+objects, no Python row tuples. Two builds give the same record batch: the compiled core
+(``codec._impl.message_columns``: one C pass fills every column's buffers) and the pure one
+(one header ``unpack_from`` per message, :func:`~tiered_core.codec.message.message_fields`,
+then Arrow kernels), which is the compiled one's oracle (``tests/test_speedups.py``). The
+message layout is the codec's (docs/ARCHITECTURE.md); no header offset is restated here.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
+from typing import Sequence
+
 from tiered_core.codec.message import (
-    KEY_SEPARATOR, MAGIC_V2, PROPERTY_KEYS, PROPERTY_TAGS, message_fields, parse_properties,
+    KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS, MessageExt, encode_message_ext, message_fields, parse_properties,
 )
 from tiered_core.codec._impl import message_columns
 from tiered_core.codec.message_batch import MessageBatch
@@ -98,50 +104,9 @@ def properties_columns(texts: list[str], schema):
     return properties, keys, tags.cast(schema.field("tags").type)
 
 
-#: The fixed header of a message whose two hosts are IPv4 (sysFlag & 0x30 == 0): its size and
-#: ``(offset, width)`` of the fields read here (DESIGN.md section 7).
-_V4_HEADER = 88
-_TOTAL, _MAGIC, _QUEUE_OFFSET, _PHYSICAL_OFFSET, _SYS_FLAG = (0, 4), (4, 4), (20, 8), (28, 8), (36, 4)
-_BORN_TS, _STORE_TS, _BODY_LEN = (40, 8), (56, 8), (84, 4)
-_HOST_FLAGS = 0x30
-
-
-def _be_ints(headers, field: tuple[int, int]):
-    """Field ``(offset, width)`` of each fixed-size header, big-endian, as int64 (uint32 for 4 bytes)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    at, width = field
-    little = pc.binary_reverse(pc.binary_slice(headers, at, at + width).cast(pa.binary()))
-    return little.cast(pa.binary(width)).view(pa.int64() if width == 8 else pa.uint32())
-
-
-def _columns_v4(data: bytes, positions: list[int], topic: str):
-    """The header columns, bodies and properties texts of messages with IPv4 hosts, the fixed
-    fields read by Arrow kernels from one copy of the headers; None when a message has an IPv6
-    host (another header size)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    n = len(positions)
-    joined = b"".join([data[p:p + _V4_HEADER] for p in positions])
-    headers = pa.FixedSizeBinaryArray.from_buffers(pa.binary(_V4_HEADER), n, [None, pa.py_buffer(joined)])
-    if pc.any(pc.not_equal(pc.bit_wise_and(_be_ints(headers, _SYS_FLAG), _HOST_FLAGS), 0)).as_py():
-        return None
-    body_lens = _be_ints(headers, _BODY_LEN).to_pylist()
-    totals = _be_ints(headers, _TOTAL).to_pylist()
-    v2 = pc.equal(_be_ints(headers, _MAGIC), MAGIC_V2).to_pylist()
-    topic_len = len(topic.encode("utf-8", "surrogatepass"))  # the validated topic of every message
-    skip = (_V4_HEADER + 1 + topic_len + 2, _V4_HEADER + 2 + topic_len + 2)  # body end -> properties text
-    bodies = [data[p + _V4_HEADER:p + _V4_HEADER + size] for p, size in zip(positions, body_lens)]
-    texts = [str(data[p + size + skip[m]:p + total], "utf-8")
-             for p, size, m, total in zip(positions, body_lens, v2, totals)]
-    return (_be_ints(headers, _QUEUE_OFFSET), _be_ints(headers, _PHYSICAL_OFFSET), _be_ints(headers, _STORE_TS),
-            _be_ints(headers, _BORN_TS), bodies, texts)
-
-
-def _columns_any(data: bytes, positions: list[int]):
-    """:func:`_columns_v4` for any header layout: one ``unpack_from`` per message."""
+def _columns_pure(data: bytes, positions: list[int]):
+    """``(queue offsets, commit-log offsets, store times, born times, bodies, properties texts)``
+    of the messages at ``positions``: one header ``unpack_from`` per message (any host layout)."""
     import pyarrow as pa
 
     heads = [message_fields(data, pos) for pos in positions]  # (header fields, header size, properties start)
@@ -187,54 +152,96 @@ def _arrays_compiled(buffers, n: int, schema) -> list:
     ]
 
 
+def _build(data: bytes, positions: list[int], schema, use_compiled: bool) -> list:
+    """The columns of the messages at ``positions`` of ``data`` (topic and queue id left None)."""
+    n = len(positions)
+    types = [field.type for field in schema]
+    buffers = message_columns(data, positions) if message_columns is not None and use_compiled else None
+    if buffers is not None:  # the compiled core (same columns; tests/test_speedups.py compares them)
+        return _arrays_compiled(buffers, n, schema)
+    import pyarrow as pa
+    import pyarrow.compute as pc  # a second's import in a fresh worker: only on the pure path
+
+    queue_offsets, cl_offsets, store_ts, born_ts, bodies, texts = _columns_pure(data, positions)
+    properties, keys, tags = properties_columns(texts, schema)
+    return [
+        None, None,
+        queue_offsets.cast(types[2]),
+        cl_offsets.cast(types[3]),
+        pc.multiply(store_ts, 1000).cast(types[4]),
+        pc.multiply(born_ts, 1000).cast(types[5]),
+        keys,
+        tags,
+        properties,
+        pa.array(bodies, type=types[9]),
+    ]
+
+
+def _empty(schema):
+    import pyarrow as pa
+
+    return pa.RecordBatch.from_arrays([pa.array([], type=field.type) for field in schema], schema=schema)
+
+
+def _schema(schema):
+    if schema is None:
+        from tiered_core.spark.source.schema import arrow_schema
+
+        schema = arrow_schema()
+    return schema
+
+
 def batch_to_arrow(batch: MessageBatch, schema=None, wants_time: TimeFilter | None = None,
                    start: int = 0, stop: int | None = None, *, use_compiled: bool = True):
     """Messages ``start:stop`` of ``batch`` (all by default) that ``wants_time`` keeps, as one
     ``pyarrow.RecordBatch`` with ``schema`` (default :func:`arrow_schema`; times ms -> us UTC).
 
     ``batch`` must be validated (built by :func:`~tiered_core.flat.batch.check_batch`): its bytes
-    are not checked again here. With the compiled core, one C pass fills every column's buffers
-    (``codec._impl.message_columns``; ``use_compiled=False`` skips it). Otherwise, per message,
-    Python copies the header and slices the body and the properties text, and every column is
-    built by Arrow kernels: the reference the compiled columns are tested against."""
+    are not checked again here. ``use_compiled=False`` builds it the pure way (the reference)."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
-    if schema is None:
-        from tiered_core.spark.schema import arrow_schema
-
-        schema = arrow_schema()
-    data, base = batch.data, batch.base
-    positions = [off - base for off, _size, _tags in batch.units[start:stop]]
-    types = [field.type for field in schema]
+    schema = _schema(schema)
+    positions = [off - batch.base for off, _size, _tags in batch.units[start:stop]]
     n = len(positions)
     if n == 0:
-        return pa.RecordBatch.from_arrays([pa.array([], type=t) for t in types], schema=schema)
-    buffers = message_columns(data, positions) if message_columns is not None and use_compiled else None
-    if buffers is not None:  # the compiled core (same columns; tests/test_speedups.py compares them)
-        arrays = _arrays_compiled(buffers, n, schema)
-    else:
-        columns = _columns_v4(data, positions, batch.topic) or _columns_any(data, positions)
-        queue_offsets, cl_offsets, store_ts, born_ts, bodies, texts = columns
-        properties, keys, tags = properties_columns(texts, schema)
-        arrays = [
-            None, None,
-            queue_offsets.cast(types[2]),
-            cl_offsets.cast(types[3]),
-            pc.multiply(store_ts, 1000).cast(types[4]),
-            pc.multiply(born_ts, 1000).cast(types[5]),
-            keys,
-            tags,
-            properties,
-            pa.array(bodies, type=types[9]),
-        ]
-    arrays[0] = pa.array([batch.topic] * n, type=types[0])
-    arrays[1] = pa.array([batch.queue_id] * n, type=types[1])
+        return _empty(schema)
+    arrays = _build(batch.data, positions, schema, use_compiled)
+    arrays[0] = pa.array([batch.topic] * n, type=schema.field(0).type)
+    arrays[1] = pa.array([batch.queue_id] * n, type=schema.field(1).type)
     out = pa.RecordBatch.from_arrays(arrays, schema=schema)
     if wants_time is not None:
+        import pyarrow.compute as pc
+
         store_ms = pc.divide(out.column(4).cast(pa.int64()), 1000).to_pylist()
         out = out.filter(pa.array([wants_time(ts) for ts in store_ms], pa.bool_()))
     return out
 
 
-__all__ = ["batch_to_arrow", "properties_columns"]
+def _message_bytes(m: MessageExt) -> bytes:
+    # a fetched (lazy) message keeps the bytes it was read from; another one is encoded again
+    raw = getattr(m, "_raw", None)
+    return raw if raw is not None else encode_message_ext(m)
+
+
+def messages_to_arrow(messages: Sequence[MessageExt], schema=None, *, use_compiled: bool = True):
+    """``messages`` (validated, e.g. fetched) as one ``pyarrow.RecordBatch`` with ``schema``, built
+    from their bytes as :func:`batch_to_arrow` builds; ``topic``, ``queue_id`` and ``queue_offset``
+    are the objects' own (a static topic's reader sets the logic queue and offsets on them)."""
+    import pyarrow as pa
+
+    schema = _schema(schema)
+    if not messages:
+        return _empty(schema)
+    raws = [_message_bytes(m) for m in messages]
+    positions, at = [], 0
+    for raw in raws:
+        positions.append(at)
+        at += len(raw)
+    arrays = _build(b"".join(raws), positions, schema, use_compiled)
+    arrays[0] = pa.array([m.topic for m in messages], type=schema.field(0).type)
+    arrays[1] = pa.array([m.queue_id for m in messages], type=schema.field(1).type)
+    arrays[2] = pa.array([m.queue_offset for m in messages], type=schema.field(2).type)
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+__all__ = ["batch_to_arrow", "messages_to_arrow", "properties_columns"]

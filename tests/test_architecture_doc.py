@@ -28,9 +28,9 @@ CITED = "docs/ARCHITECTURE.md"
 SOURCE_DIRS = ("tiered_core", "drivers", "conformance", "bench", "tests", "examples", "docs")
 SOURCE_SUFFIXES = {".py", ".pyx", ".toml", ".md", ".cfg", ".txt"}
 SKIP_PARTS = {".venv", ".tools", "build", "__pycache__", ".git", "node_modules", ".pytest_cache", ".hypothesis"}
-#: Files whose stale citation another branch of issue 20 rewrites (i20-source:
-#: spark/arrow_batch.py). An entry must go once its file no longer cites one (checked below).
-PENDING_CITATIONS = {"tiered_core/spark/arrow_batch.py"}
+#: Files allowed to cite a design document outside the repository: none. An entry must go
+#: once its file no longer cites one (checked below).
+PENDING_CITATIONS: set[str] = set()
 
 _PATH = re.compile(r"`((?:tiered_core|drivers|conformance|bench|tests|examples|docs)/[A-Za-z0-9_./-]*)`")
 _DOTTED = re.compile(r"`(tiered_core(?:\.[A-Za-z_][A-Za-z0-9_]*)+)`")

@@ -36,6 +36,7 @@ import time
 from typing import Iterator
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
@@ -43,7 +44,7 @@ from tiered_core.codec.consume_queue import iter_cq_units  # noqa: E402
 from tiered_core.codec.message import decode_message  # noqa: E402
 from tiered_core.config import StoreConfig  # noqa: E402
 from tiered_core.flat import FlatFileStore  # noqa: E402
-from tiered_core.spark.sample import SampleSpec, write_sample  # noqa: E402
+from sample_store import SampleSpec, write_sample  # noqa: E402  (tests/ is on sys.path)
 from tiered_core.spark.source.arrow_rows import messages_to_arrow  # noqa: E402
 from tiered_core.spark.source.schema import arrow_schema  # noqa: E402
 

@@ -6,9 +6,10 @@ import uuid
 
 import pytest
 
+from tiered_conformance.faults import Fault, FaultLayer
 from tiered_core.errors import DriverError, StateConflict
 from tiered_core.plugins import open_driver
-from tiered_core.spark.migrate import CopyTask, copy_segment
+from tiered_core.spark.jobs.migrate import CopyTask, copy_segment
 
 PATH = "c/broker-a/orders/0/COMMIT_LOG/segment"
 
@@ -45,8 +46,9 @@ def test_a_failed_copy_resumes_from_the_target_size(drivers):
     source, target = drivers
     fill(source, DATA, sealed=False)
     task = CopyTask(0, PATH, False, len(DATA))
+    # The target backend fails a write after 4000 of its bytes landed (the task dies there).
     with pytest.raises(DriverError, match="injected"):
-        copy_segment(source, target, task, chunk=1000, fail_after=4000)
+        copy_segment(source, FaultLayer(target, [Fault.partial(4000)]), task, chunk=len(DATA))
     assert target.size(PATH) == 4000
     result = copy_segment(source, target, task, chunk=1000)
     assert (result.resumed_at, result.copied) == (4000, len(DATA) - 4000)

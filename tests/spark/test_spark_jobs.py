@@ -6,15 +6,16 @@ import hashlib
 import json
 
 import pytest
+from sample_store import SampleSpec, write_sample
 from spark_helpers import api_rows, parquet_rows, write_config
 
 from tiered_core.cli import main
 from tiered_core.config import StoreConfig
-from tiered_core.errors import DriverError, IllegalOffset
+from tiered_core.errors import DriverError, IllegalOffset, StateConflict
 from tiered_core.spark.jobs import export, import_parquet, migrate
-from tiered_core.spark.migrate import plan_copies
-from tiered_core.spark.sample import SampleSpec, write_sample
+from tiered_core.spark.jobs.migrate import copy_segment, plan_copies
 from tiered_conformance.emulator import EmulatorError
+from tiered_conformance.faults import Fault, FaultLayer
 from tiered_conformance.testing import ci_mode
 from tiered_driver_gcs.emulator import FakeGcsServer
 
@@ -111,13 +112,28 @@ def test_migrate_posix_to_gcs_resumes_after_a_failed_task(spark, source, tmp_pat
                           metadata_path=tmp_path / "gcs-metadata.db")
     target_config = StoreConfig.load(target)
 
-    with pytest.raises(DriverError, match="injected failure"):
-        migrate(spark, source, target, chunk=1024, fail_segment=failing.index)
-    meta = target_config.open_metadata()
-    assert list(meta.iterate_file_segments()) == []  # written only at the very end
-    meta.close()
     gcs = target_config.open_driver()
     try:
+        # The target already holds bytes at one planned path that are not the source's: its
+        # Spark task fails (typed, through the task error), the others copy, no metadata.
+        gcs.create(failing.path)
+        gcs.write(failing.path, 0, b"\xff" * 100)
+        with pytest.raises(StateConflict, match="refusing to overwrite"):
+            migrate(spark, source, target, chunk=1024)
+        meta = target_config.open_metadata()
+        assert list(meta.iterate_file_segments()) == []  # written only at the very end
+        meta.close()
+        assert gcs.size(failing.path) == 100  # never overwritten
+        gcs.delete(failing.path)  # the operator removes the stale object, as the error says
+
+        # A copy of that segment dies half-way (a torn write at the backend: half of it landed).
+        posix = source_config.open_driver()
+        try:
+            with pytest.raises(DriverError, match="injected"):
+                copy_segment(posix, FaultLayer(gcs, [Fault.partial(failing.metadata_size // 2)]), failing,
+                             chunk=failing.metadata_size)
+        finally:
+            posix.close()
         assert 0 < gcs.size(failing.path) < failing.metadata_size  # half of it landed
 
         done = migrate(spark, source, target, chunk=1024)

@@ -9,6 +9,7 @@ import json
 import os
 
 import pytest
+from sample_store import SampleSpec, write_sample
 from spark_helpers import write_config
 from stream_helpers import run_available_now_into
 
@@ -20,7 +21,6 @@ from tiered_core.flat import FlatFileStore
 from tiered_core.ops.output_paths import MARKER
 from tiered_core.spark import count_partitions, register
 from tiered_core.spark.jobs import export
-from tiered_core.spark.sample import SampleSpec, write_sample
 
 SPEC = SampleSpec(topics=("orders", "audit"), queues=2, messages=60, body_size=64)
 

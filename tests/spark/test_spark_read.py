@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from sample_store import SampleSpec, write_sample
 from spark_helpers import api_rows, message_row, parquet_rows, write_config
 
 from tiered_core.codec.message import Message, decode_message, encode_message
@@ -14,7 +15,6 @@ from tiered_core.flat import FlatFileStore
 from tiered_core.spark import count_partitions, plan_read, read
 from tiered_core.spark.jobs import export
 from tiered_core.spark.source.options import parse_read_options, parse_time
-from tiered_core.spark.sample import SampleSpec, write_sample
 
 SPEC = SampleSpec(topics=("orders", "payments"), queues=2, messages=250, body_size=48)
 CQ_MAX = 2000  # 100 consume-queue units per segment

@@ -7,6 +7,7 @@ import json
 import shutil
 
 import pytest
+from sample_store import SampleSpec, write_sample
 from spark_helpers import write_config
 
 from tiered_core import TieredMessageStore
@@ -17,7 +18,6 @@ from tiered_core.errors import StateConflict
 from tiered_core.index.service import INDEX_DIR_NAME
 from tiered_core.spark.jobs import reindex
 from tiered_core.index.batch_keys import batch_keys
-from tiered_core.spark.sample import SampleSpec, write_sample
 
 SPEC = SampleSpec(topics=("orders", "audit"), queues=2, messages=180, body_size=64)
 TOTAL = len(SPEC.topics) * SPEC.queues * SPEC.messages

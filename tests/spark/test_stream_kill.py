@@ -19,13 +19,13 @@ import random
 import signal
 import time
 
+from sample_store import SampleSpec, write_sample
 from spark_helpers import write_config
 from stream_helpers import descendants, expected_bodies, kill_group, queue_bodies, start_producer, stream_cli, wait_for
 
 from tiered_core import StoreConfig, TieredMessageStore
-from tiered_core.spark.sample import SampleSpec, write_sample
-from tiered_core.spark.stream_job import STARTED_LINE
-from tiered_core.spark.stream_sink import read_ledger
+from tiered_core.spark.jobs.mirror import STARTED_LINE
+from tiered_core.spark.sink import read_ledger
 
 TOTAL = 4000
 KILLS = 3

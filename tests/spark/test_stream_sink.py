@@ -1,8 +1,9 @@
 """The streaming sink (``writeStream.format("tiered")``): exactly once per micro-batch.
 
-The commit path is driven directly (as Spark's driver calls it) for replays and crashes at
-marked points (a subprocess SIGKILLed by a fault hook between the upload and the metadata
-transaction), and through real Spark local-mode queries for the whole contract.
+The commit path is driven directly (as Spark's driver calls it) for replays and crashes
+between its steps (a subprocess SIGKILLed by a wrapper around one of the sink's step
+functions, ``append_queue``, ``index_batch``, ``record_batch``, between the upload and the
+metadata transaction), and through real Spark local-mode queries for the whole contract.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from stream_helpers import queue_bodies, queue_messages
 from tiered_core.config import StoreConfig
 from tiered_core.errors import IllegalOffset, IllegalParam, InvalidOption, StateConflict
 from tiered_core.spark.config_source import ConfigSource
-from tiered_core.spark.stream_sink import (
-    FAULT_HOOKS, Ledger, SinkCommitMessage, SinkOptions, check_sink_schema, commit_batch, parse_sink_options,
+from tiered_core.spark import sink
+from tiered_core.spark.sink import (
+    Ledger, SinkCommitMessage, SinkOptions, check_sink_schema, commit_batch, parse_sink_options,
     read_ledger, row_message,
 )
 
@@ -105,19 +107,17 @@ def test_the_ledger_lives_in_a_json_metadata_store_too(tmp_path):
     assert bodies(target) == expected(("orders", 0, 0, 70))
 
 
-def test_a_batch_is_invisible_until_its_metadata_transaction(target):
+def test_a_batch_is_invisible_until_its_metadata_transaction(target, monkeypatch):
     commit_batch(options(target), 0, batch(0, [rows("orders", 0, 0, 10)]))
     seen = []
+    record = sink.record_batch
 
-    def look(point: str) -> None:
-        if point == "before_metadata":  # everything uploaded, nothing recorded yet
-            seen.append(bodies(target))
+    def look(*args, **kwargs):  # everything uploaded and indexed, nothing recorded yet
+        seen.append(bodies(target))
+        return record(*args, **kwargs)
 
-    FAULT_HOOKS.append(look)
-    try:
-        commit_batch(options(target), 1, batch(1, [rows("orders", 0, 10, 40), rows("audit", 0, 0, 7)]))
-    finally:
-        FAULT_HOOKS.remove(look)
+    monkeypatch.setattr(sink, "record_batch", look)
+    commit_batch(options(target), 1, batch(1, [rows("orders", 0, 10, 40), rows("audit", 0, 0, 7)]))
     assert seen == [expected(("orders", 0, 0, 10))]
     assert bodies(target) == expected(("orders", 0, 0, 50), ("audit", 0, 0, 7))
 
@@ -131,7 +131,7 @@ _CRASHING_COMMIT = textwrap.dedent("""
     import os, signal, sys
     sys.path.insert(0, {tests!r})
     from test_stream_sink import batch, crash_parts, options
-    from tiered_core.spark import appender, stream_sink
+    from tiered_core.spark import appender, sink
 
     point, nth = {point!r}, {nth!r}
     calls = []
@@ -142,16 +142,25 @@ _CRASHING_COMMIT = textwrap.dedent("""
             if len(calls) == nth:
                 os.kill(os.getpid(), signal.SIGKILL)
 
-    if point == "append-commit":  # inside a queue: after its nth durable commit
-        original = appender.QueueAppender.commit
+    def before(step, name):  # killed before the step runs
+        def run(*args, **kwargs):
+            crash(name)
+            return step(*args, **kwargs)
+        return run
 
-        def commit(self):
-            original(self)
-            crash("append-commit")
+    def after(step, name):  # killed after the step returned
+        def run(*args, **kwargs):
+            out = step(*args, **kwargs)
+            crash(name)
+            return out
+        return run
 
-        appender.QueueAppender.commit = commit
-    stream_sink.FAULT_HOOKS.append(crash)
-    stream_sink.commit_batch(options({target!r}), 1, batch(1, crash_parts()))
+    # The commit's steps, wrapped where commit_batch finds them (the sink module's names).
+    sink.record_batch = before(sink.record_batch, "before_metadata")  # uploaded and indexed
+    sink.index_batch = before(sink.index_batch, "uploaded_all")  # uploaded, no key indexed
+    sink.append_queue = after(sink.append_queue, "uploaded")  # after each queue's upload
+    appender.QueueAppender.commit = after(appender.QueueAppender.commit, "append-commit")  # inside a queue
+    sink.commit_batch(options({target!r}), 1, batch(1, crash_parts()))
     print("not killed")
 """)
 

@@ -10,6 +10,7 @@ import shutil
 
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
+from sample_store import SampleSpec, write_sample
 from spark_helpers import api_rows, messages_to_batch, row_tuple, write_config
 from stream_helpers import run_available_now_into
 
@@ -22,7 +23,6 @@ from tiered_core.flat import FlatFileStore
 from tiered_core.flat.batch import check_batch
 from tiered_core.spark.source.arrow_rows import batch_to_arrow
 from tiered_core.spark.source.stream_offsets import fair_split, queue_views
-from tiered_core.spark.sample import SampleSpec, write_sample
 from tiered_core.spark.source.options import parse_stream_options
 from tiered_core.spark.source.schema import arrow_schema
 from tiered_core.spark.source.stream import TieredStreamReader

@@ -4,13 +4,13 @@ an offset they filled, and every offset they filled reads back its own message."
 
 from __future__ import annotations
 
+from sample_store import SampleSpec, sample_message, write_sample
 from spark_helpers import write_config
 
 from tiered_core import Message, TieredMessageStore
 from tiered_core.access.results import GetMessageStatus
 from tiered_core.config import StoreConfig
 from tiered_core.spark.jobs import export, import_parquet
-from tiered_core.spark.sample import SampleSpec, sample_message, write_sample
 
 SPEC = SampleSpec(topics=("orders",), queues=2, messages=120, body_size=48)
 

@@ -116,7 +116,7 @@ def _require_source(config) -> None:
 
 def run_export(args) -> int:
     from tiered_core.cli.common import load_config
-    from tiered_core.spark.export import check_export_target
+    from tiered_core.spark.jobs.export import check_export_target
     from tiered_core.spark.jobs import export
 
     options = _read_filters(args)
@@ -132,7 +132,7 @@ def run_export(args) -> int:
 def run_migrate(args) -> int:
     from tiered_core.cli.common import load_config
     from tiered_core.spark.jobs import migrate
-    from tiered_core.spark.migrate import check_migration
+    from tiered_core.spark.jobs.migrate import check_migration
 
     source, target = load_config(args.config), load_config(args.to_config)
     check_migration(source, target, args.to_config)
@@ -171,7 +171,7 @@ def run_stream(args) -> int:
     import dataclasses
     import threading
 
-    from tiered_core.spark.stream_job import run_mirror, stop_on_signals
+    from tiered_core.spark.jobs.mirror import run_mirror, stop_on_signals
 
     stop = threading.Event()
     # Handlers first: a SIGTERM during Spark's start-up still ends the run cleanly (exit 0).
@@ -201,9 +201,9 @@ def _stream_session(args):
     from tiered_core.cli.common import load_config, store_exists
     from tiered_core.errors import InvalidOption
     from tiered_core.spark import get_session
-    from tiered_core.spark.stream_job import check_mirror
+    from tiered_core.spark.jobs.mirror import check_mirror
     from tiered_core.spark.source.options import parse_stream_options
-    from tiered_core.spark.stream_sink import parse_sink_options
+    from tiered_core.spark.sink import parse_sink_options
     from tiered_core.spark.source.stream import check_starting_offsets, source_queues
 
     _check_configs(args.config, args.to_config)

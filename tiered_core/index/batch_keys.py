@@ -2,7 +2,7 @@
 
 Shared by everything that indexes messages already in the tier: the store's key-index
 repair after a recovery path (:mod:`tiered_core.access.key_repair`) and the Spark re-index
-job (:mod:`tiered_core.spark.reindex`).
+job (:mod:`tiered_core.spark.jobs.reindex`).
 """
 
 from __future__ import annotations

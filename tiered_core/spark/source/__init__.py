@@ -9,5 +9,5 @@
 - :mod:`.schema` and :mod:`.arrow_rows` -- the row schema and the one Arrow builder.
 
 Nothing here imports the sink or the jobs, except :meth:`~.datasource.TieredDataSource.streamWriter`,
-which hands ``writeStream.format("tiered")`` to :mod:`tiered_core.spark.stream_sink`.
+which hands ``writeStream.format("tiered")`` to :mod:`tiered_core.spark.sink`.
 """

@@ -91,8 +91,8 @@ class TieredDataSource(DataSource):
 
     @tagged
     def streamWriter(self, schema, overwrite: bool):  # noqa: N802 (PySpark's name)
-        """The streaming sink (:mod:`tiered_core.spark.stream_sink`): exactly once per micro-batch."""
-        from tiered_core.spark.stream_sink import stream_writer
+        """The streaming sink (:mod:`tiered_core.spark.sink`): exactly once per micro-batch."""
+        from tiered_core.spark.sink import stream_writer
 
         return stream_writer(dict(self.options), schema)
 

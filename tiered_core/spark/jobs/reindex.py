@@ -77,9 +77,8 @@ def reindex(spark, config: str | os.PathLike, *, progress=sys.stderr, **read_opt
     message stops the job: nothing after it in its queue is indexed, what was put before
     stays). A failed put raises DriverError naming the queue.
     """
+    from tiered_core.access.writer_session import WriterSession
     from tiered_core.config import StoreConfig
-    from tiered_core.local.store import acquire_store_lock, release_store_lock
-    from tiered_core.ops.claim import claim_store_prefix
     from tiered_core.spark.source.batch import planned_partitions
 
     started = time.perf_counter()
@@ -90,31 +89,21 @@ def reindex(spark, config: str | os.PathLike, *, progress=sys.stderr, **read_opt
     timed = read.start_time is not None or read.end_time is not None
     wants_time = read.wants_time if timed else None
     open_metadata_readonly(store_config).close()  # a store that does not exist is not created here
-    os.makedirs(store_config.store_path, exist_ok=True)
-    lock = acquire_store_lock(store_config.store_path)  # the store itself must not run meanwhile
-    try:
-        with store_config.open_driver() as driver:
-            claim_store_prefix(store_config, driver)  # refused when another store owns the prefix
-            parts = planned_partitions(source, read)
-            if not parts:
-                return ReindexResult(0, 0, 0, 0, 0, 0, time.perf_counter() - started)
-            # toLocalIterator runs one Spark job per slice and holds one slice's keys at a
-            # time: enough slices to keep every core busy and a slice's keys small, few
-            # enough that job overhead does not dominate (a partition is one segment range).
-            cores = spark.sparkContext.defaultParallelism
-            slices = min(len(parts), max(2 * cores, -(-len(parts) // PARTITIONS_PER_SLICE)))
-            rdd = spark.sparkContext.parallelize(parts, slices)
+    with WriterSession(store_config) as session:  # the store itself must not run meanwhile
+        parts = planned_partitions(source, read)
+        if not parts:
+            return ReindexResult(0, 0, 0, 0, 0, 0, time.perf_counter() - started)
+        # toLocalIterator runs one Spark job per slice and holds one slice's keys at a
+        # time: enough slices to keep every core busy and a slice's keys small, few
+        # enough that job overhead does not dominate (a partition is one segment range).
+        cores = spark.sparkContext.defaultParallelism
+        slices = min(len(parts), max(2 * cores, -(-len(parts) // PARTITIONS_PER_SLICE)))
+        rdd = spark.sparkContext.parallelize(parts, slices)
 
-            def run(partitions):
-                return tagged_iter(_partition_keys(source, wants_time, partitions))
+        def run(partitions):
+            return tagged_iter(_partition_keys(source, wants_time, partitions))
 
-            metadata = store_config.open_metadata()
-            try:
-                counts = _put_all(store_config, driver, metadata, rdd.mapPartitions(run), progress)
-            finally:
-                metadata.close()
-    finally:
-        release_store_lock(lock)
+        counts = _put_all(store_config, session.driver, session.metadata, rdd.mapPartitions(run), progress)
     queues = len({(p.topic, p.queue_id) for p in parts})
     return ReindexResult(counts[0], counts[1], counts[2], queues, len(parts), counts[3],
                          time.perf_counter() - started)

@@ -1,4 +1,5 @@
-"""Sample data written through the container layer (FlatFileStore), for tests and benchmarks."""
+"""Sample data written through the container layer (FlatFileStore), for the tests and
+``bench/spark_*.py`` (which put ``tests/`` on ``sys.path``)."""
 
 from __future__ import annotations
 

@@ -7,16 +7,17 @@ micro-batch:
 - ``write`` (executor tasks) only checks and converts its rows into
   :class:`~tiered_core.codec.message.Message` s and returns them in its commit message;
   nothing touches B there, so a failed or aborted batch leaves nothing behind.
-- ``commit(messages, batch_id)`` (the Spark driver) takes B's store lock and claims B's
-  prefix (like the import job), reads the sink's ledger (a store property of B's metadata,
-  ``spark.sink/<sink id>``) and does nothing for a batch it already committed (a replay).
+- ``commit(messages, batch_id)`` (the Spark driver) opens a
+  :class:`~tiered_core.access.writer_session.WriterSession` on B (its store lock and the
+  claim of its prefix, like the import job), reads the sink's ledger (a store property of
+  B's metadata, ``spark.sink/<sink id>``) and does nothing for a batch it already committed (a replay).
   Otherwise it appends the batch's messages, in a fixed order (partition, then row
   order; by queue offset when the rows carry one), to B's flat files through a scratch
   metadata seeded from B's, uploads them, and records queues, segments and the ledger in
   ONE metadata transaction: the batch becomes readable at that point, all of it or none.
 - A crash after the upload but before that transaction leaves bytes beyond B's metadata.
   The replay of the batch (Spark replays the last uncommitted batch with the same rows)
-  adopts them (flat-file recovery and :func:`~tiered_core.spark.importer._adopt_unrecorded`)
+  adopts them (flat-file recovery and :func:`~tiered_core.access.writer_session.adopt_unrecorded`)
   and skips, per queue, as many of the batch's messages as already landed; their store
   timestamps were fixed before the upload (the ledger's ``pending`` record, or the rows'
   own ``store_timestamp``), so the replay writes what the first attempt would have.
@@ -31,6 +32,11 @@ uploaded once full, as a broker's are), so ``query_message`` on B finds what the
 wrote. A replay indexes again the messages it adopted (an interrupted attempt may have
 died before indexing them); a key indexed twice, or an entry of a batch that never
 commits, is harmless: a key query checks each entry against the consume queue.
+
+The steps of a commit, in order, are the module's functions :func:`append_queue` (one
+queue appended and uploaded), :func:`index_batch` (the keys) and :func:`record_batch`
+(the metadata transaction), called by :func:`commit_batch` through the module's names:
+crash tests wrap them to stop a commit between two steps.
 """
 
 from __future__ import annotations
@@ -42,12 +48,12 @@ import logging
 import os
 import shutil
 import tempfile
-import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from pyspark.sql.datasource import DataSourceStreamWriter, WriterCommitMessage
 
+from tiered_core.access.writer_session import WriterSession, open_staged_queue, queue_outcome, record_outcome
 from tiered_core.codec.message import Message
 from tiered_core.codec.naming import validate_topic
 from tiered_core.common import FileSegmentType, now_ms
@@ -70,17 +76,6 @@ SINK_OPTION_NAMES = ("config", "path", "config_text", "config_format", "config_b
 LEDGER_PREFIX = "spark.sink/"
 #: Seconds a commit waits for B's store lock by default.
 DEFAULT_LOCK_TIMEOUT = 60.0
-
-#: Test-only fault points: callables run with a point's name ("pending", "uploaded" after
-#: each queue's upload, "uploaded_all" before the keys are indexed, "before_metadata").
-#: Empty in production.
-FAULT_HOOKS: list[Callable[[str], None]] = []
-
-
-def _fault(point: str) -> None:
-    for hook in FAULT_HOOKS:
-        hook(point)
-
 
 # -- options and schema -------------------------------------------------------------------
 
@@ -283,21 +278,6 @@ def read_ledger(config_path: str | os.PathLike, sink_id: str) -> Ledger:
         metadata.close()
 
 
-def _acquire_lock(root: str, timeout: float) -> int:
-    from tiered_core.local.store import acquire_store_lock
-
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return acquire_store_lock(root)
-        except StateConflict:
-            if time.monotonic() >= deadline:
-                raise StateConflict(f"streaming sink: the target store {root!r} stayed locked by another "
-                                    f"process for {timeout:.0f}s (a broker, an import, or another sink); "
-                                    "the target must be written only by this sink", path=root) from None
-            time.sleep(0.1)
-
-
 def _ordered(messages: Sequence[SinkCommitMessage]) -> dict[tuple[str, int], list[tuple]]:
     """The batch's rows by queue, in partition then row order (by queue offset when given)."""
     groups: dict[tuple[str, int], list[tuple]] = {}
@@ -324,51 +304,43 @@ def _cq_end(metadata, flat_path: str) -> int | None:
     return None if last is None else (last.base_offset + last.size) // CQ_UNIT_SIZE
 
 
-def _append_queue(driver, metadata, config, topic: str, queue_id: int, rows: list[tuple], timestamp: int,
-                  replay: bool, scratch_dir: str) -> tuple[dict[str, Any], "QueueKeys"]:
+def append_queue(session: WriterSession, topic: str, queue_id: int, rows: list[tuple], timestamp: int,
+                 replay: bool, scratch_dir: str) -> tuple[dict[str, Any], "QueueKeys"]:
+    """Step 1 of a commit, per queue: append the batch's rows of one queue to B's flat files
+    (staged: their segments are recorded in a scratch metadata) and upload them. Returns the
+    queue's outcome (what :func:`record_batch` records) and the keys to index."""
     from tiered_core.codec.naming import queue_path
-    from tiered_core.flat.message_file import FlatMessageFile
-    from tiered_core.metadata import open_metadata_store
     from tiered_core.spark.appender import QueueAppender
-    from tiered_core.spark.importer import _seed, queue_outcome, seed_scratch
 
-    flat_path = queue_path(config.broker, topic, queue_id)
-    before = _cq_end(metadata, flat_path)
-    scratch = open_metadata_store("sqlite", os.path.join(scratch_dir, f"{topic}-{queue_id}.db"))
-    try:
-        seed_scratch(scratch, _seed(metadata, topic, queue_id, flat_path), driver, config)
-        flat = FlatMessageFile(driver, scratch, topic, queue_id, config.flat_config())
-        try:
-            appender = QueueAppender(flat)
-            if rows[0][2] is None:
-                # Offsets assigned here: skip what an interrupted attempt of this batch left.
-                start = flat.consume_queue_max_offset() if flat.initialized else 0
-                base = before if before is not None else (flat.consume_queue.min_queue_offset
-                                                          if flat.initialized else 0)
-                landed = start - base
-                if landed and (not replay or landed > len(rows)):
-                    raise StateConflict(
-                        f"{topic}/{queue_id}: {landed} messages lie beyond the target's metadata, and they are "
-                        f"not from an interrupted attempt of this batch ({len(rows)} rows): was the target "
-                        "written by something else than this sink?", topic=topic, queue_id=queue_id, landed=landed)
-                appender.stats.skipped = landed
-                for _, _, _, store_ts, message in rows[landed:]:
-                    appender.append(start, message, timestamp if store_ts is None else store_ts)
-                    start += 1
-            else:
-                for _, _, offset, store_ts, message in rows:
-                    appender.append(offset, message, timestamp if store_ts is None else store_ts)
-            outcome = queue_outcome(scratch, flat, appender.finish())
-            # Of the skipped rows, those B's metadata recorded before this batch were stored
-            # before it; the others landed in an interrupted attempt of this batch (adopted).
-            outcome["stored_before"] = 0 if rows[0][2] is None or before is None else \
-                sum(1 for row in rows if row[2] < before)
-            keys = _index_items(flat, rows, before, timestamp)
-        finally:
-            flat.shutdown()
-    finally:
-        scratch.close()
-    _fault("uploaded")
+    seed = session.seed(topic, queue_id)
+    before = _cq_end(session.metadata, queue_path(session.config.broker, topic, queue_id))
+    with open_staged_queue(session.driver, session.config, seed,
+                           os.path.join(scratch_dir, f"{topic}-{queue_id}.db")) as (flat, scratch):
+        appender = QueueAppender(flat)
+        if rows[0][2] is None:
+            # Offsets assigned here: skip what an interrupted attempt of this batch left.
+            start = flat.consume_queue_max_offset() if flat.initialized else 0
+            base = before if before is not None else (flat.consume_queue.min_queue_offset
+                                                      if flat.initialized else 0)
+            landed = start - base
+            if landed and (not replay or landed > len(rows)):
+                raise StateConflict(
+                    f"{topic}/{queue_id}: {landed} messages lie beyond the target's metadata, and they are "
+                    f"not from an interrupted attempt of this batch ({len(rows)} rows): was the target "
+                    "written by something else than this sink?", topic=topic, queue_id=queue_id, landed=landed)
+            appender.stats.skipped = landed
+            for _, _, _, store_ts, message in rows[landed:]:
+                appender.append(start, message, timestamp if store_ts is None else store_ts)
+                start += 1
+        else:
+            for _, _, offset, store_ts, message in rows:
+                appender.append(offset, message, timestamp if store_ts is None else store_ts)
+        outcome = queue_outcome(scratch, flat, appender.finish())
+        # Of the skipped rows, those B's metadata recorded before this batch were stored
+        # before it; the others landed in an interrupted attempt of this batch (adopted).
+        outcome["stored_before"] = 0 if rows[0][2] is None or before is None else \
+            sum(1 for row in rows if row[2] < before)
+        keys = _index_items(flat, rows, before, timestamp)
     return outcome, keys
 
 
@@ -415,9 +387,9 @@ def _index_items(flat, rows: list[tuple], before: int | None, timestamp: int) ->
     return out
 
 
-def _index_batch(driver, metadata, config, batch_keys: list[QueueKeys]) -> None:
-    """Put the batch's keys into B's tiered key index and fsync it (closing the service),
-    then upload what is full. Raises DriverError when a put fails (the commit fails before
+def index_batch(session: WriterSession, batch_keys: list[QueueKeys]) -> None:
+    """Step 2 of a commit: put the batch's keys into B's tiered key index and fsync it
+    (closing the service), then upload what is full. Raises DriverError when a put fails (the commit fails before
     its metadata transaction; Spark retries the batch)."""
     from tiered_core.common import AppendResult
     from tiered_core.errors import DriverError
@@ -426,7 +398,8 @@ def _index_batch(driver, metadata, config, batch_keys: list[QueueKeys]) -> None:
     todo = [k for k in batch_keys if k.keys]
     if not todo:
         return
-    index = IndexStoreService.from_store_config(config, driver, metadata)
+    metadata = session.metadata
+    index = IndexStoreService.from_store_config(session.config, session.driver, metadata)
     try:
         for item in todo:
             topic_id = metadata.add_topic(item.topic).topic_id  # the same id the transaction records
@@ -450,32 +423,28 @@ def commit_batch(options: SinkOptions, batch_id: int, messages: Sequence[SinkCom
     the metadata cannot come from an interrupted attempt of this batch;
     :class:`~tiered_core.errors.IllegalOffset` for a gap in mirrored queue offsets.
     """
-    from tiered_core.local.store import release_store_lock
-    from tiered_core.ops.claim import claim_store_prefix
-
     present = [m for m in messages if m is not None]
     query_ids = {m.query_id for m in present if m.query_id}
     query_id = next(iter(query_ids)) if len(query_ids) == 1 else None
     config = options.source.load()
     require_shared_backend(config, "sink's target")
-    os.makedirs(config.store_path, exist_ok=True)
-    lock = _acquire_lock(config.store_path, options.lock_timeout)
-    try:
-        with config.open_driver() as driver:
-            claim_store_prefix(config, driver)  # every commit: a take-over by another store is seen here
-            metadata = config.open_metadata()
-            try:
-                return _commit(driver, metadata, config, options.sink_id, batch_id, present, query_id)
-            finally:
-                metadata.close()
-    finally:
-        release_store_lock(lock)
+    # Every commit claims the prefix anew: a take-over by another store is seen here.
+    with WriterSession(config, lock_timeout=options.lock_timeout, writer="streaming sink") as session:
+        return _commit(session, options.sink_id, batch_id, present, query_id)
 
 
-def _commit(driver, metadata, config, sink_id: str, batch_id: int, messages: list[SinkCommitMessage],
+def record_batch(session: WriterSession, outcome: list[dict[str, Any]], ledger: "Ledger", sink_id: str) -> None:
+    """Step 3 of a commit: record the batch's queues and segments and the sink's ledger
+    ``ledger`` in ONE metadata transaction (the batch becomes readable here)."""
+    metadata = session.metadata
+    with metadata.transaction():
+        record_outcome(metadata, outcome)
+        ledger.write(metadata, sink_id)
+
+
+def _commit(session: WriterSession, sink_id: str, batch_id: int, messages: list[SinkCommitMessage],
             query_id: str | None) -> SinkBatchResult:
-    from tiered_core.spark.importer import record_outcome
-
+    metadata = session.metadata
     ledger = Ledger.read(metadata, sink_id)
     if query_id and ledger.query_id and ledger.query_id != query_id:
         raise StateConflict(f"streaming sink {sink_id!r}: the target's ledger was written by streaming query "
@@ -493,29 +462,24 @@ def _commit(driver, metadata, config, sink_id: str, batch_id: int, messages: lis
         ledger.pending = {"batch": batch_id, "timestamp": timestamp}
         ledger.query_id = query_id or ledger.query_id
         ledger.write(metadata, sink_id)  # durable before a byte of the batch is uploaded
-    _fault("pending")
     groups = _ordered(messages)
     outcome = []
     batch_keys = []
     scratch_dir = tempfile.mkdtemp(prefix="tiered-sink-")
     try:
         for (topic, queue_id), rows in sorted(groups.items()):
-            queue, keys = _append_queue(driver, metadata, config, topic, queue_id, rows, timestamp, replay,
-                                        scratch_dir)
+            queue, keys = append_queue(session, topic, queue_id, rows, timestamp, replay, scratch_dir)
             outcome.append(queue)
             batch_keys.append(keys)
     finally:
         shutil.rmtree(scratch_dir, ignore_errors=True)
-    _fault("uploaded_all")
-    _index_batch(driver, metadata, config, batch_keys)
-    _fault("before_metadata")
+    index_batch(session, batch_keys)
     appended, skipped = sum(i["appended"] for i in outcome), sum(i["skipped"] for i in outcome)
     stored_before = sum(i["stored_before"] for i in outcome)
-    with metadata.transaction():
-        record_outcome(metadata, outcome)
-        # The totals: messages this batch made readable (adopted ones too), rows B held before it.
-        Ledger(batch_id, query_id or ledger.query_id, None, ledger.appended + appended + skipped - stored_before,
-               ledger.skipped + stored_before).write(metadata, sink_id)
+    # The totals: messages this batch made readable (adopted ones too), rows B held before it.
+    record_batch(session, outcome, Ledger(batch_id, query_id or ledger.query_id, None,
+                                          ledger.appended + appended + skipped - stored_before,
+                                          ledger.skipped + stored_before), sink_id)
     return SinkBatchResult(batch_id, appended, skipped, len(outcome), False)
 
 

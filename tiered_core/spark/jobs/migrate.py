@@ -17,8 +17,9 @@ import time
 from dataclasses import dataclass
 from typing import Iterator
 
+from tiered_core.access.writer_session import WriterSession
 from tiered_core.codec.naming import segment_path
-from tiered_core.errors import ConfigError, CorruptData, DriverError, PositionMismatch, StateConflict
+from tiered_core.errors import ConfigError, CorruptData, PositionMismatch, StateConflict
 from tiered_core.ops.output_paths import check_separate_stores
 from tiered_core.spark.failures import tagged_iter, task_error
 from tiered_core.spark.config_source import ConfigSource, open_metadata_readonly, require_shared_backend
@@ -110,8 +111,8 @@ def _sha256(driver: SegmentDriver, path: str, size: int, chunk: int) -> str:
     return digest.hexdigest()
 
 
-def _append_from(source: SegmentDriver, target: SegmentDriver, task: CopyTask, size: int, chunk: int,
-                 fail_after: int | None) -> tuple[int, int, str | None]:
+def _append_from(source: SegmentDriver, target: SegmentDriver, task: CopyTask, size: int,
+                 chunk: int) -> tuple[int, int, str | None]:
     """Append the source's bytes from the target's current size on.
 
     Returns (start, bytes written, SHA-256 of the source) -- the hash only when this call
@@ -124,9 +125,6 @@ def _append_from(source: SegmentDriver, target: SegmentDriver, task: CopyTask, s
     written = 0
     while pos < size:
         length = min(chunk, size - pos)
-        if fail_after is not None and written >= fail_after:
-            raise DriverError(f"injected failure copying {task.path!r} at {pos} of {size} bytes",
-                              retryable=True, path=task.path)
         data = source.read(task.path, pos, length)
         try:
             target.write(task.path, pos, data)
@@ -142,13 +140,12 @@ def _append_from(source: SegmentDriver, target: SegmentDriver, task: CopyTask, s
     return start, written, None if digest is None else digest.hexdigest()
 
 
-def copy_segment(source: SegmentDriver, target: SegmentDriver, task: CopyTask, *, chunk: int = DEFAULT_CHUNK,
-                 fail_after: int | None = None) -> CopyResult:
+def copy_segment(source: SegmentDriver, target: SegmentDriver, task: CopyTask, *,
+                 chunk: int = DEFAULT_CHUNK) -> CopyResult:
     """Copy, seal (if the source is sealed) and verify one segment; resumable.
 
     A target object that already holds bytes is resumed only if they are the source's
     (an earlier run of this migration); anything else is never deleted or overwritten.
-    ``fail_after`` (fault injection for tests) raises DriverError after that many bytes.
     Raises :class:`StateConflict` when the source holds fewer bytes than its metadata
     records, or when the target holds bytes that are not the source's, and
     :class:`CorruptData` when a finished copy does not verify.
@@ -166,7 +163,7 @@ def copy_segment(source: SegmentDriver, target: SegmentDriver, task: CopyTask, *
             f"target object {task.path!r} already holds {target_size} bytes that are not the source's first "
             f"{min(target_size, size)}: refusing to overwrite what this migration did not write (remove it "
             "yourself if it is a stale copy)", path=task.path, size=target_size, source_size=size)
-    resumed_at, copied, source_hash = _append_from(source, target, task, size, chunk, fail_after)
+    resumed_at, copied, source_hash = _append_from(source, target, task, size, chunk)
     if source_hash is None:
         source_hash = _sha256(source, task.path, size, chunk)
     if sealed and not target.is_sealed(task.path):
@@ -178,17 +175,14 @@ def copy_segment(source: SegmentDriver, target: SegmentDriver, task: CopyTask, *
     return CopyResult(task.index, task.path, size, source_hash, copied, resumed_at, sealed)
 
 
-def _copy_partition(source_cfg: ConfigSource, target_cfg: ConfigSource, chunk: int, fail_index: int | None,
+def _copy_partition(source_cfg: ConfigSource, target_cfg: ConfigSource, chunk: int,
                     tasks: Iterator[CopyTask]) -> Iterator[CopyResult]:
     from tiered_core.spark.reader import driver_for
 
     source = driver_for(source_cfg)
     target = driver_for(target_cfg, writable=True)
     for task in tasks:
-        fail_after = None
-        if fail_index is not None and task.index == fail_index:
-            fail_after = max(1, (task.metadata_size or 2) // 2)  # half of it lands, then the task dies
-        yield copy_segment(source, target, task, chunk=chunk, fail_after=fail_after)
+        yield copy_segment(source, target, task, chunk=chunk)
 
 
 def write_target_metadata(source: TieredMetadataStore, target: TieredMetadataStore,
@@ -216,15 +210,16 @@ def write_target_metadata(source: TieredMetadataStore, target: TieredMetadataSto
     return topics, queues
 
 
-def migrate(spark, config: str | os.PathLike, to_config: str | os.PathLike, *, chunk: int = DEFAULT_CHUNK,
-            fail_segment: int | None = None) -> MigrateResult:
+def migrate(spark, config: str | os.PathLike, to_config: str | os.PathLike, *,
+            chunk: int = DEFAULT_CHUNK) -> MigrateResult:
     """Copy the store of ``config`` to the backend and metadata store of ``to_config``.
 
     The source must not be written meanwhile. Both configs must name the same cluster and
-    broker (segment paths contain them) and different backends. ``fail_segment`` (tests)
-    makes the copy of that planned segment fail halfway. A failed run raises
-    :class:`DriverError` and leaves the target's metadata untouched; running again finishes
-    the job without duplicating bytes.
+    broker (segment paths contain them) and different backends. The target is written
+    inside a :class:`~tiered_core.access.writer_session.WriterSession` (its store lock and
+    the claim of its prefix). A failed run raises the typed error of the failed copy
+    (DriverError, StateConflict...) and leaves the target's metadata untouched; running
+    again finishes the job without duplicating bytes.
     """
     from tiered_core.config import StoreConfig
 
@@ -235,24 +230,22 @@ def migrate(spark, config: str | os.PathLike, to_config: str | os.PathLike, *, c
     source_meta = open_metadata_readonly(source_cfg)  # the source is only read
     try:
         tasks = plan_copies(source_cfg, source_meta)
-        claim_target(target_cfg, {t.path for t in tasks})
-        results: list[CopyResult] = []
-        if tasks:
-            rdd = spark.sparkContext.parallelize(tasks, min(len(tasks), 4096))
-            copy = _copy_job(source_src, target_src, chunk, fail_segment)
-            try:
-                results = rdd.mapPartitions(copy).collect()
-            except Exception as exc:  # a Spark job failure wraps the task's error in Java's
-                raise task_error(exc, "migration incomplete (target metadata not written; run again to "
-                                      "resume)") from None
-        by_path = {r.path: r for r in results}
-        if len(by_path) != len(tasks):
-            raise StateConflict(f"migration copied {len(by_path)} of {len(tasks)} segments", planned=len(tasks))
-        target_meta = target_cfg.open_metadata()
-        try:
-            topics, queues = write_target_metadata(source_meta, target_meta, by_path, source_cfg.cluster)
-        finally:
-            target_meta.close()
+        with WriterSession(target_cfg) as target:
+            check_target_objects(target, {t.path for t in tasks})
+            results: list[CopyResult] = []
+            if tasks:
+                rdd = spark.sparkContext.parallelize(tasks, min(len(tasks), 4096))
+                copy = _copy_job(source_src, target_src, chunk)
+                try:
+                    results = rdd.mapPartitions(copy).collect()
+                except Exception as exc:  # a Spark job failure wraps the task's error in Java's
+                    raise task_error(exc, "migration incomplete (target metadata not written; run again to "
+                                          "resume)") from None
+            by_path = {r.path: r for r in results}
+            if len(by_path) != len(tasks):
+                raise StateConflict(f"migration copied {len(by_path)} of {len(tasks)} segments",
+                                    planned=len(tasks))
+            topics, queues = write_target_metadata(source_meta, target.metadata, by_path, source_cfg.cluster)
     finally:
         source_meta.close()
     return MigrateResult(len(results), sum(r.size for r in results), sum(r.copied for r in results),
@@ -283,25 +276,24 @@ def check_migration(source_cfg, target_cfg, to_config: str | os.PathLike) -> Non
     check_separate_stores(target_cfg, [source_cfg], option="--to-config")
 
 
-def claim_target(target_cfg, planned: set[str]) -> None:
-    """Own the target's tier prefix as the target store (so the store opened on the target
-    config later is its owner, and a re-run is the same owner); refuse a target prefix that
-    holds objects this migration does not plan to write."""
+def check_target_objects(target: WriterSession, planned: set[str]) -> None:
+    """Refuse a target prefix (owned by the target store through ``target``, so the store
+    opened on the target config later is its owner, and a re-run is the same owner) that
+    holds objects this migration does not plan to write
+    (:class:`~tiered_core.errors.UnknownObjects`)."""
     from tiered_core.flat.ownership import segment_objects, tier_prefix
-    from tiered_core.ops.claim import claim_store_prefix
     from tiered_core.ops.reconcile import ReconcileReport
 
-    with target_cfg.open_driver() as driver:
-        claim_store_prefix(target_cfg, driver)
-        report = ReconcileReport(tier_prefix(target_cfg.cluster, target_cfg.broker))
-        report.unknown = [(p, n) for p, n in segment_objects(driver, target_cfg.cluster, target_cfg.broker)
-                          if n and p not in planned]
-        if report.unknown:
-            raise report.refusal("", "They are not this migration's to overwrite: remove them, or migrate "
-                                     "to another cluster or broker name")
+    config = target.config
+    report = ReconcileReport(tier_prefix(config.cluster, config.broker))
+    report.unknown = [(p, n) for p, n in segment_objects(target.driver, config.cluster, config.broker)
+                      if n and p not in planned]
+    if report.unknown:
+        raise report.refusal("", "They are not this migration's to overwrite: remove them, or migrate "
+                                 "to another cluster or broker name")
 
 
-def _copy_job(source: ConfigSource, target: ConfigSource, chunk: int, fail_index: int | None):
+def _copy_job(source: ConfigSource, target: ConfigSource, chunk: int):
     def run(tasks):
-        return tagged_iter(_copy_partition(source, target, chunk, fail_index, tasks))
+        return tagged_iter(_copy_partition(source, target, chunk, tasks))
     return run

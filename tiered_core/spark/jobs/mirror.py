@@ -3,7 +3,7 @@
 ``readStream.format("tiered")`` over store A (its metadata-committed messages), the sink
 columns with A's queue offsets and times, ``writeStream.format("tiered")`` into store B
 with a checkpoint. B ends up holding A's messages at the same queue offsets, each once
-(the sink's exactly-once contract, :mod:`tiered_core.spark.stream_sink`), whatever
+(the sink's exactly-once contract, :mod:`tiered_core.spark.sink`), whatever
 happens to the process running the query: a restart resumes from the checkpoint.
 ``tiered spark stream`` runs it until SIGTERM/SIGINT (or, with ``available_now``, until
 everything A holds at the start is copied).
@@ -154,7 +154,7 @@ def run_mirror(spark, source_config: str | os.PathLike, target_config: str | os.
     stopped cleanly before returning. A failed query raises the typed error its task or
     commit raised (:func:`~tiered_core.spark.failures.task_error`).
     """
-    from tiered_core.spark.stream_sink import parse_sink_options, read_ledger
+    from tiered_core.spark.sink import parse_sink_options, read_ledger
 
     started = time.perf_counter()
     check_mirror(source_config, target_config, checkpoint)

@@ -29,7 +29,7 @@ $(AZURITE):
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade "pip>=24" "setuptools>=68" wheel
+	$(PY) -m pip install -q --upgrade "pip>=24" "setuptools>=77" wheel
 
 # Cython first: setup.py builds the optional compiled core (tiered_core/_speedups) with the
 # machine's C compiler; without one (try CC=false) the install goes on, pure Python, and

@@ -14,3 +14,30 @@ from pathlib import Path
 _AZURITE = Path(__file__).resolve().parent / ".tools" / "node_modules" / ".bin" / "azurite-blob"
 if _AZURITE.exists():
     os.environ.setdefault("TIERED_AZURITE", str(_AZURITE))
+
+
+# -- parallel runs (pytest-xdist) ---------------------------------------------------------
+
+#: Test files that take longest, slowest first (measured with --durations; each file is one
+#: unit of work under ``--dist loadfile``). Under xdist they are handed out before the rest,
+#: so no worker starts a long file when the others are about to finish. A file not listed
+#: keeps its place after them; a stale entry only costs balance, never a test.
+SLOW_FILES_FIRST: tuple[str, ...] = ()
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Under xdist, move :data:`SLOW_FILES_FIRST` to the front (stable: each file keeps its
+    own order). Every worker sorts the same collection the same way, as xdist requires."""
+    if not hasattr(config, "workerinput") or not SLOW_FILES_FIRST:
+        return
+    rank = {name: i for i, name in enumerate(SLOW_FILES_FIRST)}
+    root = Path(str(config.rootpath))
+
+    def key(item) -> int:
+        try:
+            rel = Path(str(item.path)).resolve().relative_to(root).as_posix()
+        except ValueError:
+            return len(rank)
+        return rank.get(rel, len(rank))
+
+    items.sort(key=key)

@@ -363,7 +363,7 @@ _LAYOUT_BY_HOSTS = tuple((_LAYOUTS[k], _LAYOUTS[k].size) for k in (0, BORNHOST_V
 def lazy_message_ext(raw: bytes, topic: str | None = None) -> MessageExt:
     """A :class:`MessageExt` over ``raw``, exactly one message's bytes (``bytes``, never
     mutated), which must already be validated (e.g. by
-    :func:`~tiered_core.codec.batch.scan_units`): the header fields come from one
+    :func:`~tiered_core.codec.batch_kernels.scan_units`): the header fields come from one
     ``unpack_from``, the body is sliced, the rest is decoded on first access -- bad bytes
     here would give wrong fields, not an error. ``topic``: the message's topic when the
     caller knows it (validation compared it), else decoded. Equal to ``decode_message(raw)``."""

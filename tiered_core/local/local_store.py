@@ -49,7 +49,7 @@ from typing import NamedTuple
 
 from tiered_core.codec.consume_queue import ConsumeQueueUnit
 from tiered_core.codec.hashing import tags_hash_code
-from tiered_core.codec.keys import message_index_keys
+from tiered_core.codec.index_keys import message_index_keys
 from tiered_core.codec._impl import decode_message, encode_message_buffer, peek_store_timestamp, validate_message
 from tiered_core.codec.message import (
     BORNHOST_V6_FLAG,
@@ -76,7 +76,7 @@ from tiered_core.errors import (
     TieredStoreError,
 )
 from tiered_core.local.commit_log import END_FILE_MIN_BLANK_LENGTH, CommitLog
-from tiered_core.local.consume_queue import ConsumeQueue
+from tiered_core.local.local_consume_queue import ConsumeQueue
 from tiered_core.local.index_file import IndexService
 from tiered_core.local.io_errors import local_io_error, with_stored
 from tiered_core.common import INT_MAX, LONG_MAX, BoundaryType, fsync_dir, now_ms, offset_by_time

@@ -7,7 +7,7 @@ planned partition, the metadata rebuild and key queries probing single messages)
 owns the I/O and calls :func:`read_batch` (I/O given as two callables) or, where it has
 already read the units and the commit-log span itself, :func:`check_batch`: the consume-queue units are
 read once, the commit-log span they point at once, and one pass
-(:func:`tiered_core.codec.batch.scan_units`) splits and validates every message -- the
+(:func:`tiered_core.codec.batch_kernels.scan_units`) splits and validates every message -- the
 checks of :mod:`tiered_core.codec.checks`, in its order. The result is a
 :class:`MessageBatch`: the valid messages before the first bad unit (never one after it),
 and that unit's :class:`~tiered_core.errors.CorruptData`, exactly as ``check_units``

@@ -54,7 +54,7 @@ from tiered_core.spark import plan_read
 from tiered_core.spark.appender import QueueAppender, message_from_row
 from tiered_core.spark.config_source import ConfigSource
 from tiered_core.spark.source.options import ReadOptions
-from tiered_core.spark.reader import read_messages
+from tiered_core.spark.source.partition_reader import read_messages
 
 # -- golden bytes: tiered segments are unchanged when append_prop_crc is off ---------------
 

@@ -113,7 +113,7 @@ def test_batch_keys_are_the_keys_of_the_decoded_messages(tmp_path):
     from tiered_core.spark.config_source import ConfigSource
     from tiered_core.spark.source.batch import planned_partitions
     from tiered_core.spark.source.options import ReadOptions
-    from tiered_core.spark.reader import read_batches
+    from tiered_core.spark.source.partition_reader import read_batches
 
     config_path = write_config(tmp_path / "tiered.toml", tmp_path / "data")
     config = StoreConfig.load(config_path)

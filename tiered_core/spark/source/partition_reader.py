@@ -27,7 +27,7 @@ from tiered_core.ops.output_paths import LOCAL_PATH_OPTIONS
 from tiered_core.errors import NotFound
 from tiered_core.spark.config_source import ConfigSource
 from tiered_core.spark.source.options import ReadOptions
-from tiered_core.spark.plan import QueuePartition, SegmentRef
+from tiered_core.spark.source.partition_plan import QueuePartition, SegmentRef
 from tiered_core.spi.driver import SegmentDriver
 
 _drivers: dict[ConfigSource, SegmentDriver] = {}

@@ -144,7 +144,9 @@ _MAGIC_TO_VERSION = {MAGIC_V1: MessageVersion.V1, MAGIC_V2: MessageVersion.V2}
 
 # -- structs -------------------------------------------------------------------------
 
-_HEAD8 = struct.Struct(">iI")  # totalSize, magic
+#: The first 8 bytes of every message (and of a blank end-of-file record): totalSize, magic.
+HEAD8 = struct.Struct(">iI")
+_HEAD8 = HEAD8
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _U8 = struct.Struct(">B")
@@ -1101,6 +1103,7 @@ def rewrite_physical_offset(buf: bytearray | memoryview, offset: int, value: int
 
 
 __all__ = [
+    "HEAD8",
     "MAGIC_V1", "MAGIC_V2", "BLANK_MAGIC",
     "TOTAL_SIZE_POS", "MAGIC_POS", "BODY_CRC_POS", "QUEUE_ID_POS", "FLAG_POS",
     "QUEUE_OFFSET_POS", "PHYSICAL_OFFSET_POS", "SYS_FLAG_POS", "BORN_TIMESTAMP_POS",

@@ -23,15 +23,14 @@ before it, the rebuild ignores a bad message's time.
 
 from __future__ import annotations
 
-import struct
 from typing import Callable, Sequence
 
 from tiered_core.codec._impl import cq_span, scan_units
 from tiered_core.codec.checks import PropCrcPolicy, scan_flags, unit_error
-from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
+from tiered_core.codec.consume_queue import CQ_UNIT, CQ_UNIT_SIZE
 from tiered_core.codec.message_batch import MessageBatch
 
-_UNIT = struct.Struct(">qiq")
+_UNIT = CQ_UNIT
 
 
 def check_batch(units: Sequence[tuple[int, int, int]], data: bytes, base: int, *, topic: str, queue_id: int,

@@ -29,7 +29,7 @@ import time
 import zlib
 
 from tiered_core.codec.message import Message
-from tiered_core.local.store import LocalMessageStore, LocalStoreConfig
+from tiered_core.local.local_store import LocalMessageStore, LocalStoreConfig
 
 MiB = 1 << 20
 TOPIC = "bench"

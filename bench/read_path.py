@@ -28,7 +28,7 @@ import zlib
 
 from tiered_core import Message, StoreConfig
 from tiered_core.access.results import GetMessageStatus
-from tiered_core.access.store import TieredMessageStore
+from tiered_core.access.tiered_store import TieredMessageStore
 
 TOPIC = "bench"
 MiB = 1 << 20

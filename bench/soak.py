@@ -595,7 +595,7 @@ class Child:
         return b"stats " + json.dumps(counts).encode() + b"\n"
 
     def main(self) -> int:
-        from tiered_core.access.store import TieredMessageStore
+        from tiered_core.access.tiered_store import TieredMessageStore
         from tiered_core.errors import TieredStoreError
 
         events, count = self.events, self.count
@@ -789,7 +789,7 @@ def verify(work: str, settings: dict[str, Any], store_path: str, *, take_over: b
     """Open after the last kill, tier everything, delete the local copy, read every queue
     from the tiered store and compare with what the history says it must hold."""
     from tiered_core.access.results import GetMessageStatus
-    from tiered_core.access.store import TieredMessageStore
+    from tiered_core.access.tiered_store import TieredMessageStore
     from tiered_core.errors import TieredStoreError
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,

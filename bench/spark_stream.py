@@ -61,8 +61,8 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from spark_export import add_round_arguments, add_store_arguments, bench_workdir, print_report, write_store  # noqa: E402  (bench/ is on sys.path)
 
 from tiered_core.spark.config_source import config_source  # noqa: E402
-from tiered_core.spark.plan import QueuePartition  # noqa: E402
-from tiered_core.spark.reader import read_batches  # noqa: E402
+from tiered_core.spark.source.partition_plan import QueuePartition  # noqa: E402
+from tiered_core.spark.source.partition_reader import read_batches  # noqa: E402
 from tiered_core.spark.source.batch import planned_partitions  # noqa: E402
 from tiered_core.spark.source.options import ReadOptions, parse_read_options  # noqa: E402
 from tiered_core.spark.source.schema import spark_schema  # noqa: E402

@@ -71,7 +71,7 @@ if __name__ == "__main__":  # run from a checkout: import its tiered_core
 
 from tiered_core import Message, StoreConfig  # noqa: E402
 from tiered_core.access.results import GetMessageStatus, StoreTier  # noqa: E402
-from tiered_core.access.store import TieredMessageStore  # noqa: E402
+from tiered_core.access.tiered_store import TieredMessageStore  # noqa: E402
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, decode_cq_unit  # noqa: E402
 from tiered_core.plugins import conformance_environment, driver_class  # noqa: E402
 

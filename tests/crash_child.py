@@ -16,7 +16,7 @@ import sys
 import time
 
 from tiered_core.codec.message import Message, encode_message
-from tiered_core.flat.config import FlatFileConfig
+from tiered_core.flat.settings import FlatFileConfig
 from tiered_core.flat.message_file import FlatMessageFile
 from tiered_core.metadata.sqlite import SqliteMetadataStore
 from tiered_core.common import AppendResult

@@ -31,7 +31,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from tiered_core import Message, StoreConfig
 from tiered_core.access.results import GetMessageStatus
-from tiered_core.access.store import TieredMessageStore
+from tiered_core.access.tiered_store import TieredMessageStore
 from tiered_core.flat.ownership import load_store_id
 
 TOPIC = "sm"

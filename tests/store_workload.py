@@ -24,7 +24,7 @@ import pytest
 
 from tiered_core import Message, StoreConfig
 from tiered_core.access.results import GetMessageStatus, StoreTier
-from tiered_core.access.store import TieredMessageStore
+from tiered_core.access.tiered_store import TieredMessageStore
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, ConsumeQueueUnit, decode_cq_unit
 from tiered_core.common import BoundaryType
 from tiered_driver_azure.testing import AZURE_CONTAINER

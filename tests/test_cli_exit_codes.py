@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tiered_core.cli import main
-from tiered_core.cli.common import DispatchFailed, error_payload, redact_context
+from tiered_core.cli.shared import DispatchFailed, error_payload, redact_context
 from tiered_core.cli.exit_codes import ExitCode, exit_code_for, exit_code_for_error_code
 from tiered_core.errors import (
     ConfigError,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tiered_core.access.store import TieredMessageStore
+from tiered_core.access.tiered_store import TieredMessageStore
 from tiered_core.cli import main
 from tiered_core.cli.exit_codes import ExitCode
 from tiered_core.codec.naming import cluster_dir, md5_prefix

@@ -518,7 +518,7 @@ def put(store, n: int, queue_id: int = 0) -> None:
     ("tieredStoreGroupCommit=false", 50, 1),  # dispatched at once, as one group, not one by one
 ])
 def test_group_commit_switch(tmp_path, switch, messages, groups):
-    from tiered_core.access.store import TieredMessageStore
+    from tiered_core.access.tiered_store import TieredMessageStore
 
     with TieredMessageStore.open(StoreConfig.load(memory_broker_conf(tmp_path, switch), environ={})) as store:
         put(store, 50)
@@ -528,7 +528,7 @@ def test_group_commit_switch(tmp_path, switch, messages, groups):
 
 @pytest.mark.parametrize("switch,kept", [("", False), ("tieredStoreDeleteFileEnable=false", True)])
 def test_delete_file_switch(tmp_path, switch, kept):
-    from tiered_core.access.store import TieredMessageStore
+    from tiered_core.access.tiered_store import TieredMessageStore
 
     conf = memory_broker_conf(tmp_path, "tieredStoreCommitLogMaxSize=2048", "tieredStoreConsumeQueueMaxSize=200",
                               "tieredStoreFileReservedTime=1", switch)
@@ -542,7 +542,7 @@ def test_delete_file_switch(tmp_path, switch, kept):
 
 def test_read_ahead_cache_switch_off_reads_without_a_cache(tmp_path):
     from tiered_core.access.results import StoreTier
-    from tiered_core.access.store import TieredMessageStore
+    from tiered_core.access.tiered_store import TieredMessageStore
 
     conf = memory_broker_conf(tmp_path, "readAheadCacheEnable=false", "tieredStorageLevel=FORCE")
     with TieredMessageStore.open(StoreConfig.load(conf, environ={})) as store:
@@ -569,7 +569,7 @@ EDGE_VALUES = [
 def test_every_accepted_edge_value_opens_a_working_store(tmp_path, field_name, value):
     """What the loader accepts, the store opens with: no bound is checked later than at load."""
     from tiered_core.access.results import GetMessageStatus
-    from tiered_core.access.store import TieredMessageStore
+    from tiered_core.access.tiered_store import TieredMessageStore
 
     cfg = StoreConfig.from_mapping({"store_path": str(tmp_path / "s"), "driver": "memory",
                                     "options": {"namespace": str(tmp_path)}, "local_commit_log_file_size": "64KiB",

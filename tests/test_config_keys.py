@@ -15,7 +15,7 @@ from store_workload import memory_options, small_config
 from tiered_core import Message, StoreConfig
 from tiered_core.access.cache import ReadAheadCache
 from tiered_core.access.dispatcher import DispatchConfig
-from tiered_core.access.store import TieredMessageStore
+from tiered_core.access.tiered_store import TieredMessageStore
 from tiered_core.common import FileSegmentType
 from tiered_core.config import _ROCKETMQ_ROOT_KEYS, _ROCKETMQ_SWITCHES, ROCKETMQ_IGNORED_TIERED_KEYS, ROCKETMQ_KEYS
 from tiered_core.configdef import IGNORED_ROCKETMQ_KEYS, KEYS, Keys, bound_fields, markdown_table, with_table
@@ -24,7 +24,7 @@ from tiered_core.configdef.types import OPTIONS
 from tiered_core.errors import ConfigError
 from tiered_core.flat import FlatFileConfig
 from tiered_core.index.service import IndexConfig
-from tiered_core.local.store import FlushMode, LocalStoreConfig
+from tiered_core.local.local_store import FlushMode, LocalStoreConfig
 from tiered_core.segment import DEFAULT_MAX_BUFFER_COUNT, DEFAULT_MAX_SIZE
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

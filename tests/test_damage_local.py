@@ -24,7 +24,7 @@ import pytest
 
 from tiered_core import Message
 from tiered_core.access.results import GetMessageStatus, StoreTier
-from tiered_core.access.store import TieredMessageStore
+from tiered_core.access.tiered_store import TieredMessageStore
 from tiered_core.cli import main
 from tiered_core.cli.exit_codes import ExitCode
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, decode_cq_unit

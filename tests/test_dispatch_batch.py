@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, encode_cq_unit
 from tiered_core.codec.dispatch_batch import build_group
 from tiered_core.codec.hashing import index_key_hash, java_string_hash
-from tiered_core.codec.keys import message_index_keys, message_index_keys_from_properties
+from tiered_core.codec.index_keys import message_index_keys, message_index_keys_from_properties
 from tiered_core.codec.message import (
     Message,
     decode_message,
@@ -35,7 +35,7 @@ from tiered_core.errors import CorruptData, IllegalOffset
 from tiered_core.flat import FlatFileConfig, FlatMessageFile
 from tiered_core.index import IndexStoreFile
 from tiered_core.index.service import IndexConfig, IndexStoreService
-from tiered_core.local.store import LocalMessageStore, LocalStoreConfig
+from tiered_core.local.local_store import LocalMessageStore, LocalStoreConfig
 from tiered_core.metadata.sqlite import SqliteMetadataStore
 from tiered_core.plugins import open_driver
 from tiered_core.spi.access import ConsumeQueueRequest

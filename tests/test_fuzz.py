@@ -51,7 +51,7 @@ from tiered_core.codec import message as mc
 from tiered_core.codec import naming
 from tiered_core.codec.checks import PropCrcPolicy, check_units
 from tiered_core.codec.prop_crc import stored_prop_crc
-from tiered_core.flat.batch import check_batch
+from tiered_core.flat.batch_check import check_batch
 from tiered_core.codec.java_properties import parse_java_properties as parse_properties
 from tiered_core.config import parse_bool, parse_duration_ms, parse_size
 from tiered_core.errors import ConfigError, IllegalParam, MetadataError, StateConflict, TieredStoreError
@@ -390,7 +390,7 @@ def run_cq(data: bytes) -> None:
         assert len(data) % 20
 
 
-# ---- flat/batch.py (the one validated read path) and codec/checks.py
+# ---- flat/batch_check.py (the one validated read path) and codec/checks.py
 
 
 @functools.lru_cache(maxsize=None)

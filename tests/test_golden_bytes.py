@@ -37,7 +37,7 @@ if __name__ == "__main__":  # run as a script: make ``tiered_core`` importable f
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tiered_core import Message, StoreConfig  # noqa: E402
-from tiered_core.access.store import TieredMessageStore  # noqa: E402
+from tiered_core.access.tiered_store import TieredMessageStore  # noqa: E402
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE  # noqa: E402
 from tiered_core.codec.message import PROPERTY_UNIQ_KEY  # noqa: E402
 from tiered_core.flat.ownership import OWNER_DIR  # noqa: E402

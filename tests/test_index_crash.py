@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from tiered_core import Message, StoreConfig
-from tiered_core.access.store import TieredMessageStore
+from tiered_core.access.tiered_store import TieredMessageStore
 
 FAR_FUTURE_MS = 1 << 50
 MESSAGES = 400
@@ -18,7 +18,7 @@ MESSAGES = 400
 CHILD = textwrap.dedent("""
     import os, signal, sys
     from tiered_core import StoreConfig
-    from tiered_core.access.store import TieredMessageStore
+    from tiered_core.access.tiered_store import TieredMessageStore
     from tiered_core.flat.message_file import FlatMessageFile
     from tiered_core.index.service import IndexStoreService
 

@@ -77,7 +77,7 @@ def test_out_of_range_fields_are_named(field, value):
 
 def test_message_index_keys():
     from tiered_core.codec.message import Message, decode_message, encode_message
-    from tiered_core.codec.keys import message_index_keys
+    from tiered_core.codec.index_keys import message_index_keys
 
     msg = Message(topic="T", body=b"x", keys=["o-1", "o-2", "o-1"], properties={"UNIQ_KEY": "U1"})
     assert message_index_keys(msg) == ["U1", "o-1", "o-2"]

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tiered_core.codec.consume_queue import encode_cq_unit
-from tiered_core.codec.keys import message_index_keys
+from tiered_core.codec.index_keys import message_index_keys
 from tiered_core.codec.message import (
     _LAYOUTS,
     BORNHOST_V6_FLAG,
@@ -54,7 +54,7 @@ from tiered_core.codec.reput_scan import (
 )
 from tiered_core.common import INT_MAX, INT_MIN, LONG_MAX, LONG_MIN
 from tiered_core.errors import CorruptData, IllegalParam
-from tiered_core.local.consume_queue import ConsumeQueue
+from tiered_core.local.local_consume_queue import ConsumeQueue
 from tiered_core.local.index_file import IndexService
 
 _HOST_FLAGS = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
@@ -339,7 +339,7 @@ def test_index_put_batch_writes_what_put_keys_writes(tmp_path_factory, messages,
 
 
 def test_queue_listener_is_told_once_per_queue_and_listeners_see_every_message(tmp_path):
-    from tiered_core.local.store import LocalMessageStore, LocalStoreConfig
+    from tiered_core.local.local_store import LocalMessageStore, LocalStoreConfig
 
     store = LocalMessageStore(str(tmp_path / "s"), LocalStoreConfig(background_services=False))
     told: list[tuple[str, int]] = []
@@ -362,7 +362,7 @@ def test_queue_listener_is_told_once_per_queue_and_listeners_see_every_message(t
 
 def test_a_bad_record_inside_a_batch_stops_the_reput_right_before_it(tmp_path):
     """Records before it are dispatched; the error is the per-record path's."""
-    from tiered_core.local.store import LocalMessageStore, LocalStoreConfig
+    from tiered_core.local.local_store import LocalMessageStore, LocalStoreConfig
 
     root = str(tmp_path / "s")
     cfg = LocalStoreConfig(background_services=False)

@@ -9,7 +9,7 @@ import pytest
 
 from tiered_core.codec import CQ_UNIT_SIZE, tags_hash_code
 from tiered_core.errors import IllegalOffset
-from tiered_core.local.consume_queue import ConsumeQueue
+from tiered_core.local.local_consume_queue import ConsumeQueue
 from tiered_core.local.mapped_file import offset_file_name
 
 UNITS = 10

@@ -13,7 +13,7 @@ import os
 import random
 
 from tiered_core.codec.message import Message
-from tiered_core.local.store import LocalMessageStore, LocalStoreConfig
+from tiered_core.local.local_store import LocalMessageStore, LocalStoreConfig
 
 EXPECTED = "69c1612e00569fe85e78b7df064208cb981e01724fcae702e61bfdd869b20faa"
 

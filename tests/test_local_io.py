@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from tiered_core import Message
-from tiered_core.access.store import TieredMessageStore
+from tiered_core.access.tiered_store import TieredMessageStore
 from tiered_core.cli.exit_codes import ExitCode
 from tiered_core.codec.consume_queue import decode_cq_units
 from tiered_core.config import StoreConfig
@@ -32,7 +32,7 @@ from tiered_core.errors import LocalIOError
 from tiered_core.index.service import INDEX_DIR_NAME, IndexStoreService
 from tiered_core.index.store_file import IndexStoreFile
 from tiered_core.local.index_file import IndexService
-from tiered_core.local.store import FlushMode, LocalMessageStore, LocalStoreConfig
+from tiered_core.local.local_store import FlushMode, LocalMessageStore, LocalStoreConfig
 
 TIERED = Path(sys.executable).with_name("tiered")
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "full_disk_child.py")
@@ -291,7 +291,7 @@ def test_key_index_items_are_not_duplicated_when_the_disk_fills_mid_batch(tmp_pa
 def test_a_failing_background_reput_is_logged_once_not_at_every_retry(tmp_path, monkeypatch, caplog):
     store = _local(tmp_path, background_services=True)
     _failing_on(monkeypatch, "pwrite", "consumequeue", errno.ENOSPC)
-    caplog.set_level(logging.ERROR, logger="tiered_core.local.store")
+    caplog.set_level(logging.ERROR, logger="tiered_core.local.local_store")
     store.put_message("orders", 0, _msg(0))  # the reput thread fails on it, and retries
     deadline = time.monotonic() + 10
     while store.reput_error is None and time.monotonic() < deadline:

@@ -22,13 +22,13 @@ from tiered_core import BoundaryType, Message
 from tiered_core.access.dispatcher import MessageStoreDispatcher
 from tiered_core.index.coverage import COVERAGE_FILE
 from tiered_core.access.results import GetMessageStatus
-from tiered_core.access.store import TieredMessageStore
+from tiered_core.access.tiered_store import TieredMessageStore
 from tiered_core.cli import main
 from tiered_core.cli.ops import _dispatch_failure
 from tiered_core.errors import OffsetConflict, StateConflict
 from tiered_core.flat.file_store import FlatFileStore
-from tiered_core.local.consume_queue import FLOOR_FILE, ConsumeQueue
-from tiered_core.local.store import LocalMessageStore, LocalStoreConfig
+from tiered_core.local.local_consume_queue import FLOOR_FILE, ConsumeQueue
+from tiered_core.local.local_store import LocalMessageStore, LocalStoreConfig
 
 FAR_FUTURE_MS = 1 << 50
 TOPIC = "topic0"

@@ -8,7 +8,7 @@ import pytest
 
 from store_workload import Workload, assert_exactly_once, dispatch_until_tiered, memory_options, small_config
 from tiered_core.access.results import StoreTier
-from tiered_core.access.store import TieredMessageStore
+from tiered_core.access.tiered_store import TieredMessageStore
 from tiered_core.errors import Fenced, PrefixOwned, StateConflict
 from tiered_core.flat.ownership import OwnerRecord, PrefixOwnership, load_store_id, owner_prefix
 from tiered_core.plugins import open_driver

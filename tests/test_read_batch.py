@@ -25,7 +25,7 @@ from tiered_core.codec.message import (
 from tiered_core.codec.message_batch import MessageBatch
 from tiered_core.common import AppendResult, BoundaryType, offset_by_time
 from tiered_core.flat import FlatMessageFile
-from tiered_core.flat.batch import check_batch, read_batch
+from tiered_core.flat.batch_check import check_batch, read_batch
 from tiered_core.metadata.sqlite import SqliteMetadataStore
 from tiered_core.plugins import open_driver
 from tiered_core.spi.access import CompositeAccess, ConsumeQueueRequest

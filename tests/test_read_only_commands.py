@@ -23,7 +23,7 @@ from snapshots import changes, snapshot
 from store_workload import Workload, dispatch_until_tiered, small_config
 from tiered_core import Message
 from tiered_core.access.results import GetMessageStatus, StoreTier
-from tiered_core.access.store import TieredMessageStore
+from tiered_core.access.tiered_store import TieredMessageStore
 from tiered_core.cli import main
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
 from tiered_core.common import FileSegmentType, SegmentStatus

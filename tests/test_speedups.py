@@ -783,7 +783,7 @@ def _arrow_both(units, buf, base, topic, queue_id, q0):
     """The batch, its record batch by the compiled columns, and by the Arrow-kernel reference.
     The compiled kernel is put in place here: under ``TIERED_PURE_PYTHON=1`` the module's own
     is None, and the comparison would be of the reference with itself."""
-    from tiered_core.flat.batch import check_batch
+    from tiered_core.flat.batch_check import check_batch
     from tiered_core.spark.source import arrow_rows as arrow_batch
     from tiered_core.spark.source.schema import arrow_schema
 

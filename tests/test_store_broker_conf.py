@@ -16,7 +16,7 @@ import pytest
 from store_workload import Workload, assert_exactly_once
 from tiered_core import StoreConfig
 from tiered_core.access.results import StoreTier
-from tiered_core.access.store import TieredMessageStore
+from tiered_core.access.tiered_store import TieredMessageStore
 from tiered_core.codec.naming import cluster_dir
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "broker.conf"

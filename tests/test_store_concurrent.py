@@ -11,7 +11,7 @@ import time
 from store_workload import Workload, small_config
 from tiered_core.access.results import GetMessageStatus as S
 from tiered_core.access.results import StoreTier
-from tiered_core.access.store import TieredMessageStore
+from tiered_core.access.tiered_store import TieredMessageStore
 
 WAITING = {S.OFFSET_OVERFLOW_ONE, S.NO_MATCHED_LOGIC_QUEUE, S.NO_MESSAGE_IN_QUEUE}
 

@@ -8,7 +8,7 @@ import pytest
 
 from tiered_core import Message
 from tiered_core.access.results import GetMessageStatus, StoreTier
-from tiered_core.access.store import TieredMessageStore
+from tiered_core.access.tiered_store import TieredMessageStore
 from tiered_core.codec.consume_queue import decode_cq_unit
 from tiered_core.config import StoreConfig
 

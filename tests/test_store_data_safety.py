@@ -28,7 +28,7 @@ from store_workload import (
 from store_workload import small_config as _small_config
 from tiered_core import Message
 from tiered_core.access.results import StoreTier
-from tiered_core.access.store import TieredMessageStore
+from tiered_core.access.tiered_store import TieredMessageStore
 from tiered_core.cli import main
 from tiered_core.errors import ErrorCode, Fenced, MetadataError, PrefixOwned, UnknownObjects
 from tiered_core.flat.ownership import STORE_ID_FILE, segment_objects

@@ -6,7 +6,7 @@ import math
 
 from store_workload import memory_options, small_config, tiered_commit
 from tiered_core import Message
-from tiered_core.access.store import TieredMessageStore
+from tiered_core.access.tiered_store import TieredMessageStore
 
 TOPIC = "orders"
 

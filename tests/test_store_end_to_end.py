@@ -20,7 +20,7 @@ from store_workload import (
     tiered_commit,
 )
 from tiered_core.access.results import GetMessageStatus, StoreTier
-from tiered_core.access.store import TieredMessageStore
+from tiered_core.access.tiered_store import TieredMessageStore
 from tiered_core.common import BoundaryType
 
 FAR_FUTURE_MS = 1 << 50  # local retention with local_retention_hours=0 expires every full file

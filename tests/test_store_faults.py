@@ -22,7 +22,7 @@ from store_workload import (
     small_config,
 )
 from tiered_core.access.results import StoreTier
-from tiered_core.access.store import TieredMessageStore
+from tiered_core.access.tiered_store import TieredMessageStore
 
 MESSAGES = 10_000
 FAILURE_RATE = 0.10

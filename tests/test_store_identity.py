@@ -21,7 +21,7 @@ import pytest
 from snapshots import changes, snapshot
 from store_workload import Workload, backend_options, dispatch_until_tiered, small_config
 from tiered_core.access.results import GetMessageStatus, StoreTier
-from tiered_core.access.store import TieredMessageStore
+from tiered_core.access.tiered_store import TieredMessageStore
 from tiered_core.cli.exit_codes import ExitCode
 from tiered_core.errors import IdentityMismatch, PrefixOwned, UnknownObjects
 from tiered_core.flat.ownership import OWNER_DIR, STORE_ID_FILE

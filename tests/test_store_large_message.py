@@ -15,7 +15,7 @@ import pytest
 from store_workload import DRIVERS, Sent, Workload, assert_exactly_once, backend_options, small_config
 from tiered_core import Message
 from tiered_core.access.results import GetMessageStatus, StoreTier
-from tiered_core.access.store import TieredMessageStore
+from tiered_core.access.tiered_store import TieredMessageStore
 from tiered_core.config import StoreConfig
 from tiered_core.errors import IllegalParam
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-import tiered_core.local.store as local_store_module
+import tiered_core.local.local_store as local_store_module
 from store_faults import SPEC, flaky_of
 from store_workload import Workload, assert_exactly_once, memory_options, read_queue, small_config, tiered_commit
 from tiered_core.access.results import GetMessageStatus as S
 from tiered_core.access.results import StoreTier
-from tiered_core.access.store import TieredMessageStore
+from tiered_core.access.tiered_store import TieredMessageStore
 from tiered_core.common import BoundaryType
 
 FAR_FUTURE_MS = 1 << 50
@@ -251,7 +251,7 @@ def test_local_retention_racing_a_local_read_is_served_by_the_tiered_store(tmp_p
 
 
 def test_not_in_mem_reads_the_tiered_store_outside_the_recent_local_window(tmp_path, request, monkeypatch):
-    import tiered_core.access.store as store_module
+    import tiered_core.access.tiered_store as store_module
 
     window = 64 << 10
     monkeypatch.setattr(store_module, "IN_MEMORY_WINDOW", window)

@@ -30,14 +30,14 @@ from store_workload import (
     tiered_commit,
 )
 from tiered_core.access.results import StoreTier
-from tiered_core.access.store import TieredMessageStore
+from tiered_core.access.tiered_store import TieredMessageStore
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 
 CHILD = """
 import sys
 from tiered_core import StoreConfig
-from tiered_core.access.store import TieredMessageStore
+from tiered_core.access.tiered_store import TieredMessageStore
 
 store = TieredMessageStore.open(StoreConfig.load(sys.argv[1], environ={}))
 print("ready", flush=True)

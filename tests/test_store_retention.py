@@ -12,7 +12,7 @@ from store_workload import (
     tiered_commit,
 )
 from tiered_core.access.results import StoreTier
-from tiered_core.access.store import TieredMessageStore
+from tiered_core.access.tiered_store import TieredMessageStore
 
 FAR_FUTURE_MS = 1 << 50
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from tiered_core import Message
 from tiered_core.access.results import GetMessageStatus, StoreTier
-from tiered_core.access.store import TieredMessageStore
+from tiered_core.access.tiered_store import TieredMessageStore
 from tiered_core.codec.checks import (
     SCHEDULE_TOPIC,
     STRUCTURAL_REASONS,
@@ -46,7 +46,7 @@ from tiered_core.codec.prop_crc import (
 from tiered_core.config import StoreConfig
 from tiered_core.errors import ConfigError, CorruptData
 from tiered_core.flat import FlatMessageFile
-from tiered_core.local import store as local_store_module
+from tiered_core.local import local_store as local_store_module
 from tiered_core.ops.rebuild import rebuild_metadata
 from tiered_core.metadata.sqlite import SqliteMetadataStore
 from tiered_core.common import FileSegmentType, now_ms
@@ -54,7 +54,7 @@ from tiered_core.spark import plan_read
 from tiered_core.spark.appender import QueueAppender, message_from_row
 from tiered_core.spark.config_source import ConfigSource
 from tiered_core.spark.source.options import ReadOptions
-from tiered_core.spark.reader import read_messages
+from tiered_core.spark.source.partition_reader import read_messages
 
 # -- golden bytes: tiered segments are unchanged when append_prop_crc is off ---------------
 

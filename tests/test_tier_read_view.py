@@ -11,7 +11,7 @@ import pytest
 
 from tiered_core import Message, StoreConfig
 from tiered_core.access.results import GetMessageStatus
-from tiered_core.access.store import TieredMessageStore
+from tiered_core.access.tiered_store import TieredMessageStore
 from tiered_core.access.view import TierReadView, broker_disk_cache_path
 from tiered_core.errors import StateConflict
 

@@ -11,11 +11,11 @@ import time
 import pytest
 
 from store_workload import memory_options, small_config
-from tiered_core.access.store import TieredMessageStore
+from tiered_core.access.tiered_store import TieredMessageStore
 from tiered_core.access.writer_session import WriterSession, open_staged_queue, queue_outcome, record_outcome
 from tiered_core.codec.message import Message
 from tiered_core.errors import PrefixOwned, StateConflict
-from tiered_core.local.store import acquire_store_lock, release_store_lock
+from tiered_core.local.local_store import acquire_store_lock, release_store_lock
 from tiered_core.spark.appender import QueueAppender
 
 

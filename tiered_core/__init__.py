@@ -20,7 +20,7 @@ __version__ = "0.1.0"
 
 # Imported on first use, so that `import tiered_core` (e.g. by a driver plugin) stays light.
 _LAZY = {
-    "TieredMessageStore": "tiered_core.access.store",
+    "TieredMessageStore": "tiered_core.access.tiered_store",
     "Message": "tiered_core.codec.message",
     "MessageExt": "tiered_core.codec.message",
     "BoundaryType": "tiered_core.common",

@@ -40,7 +40,7 @@ from tiered_core.codec.java_properties import parse_java_properties
 from tiered_core.configdef import (
     IGNORED_ROCKETMQ_KEYS, KEYS, NEVER_EXPIRE_HOURS, ROCKETMQ_DRIVER_OPTION_KEYS, section,
 )
-from tiered_core.configdef.key import bad_value as _bad
+from tiered_core.configdef.key_spec import bad_value as _bad
 from tiered_core.configdef.types import (
     COMPONENT,
     LOCAL_FLUSH_MODES,
@@ -57,7 +57,7 @@ from tiered_core.configdef.types import storable_text as _storable_text
 from tiered_core.errors import ConfigError, TieredStoreError
 
 if TYPE_CHECKING:  # imported lazily at run time: keep `import tiered_core` light
-    from tiered_core.flat.config import FlatFileConfig
+    from tiered_core.flat.settings import FlatFileConfig
     from tiered_core.spi.driver import SegmentDriver
     from tiered_core.spi.metadata import TieredMetadataStore
 
@@ -308,7 +308,7 @@ class StoreConfig:
 
     def flat_config(self) -> "FlatFileConfig":
         """The container layer's settings."""
-        from tiered_core.flat.config import FlatFileConfig
+        from tiered_core.flat.settings import FlatFileConfig
 
         return self.section(FlatFileConfig)
 

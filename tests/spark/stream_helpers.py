@@ -111,7 +111,7 @@ def queue_messages(config_path: str, topic: str | None = None, queue_id: int | N
     from tiered_core.spark.config_source import ConfigSource
     from tiered_core.spark.source.options import ReadOptions
     from tiered_core.spark.source.stream_offsets import queue_views
-    from tiered_core.spark.reader import read_messages
+    from tiered_core.spark.source.partition_reader import read_messages
 
     source, read = ConfigSource.from_file(config_path), ReadOptions()
     config = StoreConfig.load(config_path)

@@ -51,7 +51,7 @@ def _batch_of_every_layout():
     """A validated batch of messages of every header layout (IPv4 / IPv6 hosts, V1 / V2 magic),
     an empty body, no properties, multi-byte text."""
     from tiered_core.codec.message import Message, MessageVersion, encode_message
-    from tiered_core.flat.batch import check_batch
+    from tiered_core.flat.batch_check import check_batch
 
     messages = [
         Message(topic="orders", body=b"plain", keys=["k1", "k2"], tags="TagA", properties={"a": "1", "b": "two"}),

@@ -81,7 +81,7 @@ def test_reindex_by_topic_and_time_indexes_only_that(spark, store):
 def test_reindex_refuses_a_running_store_and_writes_nothing(spark, store):
     # A running store holds its directory's lock (a writable open would also index the
     # keys itself, see access.key_repair: hold just the lock).
-    from tiered_core.local.store import acquire_store_lock, release_store_lock
+    from tiered_core.local.local_store import acquire_store_lock, release_store_lock
 
     fd = acquire_store_lock(StoreConfig.load(store).store_path)
     try:
@@ -106,14 +106,14 @@ def test_reindex_cli_names_a_bad_option_before_spark(store, capsys, monkeypatch)
 def test_batch_keys_are_the_keys_of_the_decoded_messages(tmp_path):
     """The header-and-properties-text extraction against ``message_index_keys`` of each
     decoded message: UNIQ_KEY first, KEYS entries, blanks and repeats dropped, none at all."""
-    from tiered_core.codec.keys import message_index_keys
+    from tiered_core.codec.index_keys import message_index_keys
     from tiered_core.codec.message import Message
     from tiered_core.flat import FlatFileStore
     from tiered_core.spark.appender import QueueAppender
     from tiered_core.spark.config_source import ConfigSource
     from tiered_core.spark.source.batch import planned_partitions
     from tiered_core.spark.source.options import ReadOptions
-    from tiered_core.spark.reader import read_batches
+    from tiered_core.spark.source.partition_reader import read_batches
 
     config_path = write_config(tmp_path / "tiered.toml", tmp_path / "data")
     config = StoreConfig.load(config_path)

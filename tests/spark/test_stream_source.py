@@ -20,7 +20,7 @@ from tiered_core.common import FileSegmentType
 from tiered_core.config import StoreConfig
 from tiered_core.errors import ConfigError, IllegalOffset, InvalidOption
 from tiered_core.flat import FlatFileStore
-from tiered_core.flat.batch import check_batch
+from tiered_core.flat.batch_check import check_batch
 from tiered_core.spark.source.arrow_rows import batch_to_arrow
 from tiered_core.spark.source.stream_offsets import fair_split, queue_views
 from tiered_core.spark.source.options import parse_stream_options

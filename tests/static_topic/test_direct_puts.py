@@ -19,7 +19,7 @@ from static_topic_helpers import cluster_toml
 from tiered_core import Message, StoreConfig, TieredMessageStore
 from tiered_core.cli import main
 from tiered_core.static_topic import Cluster, load_cluster_configs
-from tiered_core.static_topic.errors import DirectPutRefused
+from tiered_core.static_topic.topic_errors import DirectPutRefused
 
 TOPIC = "orders"
 

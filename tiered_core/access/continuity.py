@@ -6,7 +6,7 @@ long after the local copy is gone. Every path that opens a store without its loc
 metadata rebuilt from the backend, a store written by migrate, import or the streaming
 sink -- must therefore continue each queue after the tier's last offset, not at the local
 store's. :func:`continue_after_tier` does so at open, with a durable *floor* in the local
-consume queue (:meth:`~tiered_core.local.store.LocalMessageStore.raise_queue_floor`):
+consume queue (:meth:`~tiered_core.local.local_store.LocalMessageStore.raise_queue_floor`):
 offsets below it are served by the tier and never handed out again. A queue with no local
 history gets its floor at its first put (the floor provider).
 
@@ -30,7 +30,7 @@ from tiered_core.common import fsync_dir, now_ms
 from tiered_core.errors import TieredStoreError
 from tiered_core.flat.file_store import FlatFileStore
 from tiered_core.flat.message_file import FlatMessageFile
-from tiered_core.local.store import LocalMessageStore
+from tiered_core.local.local_store import LocalMessageStore
 
 log = logging.getLogger(__name__)
 

@@ -38,7 +38,7 @@ from tiered_core.configdef import KEYS, bound_fields
 from tiered_core.errors import Fenced, OffsetConflict, TieredStoreError
 from tiered_core.flat.file_store import FlatFileStore
 from tiered_core.spi.access import CompositeAccess
-from tiered_core.local.store import DispatchRequest, LocalMessageStore
+from tiered_core.local.local_store import DispatchRequest, LocalMessageStore
 from tiered_core.common import AppendResult
 
 log = logging.getLogger(__name__)

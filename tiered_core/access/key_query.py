@@ -1,5 +1,5 @@
 """Key lookups in the tiered key index, each hit checked against its queue: shared by
-:class:`~tiered_core.access.store.TieredMessageStore` and the read-only view of another
+:class:`~tiered_core.access.tiered_store.TieredMessageStore` and the read-only view of another
 broker's tier (:mod:`tiered_core.static_topic.tiered_broker_reader`)."""
 
 from __future__ import annotations

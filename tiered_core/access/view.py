@@ -4,7 +4,7 @@ driver -> metadata -> flat files (loaded) -> read-ahead cache -> fetcher, in tha
 with the config's read settings (``read_ahead_cache_bytes``, ``read_ahead_cache_expire_ms``,
 ``read_ahead_disk_cache_path``, ``verify_prop_crc``) applied the same way for every reader:
 
-* :class:`~tiered_core.access.store.TieredMessageStore` builds its view from the driver and
+* :class:`~tiered_core.access.tiered_store.TieredMessageStore` builds its view from the driver and
   metadata its checked open produced (a guarded or read-only driver);
 * the read-only view of another broker's tier
   (:class:`~tiered_core.static_topic.tiered_broker_reader.TieredBrokerReader`) builds one

@@ -57,7 +57,7 @@ class WriterSession:
         self._stack: contextlib.ExitStack | None = None
 
     def __enter__(self) -> "WriterSession":
-        from tiered_core.local.store import release_store_lock
+        from tiered_core.local.local_store import release_store_lock
         from tiered_core.ops.claim import claim_store_prefix
 
         stack = contextlib.ExitStack()
@@ -101,10 +101,10 @@ class WriterSession:
 
 
 def acquire_lock(root: str, timeout: float | None = None, writer: str = "writer") -> int:
-    """The store lock of ``root`` (see :func:`~tiered_core.local.store.acquire_store_lock`),
+    """The store lock of ``root`` (see :func:`~tiered_core.local.local_store.acquire_store_lock`),
     waiting up to ``timeout`` seconds. Raises StateConflict naming ``root``: at once with
     ``timeout`` None (the lock's own error), else after it (naming ``writer``, the waiting job)."""
-    from tiered_core.local.store import acquire_store_lock
+    from tiered_core.local.local_store import acquire_store_lock
 
     deadline = time.monotonic() + (timeout or 0.0)
     while True:

@@ -23,7 +23,7 @@ import traceback
 from typing import NoReturn
 
 from tiered_core import __version__
-from tiered_core.cli.common import USAGE, error_payload, print_json
+from tiered_core.cli.shared import USAGE, error_payload, print_json
 from tiered_core.cli.exit_codes import ExitCode, exit_code_for, table
 from tiered_core.errors import TieredStoreError
 from tiered_core.local.io_errors import DISK_ERRNOS, local_io_error
@@ -34,10 +34,10 @@ COMMANDS = [
     "conformance",
     "demo",
     "ops",
-    "metadata",
+    "metadata_commands",
     "takeover",
     "spark",
-    "static_topic",
+    "static_topic_commands",
 ]
 
 

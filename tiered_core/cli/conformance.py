@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from tiered_core.cli.common import CheckFailed, add_json_option, int_arg, print_json
+from tiered_core.cli.shared import CheckFailed, add_json_option, int_arg, print_json
 from tiered_core.cli.exit_codes import ExitCode
 from tiered_core.errors import IllegalParam, PluginLoadError
 

@@ -29,8 +29,8 @@ import sys
 import time
 
 from tiered_core.access.results import GetMessageStatus, StoreTier
-from tiered_core.access.store import TieredMessageStore
-from tiered_core.cli.common import (
+from tiered_core.access.tiered_store import TieredMessageStore
+from tiered_core.cli.shared import (
     CheckFailed,
     DispatchFailed,
     add_json_option,

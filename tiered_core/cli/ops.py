@@ -1,7 +1,7 @@
 """``tiered put``, ``tiered get``, ``tiered stat``: operator commands on a store.
 
 ``put`` creates the store when it does not exist; ``get`` and ``stat`` only read, and a
-store that does not exist is :class:`~tiered_core.cli.common.StoreNotFound` (exit 3)
+store that does not exist is :class:`~tiered_core.cli.shared.StoreNotFound` (exit 3)
 rather than a new empty store. ``put --dispatch`` fails (exit 5, the queues and errors on
 stderr) when the dispatch left the message untiered. ``get`` exits 3 when it finds no
 message, and 4 (``CorruptData``) when the message at the offset is damaged in the tier and
@@ -15,7 +15,7 @@ import argparse
 import sys
 from typing import Any
 
-from tiered_core.cli.common import (
+from tiered_core.cli.shared import (
     DispatchFailed,
     MessageNotFound,
     add_json_option,

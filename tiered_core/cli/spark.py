@@ -8,7 +8,7 @@ import json
 import sys
 from typing import Iterator
 
-from tiered_core.cli.common import add_json_option
+from tiered_core.cli.shared import add_json_option
 
 
 def register(subparsers) -> None:
@@ -106,7 +106,7 @@ def _report(args, result) -> int:
 def _require_source(config) -> None:
     """The store a job reads must exist (:class:`StoreNotFound`, exit 3, as for ``tiered get``);
     its metadata is opened read-only to check it, so nothing is created."""
-    from tiered_core.cli.common import StoreNotFound, store_exists
+    from tiered_core.cli.shared import StoreNotFound, store_exists
     from tiered_core.spark.config_source import open_metadata_readonly
 
     if not store_exists(config):
@@ -115,7 +115,7 @@ def _require_source(config) -> None:
 
 
 def run_export(args) -> int:
-    from tiered_core.cli.common import load_config
+    from tiered_core.cli.shared import load_config
     from tiered_core.spark.jobs.export import check_export_target
     from tiered_core.spark.jobs import export
 
@@ -130,7 +130,7 @@ def run_export(args) -> int:
 
 
 def run_migrate(args) -> int:
-    from tiered_core.cli.common import load_config
+    from tiered_core.cli.shared import load_config
     from tiered_core.spark.jobs import migrate
     from tiered_core.spark.jobs.migrate import check_migration
 
@@ -158,7 +158,7 @@ def _read_filters(args) -> dict[str, str]:
 
 
 def run_reindex(args) -> int:
-    from tiered_core.cli.common import load_config
+    from tiered_core.cli.shared import load_config
     from tiered_core.spark.jobs import reindex
 
     options = _read_filters(args)
@@ -198,7 +198,7 @@ _STREAM_FLAGS = {"topics": "--topics", "startingOffsets": "--starting-offsets",
 def _stream_session(args):
     """Check the stream's configs, paths and options (typed errors naming the option and
     its value, before Spark starts), then start Spark."""
-    from tiered_core.cli.common import load_config, store_exists
+    from tiered_core.cli.shared import load_config, store_exists
     from tiered_core.errors import InvalidOption
     from tiered_core.spark import get_session
     from tiered_core.spark.jobs.mirror import check_mirror

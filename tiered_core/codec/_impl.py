@@ -16,13 +16,13 @@ import os
 from types import SimpleNamespace
 
 from tiered_core.codec import (
-    batch,
+    batch_kernels,
     checks,
     consume_queue,
     dispatch_batch,
     hashing,
     index_batch,
-    keys,
+    index_keys,
     message,
     prop_crc,
     tiered_index,
@@ -49,9 +49,9 @@ ORACLES = {
     "decode_cq_units": consume_queue.decode_cq_units,
     "pack_item": tiered_index.pack_item,
     "java_crc32": prop_crc.java_crc32,
-    "scan_units": batch.scan_units,
-    "cq_span": batch.cq_span,
-    "batch_items": batch.batch_items,
+    "scan_units": batch_kernels.scan_units,
+    "cq_span": batch_kernels.cq_span,
+    "batch_items": batch_kernels.batch_items,
     "build_group": dispatch_batch.build_group,
     "lazy_message_ext": message.lazy_message_ext,
     "link_items": index_batch.link_items,
@@ -102,7 +102,7 @@ def load_compiled() -> SimpleNamespace | None:
     _core.bind_batch({
         **ORACLES,
         "GroupBuild": dispatch_batch.GroupBuild,
-        "message_index_keys_from_properties": keys.message_index_keys_from_properties,
+        "message_index_keys_from_properties": index_keys.message_index_keys_from_properties,
         "MessageExt": message.MessageExt,
         "UNSET": message._UNSET,
         "V1": message.MessageVersion.V1,

@@ -51,7 +51,7 @@ and never for a tiered directory uploaded by RocketMQ's Java tiered store: it re
 the physical offset without recomputing the CRC, so its CRCs are stale.
 
 The loop works on a whole batch in one pass (precompiled structs, no full decode): it is
-:func:`tiered_core.codec.batch.scan_units` (plain bytes and ints, the reference of a
+:func:`tiered_core.codec.batch_kernels.scan_units` (plain bytes and ints, the reference of a
 compiled twin); the pure-Python reference the tests compare it with is ``decode_message``
 plus field comparisons.
 """
@@ -61,7 +61,7 @@ from __future__ import annotations
 import enum
 from typing import Iterable, NamedTuple, Sequence
 
-from tiered_core.codec.batch import (
+from tiered_core.codec.batch_kernels import (
     CHECK_QUEUE_OFFSET,
     CHECK_TAGS,
     PROP_CRC_IF_PRESENT,
@@ -176,7 +176,7 @@ def check_units(
 
 def scan_flags(topic: str, check_queue_offset: bool = True, verify_crc: bool = True,
                prop_crc: PropCrcPolicy = PropCrcPolicy.IGNORE, check_tags: bool = True) -> int:
-    """The :func:`~tiered_core.codec.batch.scan_units` flags of a :func:`check_units` call."""
+    """The :func:`~tiered_core.codec.batch_kernels.scan_units` flags of a :func:`check_units` call."""
     policy = PropCrcPolicy(prop_crc)
     flags = VERIFY_CRC if verify_crc else 0
     if check_tags and topic != SCHEDULE_TOPIC:
@@ -193,7 +193,7 @@ def scan_flags(topic: str, check_queue_offset: bool = True, verify_crc: bool = T
 def unit_error(unit: tuple[int, int, int], index: int, reason: str, detail: str, *, topic: str, queue_id: int,
                queue_offset: int | None) -> CorruptData:
     """The CorruptData of unit number ``index`` of a batch (``queue_offset``: that of unit 0,
-    None if unknown) that :func:`~tiered_core.codec.batch.scan_units` found bad."""
+    None if unknown) that :func:`~tiered_core.codec.batch_kernels.scan_units` found bad."""
     unit_offset, size = unit[0], unit[1]
     qo = None if queue_offset is None else queue_offset + index
     where = f"{topic}/{queue_id}" + (f" queue offset {qo}" if qo is not None else "")

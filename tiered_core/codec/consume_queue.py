@@ -19,7 +19,9 @@ from tiered_core.errors import CorruptData, IllegalParam
 Buffer = Union[bytes, bytearray, memoryview]
 
 CQ_UNIT_SIZE = 20
-_UNIT = struct.Struct(">qiq")
+#: One unit: commit-log offset, message size, tags hash code (big-endian).
+CQ_UNIT = struct.Struct(">qiq")
+_UNIT = CQ_UNIT
 
 
 class ConsumeQueueUnit(NamedTuple):
@@ -88,6 +90,7 @@ def decode_cq_units(buf: Buffer, *, base_offset: int = 0) -> list[ConsumeQueueUn
 
 
 __all__ = [
+    "CQ_UNIT",
     "CQ_UNIT_SIZE",
     "ConsumeQueueUnit",
     "encode_cq_unit",

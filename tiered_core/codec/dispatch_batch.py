@@ -14,7 +14,7 @@ twin (``tiered_core._speedups``) can provide the same function (it needs only th
 path: for a message its checks refuse, :func:`message_error` gives the error); this module
 is the reference and the test oracle. The per-message reference it must agree with, byte for
 byte, is ``get_message_bytes`` + ``decode_message`` + ``append_message`` + ``encode_cq_unit``
-+ :func:`~tiered_core.codec.keys.message_index_keys` (see ``tests/test_dispatch_batch.py``).
++ :func:`~tiered_core.codec.index_keys.message_index_keys` (see ``tests/test_dispatch_batch.py``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import struct
 import zlib
 from typing import NamedTuple, Sequence
 
-from tiered_core.codec.keys import message_index_keys_from_properties
+from tiered_core.codec.index_keys import message_index_keys_from_properties
 from tiered_core.codec.message import (
     BORNHOST_V6_FLAG,
     MAGIC_V1,
@@ -123,7 +123,7 @@ def build_group(
     physicalOffset@28 = their tiered offset (``tiered_offset`` + the sizes before) and, for a
     message carrying a non-zero ``__CRC32#`` property, that property recomputed; ``units``
     their consume-queue units ``(tiered offset, size, tags code)``; ``timestamps`` their
-    storeTimestamp; ``keys`` their :func:`~tiered_core.codec.keys.message_index_keys`.
+    storeTimestamp; ``keys`` their :func:`~tiered_core.codec.index_keys.message_index_keys`.
     Stops at the first message that is not a valid message of exactly ``sizes[i]`` bytes
     (magic, lengths, body CRC, UTF-8 topic and properties) or whose ``__CRC32#`` property does
     not match its local bytes: ``error`` is then the CorruptData the per-message path raises

@@ -144,7 +144,9 @@ _MAGIC_TO_VERSION = {MAGIC_V1: MessageVersion.V1, MAGIC_V2: MessageVersion.V2}
 
 # -- structs -------------------------------------------------------------------------
 
-_HEAD8 = struct.Struct(">iI")  # totalSize, magic
+#: The first 8 bytes of every message (and of a blank end-of-file record): totalSize, magic.
+HEAD8 = struct.Struct(">iI")
+_HEAD8 = HEAD8
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _U8 = struct.Struct(">B")
@@ -363,7 +365,7 @@ _LAYOUT_BY_HOSTS = tuple((_LAYOUTS[k], _LAYOUTS[k].size) for k in (0, BORNHOST_V
 def lazy_message_ext(raw: bytes, topic: str | None = None) -> MessageExt:
     """A :class:`MessageExt` over ``raw``, exactly one message's bytes (``bytes``, never
     mutated), which must already be validated (e.g. by
-    :func:`~tiered_core.codec.batch.scan_units`): the header fields come from one
+    :func:`~tiered_core.codec.batch_kernels.scan_units`): the header fields come from one
     ``unpack_from``, the body is sliced, the rest is decoded on first access -- bad bytes
     here would give wrong fields, not an error. ``topic``: the message's topic when the
     caller knows it (validation compared it), else decoded. Equal to ``decode_message(raw)``."""
@@ -1101,6 +1103,7 @@ def rewrite_physical_offset(buf: bytearray | memoryview, offset: int, value: int
 
 
 __all__ = [
+    "HEAD8",
     "MAGIC_V1", "MAGIC_V2", "BLANK_MAGIC",
     "TOTAL_SIZE_POS", "MAGIC_POS", "BODY_CRC_POS", "QUEUE_ID_POS", "FLAG_POS",
     "QUEUE_OFFSET_POS", "PHYSICAL_OFFSET_POS", "SYS_FLAG_POS", "BORN_TIMESTAMP_POS",

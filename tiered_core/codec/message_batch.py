@@ -1,5 +1,5 @@
 """MessageBatch: validated messages of one queue, read in one go (the result of
-:func:`tiered_core.flat.batch.read_batch` and ``CompositeAccess.read_batch``).
+:func:`tiered_core.flat.batch_check.read_batch` and ``CompositeAccess.read_batch``).
 
 One commit-log span and the units of its messages; each message is sliced out and
 decoded lazily when asked for, so a cached read-ahead batch costs one entry.

@@ -147,7 +147,7 @@ def find_property(text: str, name: str) -> str | None:
 
 def index_keys_of(uniq: str | None, keys_text: str | None) -> list[str]:
     """The keys the local index records for a message with these ``UNIQ_KEY`` and ``KEYS``
-    properties (:func:`tiered_core.codec.keys.message_index_keys` of its decoded form)."""
+    properties (:func:`tiered_core.codec.index_keys.message_index_keys` of its decoded form)."""
     if not keys_text:
         if uniq and uniq.strip():
             return [uniq]

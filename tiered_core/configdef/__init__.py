@@ -7,7 +7,7 @@ tiered_core above ``errors`` and ``common``, so every layer may read defaults fr
 ``StoreConfig`` on top of it.
 """
 
-from tiered_core.configdef.key import (
+from tiered_core.configdef.key_spec import (
     README_BEGIN,
     README_END,
     IgnoredKey,

@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from tiered_core.configdef import IGNORED_ROCKETMQ_KEYS, KEYS
-from tiered_core.configdef.key import markdown_table, with_table
+from tiered_core.configdef.key_spec import markdown_table, with_table
 
 
 def main(argv: list[str] | None = None) -> int:

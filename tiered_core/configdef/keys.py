@@ -15,7 +15,7 @@ Defaults are RocketMQ's (see the digest's config table) unless the doc says othe
 from __future__ import annotations
 
 from tiered_core.common import INT_MAX
-from tiered_core.configdef.key import IgnoredKey, Key, Keys, Switch
+from tiered_core.configdef.key_spec import IgnoredKey, Key, Keys, Switch
 from tiered_core.configdef.types import (
     BOOL,
     COMPONENT,

@@ -1,7 +1,7 @@
 """The value types of config keys: one parse function per type, and the accepted values it names.
 
 A type's ``parse(value, key)`` returns the normalized value or raises ``ValueError`` /
-``TypeError`` / ``OverflowError``; :meth:`~tiered_core.configdef.key.Key.check` turns that
+``TypeError`` / ``OverflowError``; :meth:`~tiered_core.configdef.key_spec.Key.check` turns that
 into a :class:`~tiered_core.errors.ConfigError` naming the key, where the value came from
 and ``type.accepted(key)``. Bounds (``key.minimum``, ``key.maximum``) come from the key.
 
@@ -23,7 +23,7 @@ from tiered_core.errors import ConfigError
 class Bounds(Protocol):
     """What a value type reads of the key it checks: its bounds and why they are there.
 
-    A :class:`~tiered_core.configdef.key.Key` is one; declaring only this here keeps the
+    A :class:`~tiered_core.configdef.key_spec.Key` is one; declaring only this here keeps the
     types below the keys (``key`` imports ``types``, never the reverse).
     """
 

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
 from tiered_core.errors import Fenced, TieredStoreError
-from tiered_core.flat.config import FlatFileConfig
+from tiered_core.flat.settings import FlatFileConfig
 from tiered_core.flat.damage import SegmentDamage
 from tiered_core.flat.message_file import FlatMessageFile
 from tiered_core.flat.ownership import segment_objects

@@ -13,7 +13,7 @@ from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, decode_cq_unit
 from tiered_core.codec.naming import queue_path, segment_path, validate_topic
 from tiered_core.errors import CorruptData, IllegalOffset, IllegalParam, TieredStoreError
 from tiered_core.flat.commit_log_file import FlatCommitLogFile
-from tiered_core.flat.config import FlatFileConfig
+from tiered_core.flat.settings import FlatFileConfig
 from tiered_core.flat.consume_queue_file import FlatConsumeQueueFile
 from tiered_core.flat.damage import DAMAGE_REASONS, SegmentDamage
 from tiered_core.segment import default_executor

@@ -13,7 +13,7 @@ which add their damage accounting). Every tiered read goes through it: the fetch
 (:meth:`SegmentReader.offset_by_time`).
 
 It works on groups (units decoded by the thousand, one commit-log read per run of units,
-one validation pass per run: :func:`tiered_core.flat.batch.check_batch`), never message by
+one validation pass per run: :func:`tiered_core.flat.batch_check.check_batch`), never message by
 message. Commit-log bytes no unit points at (left by a crash between the two commits) are
 never returned: only the spans units point at are read and split. A bad message ends a
 read: the messages before it are returned, its :class:`~tiered_core.errors.CorruptData`
@@ -34,7 +34,7 @@ from tiered_core.codec.message import (
 from tiered_core.codec.message_batch import MessageBatch
 from tiered_core.common import BoundaryType, offset_by_time
 from tiered_core.errors import CorruptData
-from tiered_core.flat.batch import check_batch, decode_units, read_batch, span_end
+from tiered_core.flat.batch_check import check_batch, decode_units, read_batch, span_end
 from tiered_core.flat.segment_ref import RefLog, SegmentedLog, SegmentRef
 from tiered_core.spi.driver import SegmentDriver
 
@@ -51,7 +51,7 @@ class SegmentReader:
     """Validated reads of one queue (``topic``/``queue_id``) from its consume queue and commit log.
 
     Guarantees: messages come in queue order, each checked against its unit, topic and
-    queue (:func:`~tiered_core.flat.batch.check_batch`, with ``prop_crc``); only commit-log
+    queue (:func:`~tiered_core.flat.batch_check.check_batch`, with ``prop_crc``); only commit-log
     spans that units point at are read. Raises :class:`~tiered_core.errors.CorruptData`
     (naming topic, queue, queue offset) for a bad unit or a truncated consume queue;
     a bad message is a batch's ``error``. Driver errors propagate. Never writes."""
@@ -78,7 +78,7 @@ class SegmentReader:
                    check_tags: bool = True) -> MessageBatch:
         """Up to ``count`` validated messages from ``queue_offset``: one consume-queue read,
         one commit-log read of at most ``max_bytes`` (at least one message), one validation
-        pass (:func:`tiered_core.flat.batch.read_batch`). The caller bounds ``count`` by what
+        pass (:func:`tiered_core.flat.batch_check.read_batch`). The caller bounds ``count`` by what
         is committed. Errors of the logs' reads propagate."""
         cq = self.consume_queue
         return read_batch(lambda q, n: cq.read(q * CQ_UNIT_SIZE, n * CQ_UNIT_SIZE), self.commit_log.read,

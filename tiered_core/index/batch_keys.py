@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from tiered_core.codec.keys import message_index_keys_from_properties
+from tiered_core.codec.index_keys import message_index_keys_from_properties
 from tiered_core.codec.message import message_fields
 from tiered_core.codec.message_batch import MessageBatch
 
@@ -21,7 +21,7 @@ def batch_keys(batch: MessageBatch, wants_time: Callable[[int], bool] | None) ->
 
     No message object is built: the store time comes from the header fields and the keys
     from the properties text, as the dispatcher takes them
-    (:func:`~tiered_core.codec.keys.message_index_keys_from_properties`)."""
+    (:func:`~tiered_core.codec.index_keys.message_index_keys_from_properties`)."""
     data, base = batch.data, batch.base
     keys, offsets, sizes, timestamps = [], [], [], []
     for offset, size, _tags in batch.units:

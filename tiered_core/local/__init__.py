@@ -5,10 +5,10 @@ broker's store; :class:`LocalMessageStore` is the entry point.
 """
 
 from tiered_core.local.commit_log import AppendMessageResult, CommitLog, RecoveryResult
-from tiered_core.local.consume_queue import ConsumeQueue
+from tiered_core.local.local_consume_queue import ConsumeQueue
 from tiered_core.local.index_file import IndexFile, IndexService
 from tiered_core.local.mapped_file import MappedFile, MappedFileQueue
-from tiered_core.local.store import (
+from tiered_core.local.local_store import (
     BoundaryType,
     DispatchListener,
     QueueListener,

@@ -31,6 +31,7 @@ from typing import NamedTuple
 from tiered_core.codec._impl import peek_physical_offset, peek_store_timestamp, validate_message
 from tiered_core.codec.message import (
     BLANK_MAGIC,
+    HEAD8,
     MAGIC_END,
     MAGIC_V1,
     MAGIC_V2,
@@ -49,7 +50,7 @@ DEFAULT_FILE_SIZE = 1 << 30
 #: Largest read issued while scanning (a bigger record is read on its own).
 SCAN_CHUNK = 4 << 20
 
-_HEAD = struct.Struct(">iI")
+_HEAD = HEAD8  # totalSize, magic
 _I64 = struct.Struct(">q")
 #: queueOffset and physicalOffset, next to each other in every record
 _QUEUE_AND_PHYSICAL_OFFSET = struct.Struct(">qq")

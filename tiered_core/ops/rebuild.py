@@ -50,7 +50,7 @@ from tiered_core.codec.checks import PropCrcPolicy
 from tiered_core.codec.message_batch import MessageBatch
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, ConsumeQueueUnit
 from tiered_core.codec.message import MAGIC_END, MessageExt
-from tiered_core.codec.keys import message_index_keys
+from tiered_core.codec.index_keys import message_index_keys
 from tiered_core.codec.tiered_index import BEGIN_MAGIC, END_MAGIC, HEADER_SIZE, IndexHeader
 from tiered_core.codec.naming import (
     INDEX_QUEUE_ID,

@@ -23,16 +23,11 @@ from tiered_core.spark.session import check_java, get_session, prepare_environme
 
 
 def register(spark) -> None:
-    """Register the ``tiered`` format with ``spark`` (once per session)."""
-    from tiered_core.spark.source.datasource import TieredDataSource
+    """Register the ``tiered`` format with ``spark`` (once per session); pyspark is imported
+    only here (:func:`tiered_core.spark.tiered_format.register`)."""
+    from tiered_core.spark.tiered_format import register as register_format
 
-    if getattr(spark, "_tiered_registered", False):
-        return
-    spark.dataSource.register(TieredDataSource)
-    try:
-        spark._tiered_registered = True
-    except AttributeError:  # a session type that takes no attributes: registering again is harmless
-        pass
+    register_format(spark)
 
 
 def count_partitions(config: str | os.PathLike | None = None, **options: Any) -> int:
@@ -44,7 +39,7 @@ def count_partitions(config: str | os.PathLike | None = None, **options: Any) ->
 
 
 def plan_read(config: str | os.PathLike | None = None, **options: Any):
-    """The :class:`~tiered_core.spark.plan.QueuePartition` s a read with these options plans."""
+    """The :class:`~tiered_core.spark.source.partition_plan.QueuePartition` s a read with these options plans."""
     from tiered_core.spark.source.batch import planned_partitions
 
     if config is not None:

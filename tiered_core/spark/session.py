@@ -60,7 +60,7 @@ def get_session(master: str | None = None, app_name: str = "tiered", conf: Mappi
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("TIERED_SPARK_LOG_LEVEL", "WARN"))
-    from tiered_core.spark import register
+    from tiered_core.spark.tiered_format import register  # the format above the session: imported when used
 
     register(spark)
     return spark

@@ -361,7 +361,7 @@ def _index_items(flat, rows: list[tuple], before: int | None, timestamp: int) ->
     below was indexed by the batch that recorded it), each located by its consume-queue unit
     (so messages adopted from an interrupted attempt are located like new ones)."""
     from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, decode_cq_unit
-    from tiered_core.codec.keys import message_index_keys
+    from tiered_core.codec.index_keys import message_index_keys
 
     out = QueueKeys(flat.topic, flat.queue_id)
     if rows[0][2] is None:

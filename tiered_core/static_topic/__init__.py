@@ -9,7 +9,7 @@ from tiered_core.static_topic.cluster import Cluster
 from tiered_core.static_topic.cluster_config import cluster_configs_from_text, load_cluster_configs
 from tiered_core.static_topic.mapping_check import Violation
 from tiered_core.static_topic.topic_view import read_static_topic_items
-from tiered_core.static_topic.errors import DirectPutRefused, UnknownStaticTopic
+from tiered_core.static_topic.topic_errors import DirectPutRefused, UnknownStaticTopic
 from tiered_core.static_topic.guard import DirectPutGuard, refuse_direct_puts
 from tiered_core.static_topic.mapping import LogicQueueMappingItem, TopicQueueMappingDetail
 from tiered_core.static_topic.mapping_file import TopicQueueMappingStore

@@ -1,6 +1,6 @@
 """A cluster of brokers in one process, and static topics over them (seed 002, RIP-21).
 
-:class:`Cluster` opens one :class:`~tiered_core.access.store.TieredMessageStore` per broker
+:class:`Cluster` opens one :class:`~tiered_core.access.tiered_store.TieredMessageStore` per broker
 (each its own ``broker`` name and ``store_path``, all on the same tiered backend and
 ``cluster``) and one :class:`~tiered_core.static_topic.mapping_file.TopicQueueMappingStore`
 per broker. This module is its lifecycle (open, close a broker, close, retention hooks);
@@ -36,7 +36,7 @@ import os
 import threading
 from typing import Collection, Sequence
 
-from tiered_core.access.store import TieredMessageStore
+from tiered_core.access.tiered_store import TieredMessageStore
 from tiered_core.config import StoreConfig
 from tiered_core.errors import ConfigError, IllegalParam, PrefixOwned, UnknownObjects
 from tiered_core.flat.ownership import read_store_id

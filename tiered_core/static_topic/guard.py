@@ -7,9 +7,9 @@ queue (``tiered put --config broker.toml --topic T --queue Q``, or
 past a fenced generation's end, or in a queue no generation uses -- where the logic queue
 never serves it; into the leader's queue it would take a logic offset behind the cluster's
 back. So every broker store gets a :class:`DirectPutGuard` (the store's
-:attr:`~tiered_core.access.store.TieredMessageStore.put_guard`): a put whose topic this
+:attr:`~tiered_core.access.tiered_store.TieredMessageStore.put_guard`): a put whose topic this
 broker's mapping file maps is refused with
-:class:`~tiered_core.static_topic.errors.DirectPutRefused` (exit 2) naming the topic, the
+:class:`~tiered_core.static_topic.topic_errors.DirectPutRefused` (exit 2) naming the topic, the
 physical queue, the logic queue it belongs to and what to run instead, unless it is the
 cluster's own put (:meth:`DirectPutGuard.put_admitted`: the physical queue of the logic
 queue's leader). Puts to other topics pass (one dictionary lookup).
@@ -24,12 +24,12 @@ import os
 import threading
 from typing import TYPE_CHECKING
 
-from tiered_core.static_topic.errors import DirectPutRefused
+from tiered_core.static_topic.topic_errors import DirectPutRefused
 from tiered_core.static_topic.mapping_file import TopicQueueMappingStore, mapping_path, read_json_document
 
 if TYPE_CHECKING:
     from tiered_core.access.results import PutMessageResult
-    from tiered_core.access.store import TieredMessageStore
+    from tiered_core.access.tiered_store import TieredMessageStore
     from tiered_core.codec.message import Message
 
 

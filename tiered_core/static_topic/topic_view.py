@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from tiered_core.config import StoreConfig
 from tiered_core.errors import IllegalParam, MappingError, StateConflict
-from tiered_core.static_topic.errors import UnknownStaticTopic
+from tiered_core.static_topic.topic_errors import UnknownStaticTopic
 from tiered_core.static_topic.mapping import LogicQueueMappingItem, TopicQueueMappingDetail
 from tiered_core.static_topic.mapping_file import TopicQueueMappingStore
 
 if TYPE_CHECKING:
-    from tiered_core.access.store import TieredMessageStore
+    from tiered_core.access.tiered_store import TieredMessageStore
 
 
 @dataclass

@@ -48,7 +48,7 @@ def _import_groups(source: ConfigSource, seeds: dict[tuple[str, int], QueueSeed]
     """Executor side: append the (topic, queue_id, queue_offset)-sorted rows (times in epoch ms);
     yield one JSON result per queue."""
     from tiered_core.spark.appender import QueueAppender, message_from_row
-    from tiered_core.spark.reader import driver_for
+    from tiered_core.spark.source.partition_reader import driver_for
 
     config = source.load()
     driver = driver_for(source, writable=True)

@@ -23,7 +23,7 @@ from tiered_core.errors import ConfigError, CorruptData, PositionMismatch, State
 from tiered_core.ops.output_paths import check_separate_stores
 from tiered_core.spark.failures import tagged_iter, task_error
 from tiered_core.spark.config_source import ConfigSource, open_metadata_readonly, require_shared_backend
-from tiered_core.spark.plan import parse_flat_path
+from tiered_core.spark.source.partition_plan import parse_flat_path
 from tiered_core.spi.driver import SegmentDriver
 from tiered_core.spi.metadata import FileSegmentMetadata, TieredMetadataStore
 from tiered_core.common import SegmentStatus
@@ -177,7 +177,7 @@ def copy_segment(source: SegmentDriver, target: SegmentDriver, task: CopyTask, *
 
 def _copy_partition(source_cfg: ConfigSource, target_cfg: ConfigSource, chunk: int,
                     tasks: Iterator[CopyTask]) -> Iterator[CopyResult]:
-    from tiered_core.spark.reader import driver_for
+    from tiered_core.spark.source.partition_reader import driver_for
 
     source = driver_for(source_cfg)
     target = driver_for(target_cfg, writable=True)

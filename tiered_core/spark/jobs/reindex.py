@@ -59,7 +59,7 @@ class ReindexResult:
 
 
 def _partition_keys(source: ConfigSource, wants_time, partitions) -> Iterator[tuple]:
-    from tiered_core.spark.reader import read_batches
+    from tiered_core.spark.source.partition_reader import read_batches
 
     for part in partitions:
         for batch in read_batches(source, part):

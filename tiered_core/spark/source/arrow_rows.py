@@ -196,7 +196,7 @@ def batch_to_arrow(batch: MessageBatch, schema=None, wants_time: TimeFilter | No
     """Messages ``start:stop`` of ``batch`` (all by default) that ``wants_time`` keeps, as one
     ``pyarrow.RecordBatch`` with ``schema`` (default :func:`arrow_schema`; times ms -> us UTC).
 
-    ``batch`` must be validated (built by :func:`~tiered_core.flat.batch.check_batch`): its bytes
+    ``batch`` must be validated (built by :func:`~tiered_core.flat.batch_check.check_batch`): its bytes
     are not checked again here. ``use_compiled=False`` builds it the pure way (the reference)."""
     import pyarrow as pa
 

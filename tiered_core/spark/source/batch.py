@@ -10,15 +10,15 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from tiered_core.spark.config_source import ConfigSource, open_metadata_readonly, require_shared_backend
 from tiered_core.spark.failures import spark_facing
-from tiered_core.spark.plan import QueuePartition, plan_partitions
-from tiered_core.spark.reader import read_batches
+from tiered_core.spark.source.partition_plan import QueuePartition, plan_partitions
+from tiered_core.spark.source.partition_reader import read_batches
 from tiered_core.spark.source.arrow_rows import batch_to_arrow
 from tiered_core.spark.source.options import ReadOptions
 from tiered_core.spark.source.schema import arrow_schema
 
 
 class TieredReader(DataSourceReader):
-    """Plans :class:`~tiered_core.spark.plan.QueuePartition` s and reads them as Arrow batches.
+    """Plans :class:`~tiered_core.spark.source.partition_plan.QueuePartition` s and reads them as Arrow batches.
 
     Read-only: the store is read as its metadata (opened read-only) describes it, and nothing
     is created or written; a store whose metadata does not exist raises

@@ -4,7 +4,7 @@ Offsets are ``{topic: {str(queue_id): next_offset}}``. The Spark driver plans fr
 store's metadata only (:func:`~tiered_core.spark.source.stream_offsets.queue_views`): a queue ends where
 the metadata's committed consume-queue size ends, never at units a writer appended to the
 backend but has not committed to the metadata. Executors read the planned ranges from the
-shared backend alone (:func:`~tiered_core.spark.reader.read_batches`: one validated read
+shared backend alone (:func:`~tiered_core.spark.source.partition_reader.read_batches`: one validated read
 path) and yield Arrow batches (:func:`~tiered_core.spark.source.arrow_rows.batch_to_arrow`).
 """
 
@@ -22,8 +22,8 @@ from tiered_core.spark.config_source import (
     ConfigSource, StoreNotReadable, open_metadata_readonly, require_shared_backend,
 )
 from tiered_core.spark.failures import spark_facing
-from tiered_core.spark.plan import QueuePartition
-from tiered_core.spark.reader import read_batches, reader_for
+from tiered_core.spark.source.partition_plan import QueuePartition
+from tiered_core.spark.source.partition_reader import read_batches, reader_for
 from tiered_core.spark.source.arrow_rows import batch_to_arrow
 from tiered_core.spark.source.options import StreamOptions
 from tiered_core.spark.source.queue_stream import QueueStreamReader

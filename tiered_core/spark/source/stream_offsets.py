@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
 from tiered_core.codec.naming import segment_path
 from tiered_core.common import FileSegmentType
-from tiered_core.spark.plan import QueuePartition, SegmentRef, live_segments, parse_flat_path
+from tiered_core.spark.source.partition_plan import QueuePartition, SegmentRef, live_segments, parse_flat_path
 from tiered_core.spi.metadata import TieredMetadataStore
 
 #: A queue's key in views and allocations.

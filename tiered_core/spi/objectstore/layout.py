@@ -22,7 +22,7 @@ computation still gives exactly the bytes a reader can read.
 
 Nothing here talks to a backend: :func:`interpret` works on :class:`ObjectInfo` records
 that a driver's listing primitive produces (see
-:class:`tiered_core.spi.objectstore.driver.ChainedObjectDriver`).
+:class:`tiered_core.spi.objectstore.chained_driver.ChainedObjectDriver`).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from tiered_core.cli.exit_codes import exit_code_for
 from tiered_core.errors import ErrorCode, NotFound, TieredStoreError
 
 if TYPE_CHECKING:
-    from tiered_core.access.store import TieredMessageStore
+    from tiered_core.access.tiered_store import TieredMessageStore
     from tiered_core.config import StoreConfig
 
 #: Error codes of failures that are not a :class:`TieredStoreError`.
@@ -219,7 +219,7 @@ def store_exists(config: "StoreConfig") -> bool:
     commit-log directory or checkpoint) or the store's identity file, or the metadata file
     exists. (Whether what exists is consistent is the store's to decide when it opens.)"""
     from tiered_core.flat.ownership import STORE_ID_FILE
-    from tiered_core.local.store import CHECKPOINT_FILE
+    from tiered_core.local.local_store import CHECKPOINT_FILE
 
     marks = (os.path.isdir(os.path.join(config.store_path, "commitlog")),
              os.path.isfile(os.path.join(config.store_path, CHECKPOINT_FILE)),
@@ -242,7 +242,7 @@ def open_store(config: "StoreConfig", *, create: bool) -> "TieredMessageStore":
     read-only (``TieredMessageStore.open(config, read_only=True)``): nothing is written to
     its tier or its metadata.
     """
-    from tiered_core.access.store import TieredMessageStore
+    from tiered_core.access.tiered_store import TieredMessageStore
 
     check_store_path(config)
     if not create and not store_exists(config):

@@ -21,7 +21,7 @@ import os
 import sys
 from typing import Callable
 
-from tiered_core.cli.common import add_json_option, int_arg, print_json
+from tiered_core.cli.shared import add_json_option, int_arg, print_json
 from tiered_core.metadata.convert import FORMAT_BY_EXTENSION, convert
 
 #: Actions in the order ``tiered metadata --help`` lists them.
@@ -92,7 +92,7 @@ def _register_rebuild(actions: argparse._SubParsersAction) -> None:
 def run_rebuild(args: argparse.Namespace) -> int:
     from tiered_core.config import StoreConfig
     from tiered_core.errors import MetadataError
-    from tiered_core.local.store import acquire_store_lock, release_store_lock
+    from tiered_core.local.local_store import acquire_store_lock, release_store_lock
     from tiered_core.metadata import set_aside
     from tiered_core.ops.rebuild import rebuild_metadata
 

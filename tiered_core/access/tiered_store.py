@@ -44,7 +44,7 @@ from tiered_core.flat.damage import SegmentDamage
 from tiered_core.flat.ownership import PrefixOwnership, ReadOnlyDriver, load_store_id
 from tiered_core.ops.reconcile import open_checked_metadata
 from tiered_core.index.service import IndexStoreService
-from tiered_core.local.store import LocalMessageStore, LocalStoreConfig
+from tiered_core.local.local_store import LocalMessageStore, LocalStoreConfig
 from tiered_core.common import LONG_MAX, BoundaryType, now_ms
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from tiered_core.errors import ConfigError
 T = TypeVar("T")
 
 #: Metadata entry of a sub-config field bound to a key: ``(key, convert or None)``.
-_BOUND = "tiered_core.configdef.key"
+_BOUND = "tiered_core.configdef.key_spec"
 
 
 def bad_value(where: str, label: str, value: Any, accepted: str, key: str) -> ConfigError:

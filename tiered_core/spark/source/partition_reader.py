@@ -4,7 +4,7 @@
 references alone: executors have no metadata database).
 
 The reader validates every message against its unit and the partition's topic and queue
-(:func:`tiered_core.flat.batch.check_batch`, with the store's ``verify_prop_crc``) and
+(:func:`tiered_core.flat.batch_check.check_batch`, with the store's ``verify_prop_crc``) and
 never returns commit-log bytes no unit points at: the rows before a bad message are
 returned, then the task fails with its CorruptData (naming topic, queue, queue offset and
 reason) -- a bulk job never exports, migrates or re-indexes a message it cannot trust, nor
@@ -27,7 +27,7 @@ from tiered_core.ops.output_paths import LOCAL_PATH_OPTIONS
 from tiered_core.errors import NotFound
 from tiered_core.spark.config_source import ConfigSource
 from tiered_core.spark.source.options import ReadOptions
-from tiered_core.spark.plan import QueuePartition, SegmentRef
+from tiered_core.spark.source.partition_plan import QueuePartition, SegmentRef
 from tiered_core.spi.driver import SegmentDriver
 
 _drivers: dict[ConfigSource, SegmentDriver] = {}

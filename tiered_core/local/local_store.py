@@ -47,9 +47,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from tiered_core.codec.consume_queue import ConsumeQueueUnit
+from tiered_core.codec.consume_queue import CQ_UNIT, ConsumeQueueUnit
 from tiered_core.codec.hashing import tags_hash_code
-from tiered_core.codec.keys import message_index_keys
+from tiered_core.codec.index_keys import message_index_keys
 from tiered_core.codec._impl import decode_message, encode_message_buffer, peek_store_timestamp, validate_message
 from tiered_core.codec.message import (
     BORNHOST_V6_FLAG,
@@ -76,7 +76,7 @@ from tiered_core.errors import (
     TieredStoreError,
 )
 from tiered_core.local.commit_log import END_FILE_MIN_BLANK_LENGTH, CommitLog
-from tiered_core.local.consume_queue import ConsumeQueue
+from tiered_core.local.local_consume_queue import ConsumeQueue
 from tiered_core.local.index_file import IndexService
 from tiered_core.local.io_errors import local_io_error, with_stored
 from tiered_core.common import INT_MAX, LONG_MAX, BoundaryType, fsync_dir, now_ms, offset_by_time
@@ -87,7 +87,7 @@ log = logging.getLogger(__name__)
 _I64 = struct.Struct(">q")
 _time_ns = time.time_ns
 _NOW_MS = now_ms  # (as imported: a test may patch this module's now_ms)
-_CQ_UNIT = struct.Struct(">qiq")  # a consume-queue unit (codec.consume_queue)
+_CQ_UNIT = CQ_UNIT
 _STORE_TS_POS = store_timestamp_position(0)
 _STORE_TS_V6_POS = store_timestamp_position(BORNHOST_V6_FLAG)
 _SYS_FLAG_LOW = SYS_FLAG_POS + 3  # sysFlag's low byte (big-endian int)

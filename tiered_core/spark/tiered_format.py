@@ -1,4 +1,5 @@
-"""The PySpark Python data source ``tiered``: one row per tiered message.
+"""The Spark format ``tiered``: the PySpark Python data source that reads tiered messages
+(one row each) and writes a stream into a store.
 
 :class:`TieredDataSource` picks the reader its options ask for -- a store
 (:mod:`~tiered_core.spark.source.batch`, :mod:`~tiered_core.spark.source.stream`) or a static
@@ -130,4 +131,15 @@ def check_source_options(options: Mapping[str, Any]) -> None:
     TieredStreamReader(*parse_stream_options(options))
 
 
-__all__ = ["FORMAT", "TieredDataSource", "check_source_options"]
+__all__ = ["FORMAT", "TieredDataSource", "check_source_options", "register"]
+
+
+def register(spark) -> None:
+    """Register the ``tiered`` format with ``spark`` (once per session)."""
+    if getattr(spark, "_tiered_registered", False):
+        return
+    spark.dataSource.register(TieredDataSource)
+    try:
+        spark._tiered_registered = True
+    except AttributeError:  # a session type that takes no attributes: registering again is harmless
+        pass

@@ -7,7 +7,7 @@ planned partition, the metadata rebuild and key queries probing single messages)
 owns the I/O and calls :func:`read_batch` (I/O given as two callables) or, where it has
 already read the units and the commit-log span itself, :func:`check_batch`: the consume-queue units are
 read once, the commit-log span they point at once, and one pass
-(:func:`tiered_core.codec.batch.scan_units`) splits and validates every message -- the
+(:func:`tiered_core.codec.batch_kernels.scan_units`) splits and validates every message -- the
 checks of :mod:`tiered_core.codec.checks`, in its order. The result is a
 :class:`MessageBatch`: the valid messages before the first bad unit (never one after it),
 and that unit's :class:`~tiered_core.errors.CorruptData`, exactly as ``check_units``
@@ -23,15 +23,14 @@ before it, the rebuild ignores a bad message's time.
 
 from __future__ import annotations
 
-import struct
 from typing import Callable, Sequence
 
 from tiered_core.codec._impl import cq_span, scan_units
 from tiered_core.codec.checks import PropCrcPolicy, scan_flags, unit_error
-from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
+from tiered_core.codec.consume_queue import CQ_UNIT, CQ_UNIT_SIZE
 from tiered_core.codec.message_batch import MessageBatch
 
-_UNIT = struct.Struct(">qiq")
+_UNIT = CQ_UNIT
 
 
 def check_batch(units: Sequence[tuple[int, int, int]], data: bytes, base: int, *, topic: str, queue_id: int,

@@ -19,7 +19,7 @@ import argparse
 import sys
 from typing import Any
 
-from tiered_core.cli.common import add_json_option
+from tiered_core.cli.shared import add_json_option
 from tiered_core.cli.exit_codes import ExitCode
 
 

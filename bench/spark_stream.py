@@ -29,6 +29,16 @@ messages per second of wall time.
    second here, then plans, commits and stops), for information:
    ``stream_wall_vs_parquet_after_query_cost`` is the stream's whole-query rate with that
    time taken off (``messages / (whole query - python_stream_query_s)``) over parquet's.
+   Where a whole query's time goes (diagnostics, medians over the timed rounds, seconds):
+   ``stream_micro_batches`` (micro-batches an availableNow query of the whole store makes),
+   ``stream_query_s`` (start() to end), ``stream_trigger_s`` (the micro-batches'
+   ``triggerExecution``), ``stream_outside_trigger_s`` (the rest: Spark starting the query
+   and the source's Python process -- where the source's ``streamReader`` runs, then stopping
+   it), and the same two for :class:`OneRowStream` (``one_row_trigger_s``,
+   ``one_row_outside_trigger_s``): the tiered source's outside-trigger time beyond the one-row
+   source's is what it adds per query. ``project_bytecode_cached``: whether this checkout's
+   modules have compiled bytecode (with ``PYTHONDONTWRITEBYTECODE`` set and none cached, every
+   Python process Spark starts compiles them from source).
    ``python_source_floor_msgs_per_s``: a Python data source (:class:`FloorReader`) over the
    same partitions that yields one prebuilt Arrow batch of real rows again and again -- the
    cost Spark itself adds to any Python source (Python worker, Arrow to JVM rows), for
@@ -164,6 +174,18 @@ def bench_source(format_name: str, reader_class: type) -> type:
     return BenchSource
 
 
+def bytecode_cached() -> bool:
+    """Whether the modules of this checkout that every Spark Python process of a tiered query
+    imports have cached bytecode (``importlib.util.cache_from_source`` exists)."""
+    import importlib.util
+
+    import tiered_core.config
+    import tiered_core.spark.source.stream
+
+    return all(os.path.exists(importlib.util.cache_from_source(m.__file__))
+               for m in (tiered_core.config, tiered_core.spark.source.stream))
+
+
 def timed(paths: dict, rounds: int) -> dict[str, float]:
     """Median seconds of each path: one untimed warm-up call each, then ``rounds`` rounds that
     call every path once in turn (so a noisy neighbour hurts both sides of a ratio alike)."""
@@ -206,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
               .load().count(), "tiered_floor")
 
         trigger_ms: list[int] = []
+        micro_batches: list[int] = []
+        one_row_trigger_ms: list[int] = []
 
         def stream_all() -> None:
             checkpoint = os.path.join(workdir, "checkpoints", uuid.uuid4().hex)
@@ -216,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
             progress = query.recentProgress
             check(sum(p["numInputRows"] for p in progress), "the stream")
             trigger_ms.append(sum(p["durationMs"].get("triggerExecution", 0) for p in progress))
+            micro_batches.append(sum(1 for p in progress if p["numInputRows"]))
 
         def one_row_stream() -> None:
             checkpoint = os.path.join(workdir, "checkpoints", uuid.uuid4().hex)
@@ -224,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
             query.awaitTermination()
             if sum(p["numInputRows"] for p in query.recentProgress) != 1:
                 raise SystemExit("the one-row stream did not read its row")
+            one_row_trigger_ms.append(sum(p["durationMs"].get("triggerExecution", 0) for p in query.recentProgress))
 
         def noop(df) -> None:
             df.write.format("noop").mode("overwrite").save()
@@ -260,6 +286,14 @@ def main(argv: list[str] | None = None) -> int:
             "stream_wall_vs_parquet_after_query_cost": (
                 round(parquet_s / (stream_s - seconds["one_row_stream"]), 3)
                 if stream_s > seconds["one_row_stream"] else None),
+            "stream_micro_batches": max(micro_batches),
+            "stream_query_s": round(stream_s, 3),
+            "stream_trigger_s": round(statistics.median(trigger_ms[1:]) / 1000, 3),
+            "stream_outside_trigger_s": round(stream_s - statistics.median(trigger_ms[1:]) / 1000, 3),
+            "one_row_trigger_s": round(statistics.median(one_row_trigger_ms[1:]) / 1000, 3),
+            "one_row_outside_trigger_s": round(seconds["one_row_stream"]
+                                               - statistics.median(one_row_trigger_ms[1:]) / 1000, 3),
+            "project_bytecode_cached": bytecode_cached(),
             "python_source_floor_msgs_per_s": round(messages / floor_s),
             "floor_vs_parquet": round(parquet_s / floor_s, 3),
             "arrow_msgs_per_s": round(messages / arrow_s),

@@ -40,7 +40,9 @@ def test_remap_and_closed_broker_rebuild_the_read_state(configs, tmp_path):
         assert put(cluster, 5, b"b") == list(range(10, 15))
         res = cluster.get_message("g", TOPIC, 0, 0, 32)
         assert [m.queue_offset for m in res.messages] == list(range(10)) and res.next_begin_offset == 10
-        assert res.max_offset in (10, 15)  # a read below the leader may report a max up to 1 s old
+        # a read below the leader may report a max up to 1 s old: any value the queue had since
+        # the remap (on a loaded machine the leader's reput may have made only some puts visible)
+        assert 10 <= res.max_offset <= 15
         res = cluster.get_message("g", TOPIC, 0, 10, 32)
         assert res.max_offset == 15  # a read at the leader: fresh, the old view's bound not reused
         assert [(m.queue_offset, m.queue_id, m.body) for m in res.messages] == [

@@ -37,6 +37,53 @@ only the S3 primitives and three S3-specific paths:
   ``If-Match`` of the completion (moto 5.2.5 accepts a stale one; see
   :data:`EMULATOR_GAP`).
 
+* **A view of an open segment lists only the parts it has not seen.** An open segment
+  is its base plus one part per commit, all kept until the seal, so a full look (LIST of
+  the whole chain, one page per 1,000 parts, then a HEAD of the base) costs O(parts) and
+  a segment of ``n`` commits O(n^2) in all. So this instance keeps, per segment (bounded:
+  :data:`CACHE_ENTRIES` segments, :data:`CACHED_PARTS` parts), the last open view it
+  built -- the base (segment id, size, ETag, metadata) and its chain -- and a new view is
+  a LIST of the parts of that segment id after the known end (``StartAfter`` the name of
+  position ``end - 1``: positions are 20 digits, so names sort as positions do) followed
+  by a HEAD of the base. If the base is gone or differs in anything (segment id, seal
+  flag, size, ETag, metadata), the view is a full look instead. Why this cannot miss or
+  double a byte:
+
+  1. *An open base never changes while its segment id stays.* Every base is created
+     exclusively with a fresh random id (first write, ``create``, ``write_if_absent``);
+     an id is only ever added to a base that had none (adoption); the only other writes
+     of a base are the seal (a metadata update, or a consolidation into a new base, both
+     setting the seal flag, which nothing clears) and a compaction, which S3 never does
+     before the seal (:attr:`S3Driver.compact_at`). ``delete`` removes the base first, and
+     a recreated base has a new id. So a HEAD that finds the same id, unsealed, with the
+     same size, ETag and metadata, proves the base was exactly that, open, for the whole
+     time since the kept view was taken -- and the LIST happened in that time (before the
+     HEAD).
+  2. *While its base is open, no part of that segment id is deleted or replaced.* Parts
+     are created exclusively (``If-None-Match: *``), so a name is never overwritten. They
+     are deleted only by the seal's clean-up (after the base is sealed), by ``delete``
+     (after the base is gone), and by a writer withdrawing its own part that a fresh view
+     shows outside the chain -- which for an open base of the same id cannot happen: the
+     writer created it at the end it had just seen, and the chain only grows, so its part
+     is the chain's next piece. So every part of the kept chain still exists, and no new
+     part can take a position inside it.
+  3. *The parts not seen are the ones after the known end.* By 2, the chain up to the
+     known end is unchanged; a new part before the end lies inside a counted piece (or the
+     base) and a full look would not count it either (the layout chains only the part
+     starting exactly at the end). A part at or after the end is listed (``StartAfter``
+     is strict, S3 listings are strongly consistent), and it is chained by the layout's
+     rule (same id, starting exactly at the end, not empty); one that is not chained is
+     listed again next time, so a gap filled later is still found.
+
+  So the view equals what a full look at the time of the LIST would compute (only
+  ``garbage`` is partial: the seal and ``delete`` look in full). Another instance
+  appending adds parts after the end (found); one sealing writes the stop part (empty:
+  never chained) and then a sealed base (the HEAD differs: full look); one deleting
+  removes the base first (HEAD: gone: full look); one recreating gives a new id (full
+  look). A one-PUT write extends the kept chain by its own part: its exclusive create
+  succeeded at the kept end, so while the base is open that part is the chain's next
+  piece; if the base was sealed or replaced meanwhile, the next view's HEAD sees it.
+
 Known limit of the one-PUT write: an instance whose view is stale because *another*
 instance appended to the segment, sealed it and removed its parts, can still place a part
 at a position the sealed object already covers; no reader counts it (it is garbage) but
@@ -58,8 +105,9 @@ from typing import Any, Iterator, Mapping, Sequence
 from tiered_core.errors import DriverError, IllegalParam, InvalidOption, NotFound
 from tiered_core.spi import Capabilities, RetryPolicy
 from tiered_core.spi.objectstore import (
-    META_ID, PART_MARK, ChainedObjectDriver, ObjectInfo, SegmentView, new_segment_id, part_key,
+    META_ID, META_SEALED, PART_MARK, ChainedObjectDriver, ObjectInfo, Part, SegmentView, new_segment_id, part_key,
 )
+from tiered_core.spi.objectstore.layout import parse_part
 from tiered_core.spi.transport import LOST_ANSWER, RequestHookPoint, is_transient
 
 log = logging.getLogger("tiered_driver_s3")
@@ -72,8 +120,12 @@ MAX_PART = 5 * 1024 * 1024 * 1024
 BUILT_PART = 16 * 1024 * 1024
 #: Small pieces a consolidation reads at once.
 CONCURRENT_READS = 16
-#: Views kept per instance for the one-PUT write and the one-GET sealed read.
+#: Views kept per instance for the one-PUT write, the one-GET sealed read and the
+#: incremental view of an open segment.
 CACHE_ENTRIES = 4096
+#: Parts of open chains kept per instance (in all): a segment whose chain would pass it
+#: is looked at in full (its view is not kept). About 0.5 KiB each.
+CACHED_PARTS = 1 << 17
 #: Options of s3fs the driver sets itself (a ``storage_options`` key may not override them).
 RESERVED_STORAGE_OPTIONS = frozenset({
     "key", "secret", "token", "endpoint_url", "skip_instance_cache", "use_listings_cache", "asynchronous", "loop",
@@ -102,6 +154,25 @@ class _Conflict(Exception):
     """A precondition was refused (412, or ``FileExistsError`` for ``If-None-Match``)."""
 
 
+@dataclass(frozen=True)
+class _OpenChain:
+    """The last view of an open segment this instance built: its base and its chain (a
+    chain that existed while the base was exactly this; see the module docstring)."""
+
+    segment_id: str
+    version: str
+    base_size: int
+    metadata: Mapping[str, str]
+    chain: tuple[Part, ...] = ()
+
+    @property
+    def end(self) -> int:
+        return self.chain[-1].position + self.chain[-1].size if self.chain else self.base_size
+
+    def extended(self, part: Part) -> "_OpenChain":
+        return _OpenChain(self.segment_id, self.version, self.base_size, self.metadata, self.chain + (part,))
+
+
 @dataclass
 class _Seen:
     """What this instance last knew of a segment (see the module docstring)."""
@@ -109,6 +180,7 @@ class _Seen:
     segment_id: str = ""
     size: int = 0
     sealed_version: str = ""  # ETag of a sealed, consolidated base ("" when not)
+    open_chain: _OpenChain | None = None  # the last view of the open segment, when kept
 
 
 class S3Driver(ChainedObjectDriver):
@@ -197,6 +269,7 @@ class S3Driver(ChainedObjectDriver):
         self.transport = RequestHookPoint()
         self._seen: collections.OrderedDict[str, _Seen] = collections.OrderedDict()
         self._seen_lock = threading.Lock()
+        self._seen_parts = 0  # parts of the open chains in _seen
         self.fs = self._make_fs(key, secret, token, timeout, extra)
 
     def _make_fs(self, key: str | None, secret: str | None, token: str | None, timeout: float,
@@ -301,11 +374,13 @@ class S3Driver(ChainedObjectDriver):
 
     # -- the primitives of the shared layout ------------------------------------------------
 
-    def _list_objects(self, prefix: str, *, what: str) -> list[ObjectInfo]:
+    def _list_objects(self, prefix: str, *, what: str, start_after: str = "") -> list[ObjectInfo]:
         out: list[ObjectInfo] = []
         token: str | None = None
         while True:
             kwargs: dict[str, Any] = {"Prefix": prefix}
+            if start_after:
+                kwargs["StartAfter"] = start_after
             if token:
                 kwargs["ContinuationToken"] = token
             resp = self._call("list_objects_v2", what=what, **kwargs)
@@ -332,9 +407,12 @@ class S3Driver(ChainedObjectDriver):
             resp = self._call("put_object", what=what, **kwargs)
         except _Conflict:
             return None
+        info = ObjectInfo(name, len(data), str(resp.get("ETag", "")), dict(metadata or {}))
         if metadata and metadata.get(META_ID) and PART_MARK not in name:  # a new base: its id is known
-            self._remember(name, _Seen(metadata[META_ID], len(data)))
-        return ObjectInfo(name, len(data), str(resp.get("ETag", "")), dict(metadata or {}))
+            # No part of a fresh id exists: the empty chain is this base's chain.
+            opened = _OpenChain(metadata[META_ID], info.version, len(data), dict(metadata)) if info.version else None
+            self._remember(name, _Seen(metadata[META_ID], len(data), open_chain=opened))
+        return info
 
     def _read_object(self, name: str, start: int, length: int, *, what: str) -> bytes:
         try:
@@ -522,28 +600,68 @@ class S3Driver(ChainedObjectDriver):
     # -- what this instance last saw ----------------------------------------------------------
 
     def _view(self, key: str, path: str) -> SegmentView:
-        view = super()._view(key, path)
+        seen = self._last_seen(key)
+        view = None
+        if seen is not None and seen.open_chain is not None:
+            view = self._view_after(key, path, seen.open_chain)
+        if view is None:
+            view = super()._view(key, path)
         if not view.exists:
             self._forget(key)
         elif view.sealed:
             version = view.version if not view.chain else ""
             self._remember(key, _Seen(view.segment_id, view.size, version))
         elif view.segment_id:
-            self._remember(key, _Seen(view.segment_id, view.size))
+            kept = _OpenChain(view.segment_id, view.version, view.base_size, dict(view.metadata), tuple(view.chain))
+            self._remember(key, _Seen(view.segment_id, view.size, open_chain=kept if view.version else None))
         else:
             self._forget(key)
         return view
 
+    def _view_after(self, key: str, path: str, known: _OpenChain) -> SegmentView | None:
+        """The view of an open segment from ``known`` plus the parts after its end: a LIST
+        of those, then a HEAD of the base; None (look in full) when the base is gone or
+        not exactly the known one. Why this is exact: the module docstring."""
+        end = known.end
+        after = part_key(key, known.segment_id, end - 1) if end > 0 else ""
+        items = self._list_objects(f"{key}{PART_MARK}{known.segment_id}/", what=f"list {path!r}", start_after=after)
+        base = self._stat_object(key, what=f"look up {path!r}")
+        if (base is None or base.size != known.base_size or base.version != known.version
+                or dict(base.metadata or {}) != dict(known.metadata) or known.metadata.get(META_SEALED) == "true"):
+            return None
+        chain, garbage = list(known.chain), []
+        parts = [p for p in (parse_part(key, item) for item in items) if p is not None]
+        for part in sorted(parts, key=lambda p: (p.position, p.name)):
+            # The layout's chaining rule (layout.interpret) for an open base.
+            if part.segment_id == known.segment_id and part.position == end and part.size > 0:
+                chain.append(part)
+                end += part.size
+            else:
+                garbage.append(part)
+        return SegmentView(key, exists=True, base_size=base.size, version=base.version,
+                           segment_id=known.segment_id, metadata=dict(base.metadata or {}),
+                           base_checksum=base.checksum, chain=chain, garbage=garbage)
+
     def _remember(self, key: str, seen: _Seen) -> None:
         with self._seen_lock:
+            old = self._seen.pop(key, None)
+            if old is not None and old.open_chain is not None:
+                self._seen_parts -= len(old.open_chain.chain)
+            if seen.open_chain is not None and len(seen.open_chain.chain) > CACHED_PARTS:
+                seen.open_chain = None  # too long to keep: this segment is looked at in full
             self._seen[key] = seen
-            self._seen.move_to_end(key)
-            while len(self._seen) > CACHE_ENTRIES:
-                self._seen.popitem(last=False)
+            if seen.open_chain is not None:
+                self._seen_parts += len(seen.open_chain.chain)
+            while len(self._seen) > CACHE_ENTRIES or self._seen_parts > CACHED_PARTS:
+                _key, dropped = self._seen.popitem(last=False)
+                if dropped.open_chain is not None:
+                    self._seen_parts -= len(dropped.open_chain.chain)
 
     def _forget(self, key: str) -> None:
         with self._seen_lock:
-            self._seen.pop(key, None)
+            old = self._seen.pop(key, None)
+            if old is not None and old.open_chain is not None:
+                self._seen_parts -= len(old.open_chain.chain)
 
     def _last_seen(self, key: str) -> _Seen | None:
         with self._seen_lock:
@@ -569,7 +687,8 @@ class S3Driver(ChainedObjectDriver):
             self._forget(key)
             super().write(path, position, payload)
             after = self._last_seen(key)
-            if after is not None and after.segment_id and not after.sealed_version:
+            if (after is not None and after.segment_id and not after.sealed_version
+                    and after.size != position + len(payload)):
                 self._remember(key, _Seen(after.segment_id, position + len(payload)))
             return
         name = part_key(key, seen.segment_id, position)
@@ -582,7 +701,14 @@ class S3Driver(ChainedObjectDriver):
         except BaseException:
             self._forget(key)
             raise
-        self._remember(key, _Seen(seen.segment_id, position + len(payload)))
+        known = seen.open_chain
+        if known is not None and known.end == position:
+            # The part at the kept end is the chain's next piece while the base stays open
+            # (module docstring); the next view's HEAD checks that it does.
+            known = known.extended(Part(name, seen.segment_id, position, len(payload), created.version))
+        else:
+            known = None
+        self._remember(key, _Seen(seen.segment_id, position + len(payload), open_chain=known))
 
     def read(self, path: str, position: int, length: int) -> bytes:
         key = self._key(path)
@@ -625,6 +751,7 @@ class S3Driver(ChainedObjectDriver):
             # The stop: an empty part at the end, so the chain cannot grow while it is copied.
             stop = part_key(key, view.segment_id, view.size)
             self._create_object(stop, b"", None, what=f"seal {path!r}")
+        self._forget(key)  # the seal looks in full: it removes every garbage part
         super().seal(path)
         self._forget(key)
 

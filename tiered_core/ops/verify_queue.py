@@ -5,16 +5,34 @@ the metadata's times and committed ends) and a driver, so the same walk runs in 
 process and, split into ranges of queue offsets, in Spark executors
 (``tiered spark verify``). Reads go through the store's one segment reader
 (:class:`~tiered_core.flat.segment_reader.SegmentReader`); nothing is written.
+
+The pieces, in the order a walk uses them: :func:`queue_works` (one :class:`QueueWork` per
+queue the metadata lists), :func:`structure_findings` (segments that do not join),
+:func:`plan_ranges` + :func:`verify_range` (the units and, with ``deep``, the messages of a
+range of queue offsets: :mod:`tiered_core.ops.verify_range`), :func:`time_findings` (the
+metadata's segment times against the messages), and :func:`finish_walk`, which merges the
+ranges' results into one :class:`QueueWalk` the same way wherever the ranges ran.
+:func:`walk_queues` is the single-process walk; ``verify_store(..., walk=...)`` takes any
+callable of the :data:`Walk` shape (the Spark walk is one).
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Callable, Iterable, Protocol, Sequence
 
 from tiered_core.codec.checks import PropCrcPolicy
+from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
+from tiered_core.common import NO_TIMESTAMP, FileSegmentType, SegmentStatus
 from tiered_core.flat.segment_ref import SegmentRef
-from tiered_core.ops.findings import Finding, VerifyStats
+from tiered_core.ops.findings import Finding, FindingKind, VerifyStats
+from tiered_core.ops.reconcile import backend_path
 from tiered_core.spi.driver import SegmentDriver
+from tiered_core.spi.metadata import FileSegmentMetadata, TieredMetadataStore
+
+#: Queue offsets one range (a Spark task) walks, at most, unless told otherwise.
+UNITS_PER_RANGE = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -34,12 +52,20 @@ class QueueWork:
     max_offset: int
     times: dict[str, tuple[int, int]] = field(default_factory=dict, hash=False, compare=False)
 
+    @property
+    def subject(self) -> str:
+        """``topic/queue``: how findings about the queue as a whole name it."""
+        return f"{self.topic}/{self.queue_id}"
+
 
 @dataclass
 class RangeResult:
     """What the walk of queue offsets ``[start, end)`` of one queue found, and its counters;
-    ``times``: commit-log segment path -> (first, last) store time of the messages read in
-    it (merged over ranges to check the metadata's segment times)."""
+    ``times``: commit-log segment path -> (earliest, latest) store time of the messages read
+    in it (merged over ranges to check the metadata's segment times); ``edges``: path ->
+    (commit-log offset of the first message read, its store time, end of the last message
+    read, its store time), so the check knows whether the messages read cover the segment
+    from its base to its end."""
 
     topic: str
     queue_id: int
@@ -48,12 +74,119 @@ class RangeResult:
     findings: list[Finding] = field(default_factory=list)
     stats: VerifyStats = field(default_factory=VerifyStats)
     times: dict[str, tuple[int, int]] = field(default_factory=dict)
+    edges: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
+
+
+@dataclass
+class QueueWalk:
+    """The per-queue part of a verify report: its findings (in a fixed order: by queue, then
+    queue offset, kind and subject) and its counters (``queues_checked``,
+    ``segments_checked``: consume-queue and commit-log segments walked, ``messages_read``,
+    ``bytes_read``)."""
+
+    findings: list[Finding] = field(default_factory=list)
+    stats: VerifyStats = field(default_factory=VerifyStats)
+
+
+class Walk(Protocol):
+    """The shape of the per-queue walk ``verify_store`` runs: the queues' works in, their
+    :class:`QueueWalk` out (:func:`walk_queues` in this process; the Spark walk of
+    ``tiered spark verify`` over executors). ``progress(n)`` is told of ``n`` more queue
+    offsets walked."""
+
+    def __call__(self, driver: SegmentDriver, works: Sequence[QueueWork], *, deep: bool,
+                 prop_crc: PropCrcPolicy, progress: Callable[[int], None] | None = None) -> QueueWalk: ...
+
+
+# -- planning from the metadata ---------------------------------------------------------------
+
+
+def queue_works(metadata: TieredMetadataStore, cluster: str, broker: str,
+                topics: Iterable[str] | None = None) -> list[QueueWork]:
+    """One :class:`QueueWork` per queue of ``broker`` the metadata's file-segment records
+    list (segments marked DELETED left out), ordered by topic and queue id; only the
+    ``topics`` given, when given. Reads only the metadata."""
+    wanted = None if topics is None else set(topics)
+    by_queue: dict[tuple[str, int], dict[int, list[FileSegmentMetadata]]] = defaultdict(lambda: defaultdict(list))
+    for file_type in (FileSegmentType.CONSUME_QUEUE, FileSegmentType.COMMIT_LOG):
+        for meta in metadata.iterate_file_segments(int(file_type)):
+            if meta.status == SegmentStatus.DELETED:
+                continue
+            parts = meta.path.split("/")
+            if len(parts) != 3 or not parts[2].isdigit() or parts[0] != broker:
+                continue
+            if wanted is not None and parts[1] not in wanted:
+                continue
+            by_queue[(parts[1], int(parts[2]))][int(file_type)].append(meta)
+    works = []
+    for (topic, queue_id), kinds in sorted(by_queue.items()):
+        cq = sorted(kinds.get(int(FileSegmentType.CONSUME_QUEUE), ()), key=lambda m: m.base_offset)
+        cl = sorted(kinds.get(int(FileSegmentType.COMMIT_LOG), ()), key=lambda m: m.base_offset)
+        cq_refs = tuple(SegmentRef(backend_path(cluster, m), m.base_offset, m.size) for m in cq)
+        cl_refs = tuple(SegmentRef(backend_path(cluster, m), m.base_offset, m.size) for m in cl)
+        lo = cq_refs[0].base_offset // CQ_UNIT_SIZE if cq_refs else 0
+        hi = (cq_refs[-1].base_offset + cq_refs[-1].size) // CQ_UNIT_SIZE if cq_refs else 0
+        times = {ref.path: (m.begin_timestamp, m.end_timestamp) for ref, m in zip(cl_refs, cl)}
+        works.append(QueueWork(topic, queue_id, cq_refs, cl_refs, lo, max(lo, hi), times))
+    return works
+
+
+def served_end(refs: Sequence[SegmentRef], i: int) -> int:
+    """Where segment ``i``'s readable bytes end (absolute): its committed end, or the next
+    segment's base when a torn tail runs past it (the next segment wins)."""
+    end = refs[i].base_offset + refs[i].size
+    return min(end, refs[i + 1].base_offset) if i + 1 < len(refs) else end
+
+
+# -- structure ---------------------------------------------------------------------------------
+
+
+def structure_findings(work: QueueWork) -> list[Finding]:
+    """SEGMENT_GAP findings of ``work``'s consume queue and commit log: segment ``i`` ends
+    (base + committed size) before segment ``i + 1`` begins. The finding names the next
+    segment and the flat-file offsets missing; for the consume queue also the queue
+    offsets. A segment whose size runs past the next base is a torn tail the next segment
+    overrides: not a finding."""
+    out = []
+    for name, refs in (("consume queue", work.consume_queue), ("commit log", work.commit_log)):
+        for prev, nxt in zip(refs, refs[1:]):
+            end = prev.base_offset + prev.size
+            if end >= nxt.base_offset:
+                continue
+            queue_offsets = None
+            if refs is work.consume_queue:
+                queue_offsets = (-(-end // CQ_UNIT_SIZE), nxt.base_offset // CQ_UNIT_SIZE)
+            out.append(Finding(
+                FindingKind.SEGMENT_GAP, nxt.path,
+                f"the {name} of {work.subject} has no bytes {end}..{nxt.base_offset - 1} before this segment "
+                f"({nxt.base_offset - end} bytes: {prev.path} ends at {end})",
+                work.topic, work.queue_id, queue_offsets, (end, nxt.base_offset),
+                {"log": "consume_queue" if refs is work.consume_queue else "commit_log",
+                 "previous": prev.path, "missing_bytes": nxt.base_offset - end}))
+    return out
+
+
+# -- ranges ------------------------------------------------------------------------------------
 
 
 def plan_ranges(work: QueueWork, units_per_range: int) -> list[tuple[int, int]]:
     """Split ``[work.min_offset, work.max_offset)`` into ranges of at most
-    ``units_per_range`` queue offsets (a Spark task each)."""
-    raise NotImplementedError
+    ``units_per_range`` queue offsets (a Spark task each), cut at consume-queue segment
+    boundaries as the data source's partitions are. Empty for an empty queue; raises
+    :class:`~tiered_core.errors.IllegalParam` for ``units_per_range`` < 1."""
+    from tiered_core.errors import IllegalParam
+
+    if units_per_range < 1:
+        raise IllegalParam(f"units_per_range must be >= 1, got {units_per_range}", units_per_range=units_per_range)
+    cuts = sorted({work.min_offset, work.max_offset,
+                   *(r.base_offset // CQ_UNIT_SIZE for r in work.consume_queue
+                     if work.min_offset < r.base_offset // CQ_UNIT_SIZE < work.max_offset)})
+    out = []
+    for lo, hi in zip(cuts, cuts[1:]):
+        while lo < hi:
+            out.append((lo, min(hi, lo + units_per_range)))
+            lo = out[-1][1]
+    return out
 
 
 def verify_range(driver: SegmentDriver, work: QueueWork, start: int, end: int, *, deep: bool,
@@ -63,13 +196,134 @@ def verify_range(driver: SegmentDriver, work: QueueWork, start: int, end: int, *
     property per ``prop_crc``), its store time gathered for the segment-time check. A bad
     message is one finding; the walk goes on after it. Never raises for the data it walks
     (what is wrong is a finding); driver errors other than a missing object propagate."""
-    raise NotImplementedError
+    from tiered_core.ops.verify_range import RangeWalker
+
+    return RangeWalker(driver, work, start, end, deep=deep, prop_crc=prop_crc).run()
+
+
+# -- segment times ------------------------------------------------------------------------------
+
+
+def merge_times(results: Iterable[RangeResult]) -> tuple[dict[str, tuple[int, int]],
+                                                          dict[str, tuple[int, int, int, int]]]:
+    """The ``times`` and ``edges`` of several ranges of one queue, merged."""
+    times: dict[str, tuple[int, int]] = {}
+    edges: dict[str, tuple[int, int, int, int]] = {}
+    for result in results:
+        for path, (lo, hi) in result.times.items():
+            old = times.get(path)
+            times[path] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
+        for path, (f_off, f_time, l_end, l_time) in result.edges.items():
+            old = edges.get(path)
+            if old is None:
+                edges[path] = (f_off, f_time, l_end, l_time)
+            else:
+                first = (f_off, f_time) if f_off < old[0] else (old[0], old[1])
+                last = (l_end, l_time) if l_end > old[2] else (old[2], old[3])
+                edges[path] = (*first, *last)
+    return times, edges
 
 
 def time_findings(work: QueueWork, results: list[RangeResult]) -> list[Finding]:
     """Findings of commit-log segments whose metadata times disagree with the first/last
-    store time of the messages read in them (the merged ``times`` of every range)."""
-    raise NotImplementedError
+    store time of the messages read in them (the merged ``times`` of every range).
+
+    What "agree" means: the store records a segment's times as the earliest and latest
+    store time of the messages appended to it (``FileSegment.append``), the metadata
+    rebuild as those of its first and last message; either agrees. Only what the walk
+    can know is checked: the queue's last segment (still being written) never; ``begin``
+    only when the first message read starts at the segment's base, ``end`` only when the
+    last one read ends where the segment's bytes end (not when its head expired with
+    the consume queue's, a torn tail follows or units for its last messages are not
+    committed yet). The finding's ``facts`` hold ``metadata_times``, ``read_times``
+    (earliest, latest read) and ``times``: what the metadata should record."""
+    times, edges = merge_times(results)
+    refs = work.commit_log
+    out = []
+    for i, ref in enumerate(refs[:-1]):
+        if ref.path not in times or ref.path not in edges:
+            continue
+        lo, hi = times[ref.path]
+        first_off, first_time, last_end, last_time = edges[ref.path]
+        begin, end_ = work.times.get(ref.path, (NO_TIMESTAMP, NO_TIMESTAMP))
+        torn = ref.base_offset + ref.size > refs[i + 1].base_offset
+        check_begin = first_off == ref.base_offset
+        check_end = not torn and last_end == served_end(refs, i)
+        bad_begin = check_begin and begin not in (lo, first_time)
+        bad_end = check_end and end_ not in (hi, last_time)
+        if not (bad_begin or bad_end):
+            continue
+        fixed = (lo if bad_begin else begin, hi if bad_end else end_)
+        wrong = " and ".join(w for w, bad in (("begin", bad_begin), ("end", bad_end)) if bad)
+        out.append(Finding(
+            FindingKind.TIME_BOUNDS_MISMATCH, ref.path,
+            f"the metadata records store times {_time(begin)}..{_time(end_)} for this segment of "
+            f"{work.subject}, its messages were stored {lo}..{hi} (the {wrong} disagrees)",
+            work.topic, work.queue_id, None, (ref.base_offset, served_end(refs, i)),
+            {"metadata_times": [begin, end_], "read_times": [lo, hi], "times": list(fixed),
+             "checked": [w for w, ok in (("begin", check_begin), ("end", check_end)) if ok]}))
+    return out
 
 
-__all__ = ["QueueWork", "RangeResult", "plan_ranges", "time_findings", "verify_range"]
+def _time(value: int) -> str:
+    return "unknown" if value == NO_TIMESTAMP else str(value)
+
+
+# -- the whole walk -----------------------------------------------------------------------------
+
+
+def finish_walk(works: Sequence[QueueWork], results: Iterable[RangeResult]) -> QueueWalk:
+    """The :class:`QueueWalk` of ``works`` from the results of their ranges (any split, in
+    any order): each queue's structure findings, the ranges' findings with runs that touch
+    across range boundaries merged into one, and its time findings. The same ranges give
+    the same walk wherever they ran."""
+    from tiered_core.ops.verify_range import merge_runs
+
+    by_queue: dict[tuple[str, int], list[RangeResult]] = defaultdict(list)
+    for result in results:
+        by_queue[(result.topic, result.queue_id)].append(result)
+    walk = QueueWalk()
+    for work in works:
+        mine = sorted(by_queue.get((work.topic, work.queue_id), ()), key=lambda r: r.start)
+        found = structure_findings(work)
+        found += merge_runs([f for r in mine for f in r.findings])
+        found += time_findings(work, mine)
+        found.sort(key=_order)
+        walk.findings.extend(found)
+        walk.stats.queues_checked += 1
+        walk.stats.segments_checked += len(work.consume_queue) + len(work.commit_log)
+        for r in mine:
+            walk.stats.messages_read += r.stats.messages_read
+            walk.stats.bytes_read += r.stats.bytes_read
+    return walk
+
+
+def _order(f: Finding) -> tuple:
+    q = f.queue_offsets[0] if f.queue_offsets is not None else (f.file_offsets[0] if f.file_offsets else -1)
+    return (q, f.kind.value, f.subject)
+
+
+def walk_queues(driver: SegmentDriver, works: Sequence[QueueWork], *, deep: bool,
+                prop_crc: PropCrcPolicy = PropCrcPolicy.IF_PRESENT,
+                progress: Callable[[int], None] | None = None,
+                units_per_range: int = UNITS_PER_RANGE) -> QueueWalk:
+    """The per-queue walk in this process (the :data:`Walk` of ``tiered verify``): every
+    range of every queue through :func:`verify_range`, then :func:`finish_walk`. Driver
+    errors other than a missing object propagate."""
+    results = []
+    for work in works:
+        for start, end in plan_ranges(work, units_per_range):
+            results.append(verify_range(driver, work, start, end, deep=deep, prop_crc=prop_crc))
+            if progress is not None:
+                progress(end - start)
+    return finish_walk(works, results)
+
+
+def total_units(works: Iterable[QueueWork]) -> int:
+    """The queue offsets a walk of ``works`` covers (a progress bar's total)."""
+    return sum(w.max_offset - w.min_offset for w in works)
+
+
+__all__ = ["QueueWalk", "QueueWork", "RangeResult", "UNITS_PER_RANGE", "Walk", "finish_walk", "merge_times",
+           "plan_ranges", "queue_works", "served_end", "structure_findings", "time_findings", "total_units",
+           "verify_range", "walk_queues"]

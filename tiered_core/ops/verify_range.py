@@ -1,0 +1,352 @@
+"""The walk of one range of a queue's offsets for ``tiered verify`` (see
+:mod:`tiered_core.ops.verify_queue`): its units, and with ``deep`` its messages.
+
+Deep: the messages come through :meth:`SegmentReader.batches
+<tiered_core.flat.segment_reader.SegmentReader.batches>` (groups of units decoded in one
+call, one commit-log read per run, one validation pass per run); only when it stops at a
+bad unit does the walker look closer, turn what stopped it into a finding and resume after
+it. Shallow: the units are read in the same groups and checked against the commit log's
+segments, a group at a time. Bytes that are gone (a missing object, one shorter than its
+references say) are one finding per segment with the queue offsets they held; runs of
+units outside the commit log are one finding per run.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import Sequence
+
+from tiered_core.codec._impl import peek_store_timestamp
+from tiered_core.codec.checks import PropCrcPolicy
+from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
+from tiered_core.codec.message_batch import MessageBatch
+from tiered_core.errors import CorruptData, NotFound
+from tiered_core.flat.batch_check import decode_units
+from tiered_core.flat.segment_reader import UNITS_PER_READ, SegmentReader
+from tiered_core.ops.findings import Finding, FindingKind
+from tiered_core.ops.verify_queue import QueueWork, RangeResult, served_end
+from tiered_core.spi.driver import SegmentDriver
+
+_ZERO_UNIT = (0, 0, 0)
+#: Kinds whose findings of neighbouring ranges join into one (runs of queue offsets).
+RUN_KINDS = (FindingKind.UNIT_OUTSIDE_COMMIT_LOG, FindingKind.MISSING_OBJECT, FindingKind.LOST_BYTES)
+
+
+def outside_finding(work_subject: str, topic: str, queue_id: int, q0: int, q1: int, facts: dict) -> Finding:
+    """UNIT_OUTSIDE_COMMIT_LOG for the units of queue offsets ``[q0, q1)`` (``facts``: the
+    first one's ``commitlog_offset`` and ``size``, and ``commit_log_end``: where the segment
+    it points into, or the commit log, ends)."""
+    n = q1 - q0
+    what = "a unit points" if n == 1 else f"{n} units point"
+    return Finding(FindingKind.UNIT_OUTSIDE_COMMIT_LOG, work_subject,
+                   f"{what} outside the commit log (the first at commit-log offset {facts.get('commitlog_offset')}, "
+                   f"{facts.get('size')} bytes; {facts.get('why', 'no segment holds it')})",
+                   topic, queue_id, (q0, q1), None, dict(facts, units=n))
+
+
+def lost_finding(kind: FindingKind, path: str, topic: str, queue_id: int, q0: int, q1: int,
+                 file_offsets: tuple[int, int], facts: dict) -> Finding:
+    """MISSING_OBJECT / LOST_BYTES for segment ``path``: its bytes ``file_offsets`` are gone,
+    with the messages (or units) of queue offsets ``[q0, q1)``."""
+    gone = "the object is missing" if kind is FindingKind.MISSING_OBJECT else \
+        f"the object holds {facts.get('backend_size')} of its {facts.get('committed_size')} committed bytes"
+    return Finding(kind, path, f"{gone}: queue offsets {q0}..{q1 - 1} of {topic}/{queue_id} cannot be read",
+                   topic, queue_id, (q0, q1), file_offsets, dict(facts, units=q1 - q0))
+
+
+def merge_runs(findings: Sequence[Finding]) -> list[Finding]:
+    """``findings`` with those of :data:`RUN_KINDS` that share kind and subject and whose
+    queue offsets touch joined into one (a run split by range boundaries)."""
+    out: list[Finding] = []
+    runs: dict[tuple, list[Finding]] = {}
+    for f in findings:
+        if f.kind in RUN_KINDS and f.queue_offsets is not None:
+            runs.setdefault((f.kind, f.subject, f.topic, f.queue_id), []).append(f)
+        else:
+            out.append(f)
+    for (kind, subject, topic, queue_id), group in runs.items():
+        group.sort(key=lambda f: f.queue_offsets)
+        head = group[0]
+        q0, q1 = head.queue_offsets
+        for f in group[1:] + [None]:
+            if f is not None and f.queue_offsets[0] <= q1:
+                q1 = max(q1, f.queue_offsets[1])
+                continue
+            if kind is FindingKind.UNIT_OUTSIDE_COMMIT_LOG:
+                out.append(outside_finding(subject, topic, queue_id, q0, q1, head.facts))
+            else:
+                out.append(lost_finding(kind, subject, topic, queue_id, q0, q1, head.file_offsets, head.facts))
+            if f is not None:
+                head, (q0, q1) = f, f.queue_offsets
+    return out
+
+
+class RangeWalker:
+    """One walk of queue offsets ``[start, end)`` of ``work``'s queue (:func:`run`)."""
+
+    def __init__(self, driver: SegmentDriver, work: QueueWork, start: int, end: int, *, deep: bool,
+                 prop_crc: PropCrcPolicy) -> None:
+        self.driver, self.work, self.deep = driver, work, deep
+        self.start, self.end = start, end
+        self.result = RangeResult(work.topic, work.queue_id, start, end)
+        self.cl = work.commit_log
+        self.cl_bases = [r.base_offset for r in self.cl]
+        self.cl_ends = [served_end(self.cl, i) for i in range(len(self.cl))]
+        self.reader = SegmentReader.from_refs(driver, work.topic, work.queue_id, work.consume_queue, self.cl,
+                                              prop_crc)
+        self._sizes: dict[str, int | None] = {}
+
+    def run(self) -> RangeResult:
+        """The range's :class:`RangeResult` (findings, counters, the segments' store times)."""
+        if not self.cl:
+            return self.result  # no commit log: every unit points below it (expired)
+        for lo, hi in self.intervals():
+            if self.deep:
+                self.walk_deep(lo, hi)
+            else:
+                self.walk_units(lo, hi)
+        return self.result
+
+    def intervals(self) -> list[tuple[int, int]]:
+        """The queue offsets of ``[start, end)`` the consume queue's segments hold (a gap
+        between two is the structure check's finding, not read)."""
+        cq = self.work.consume_queue
+        out = []
+        for i, ref in enumerate(cq):
+            lo = -(-ref.base_offset // CQ_UNIT_SIZE)
+            hi = served_end(cq, i) // CQ_UNIT_SIZE
+            lo, hi = max(lo, self.start), min(hi, self.end)
+            if lo < hi:
+                out.append((lo, hi))
+        return out
+
+    # -- deep: every message ----------------------------------------------------------------
+
+    def walk_deep(self, lo: int, hi: int) -> None:
+        pos = lo
+        while pos < hi:
+            try:
+                for batch in self.reader.batches(pos, hi):
+                    self.account(batch)
+                    pos = batch.end_offset
+                return
+            except CorruptData as exc:
+                pos = max(self.corrupt(exc, pos, hi), pos + 1)
+            except NotFound as exc:
+                pos = self.missing(exc, pos, hi)
+
+    def account(self, batch: MessageBatch) -> None:
+        units = batch.units
+        n = len(units)
+        stats = self.result.stats
+        stats.messages_read += n
+        stats.bytes_read += len(batch.data) + n * CQ_UNIT_SIZE
+        data, base = batch.data, batch.base
+        stamps = [peek_store_timestamp(data, off - base) for off, _size, _tags in units]
+        first_off = units[0][0]
+        last_off, last_size, _tags = units[-1]
+        path = self.cl[bisect.bisect_right(self.cl_bases, first_off) - 1].path
+        lo, hi = min(stamps), max(stamps)
+        times, edges = self.result.times, self.result.edges
+        old = times.get(path)
+        times[path] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
+        old_edge = edges.get(path)
+        if old_edge is None:
+            edges[path] = (first_off, stamps[0], last_off + last_size, stamps[-1])
+        else:
+            first = (first_off, stamps[0]) if first_off < old_edge[0] else old_edge[:2]
+            last = (last_off + last_size, stamps[-1]) if last_off + last_size > old_edge[2] else old_edge[2:]
+            edges[path] = (*first, *last)
+
+    def corrupt(self, exc: CorruptData, pos: int, hi: int) -> int:
+        """The finding of what stopped :meth:`SegmentReader.batches`; where to resume."""
+        ctx = exc.context
+        reason = ctx.get("reason")
+        q = ctx.get("queue_offset")
+        q = pos if q is None else int(q)
+        if reason == "truncated":  # the consume queue ends early
+            return self.cq_lost(q, hi)
+        off, size = int(ctx.get("offset", 0)), int(ctx.get("size", 0))
+        if reason == "unit":
+            self.outside(q, q + 1, off, size, f"not a valid unit ({exc.message})")
+            return q + 1
+        if reason == "unit_out_of_range":
+            return self.out_of_range(q, off, size, hi)
+        i = bisect.bisect_right(self.cl_bases, off) - 1
+        self.result.findings.append(Finding(
+            FindingKind.CORRUPT_MESSAGE, self.cl[max(i, 0)].path, exc.message, self.work.topic, self.work.queue_id,
+            (q, q + 1), (off, off + size), {"reason": reason, "commitlog_offset": off, "size": size}))
+        return q + 1
+
+    def out_of_range(self, q: int, off: int, size: int, hi: int) -> int:
+        """Unit ``q`` (``off``, ``size``) names bytes the read did not get: gone from a
+        segment that should hold them, or outside every segment."""
+        i = bisect.bisect_right(self.cl_bases, off) - 1
+        if i < 0:
+            self.outside(q, q + 1, off, size, f"below the commit log's first segment ({self.cl_bases[0]})")
+            return q + 1
+        seg_end = self.cl_ends[i]
+        if off + size <= seg_end:  # the segment should hold it: its bytes are gone
+            resume = self.after(seg_end, q, hi)
+            self.cl_lost(i, q, resume)
+            return resume
+        if off < seg_end:  # starts inside, ends past the segment: this unit alone
+            self.outside(q, q + 1, off, size, f"the segment holding it ends at {seg_end}")
+            return q + 1
+        if i + 1 < len(self.cl):  # into the gap before the next segment
+            resume = self.after(self.cl_bases[i + 1], q, hi)
+            self.outside(q, resume, off, size, f"between the segments ending at {seg_end} and starting at "
+                                                f"{self.cl_bases[i + 1]}")
+            return resume
+        self.outside(q, hi, off, size, f"the commit log ends at {seg_end}")  # units only point forward
+        return hi
+
+    def after(self, commit_offset: int, q: int, hi: int) -> int:
+        """The first queue offset in ``(q, hi]`` whose unit points at or after ``commit_offset``."""
+        found = self.reader.first_unit_at_or_after(commit_offset, q + 1, hi)
+        return q + 1 if found is None else max(found, q + 1)
+
+    def missing(self, exc: NotFound, pos: int, hi: int) -> int:
+        """A segment object the read needed does not exist: the finding, where to resume."""
+        path = exc.context.get("path")
+        cq_paths = [r.path for r in self.work.consume_queue]
+        if path not in cq_paths and path not in self._cl_paths():
+            path = self._probe_missing()
+            if path is None:
+                raise exc
+        self._sizes[path] = None
+        if path in cq_paths:
+            return self.cq_lost(pos, hi, cq_paths.index(path))
+        i = self._cl_paths().index(path)
+        q0 = self.reader.first_unit_at_or_after(self.cl_bases[i], pos, hi)
+        q0 = pos if q0 is None else q0
+        if q0 >= hi:
+            return hi
+        resume = self.after(self.cl_ends[i], q0, hi)
+        self.cl_lost(i, q0, resume)
+        return resume
+
+    def _cl_paths(self) -> list[str]:
+        return [r.path for r in self.cl]
+
+    def _probe_missing(self) -> str | None:
+        for ref in (*self.work.consume_queue, *self.cl):
+            if self.size(ref.path) is None:
+                return ref.path
+        return None
+
+    def size(self, path: str) -> int | None:
+        """The backend size of ``path`` (None when it does not exist), asked once."""
+        if path not in self._sizes:
+            try:
+                self._sizes[path] = self.driver.size(path)
+            except NotFound:
+                self._sizes[path] = None
+        return self._sizes[path]
+
+    def cq_lost(self, q: int, hi: int, index: int | None = None) -> int:
+        """The consume-queue segment holding queue offset ``q`` (or number ``index``) lost
+        its units from ``q``: the finding; where to resume (its end)."""
+        cq = self.work.consume_queue
+        if index is None:
+            bases = [r.base_offset for r in cq]
+            index = max(0, bisect.bisect_right(bases, q * CQ_UNIT_SIZE) - 1)
+        ref = cq[index]
+        seg_end = served_end(cq, index)
+        resume = min(hi, seg_end // CQ_UNIT_SIZE)
+        q0 = max(q, -(-ref.base_offset // CQ_UNIT_SIZE))
+        if q0 >= resume:
+            return max(resume, q + 1)
+        size = self.size(ref.path)
+        kind = FindingKind.MISSING_OBJECT if size is None else FindingKind.LOST_BYTES
+        start = ref.base_offset + (size or 0)
+        self.result.findings.append(lost_finding(
+            kind, ref.path, self.work.topic, self.work.queue_id, q0, resume, (start, seg_end),
+            {"log": "consume_queue", "backend_size": size, "committed_size": ref.size}))
+        return resume
+
+    def cl_lost(self, i: int, q0: int, q1: int) -> None:
+        ref = self.cl[i]
+        size = self.size(ref.path)
+        kind = FindingKind.MISSING_OBJECT if size is None else FindingKind.LOST_BYTES
+        self.result.findings.append(lost_finding(
+            kind, ref.path, self.work.topic, self.work.queue_id, q0, q1,
+            (ref.base_offset + (size or 0), self.cl_ends[i]),
+            {"log": "commit_log", "backend_size": size, "committed_size": ref.size}))
+
+    def outside(self, q0: int, q1: int, off: int, size: int, why: str) -> None:
+        self.result.findings.append(outside_finding(
+            self.work.subject, self.work.topic, self.work.queue_id, q0, q1,
+            {"commitlog_offset": off, "size": size, "why": why}))
+
+    # -- shallow: every unit inside the commit log -----------------------------------------------
+
+    def walk_units(self, lo: int, hi: int) -> None:
+        log = self.reader.consume_queue
+        pos, readable = lo, False
+        while pos < hi:
+            n = min(hi - pos, UNITS_PER_READ)
+            try:
+                raw = log.read(pos * CQ_UNIT_SIZE, n * CQ_UNIT_SIZE)
+            except NotFound as exc:
+                pos = self.missing(exc, pos, hi)
+                continue
+            self.result.stats.bytes_read += len(raw)
+            units = decode_units(raw)
+            if units:
+                readable = self.check_units(units, pos, readable)
+            if len(units) < n:
+                pos = self.cq_lost(pos + len(units), hi)
+                continue
+            pos += n
+
+    def check_units(self, units: list[tuple[int, int, int]], pos: int, readable: bool) -> bool:
+        """Check a group of units (the first is queue offset ``pos``); returns whether a
+        readable unit has been seen. A whole group inside one segment is checked at once."""
+        bases, ends = self.cl_bases, self.cl_ends
+        lo_off = min(u[0] for u in units)
+        i = bisect.bisect_right(bases, lo_off) - 1
+        if i >= 0 and min(u[1] for u in units) > 0 and max(u[0] for u in units) < ends[i]:
+            span = max(o + s for o, s, _t in units)
+            if span <= ends[i] or span <= self.end_of(i):
+                return True
+        run: list = []  # [q0, q1, off, size, why] of the open run of outside units
+        for k, unit in enumerate(units):
+            off, size, _tags = unit
+            q = pos + k
+            why = None
+            if off < bases[0] or size <= 0:
+                if off < 0 or size < 0 or (size == 0 and unit != _ZERO_UNIT):
+                    why = "not a valid unit"
+                elif readable and unit != _ZERO_UNIT:
+                    why = f"below the commit log's first segment ({bases[0]}) after units that point into it"
+            else:
+                readable = True
+                j = bisect.bisect_right(bases, off) - 1
+                if off + size > self.end_of(j):
+                    why = f"the segment holding it ends at {self.end_of(j)}"
+            if why is None:
+                if run:
+                    self.outside(*run)
+                    run = []
+            elif run and run[1] == q and run[4] == why:
+                run[1] = q + 1
+            else:
+                if run:
+                    self.outside(*run)
+                run = [q, q + 1, off, size, why]
+        if run:
+            self.outside(*run)
+        return readable
+
+    def end_of(self, i: int) -> int:
+        """Where segment ``i``'s bytes end; for the last one what the backend holds when it
+        holds more than was committed (units committed after the last metadata update)."""
+        end = self.cl_ends[i]
+        if i + 1 < len(self.cl):
+            return end
+        size = self.size(self.cl[i].path)
+        return max(end, self.cl_bases[i] + (size or 0))
+
+
+__all__ = ["RUN_KINDS", "RangeWalker", "lost_finding", "merge_runs", "outside_finding"]

@@ -114,3 +114,157 @@ def test_a_store_with_a_quarantine_opens_rebuilds_and_lists_as_before(tmp_path, 
     assert main(["stat", "--config", conf, "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [(r["topic"], r["tiered_commit"]) for r in rows] == [("orders", len(bodies))]
+
+
+# -- moving an object aside ----------------------------------------------------------------
+
+from tiered_core.errors import CorruptData, DriverError  # noqa: E402
+from tiered_core.ops.quarantine import (  # noqa: E402
+    MANIFEST,
+    Quarantine,
+    list_quarantine,
+    purge,
+    quarantine_dir,
+)
+from tiered_core.spi.layer import DriverLayer  # noqa: E402
+
+PREFIX = tier_prefix("c1", "broker-a")
+ORPHAN = segment_path("c1", "broker-a", "orders", 0, FileSegmentType.COMMIT_LOG, 4000)
+TAILED = segment_path("c1", "broker-a", "orders", 0, FileSegmentType.CONSUME_QUEUE, 0)
+
+
+@pytest.fixture
+def driver(tmp_path):
+    conf = write_config(tmp_path)
+    d = StoreConfig.load(conf, environ={}).open_driver()
+    yield d
+    d.close()
+
+
+def put_object(driver, path: str, data: bytes, *, seal: bool = False) -> None:
+    driver.create(path)
+    # several writes, as a segment gets them
+    for i in range(0, len(data), 1000):
+        driver.write(path, i, data[i:i + 1000])
+    if seal:
+        driver.seal(path)
+
+
+def manifest_lines(driver, repair_id: str) -> list[dict]:
+    path = f"{quarantine_dir(PREFIX)}{repair_id}/{MANIFEST}"
+    return [json.loads(line) for line in driver.read(path, 0, driver.size(path)).decode().splitlines()]
+
+
+def test_move_copies_checks_records_then_removes(driver):
+    data = bytes(range(256)) * 20
+    put_object(driver, ORPHAN, data, seal=True)
+    q = Quarantine(driver, PREFIX, "r-1", clock=lambda: 1000.0)
+    entry = q.move(ORPHAN, reason="not in the metadata", kind="unlisted_object")
+    assert not driver.exists(ORPHAN)
+    assert entry.copy == f"{PREFIX}.quarantine/r-1/{ORPHAN[len(PREFIX):]}"
+    assert driver.read(entry.copy, 0, driver.size(entry.copy)) == data
+    assert driver.is_sealed(entry.copy)
+    lines = manifest_lines(driver, "r-1")
+    assert [ln["state"] for ln in lines] == ["copied", "done"]
+    assert all(ln["original"] == ORPHAN and ln["size"] == len(data) and ln["crc32"] == zlib.crc32(data)
+               and ln["then"] == "removed" and ln["kind"] == "unlisted_object" and ln["at_ms"] == 1_000_000
+               and ln["repair_id"] == "r-1" for ln in lines)
+    (run,) = list_quarantine(driver, PREFIX)
+    assert run.repair_id == "r-1" and [e.state for e in run.entries] == ["done"] and run.unlisted == []
+    # the quarantine is not a store object
+    assert list(segment_objects(driver, "c1", "broker-a")) == []
+
+
+def test_move_with_keep_rewrites_the_committed_bytes(driver):
+    data = b"c" * 2500 + b"\xff" * 700
+    put_object(driver, TAILED, data)
+    entry = Quarantine(driver, PREFIX, "r-2").move(TAILED, reason="bad tail", kind="bad_tail", keep=2500)
+    assert driver.read(TAILED, 0, driver.size(TAILED)) == b"c" * 2500
+    assert not driver.is_sealed(TAILED)  # it was not sealed: the store appends to it again
+    assert driver.read(entry.copy, 0, driver.size(entry.copy)) == data
+    assert manifest_lines(driver, "r-2")[-1]["then"] == "rewritten with its first 2500 committed bytes"
+
+
+class CorruptCopies(DriverLayer):
+    """Reads of the quarantine come back with one byte flipped (a backend that stored the copy wrong)."""
+
+    def read(self, path, position, length):
+        data = self.inner.read(path, position, length)
+        if "/.quarantine/" in path and data and not path.endswith(MANIFEST):
+            data = bytes([data[0] ^ 1]) + data[1:]
+        return data
+
+
+def test_a_copy_that_does_not_read_back_equal_leaves_the_original(driver):
+    data = b"x" * 3000
+    put_object(driver, ORPHAN, data)
+    with pytest.raises(CorruptData, match="nothing was removed"):
+        Quarantine(CorruptCopies(driver), PREFIX, "r-3").move(ORPHAN, reason="r", kind="unlisted_object")
+    assert driver.read(ORPHAN, 0, driver.size(ORPHAN)) == data
+    (run,) = list_quarantine(driver, PREFIX)
+    assert run.entries == [] and [p for p, _ in run.unlisted] == [f"{quarantine_dir(PREFIX)}r-3/{ORPHAN[len(PREFIX):]}"]
+
+
+class FailOnce(DriverLayer):
+    """``op`` fails once (a crash at that step, as far as the quarantine can tell)."""
+
+    def __init__(self, inner, op: str) -> None:
+        super().__init__(inner)
+        self.op, self.failed = op, False
+
+    def _call(self, op, target, call):
+        if op == self.op and not self.failed and "/.quarantine/" not in target:
+            self.failed = True
+            raise DriverError(f"injected failure of {op}", retryable=False, path=target)
+        return call()
+
+
+@pytest.mark.parametrize("keep, step", [(None, "delete"), (2000, "delete"), (2000, "create")])
+def test_a_crash_between_copy_and_removal_is_finished_by_the_next_run(driver, keep, step):
+    data = b"y" * 2000 + b"z" * 999
+    put_object(driver, ORPHAN, data)
+    with pytest.raises(DriverError, match="injected"):
+        Quarantine(FailOnce(driver, step), PREFIX, "r-4").move(ORPHAN, reason="r", kind="k", keep=keep)
+    assert [ln["state"] for ln in manifest_lines(driver, "r-4")] == ["copied"]
+    # a refusing re-check leaves it alone
+    assert Quarantine(driver, PREFIX, "r-5").finish_pending(lambda e: "still listed") == []
+    finished = Quarantine(driver, PREFIX, "r-5").finish_pending(lambda e: None)
+    assert [e.original for e in finished] == [ORPHAN] and finished[0].state == "done"
+    if keep is None:
+        assert not driver.exists(ORPHAN)
+    else:
+        assert driver.read(ORPHAN, 0, driver.size(ORPHAN)) == data[:keep]
+    assert [ln["state"] for ln in manifest_lines(driver, "r-4")] == ["copied", "done"]
+    # nothing left to finish: harmless
+    assert Quarantine(driver, PREFIX, "r-6").finish_pending(lambda e: None) == []
+
+
+def test_purge_deletes_only_old_finished_manifest_listed_copies(driver):
+    for i, repair_id in enumerate(["r-old", "r-new"]):
+        path = segment_path("c1", "broker-a", "orders", i, FileSegmentType.COMMIT_LOG, 0)
+        put_object(driver, path, b"o" * 1500)
+        Quarantine(driver, PREFIX, repair_id, clock=lambda i=i: 1_000_000.0 + i * 86_400).move(
+            path, reason="r", kind="unlisted_object")
+    # an unfinished move, old: its copy may be the only one of committed bytes
+    put_object(driver, ORPHAN, b"p" * 1200)
+    with pytest.raises(DriverError):
+        Quarantine(FailOnce(driver, "delete"), PREFIX, "r-pending", clock=lambda: 1_000_000.0).move(
+            ORPHAN, reason="r", kind="unlisted_object")
+    # an object no manifest names
+    stray = f"{quarantine_dir(PREFIX)}r-old/stray"
+    put_object(driver, stray, b"s")
+    now = 1_000_000.0 + 86_400 + 3600  # r-old is a day and an hour old, r-new an hour
+    report = purge(driver, PREFIX, older_than_s=86_400, now=now)
+    assert [e.repair_id for e in report.purged] == ["r-old"]
+    assert not driver.exists(report.purged[0].copy)
+    kept = dict(report.kept)
+    assert stray in kept and len(kept) == 3
+    assert any("not finished" in why for why in kept.values())
+    assert driver.exists(stray) and driver.exists(ORPHAN)
+    assert report.manifests == []  # r-old still holds the stray
+    assert manifest_lines(driver, "r-old")[-1]["state"] == "purged"
+    # a week later r-new goes with its manifest; the pending copy and the stray stay
+    report = purge(driver, PREFIX, older_than_s=86_400, now=now + 7 * 86_400)
+    assert [e.repair_id for e in report.purged] == ["r-new"]
+    assert report.manifests == [f"{quarantine_dir(PREFIX)}r-new/{MANIFEST}"]
+    assert [r.repair_id for r in list_quarantine(driver, PREFIX)] == ["r-old", "r-pending"]

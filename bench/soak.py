@@ -100,12 +100,14 @@ Figures (``--json`` prints them as one object):
   not as failed (``tiered spark reindex`` rebuilds those keys);
 * ``restarts`` (SIGKILL + restart), ``put_msgs_per_s`` (acknowledged puts per second of child
   uptime), ``final_verify_s``, and the maintenance the run did (local files deleted,
-  index files uploaded, dispatch and log errors).
+  index files uploaded, dispatch and log errors);
+* ``tier_verify``: ``tiered verify --deep`` of the final store (its exit code, the messages
+  it read, its findings of warning or worse: there must be none).
 
 Exit code 0 only when nothing was lost, duplicated, misplaced or corrupted, no offset was
 reused, no consumer saw a message vanish, an offset change its message, a skip over a
 message or an order violation, no message stayed untiered too long, every key lookup
-succeeded and the final verify completed; 1 otherwise; 2 when the store refused to open
+succeeded, the final verify completed and ``tiered verify --deep`` found nothing; 1 otherwise; 2 when the store refused to open
 (printed as ``open_failed``: a finding, the soak stops there) or a child died by itself.
 """
 
@@ -1156,6 +1158,13 @@ def verify(work: str, settings: dict[str, Any], store_path: str, *, take_over: b
                                        "lookup_failed": lookup_sample["failures"] + lookup_restart["failures"],
                                        }.items() if v},
     })
+    # 4. the tier as `tiered verify --deep` sees it: kills, lost disks and restores must
+    # leave nothing it reports (its info findings are states, not faults)
+    from tiered_core.ops.verify import verify_store
+
+    report = verify_store(config, deep=True)
+    out["tier_verify"] = {"exit_code": report.exit_code, "messages_read": report.stats.messages_read,
+                          "findings": [f.describe() for f in report.findings if f.severity.rank > 0][:20]}
     return out
 
 
@@ -1541,6 +1550,7 @@ def harness(args: argparse.Namespace) -> int:
         result["final_verify_s"] = verified["verify_s"]
         result["final_dispatch"] = verified["final_dispatch"]
         result["untiered_queues"] = verified["untiered_queues"]
+        result["tier_verify"] = verified["tier_verify"]
     else:
         result["key_lookups"] = {"during_run": lookups_run}
     behind = {f"kill {r['kill']}": r["tier_behind_metadata"] for r in faults.records if r["tier_behind_metadata"]}
@@ -1572,6 +1582,8 @@ def harness(args: argparse.Namespace) -> int:
     if verified:
         if verified["untiered_queues"]:
             failures.append(f"not tiered after the final dispatch: {verified['untiered_queues'][:3]}")
+        if verified["tier_verify"]["exit_code"]:
+            failures.append(f"tiered verify --deep of the final store: {verified['tier_verify']['findings'][:3]}")
         if verified["served_by_tier"].get("local"):
             failures.append(f"{verified['served_by_tier']['local']} messages read back from the local store")
         for kind, res in verified["key_lookups"].items():
@@ -1634,6 +1646,9 @@ def print_table(r: dict[str, Any]) -> None:
         ("put msgs/s", f"{r.get('put_msgs_per_s', '-')}"),
         ("local files deleted", f"{r['local_files_deleted']}, index uploads {r['index_uploads']}"),
         ("final verify", f"{r.get('final_verify_s', '-')} s"),
+        ("tiered verify --deep", "-" if "tier_verify" not in r else
+         f"exit {r['tier_verify']['exit_code']}, {r['tier_verify']['messages_read']:,} messages read, "
+         f"findings {r['tier_verify']['findings'] or 'none'}"),
         ("result", "OK" if r["ok"] else "FAILED: " + "; ".join(r["failures"])),
     ]
     width = max(len(k) for k, _ in rows)

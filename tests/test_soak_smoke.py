@@ -37,6 +37,9 @@ def test_soak_survives_sigkills_lost_disk_and_restore(tmp_path):
     r = json.loads(proc.stdout)
     assert r["failures"] == [] and r["ok"], r
     assert r["restarts"] == 4
+    # `tiered verify --deep` of the final store finds nothing (every message read)
+    assert r["tier_verify"]["exit_code"] == 0 and r["tier_verify"]["findings"] == [], r["tier_verify"]
+    assert r["tier_verify"]["messages_read"] >= r["read_back"] > 0
 
     # both faults ran, as scheduled
     f = r["faults"]

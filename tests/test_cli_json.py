@@ -43,6 +43,12 @@ def test_demo_json(tmp_path):
     assert moved and all(q["items"][0]["bname"] == "broker-a" and q["items"][1]["logicOffset"] > 0 for q in moved)
     assert sum(q["maxOffset"] for q in status["queues"]) == 4000
     assert {q["leader"]["bname"] for q in status["queues"]} == {"broker-b", "broker-c"}
+    # the demo's store is whole: `tiered verify --deep` reads every message and finds nothing
+    proc = run("verify", "--config", summary["config"], "--deep", "--json", cwd=tmp_path)
+    assert proc.returncode == ExitCode.OK, proc.stdout[-3000:] + proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert [f for f in report["findings"] if f["severity"] != "info"] == []
+    assert report["summary"]["messages_read"] >= 20000 and report["summary"]["deep"]
 
 
 def test_demo_verification_failure_is_check_failed(tmp_path):

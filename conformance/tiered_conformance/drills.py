@@ -80,7 +80,7 @@ EXPECTED: dict[str, FindingKind] = {
 DEEP: frozenset[str] = frozenset({"flipped_byte", "index_entry_wrong", "bad_times"})
 
 #: Faults that need the backend listing only (planted and found the same way on every driver).
-LISTING: frozenset[str] = frozenset({"truncated_segment", "deleted_object", "extra_object", "unlisted_segment",
+LISTING: frozenset[str] = frozenset({"truncated_segment", "deleted_object", "extra_object", "unlisted_segment", "index_deleted",
                                      "metadata_past_end", "wrong_sealed_flag", "bad_tail", "stale_owner",
                                      "owner_deleted"})
 

@@ -249,3 +249,26 @@ def test_beside_a_running_producer_and_dispatcher(tmp_path):
     # the walks saw the store move: later reports read more messages
     assert reports[-1].stats.messages_read > reports[0].stats.messages_read
     assert any(report.of_kind(FindingKind.LOCAL_PENDING) for report in reports)
+
+
+def test_local_store_pending_and_retention_held(tmp_path, capsys):
+    """Messages put but not dispatched: every queue's are pending, and the expired local
+    commit-log files that hold them are kept by local retention; both are information only."""
+    config = small_config(tmp_path, "posix", {"root": str(tmp_path / "tier")}, local_commit_log_file_size=64 << 10,
+                          local_retention_hours=0)
+    workload = Workload(topics=("orders",), queues=2, seed=5)
+    with TieredMessageStore.open(config) as store:
+        workload.put(store, 600)
+        assert store.delete_expired_local() == 0  # retention deletes nothing that is not tiered
+    files = sorted(os.listdir(os.path.join(config.store_path, "commitlog")))
+    assert len(files) >= 3
+    code, report = run_verify(capsys, write_conf(config, tmp_path))
+    assert code == 0 and serious(report) == [], report
+    pending = {(f["topic"], f["queue_id"]): f for f in report["findings"] if f["kind"] == "local_pending"}
+    assert {k: tuple(f["queue_offsets"]) for k, f in pending.items()} == {
+        key: (0, len(sent)) for key, sent in workload.sent.items()}
+    held = [f for f in report["findings"] if f["kind"] == "local_retention_held"]
+    assert len(held) == 1 and held[0]["facts"]["files"] == files[:-1], held
+    assert held[0]["facts"]["oldest_untiered_commitlog_offset"] == 0
+    code, report = run_verify(capsys, write_conf(config, tmp_path), "--topics", "nosuch")
+    assert code == 0 and not [f for f in report["findings"] if f["kind"].startswith("local_")]

@@ -141,6 +141,7 @@ class SegmentReader:
                     yield batch
                 if batch.error is not None:
                     raise batch.error
+                del batch, run  # before the next read: its buffer can reuse this one's memory
                 i = j
             pos += length
             if len(raw) < length:  # after the intact units before the cut

@@ -36,6 +36,7 @@ COMMANDS = [
     "ops",
     "metadata_commands",
     "takeover",
+    "verify_commands",
     "spark",
     "static_topic_commands",
 ]

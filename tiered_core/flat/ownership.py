@@ -19,6 +19,10 @@ record before every write, seal, create and delete, and from the first sighting 
 refuses them all with :class:`~tiered_core.errors.Fenced`.
 
 The ``.tiered-owner`` directory cannot collide with a topic: topic names never hold a dot.
+Nor can ``.quarantine`` (where ``tiered repair`` keeps the objects it moved aside, with a
+manifest; see ``tiered_core/ops/quarantine.py``). Both are *reserved*
+(:func:`is_reserved_path`): nothing that lists the prefix counts what they hold as a
+store object.
 """
 
 from __future__ import annotations
@@ -41,6 +45,10 @@ from tiered_core.common import now_ms
 log = logging.getLogger(__name__)
 
 OWNER_DIR = ".tiered-owner"
+#: Directory under the prefix where ``tiered repair`` moves objects aside (never a segment).
+QUARANTINE_DIR = ".quarantine"
+#: Directories directly under a tier prefix that hold no store object.
+RESERVED_DIRS = (OWNER_DIR, QUARANTINE_DIR)
 #: File in the local store directory holding the store's id (created at first open).
 STORE_ID_FILE = "tiered-store-id"
 _CLAIM_ATTEMPTS = 5
@@ -55,9 +63,22 @@ def owner_prefix(cluster: str, broker: str) -> str:
     return f"{tier_prefix(cluster, broker)}{OWNER_DIR}/"
 
 
+def quarantine_prefix(cluster: str, broker: str) -> str:
+    """``{prefix}.quarantine/``: where ``tiered repair`` keeps what it moved aside."""
+    return f"{tier_prefix(cluster, broker)}{QUARANTINE_DIR}/"
+
+
 def is_owner_record(path: str) -> bool:
     """Whether ``path`` is an ownership record (never a segment)."""
     return f"/{OWNER_DIR}/" in path
+
+
+def is_reserved_path(path: str) -> bool:
+    """Whether ``path`` (as listed, relative to the backend root) lies in a reserved
+    directory of its tier prefix (``{cluster dir}/{broker}/.tiered-owner/`` or
+    ``.quarantine/``): an owner record or a quarantined object, never a store object."""
+    parts = path.split("/", 3)
+    return len(parts) > 3 and parts[2] in RESERVED_DIRS
 
 
 @dataclass(frozen=True)
@@ -280,7 +301,7 @@ class PrefixOwnership:
         """
         last: dict[str, tuple[int, str]] = {}
         for path, _size in self.driver.list(self.prefix):
-            if is_owner_record(path):
+            if is_reserved_path(path):
                 continue
             try:
                 info = parse_segment_path(path)
@@ -363,20 +384,25 @@ class ReadOnlyDriver(DriverLayer):
 
 
 def segment_objects(driver: SegmentDriver, cluster: str, broker: str) -> Iterator[tuple[str, int]]:
-    """``(path, size)`` of every object under the store's prefix but the owner records."""
+    """``(path, size)`` of every object under the store's prefix but those in its reserved
+    directories (owner records, the quarantine: :func:`is_reserved_path`)."""
     for path, size in driver.list(tier_prefix(cluster, broker)):
-        if not is_owner_record(path):
+        if not is_reserved_path(path):
             yield path, size
 
 
 __all__ = [
     "OWNER_DIR",
+    "QUARANTINE_DIR",
+    "RESERVED_DIRS",
     "STORE_ID_FILE",
     "FencedDriver",
     "OwnerRecord",
     "PrefixOwnership",
     "ReadOnlyDriver",
     "is_owner_record",
+    "is_reserved_path",
+    "quarantine_prefix",
     "load_store_id",
     "read_store_id",
     "owner_prefix",

@@ -63,7 +63,7 @@ from tiered_core.codec.naming import (
 from tiered_core.errors import IllegalParam, MetadataError, TieredStoreError
 from tiered_core.flat.segment_ref import SegmentRef
 from tiered_core.flat.segment_reader import SegmentReader
-from tiered_core.flat.ownership import is_owner_record
+from tiered_core.flat.ownership import is_reserved_path
 from tiered_core.spi.driver import SegmentDriver
 from tiered_core.spi.metadata import FileSegmentMetadata, QueueMetadata, TieredMetadataStore, TopicMetadata
 
@@ -225,8 +225,8 @@ def _scan(driver: SegmentDriver, prefix: str, cluster: str, broker: str,
           stats: RebuildStats) -> dict[tuple[str, int, FileSegmentType], list[_Seg]]:
     files: dict[tuple[str, int, FileSegmentType], list[_Seg]] = {}
     for path, size in driver.list(prefix):
-        if is_owner_record(path):
-            continue  # who owns the prefix, not a segment
+        if is_reserved_path(path):
+            continue  # owner records and the quarantine: never segments
         try:
             info = parse_segment_path(path)
         except IllegalParam:

@@ -1,0 +1,186 @@
+"""``tiered verify``: walk one store end to end and report what is wrong with it, read-only.
+
+:func:`verify_store` takes no store lock, claims nothing and writes nowhere: the driver is
+wrapped in :class:`~tiered_core.flat.ownership.ReadOnlyDriver` (every write refused before
+it reaches the backend), the metadata is a private read-only copy
+(:func:`~tiered_core.metadata.open_metadata_read_only`), the local store's files are only
+listed and read. It is safe beside a running store (docs/ARCHITECTURE.md §10.4).
+
+The areas, in order, each its own module:
+
+1. ownership (:mod:`tiered_core.ops.verify_ownership`): the owner record and whether this
+   store owns the prefix;
+2. metadata against one listing of the backend (:mod:`tiered_core.ops.verify_listing`):
+   unlisted, missing and short objects, tails past the committed end, sealed flags;
+3. every queue (:mod:`tiered_core.ops.verify_queue`): segments that join, units inside the
+   commit log, and with ``deep`` every message through the read checks and the segments'
+   times; the walk is pluggable (``walk``: the Spark walk of ``tiered spark verify``). A
+   segment the listing and the walk both find short or gone is reported once, by the
+   listing, with the queue offsets the walk found lost;
+4. the key index (:mod:`tiered_core.ops.verify_index`): every uploaded file readable, with
+   ``deep`` every entry pointing at a message with its key;
+5. the local store (:mod:`tiered_core.ops.verify_local`): what waits to be tiered, what
+   local retention holds back.
+
+``topics`` restricts areas 3 to 5 to those topics (the ownership and the listing are the
+prefix's as a whole).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any, Callable, ContextManager, Iterable, Protocol
+
+from tiered_core.codec.checks import PropCrcPolicy
+from tiered_core.flat.ownership import ReadOnlyDriver, read_store_id, tier_prefix
+from tiered_core.metadata import open_metadata_read_only
+from tiered_core.ops.findings import Finding, FindingKind, Severity, VerifyReport
+from tiered_core.ops.verify_index import check_index
+from tiered_core.ops.verify_listing import check_listing, metadata_segments
+from tiered_core.ops.verify_local import local_findings
+from tiered_core.ops.verify_ownership import ownership_findings
+from tiered_core.ops.verify_queue import QueueWalk, QueueWork, Walk, queue_works, total_units, walk_queues
+from tiered_core.spi.driver import SegmentDriver
+from tiered_core.spi.metadata import TieredMetadataStore
+
+_LOST = (FindingKind.LOST_BYTES, FindingKind.MISSING_OBJECT)
+
+
+class Bar(Protocol):
+    def update(self, n: int = 1) -> None: ...
+
+
+#: ``progress(label, total)``: a context manager whose ``update(n)`` counts ``n`` more of
+#: ``total`` (the CLI passes its :class:`~tiered_core.cli.progress.Progress`).
+ProgressFactory = Callable[[str, int], ContextManager[Bar]]
+
+
+class _NoBar:
+    def update(self, n: int = 1) -> None:
+        pass
+
+
+def _bar(progress: ProgressFactory | None, label: str, total: int) -> ContextManager[Bar]:
+    return progress(label, total) if progress is not None else contextlib.nullcontext(_NoBar())
+
+
+def prop_crc_policy(config: Any) -> PropCrcPolicy:
+    """The whole-message CRC policy of verify: REQUIRE when the store requires the property
+    (``verify_prop_crc``), else checked where present."""
+    return PropCrcPolicy.REQUIRE if getattr(config, "verify_prop_crc", False) else PropCrcPolicy.IF_PRESENT
+
+
+def verify_store(config: Any, *, deep: bool = False, topics: Iterable[str] | None = None,
+                 progress: ProgressFactory | None = None, walk: Walk | None = None) -> VerifyReport:
+    """Verify the store ``config`` (a :class:`~tiered_core.config.StoreConfig`) and return
+    the report (module doc). Read-only: no lock, no claim, no write anywhere. ``walk``
+    replaces the in-process per-queue walk (:func:`~tiered_core.ops.verify_queue.walk_queues`).
+    Raises what opening the driver or the metadata raises (a typed
+    :class:`~tiered_core.errors.TieredStoreError`: an unreadable metadata file, a driver
+    that cannot be opened) and driver errors other than a missing object."""
+    started = time.monotonic()
+    topic_list = None if topics is None else sorted(set(topics))
+    cluster, broker = config.cluster, config.broker
+    report = VerifyReport(tier_prefix(cluster, broker), deep)
+    prop_crc = prop_crc_policy(config)
+    metadata_path = config.effective_metadata_path()
+
+    def fresh_metadata() -> TieredMetadataStore:
+        return open_metadata_read_only(config.metadata, metadata_path)
+
+    driver: SegmentDriver = ReadOnlyDriver(config.open_driver(), "tiered verify only reads")
+    try:
+        metadata = fresh_metadata()
+        try:
+            # 1. ownership
+            report.extend(ownership_findings(driver, cluster, broker, read_store_id(config.store_path)))
+            # 2. metadata <-> backend
+            n_segments = len(metadata_segments(metadata, cluster, broker))
+            with _bar(progress, "listing", n_segments) as bar:
+                listing = check_listing(driver, metadata, cluster, broker, fresh_metadata=fresh_metadata,
+                                        prop_crc=prop_crc, progress=bar.update)
+            report.stats.objects_listed = len(listing.listing)
+            # 3. every queue
+            works = queue_works(metadata, cluster, broker, topic_list)
+            run = walk or walk_queues
+            with _bar(progress, "deep walk" if deep else "walk", total_units(works)) as bar:
+                walked = run(driver, works, deep=deep, prop_crc=prop_crc, progress=bar.update)
+            report.extend(_merge_lost(listing.findings, walked, fresh_metadata, cluster, broker))
+            report.stats.add(walked.stats)
+            # 4. the key index
+            index_files = sum(1 for f in listing.segments.values() if f.file_key[2] == 2 and f.meta.size)
+            with _bar(progress, "key index", index_files) as bar:
+                index = check_index(driver, metadata, cluster, broker, listing=listing.listing,
+                                    queue_logs={(w.topic, w.queue_id): _log_of(w) for w in works},
+                                    deep=deep, topics=topic_list, prop_crc=prop_crc, progress=bar.update)
+            report.extend(index.findings)
+            report.stats.add(index.stats)
+            # 5. the local store
+            report.extend(local_findings(config.store_path, {(w.topic, w.queue_id): w.max_offset for w in works},
+                                         retention_hours=int(getattr(config, "local_retention_hours", 0)),
+                                         topics=topic_list))
+        finally:
+            metadata.close()
+    finally:
+        driver.close()
+    report.findings.sort(key=_order)
+    report.stats.elapsed_s = round(time.monotonic() - started, 3)
+    return report
+
+
+def _log_of(work: QueueWork) -> tuple[tuple, int]:
+    """The commit-log references of ``work`` and the end of what the metadata committed."""
+    refs = work.commit_log
+    return refs, (refs[-1].base_offset + refs[-1].size) if refs else 0
+
+
+def _merge_lost(listed: list[Finding], walked: QueueWalk, fresh_metadata: Callable[[], TieredMetadataStore],
+                cluster: str, broker: str) -> list[Finding]:
+    """The listing's findings and the walk's, with each object whose bytes are short or gone
+    reported once: the listing's finding, with the queue offsets the walk found lost. A
+    walk finding of lost bytes the listing did not confirm is kept only when a fresh read
+    of the metadata still lists the segment (it was not expired during the walk)."""
+    by_path = {f.subject: f for f in listed if f.kind in _LOST}
+    runs: dict[str, list[Finding]] = {}
+    rest: list[Finding] = []
+    unconfirmed: list[Finding] = []
+    for f in walked.findings:
+        if f.kind in _LOST and f.subject in by_path:
+            runs.setdefault(f.subject, []).append(f)
+        elif f.kind in _LOST:
+            unconfirmed.append(f)
+        else:
+            rest.append(f)
+    out = [f for f in listed if f.subject not in runs]
+    for path, found in runs.items():
+        base = by_path[path]
+        offsets = [f.queue_offsets for f in found if f.queue_offsets is not None]
+        q = (min(o[0] for o in offsets), max(o[1] for o in offsets)) if offsets else base.queue_offsets
+        detail = base.detail + (f"; queue offsets {q[0]}..{q[1] - 1} of {base.topic}/{base.queue_id} cannot be read"
+                                if q is not None else "")
+        facts = dict(base.facts, units=(q[1] - q[0]) if q is not None else 0)
+        out.append(Finding(base.kind, path, detail, base.topic, base.queue_id, q, base.file_offsets, facts,
+                           base.fix_text))
+    if unconfirmed:
+        fresh = fresh_metadata()
+        try:
+            still = metadata_segments(fresh, cluster, broker)
+        finally:
+            fresh.close()
+        out.extend(f for f in unconfirmed if f.subject in still)
+    return out + rest
+
+
+def _order(f: Finding) -> tuple:
+    return (-f.severity.rank, f.kind.value, f.topic or "", f.queue_id if f.queue_id is not None else -1,
+            f.queue_offsets or (-1, -1), f.subject)
+
+
+def worst_findings(report: VerifyReport, at_least: Severity = Severity.WARNING) -> list[Finding]:
+    """The findings of ``report`` of severity ``at_least`` or worse."""
+    return [f for f in report.findings if f.severity.rank >= at_least.rank]
+
+
+__all__ = ["ProgressFactory", "prop_crc_policy", "verify_store", "worst_findings"]
+

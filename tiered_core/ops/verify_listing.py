@@ -1,0 +1,372 @@
+"""``tiered verify``: the metadata against one listing of the backend (read-only).
+
+One listing of the store's prefix (:func:`~tiered_core.flat.ownership.segment_objects`:
+owner records and the quarantine are not store objects) is compared with every segment
+record of the metadata:
+
+* an object no record lists: UNLISTED_OBJECT, with whose it looks like
+  (:func:`~tiered_core.codec.naming.parse_segment_path`) and whether it is *adoptable*: a
+  segment of this broker that continues its flat file and passes the read-back check;
+* a non-empty record whose object is gone: MISSING_OBJECT (INDEX_MISSING for the key index);
+* an object shorter than committed: LOST_BYTES;
+* an object longer than committed: UNCOMMITTED_TAIL when the extra bytes pass the read-back
+  check (whole messages, or units, maybe ending in a torn one), else BAD_TAIL;
+* a sealed flag the backend and the record disagree on: SEALED_MISMATCH.
+
+No false positives beside a running store: the store writes the backend before the
+metadata (``FlatAppendFile.commit`` commits, then records the size; a seal is recorded
+after it is made; a roll records the segment before its first commit creates the object),
+so a tail past the committed end, a seal the record does not show yet and a record without
+an object yet are what a live store looks like between two steps. Every mismatch is
+therefore checked once more against a fresh read of the metadata and of the backend before
+it is reported, and only what still holds is.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from tiered_core.codec.checks import PropCrcPolicy, check_message
+from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
+from tiered_core.codec.message import MAGIC_END, MAGIC_V1, MAGIC_V2, peek_magic, peek_total_size
+from tiered_core.codec.naming import INDEX_TOPIC, parse_segment_path
+from tiered_core.common import FileSegmentType, SegmentStatus
+from tiered_core.errors import CorruptData, NotFound, TieredStoreError
+from tiered_core.flat.batch_check import decode_units
+from tiered_core.flat.ownership import segment_objects, tier_prefix
+from tiered_core.ops.findings import Finding, FindingKind
+from tiered_core.ops.reconcile import backend_path
+from tiered_core.ops.verify_index import index_file_problem
+from tiered_core.spi.driver import SegmentDriver
+from tiered_core.spi.metadata import FileSegmentMetadata, TieredMetadataStore
+
+#: A tail (or an unlisted object) is read back in pieces of at most this many bytes.
+_READ_CHUNK = 8 << 20
+
+
+@dataclass
+class Segment:
+    """One segment record, with the backend path it names and its flat file's key."""
+
+    path: str
+    meta: FileSegmentMetadata
+    last: bool = False
+
+    @property
+    def file_key(self) -> tuple[str, int, int]:
+        _broker, topic, queue = self.meta.path.split("/")
+        return topic, int(queue), int(self.meta.type)
+
+
+@dataclass
+class ListingCheck:
+    """What the comparison found (``findings``), the listing (path -> size) and the
+    segments the metadata lists (path -> :class:`Segment`)."""
+
+    findings: list[Finding] = field(default_factory=list)
+    listing: dict[str, int] = field(default_factory=dict)
+    segments: dict[str, Segment] = field(default_factory=dict)
+
+
+def metadata_segments(metadata: TieredMetadataStore, cluster: str, broker: str) -> dict[str, Segment]:
+    """Every live (not DELETED) segment record of ``broker``, by backend path; the last
+    segment of each flat file is marked ``last``."""
+    by_file: dict[tuple[str, int], list[Segment]] = defaultdict(list)
+    for meta in metadata.iterate_file_segments():
+        if meta.status == SegmentStatus.DELETED:
+            continue
+        parts = meta.path.split("/")
+        if len(parts) != 3 or parts[0] != broker or not parts[2].isdigit():
+            continue
+        by_file[(meta.path, int(meta.type))].append(Segment(backend_path(cluster, meta), meta))
+    out: dict[str, Segment] = {}
+    for segs in by_file.values():
+        segs.sort(key=lambda s: s.meta.base_offset)
+        segs[-1].last = True
+        for seg in segs:
+            out[seg.path] = seg
+    return out
+
+
+class _Checker:
+    """The comparison for one metadata snapshot (the first pass, then the re-check)."""
+
+    def __init__(self, driver: SegmentDriver, segments: dict[str, Segment], cluster: str, broker: str,
+                 prop_crc: PropCrcPolicy) -> None:
+        self.driver, self.segments = driver, segments
+        self.cluster, self.broker, self.prop_crc = cluster, broker, prop_crc
+        self.seal_known = driver.capabilities.seal
+        # (topic, queue, type) -> end of the file's last recorded segment
+        self.file_end: dict[tuple[str, int, int], int] = {}
+        for seg in segments.values():
+            if seg.last:
+                self.file_end[seg.file_key] = seg.meta.base_offset + seg.meta.size
+
+    # -- one object ---------------------------------------------------------------------
+
+    def listed(self, seg: Segment, size: int | None) -> Finding | None:
+        """The finding for a segment the metadata lists whose object holds ``size`` bytes
+        (None: it is not there), or None when they agree."""
+        meta, path = seg.meta, seg.path
+        topic, queue_id, ftype = seg.file_key
+        is_index = ftype == int(FileSegmentType.INDEX)
+        t, q = (None, None) if is_index else (topic, queue_id)
+        file_offsets = (meta.base_offset, meta.base_offset + meta.size)
+        facts: dict[str, Any] = {"type": FileSegmentType(ftype).name, "base_offset": meta.base_offset,
+                                 "committed_size": meta.size, "backend_size": size}
+        if size is None:
+            if meta.size == 0:
+                return None  # rolled, not committed yet: its first commit creates the object
+            kind = FindingKind.INDEX_MISSING if is_index else FindingKind.MISSING_OBJECT
+            return Finding(kind, path, f"the metadata lists this {_what(ftype)} ({meta.size} committed bytes); "
+                           "the backend does not hold it", t, q, None, file_offsets, facts)
+        if size < meta.size:
+            return Finding(FindingKind.LOST_BYTES, path,
+                           f"the backend holds {size} of the {meta.size} bytes committed to this {_what(ftype)} "
+                           f"({meta.size - size} bytes lost)", t, q, None, (meta.base_offset + size,
+                                                                            meta.base_offset + meta.size), facts)
+        if size > meta.size and not is_index:
+            return self.tail(seg, size, facts)
+        if self.seal_known:
+            sealed = self.driver.is_sealed(path)
+            recorded = meta.status == SegmentStatus.SEALED
+            if sealed != recorded:
+                facts.update(backend_sealed=sealed, metadata_sealed=recorded)
+                return Finding(FindingKind.SEALED_MISMATCH, path,
+                               f"the backend object is {'sealed' if sealed else 'open'}, the metadata records it "
+                               f"{'sealed' if recorded else 'open'}", t, q, None, None, facts)
+        return None
+
+    def tail(self, seg: Segment, size: int, facts: dict[str, Any]) -> Finding:
+        meta, path = seg.meta, seg.path
+        topic, queue_id, ftype = seg.file_key
+        extra = size - meta.size
+        data = _read(self.driver, path, meta.size, extra)
+        check = self.read_back(ftype, topic, queue_id, meta.base_offset + meta.size, data)
+        facts.update(tail_bytes=extra, **check.facts())
+        span = (meta.base_offset + meta.size, meta.base_offset + size)
+        where = "past the committed end" + ("" if seg.last else " of a segment the next one continues")
+        if check.ok:
+            return Finding(FindingKind.UNCOMMITTED_TAIL, path,
+                           f"{extra} bytes {where} read back as {check.describe()}", topic, queue_id, None,
+                           span, facts)
+        return Finding(FindingKind.BAD_TAIL, path,
+                       f"{extra} bytes {where} fail the read-back check ({check.reason})", topic, queue_id, None,
+                       span, facts)
+
+    def read_back(self, ftype: int, topic: str, queue_id: int, start: int, data: bytes) -> "ReadBack":
+        if ftype == int(FileSegmentType.COMMIT_LOG):
+            return read_back_messages(data, start, topic, queue_id, self.prop_crc)
+        if ftype == int(FileSegmentType.CONSUME_QUEUE):
+            return read_back_units(data)
+        problem = index_file_problem(data)
+        return ReadBack(problem is None, 0, len(data), 0, problem)
+
+    def unlisted(self, path: str, size: int, chained: dict[tuple[str, int, int], int]) -> Finding:
+        """UNLISTED_OBJECT for ``path`` (``size`` bytes); ``chained``: file key -> end of
+        the adoptable objects seen so far (an unlisted run of segments continues itself)."""
+        facts: dict[str, Any] = {"size": size, "adoptable": False}
+        try:
+            info = parse_segment_path(path)
+        except TieredStoreError:
+            facts["looks_like"] = "not a segment path"
+            return Finding(FindingKind.UNLISTED_OBJECT, path,
+                           f"an object of {size} bytes that is not a segment path (nothing of a store writes it)",
+                           None, None, None, None, facts)
+        facts.update(looks_like="segment", cluster=info.cluster, broker=info.broker, topic=info.topic,
+                     queue_id=info.queue_id, type=info.file_type.name, base_offset=info.base_offset)
+        ours = info.cluster == self.cluster and info.broker == self.broker
+        key = (info.topic, info.queue_id, int(info.file_type))
+        is_index = info.file_type is FileSegmentType.INDEX
+        end = chained.get(key, self.file_end.get(key))
+        continues = is_index or (end is None and info.base_offset == 0) or end == info.base_offset
+        facts["continues_file"] = continues
+        why = []
+        if not ours:
+            why.append(f"a segment of cluster {info.cluster!r} broker {info.broker!r}, not this store's")
+        elif not continues:
+            why.append("it does not continue its flat file " +
+                       (f"(which ends at {end})" if end is not None else "(which has no segment)"))
+        if ours and continues:
+            check = self.read_back(int(info.file_type), info.topic, info.queue_id, info.base_offset,
+                                   _read(self.driver, path, 0, size))
+            facts.update(check.facts())
+            if check.ok:
+                facts["adoptable"] = True
+                if not is_index:
+                    chained[key] = info.base_offset + size
+            else:
+                why.append(f"it fails the read-back check ({check.reason})")
+        whose = "key index" if info.topic == INDEX_TOPIC else f"{info.topic}/{info.queue_id}"
+        detail = (f"a {info.file_type.name} segment of {whose} (base {info.base_offset}, {size} bytes) that the "
+                  "metadata does not list: " + ("adoptable (it continues its file and reads back whole)"
+                                                if facts["adoptable"] else "not adoptable: " + "; ".join(why)))
+        return Finding(FindingKind.UNLISTED_OBJECT, path, detail,
+                       None if is_index else info.topic, None if is_index else info.queue_id, None,
+                       (info.base_offset, info.base_offset + size), facts)
+
+
+def check_listing(driver: SegmentDriver, metadata: TieredMetadataStore, cluster: str, broker: str, *,
+                  fresh_metadata: Callable[[], TieredMetadataStore],
+                  prop_crc: PropCrcPolicy = PropCrcPolicy.IF_PRESENT,
+                  progress: Callable[[int], None] | None = None) -> ListingCheck:
+    """Compare ``metadata`` with one listing of the store's prefix (module doc). Each
+    mismatch is checked again against ``fresh_metadata()`` (opened once, closed here) and a
+    fresh look at the object; only what still holds is reported. Reads only. Driver and
+    metadata errors propagate."""
+    segments = metadata_segments(metadata, cluster, broker)
+    result = ListingCheck(segments=segments)
+    result.listing = dict(segment_objects(driver, cluster, broker))
+    first = _Checker(driver, segments, cluster, broker, prop_crc)
+    suspects: list[str] = []
+    for path, seg in segments.items():
+        finding = first.listed(seg, _size_of(driver, path, result.listing))
+        if finding is not None and finding.kind is not FindingKind.UNCOMMITTED_TAIL:
+            suspects.append(path)
+        elif finding is not None:
+            result.findings.append(finding)
+        if progress is not None:
+            progress(1)
+    unlisted = sorted((p for p, size in result.listing.items() if size and p not in segments), key=_chain_order)
+    suspects.extend(unlisted)
+    if not suspects:
+        return result
+    # the re-check: a fresh metadata snapshot, a fresh look at each suspect object
+    fresh = fresh_metadata()
+    try:
+        again = metadata_segments(fresh, cluster, broker)
+    finally:
+        fresh.close()
+    second = _Checker(driver, again, cluster, broker, prop_crc)
+    chained: dict[tuple[str, int, int], int] = {}
+    for path in sorted(set(suspects), key=_chain_order):
+        size = _current_size(driver, path)
+        seg = again.get(path)
+        if seg is not None:
+            finding = second.listed(seg, size)
+        elif path in segments:
+            finding = None  # no longer listed (expired meanwhile): nothing to compare
+        elif size:
+            finding = second.unlisted(path, size, chained)
+        else:
+            finding = None  # gone, or empty (not data)
+        if finding is not None:
+            result.findings.append(finding)
+    return result
+
+
+def _chain_order(path: str) -> tuple:
+    """Unlisted segments of one file in base order (so a run of them chains)."""
+    try:
+        info = parse_segment_path(path)
+        return (info.topic, info.queue_id, int(info.file_type), info.base_offset, path)
+    except TieredStoreError:
+        return ("~", 0, 0, 0, path)
+
+
+def _size_of(driver: SegmentDriver, path: str, listing: dict[str, int]) -> int | None:
+    return listing.get(path)
+
+
+def _current_size(driver: SegmentDriver, path: str) -> int | None:
+    try:
+        if not driver.exists(path):
+            return None
+        return driver.size(path)
+    except NotFound:
+        return None
+
+
+def _read(driver: SegmentDriver, path: str, start: int, length: int) -> bytes:
+    parts = []
+    pos, end = start, start + length
+    while pos < end:
+        try:
+            chunk = driver.read(path, pos, min(_READ_CHUNK, end - pos))
+        except NotFound:
+            break
+        if not chunk:
+            break
+        parts.append(chunk)
+        pos += len(chunk)
+    return b"".join(parts)
+
+
+def _what(ftype: int) -> str:
+    return {int(FileSegmentType.COMMIT_LOG): "commit-log segment",
+            int(FileSegmentType.CONSUME_QUEUE): "consume-queue segment"}.get(ftype, "key-index file")
+
+
+# -- the read-back check --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReadBack:
+    """What bytes past a committed end (or a whole unlisted object) read back as: ``ok``
+    when they are whole records, maybe ending in a torn one (a write cut short); ``records``
+    whole messages or units, ``good_bytes`` their bytes, ``torn_bytes`` what a last,
+    incomplete one left; ``reason`` why not ok."""
+
+    ok: bool
+    records: int
+    good_bytes: int
+    torn_bytes: int
+    reason: str | None = None
+
+    def describe(self) -> str:
+        torn = f" and a torn record of {self.torn_bytes} bytes" if self.torn_bytes else ""
+        return f"{self.records} whole record(s){torn}"
+
+    def facts(self) -> dict[str, Any]:
+        return {"read_back": "ok" if self.ok else self.reason, "records": self.records,
+                "good_bytes": self.good_bytes, "torn_bytes": self.torn_bytes}
+
+
+def read_back_messages(data: bytes, start: int, topic: str, queue_id: int,
+                       prop_crc: PropCrcPolicy = PropCrcPolicy.IF_PRESENT) -> ReadBack:
+    """Whether ``data`` (commit-log bytes of ``topic``/``queue_id`` from absolute offset
+    ``start``) is whole messages of that queue, each through the read checks and stored
+    at its own offset, maybe ending in the head of a torn one."""
+    pos, n, records = 0, len(data), 0
+    while pos < n:
+        if n - pos < MAGIC_END:
+            return ReadBack(True, records, pos, n - pos)
+        magic, total = peek_magic(data, pos), peek_total_size(data, pos)
+        if magic not in (MAGIC_V1, MAGIC_V2) or total <= MAGIC_END:
+            return ReadBack(False, records, pos, 0, f"no message at offset {start + pos} (magic {magic:#010x}, "
+                                                     f"total size {total})")
+        if pos + total > n:
+            return ReadBack(True, records, pos, n - pos)
+        try:
+            check_message(data, pos, commitlog_offset=start + pos, size=total, topic=topic, queue_id=queue_id,
+                          prop_crc=prop_crc)
+        except CorruptData as exc:
+            return ReadBack(False, records, pos, 0, f"the message at offset {start + pos}: {exc.message}")
+        pos += total
+        records += 1
+    return ReadBack(True, records, pos, 0)
+
+
+def read_back_units(data: bytes) -> ReadBack:
+    """Whether ``data`` is whole consume-queue units pointing forward (size > 0, offset >=
+    0), maybe ending in a torn one."""
+    whole = len(data) - len(data) % CQ_UNIT_SIZE
+    last_end = -1
+    for i, (offset, size, _tags) in enumerate(decode_units(data[:whole])):
+        if offset < 0 or size <= 0 or offset < last_end:
+            return ReadBack(False, i, i * CQ_UNIT_SIZE, 0,
+                            f"unit {i} (commit-log offset {offset}, size {size}) is not a valid unit"
+                            + (" (it points backwards)" if offset < last_end and size > 0 else ""))
+        last_end = offset + size
+    return ReadBack(True, whole // CQ_UNIT_SIZE, whole, len(data) - whole)
+
+
+def listing_subjects(findings: Iterable[Finding]) -> dict[str, Finding]:
+    """The listing's findings of lost bytes by object (to merge the walk's into them)."""
+    return {f.subject: f for f in findings if f.kind in (FindingKind.LOST_BYTES, FindingKind.MISSING_OBJECT)}
+
+
+__all__ = ["ListingCheck", "ReadBack", "Segment", "check_listing", "listing_subjects", "metadata_segments",
+           "read_back_messages", "read_back_units", "tier_prefix"]

@@ -28,6 +28,7 @@ elsewhere, another store owns the prefix).
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import time
@@ -112,8 +113,15 @@ def _apply(config: Any, args: argparse.Namespace) -> int:
     from tiered_core.access.writer_session import WriterSession
     from tiered_core.ops.repair import apply, plan_repair
 
+    from tiered_core.local.local_store import acquire_store_lock, release_store_lock
+
+    # Refuse a store open elsewhere before the (long) verify; the session below is the guard.
+    os.makedirs(config.store_path, exist_ok=True)
+    release_store_lock(acquire_store_lock(config.store_path))
+    # The plan comes first (read-only) so that it shows what the session's claim mends
+    # (a missing owner record); every step is decided again under the lock.
+    plan = plan_repair(config, deep=not args.shallow, topics=args.topics, progress=_progress)
     with WriterSession(config, writer="tiered repair") as session:  # refused: open elsewhere, owned by another
-        plan = plan_repair(config, deep=not args.shallow, topics=args.topics, progress=_progress)
         result = apply(plan, session, progress=_progress)
     if args.json:
         print_json(result.as_dict())

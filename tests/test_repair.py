@@ -34,7 +34,8 @@ from tiered_core.ops.reconcile import backend_path
 QUEUES = (("orders", 0), ("orders", 1), ("payments", 0))
 PER_QUEUE = 40
 #: Faults repair mends, and whether the object they name is moved into the quarantine.
-MENDABLE = {"extra_object": True, "unlisted_segment": False, "wrong_sealed_flag": False, "bad_tail": True,
+MENDABLE = {"extra_object": True, "unlisted_segment": False, "wrong_sealed_flag": False,
+            "wrong_sealed_flag@2": False, "bad_tail": True,
             "bad_times": False, "index_deleted": False, "index_unreadable": True, "owner_deleted": False,
             "uncommitted_tail": False}
 #: Faults repair cannot mend.
@@ -161,7 +162,12 @@ def planted(config: StoreConfig, fault: str) -> tuple[str, str]:
     """Plant ``fault``; returns (expected finding kind, subject)."""
     if fault == "uncommitted_tail":
         return "uncommitted_tail", plant_uncommitted_tail(config)
-    p = plant(config, fault, seed=7)
+    name, _, seed = fault.partition("@")
+    p = plant(config, name, seed=int(seed or 7))
+    if fault == "wrong_sealed_flag":  # seed 7: the backend object sealed, the record open
+        assert "in the backend" in p.detail, p.detail
+    if fault == "wrong_sealed_flag@2":  # seed 2: the record sealed, the backend object open
+        assert "in the metadata" in p.detail, p.detail
     return p.expected_kind.value, p.subject
 
 
@@ -324,3 +330,86 @@ def test_a_clean_store_plans_nothing(drill, capsys):
     assert snapshot(config)["files"] == before["files"]
     assert os.path.isdir(config.store_path)
     assert_every_message_in_the_tier(config, put)
+
+
+def test_a_run_cut_short_after_the_copy_is_finished_by_the_next(drill, capsys, monkeypatch):
+    """A crash between the quarantine copy and the rewrite (injected: the step after the
+    manifest's "copied" line fails) leaves the object as it was and a manifest that says
+    what to finish; the next `repair --apply` finishes it and copies nothing again."""
+    from tiered_core.errors import DriverError
+    from tiered_core.ops.quarantine import Quarantine
+
+    config, conf, put = drill
+    _kind, subject = planted(config, "bad_tail")
+    original = read_object(config, subject)
+    real_finish = Quarantine.finish
+
+    def crash(self, entry):
+        raise DriverError("injected: the process died here", retryable=False, path=entry.original)
+
+    monkeypatch.setattr(Quarantine, "finish", crash)
+    code, result = run_json(capsys, "repair", "--config", conf, "--apply")
+    assert code == 1
+    (step,) = [s for s in result["steps"] if s["subject"] == subject]
+    assert "injected" in step["error"]
+    assert read_object(config, subject) == original
+    with config.open_driver() as driver:
+        (run,) = list_quarantine(driver, tier_prefix(config.cluster, config.broker))
+    assert [e.state for e in run.entries] == ["copied"]
+    monkeypatch.setattr(Quarantine, "finish", real_finish)
+    code, result = run_json(capsys, "repair", "--config", conf, "--apply")
+    assert code == 0, result
+    (finished,) = result["finished_from_earlier_runs"]
+    assert finished["original"] == subject and finished["repair_id"] == run.repair_id
+    assert result["moved"] == []  # nothing copied twice
+    (step,) = [s for s in result["steps"] if s["subject"] == subject]
+    assert step["skipped"] and not step["manual"] and not step["done"]
+    assert read_object(config, subject) == original[:finished["keep"]]
+    code, report = run_json(capsys, "verify", "--config", conf, "--deep")
+    assert code == 0, report["findings"]
+    assert_every_message_in_the_tier(config, put)
+
+
+def test_a_run_of_unlisted_segments_is_adopted_in_order_and_the_queue_end_raised(drill, capsys):
+    """The records of a queue's last two consume-queue segments are lost (and its recorded
+    end with them): the dry run plans both adoptions (the second continues the first), the
+    apply adopts both and raises the queue's max offset, so no offset the tier holds is
+    handed out again."""
+    config, conf, put = drill
+    metadata = config.open_metadata()
+    try:
+        cq = sorted((m for m in metadata.iterate_file_segments(int(FileSegmentType.CONSUME_QUEUE))
+                     if m.path.endswith("/payments/0")), key=lambda m: m.base_offset)
+        assert len(cq) >= 3
+        lost = cq[-2:]
+        for m in lost:
+            metadata.delete_file_segment(int(m.type), m.path, m.base_offset)
+        queue = metadata.get_queue("payments", 0)
+        end = queue.max_offset
+        queue.max_offset = lost[0].base_offset // CQ_UNIT_SIZE
+        metadata.update_queue(queue)
+        metadata.flush()
+    finally:
+        metadata.close()
+    paths = [backend_path(config.cluster, m) for m in lost]
+    before = snapshot(config)
+    code, plan = run_json(capsys, "repair", "--config", conf)
+    assert code == 0, plan
+    assert [(a["subject"], a["action"]) for a in plan["actions"]] == [(p, "adopt") for p in paths]
+    assert snapshot(config) == before
+    code, result = run_json(capsys, "repair", "--config", conf, "--apply")
+    assert code == 0 and [s["done"] is not None for s in result["steps"]] == [True, True], result
+    metadata = config.open_metadata()
+    try:
+        assert metadata.get_queue("payments", 0).max_offset == end
+        sizes = {m.base_offset: m.size for m in metadata.iterate_file_segments(int(FileSegmentType.CONSUME_QUEUE))
+                 if m.path.endswith("/payments/0")}
+        assert [sizes.get(m.base_offset) for m in lost] == [m.size for m in lost]
+    finally:
+        metadata.close()
+    code, report = run_json(capsys, "verify", "--config", conf, "--deep")
+    assert code == 0, report["findings"]
+    assert_every_message_in_the_tier(config, put)
+    with TieredMessageStore.open(config) as store:  # the next put continues after the tier
+        assert store.get_max_offset_in_queue("payments", 0) == end
+        assert store.put_message(Message(topic="payments", body=b"after"), 0).queue_offset == end

@@ -130,6 +130,9 @@ def _apply(config: Any, args: argparse.Namespace) -> int:
     print(f"repair {result.repair_id} of {plan.report.prefix} (owner epoch {result.owner_epoch}):", file=out)
     for entry in result.finished:
         print(f"  finished an earlier run's move: {entry.original} {entry.then} (copy at {entry.copy})", file=out)
+    for entry, why, _failed in result.unfinished:
+        print(f"  left an earlier run's move unfinished: {entry.original} ({entry.then}; copy at {entry.copy}): "
+              f"{why}", file=out)
     sections = [("DONE", [s for s in plan.steps if s.done is not None], lambda s: s.done),
                 ("LEFT AS IT IS (no longer needed)",
                  [s for s in plan.steps if s.skipped is not None and s.manual is None], lambda s: s.skipped),

@@ -285,7 +285,7 @@ def decide_tail(ctx: RepairContext, finding: Finding) -> Decision:
     topic, queue_id, file_type, base = _segment_of(ctx, path)  # type: ignore[misc]
     records = ctx.records(topic, queue_id, file_type)
     is_last = records[-1].base_offset == base
-    why = "" if is_last else "it is not the last segment of its file (the next one continues the file)"
+    why = "" if is_last else "are never read: the next segment continues the file from the committed end"
     if is_last:
         try:
             whole, times = _check_extension(ctx, topic, queue_id, file_type, path, base, base + meta.size,
@@ -305,8 +305,10 @@ def decide_tail(ctx: RepairContext, finding: Finding) -> Decision:
                                         f"end (committed size {meta.size} -> {good}){cut}",
                             {"path": path, "topic": topic, "queue_id": queue_id, "type": int(file_type),
                              "base": base, "size": good, "times": times, "torn": torn})
+    if is_last:
+        why = f"fail the read-back check: {why}"
     return Decision(REWRITE, f"copy the object into the quarantine, then rewrite it with its {meta.size} committed "
-                             f"bytes (the {size - meta.size} bytes past them fail the read-back check: {why})",
+                             f"bytes (the {size - meta.size} bytes past them {why})",
                     {"path": path, "keep": meta.size, "size": size})
 
 
@@ -393,6 +395,8 @@ def act(ctx: RepairContext, finding: Finding, decision: Decision) -> str:
         if first != NO_TIMESTAMP:
             meta.begin_timestamp = first if meta.begin_timestamp == NO_TIMESTAMP else min(meta.begin_timestamp, first)
             meta.end_timestamp = max(meta.end_timestamp, last)
+        if meta.status != SegmentStatus.SEALED and ctx.driver.is_sealed(d["path"]):
+            meta.mark_sealed()  # as the store's open records a seal it missed
         with md.transaction():
             md.update_file_segment(meta)
             _raise_queue_end(ctx, d["topic"], d["queue_id"], FileSegmentType(d["type"]), d["base"] + d["size"])

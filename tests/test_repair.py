@@ -467,3 +467,23 @@ def test_listing_faults_are_mended_on_every_backend(request, tmp_path, capsys, b
 def read_object_from(config: StoreConfig, path: str) -> bytes:
     with config.open_driver() as driver:
         return driver.read(path, 0, driver.size(path))
+
+
+def test_a_segment_of_a_queue_the_metadata_does_not_know_is_left_with_the_rebuild_step(drill, capsys):
+    """An unlisted segment of this store whose flat file has no record at all and does not
+    start at 0 (lost metadata, not an orphan): repair does not guess, it names `tiered
+    metadata rebuild` and leaves the object where it is."""
+    from tiered_core.codec.naming import segment_path
+
+    config, conf, _put = drill
+    path = segment_path(config.cluster, config.broker, "ghost", 0, FileSegmentType.CONSUME_QUEUE, 200)
+    with config.open_driver() as driver:
+        driver.create(path)
+        driver.write(path, 0, bytes(CQ_UNIT_SIZE))
+    code, plan = run_json(capsys, "repair", "--config", conf)
+    assert code == 1 and plan["actions"] == []
+    (manual,) = plan["manual"]
+    assert manual["subject"] == path and "tiered metadata rebuild" in manual["manual"], manual
+    code, result = run_json(capsys, "repair", "--config", conf, "--apply")
+    assert code == 1 and result["steps"] == [] and result["moved"] == []
+    assert read_object(config, path) == bytes(CQ_UNIT_SIZE)

@@ -41,10 +41,6 @@ from tiered_core.metadata import open_metadata_read_only
 from tiered_core.ops.findings import Finding, FindingKind, Severity, VerifyReport
 from tiered_core.ops.quarantine import REMOVED, Quarantine, QuarantineEntry, QuarantineRun, list_quarantine
 from tiered_core.ops.repair_actions import (
-    CLAIM,
-    REINDEX,
-    Decision,
-    RepairContext,
     act,
     assume,
     decide_sealed,
@@ -61,6 +57,7 @@ from tiered_core.ops.repair_index import (
     reindex_keys,
 )
 from tiered_core.ops.reconcile import backend_path
+from tiered_core.ops.repair_context import CLAIM, REINDEX, Decision, RepairContext
 from tiered_core.spi.metadata import TieredMetadataStore
 
 log = logging.getLogger(__name__)
@@ -229,7 +226,7 @@ def _decide_all(ctx: RepairContext, plan: RepairPlan, findings: Iterable[Finding
         if decision.skip is None:
             plan.steps.append(RepairStep(finding, decision.action, decision.detail))
             assume(ctx, decision)
-        elif decision.moot:
+        elif decision.nothing_to_do:
             plan.nothing.append(RepairStep(finding, None, decision.skip))
         else:
             plan.manual.append(RepairStep(finding, None, decision.skip, manual=decision.skip))
@@ -338,7 +335,7 @@ def _apply_step(ctx: RepairContext, step: RepairStep, windows: list[tuple[int, i
     decision = decide(ctx, finding)
     if decision.skip is not None:
         step.skipped = decision.skip
-        if not decision.moot:
+        if not decision.nothing_to_do:
             step.manual = decision.skip
         log.warning("repair: %s %s left as it is: %s", finding.kind.value, finding.subject, decision.skip)
         return

@@ -28,7 +28,7 @@ from tiered_core.flat.file_store import FlatFileStore
 from tiered_core.index.batch_keys import batch_keys
 from tiered_core.index.service import IndexStoreService
 from tiered_core.ops.findings import Finding, FindingKind
-from tiered_core.ops.repair_actions import QUARANTINE, REINDEX, Decision, RepairContext
+from tiered_core.ops.repair_context import QUARANTINE, REINDEX, Decision, RepairContext
 from tiered_core.spi.metadata import FileSegmentMetadata
 
 log = logging.getLogger(__name__)

@@ -28,6 +28,7 @@ elsewhere, another store owns the prefix).
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import time
@@ -112,8 +113,15 @@ def _apply(config: Any, args: argparse.Namespace) -> int:
     from tiered_core.access.writer_session import WriterSession
     from tiered_core.ops.repair import apply, plan_repair
 
+    from tiered_core.local.local_store import acquire_store_lock, release_store_lock
+
+    # Refuse a store open elsewhere before the (long) verify; the session below is the guard.
+    os.makedirs(config.store_path, exist_ok=True)
+    release_store_lock(acquire_store_lock(config.store_path))
+    # The plan comes first (read-only) so that it shows what the session's claim mends
+    # (a missing owner record); every step is decided again under the lock.
+    plan = plan_repair(config, deep=not args.shallow, topics=args.topics, progress=_progress)
     with WriterSession(config, writer="tiered repair") as session:  # refused: open elsewhere, owned by another
-        plan = plan_repair(config, deep=not args.shallow, topics=args.topics, progress=_progress)
         result = apply(plan, session, progress=_progress)
     if args.json:
         print_json(result.as_dict())
@@ -122,6 +130,9 @@ def _apply(config: Any, args: argparse.Namespace) -> int:
     print(f"repair {result.repair_id} of {plan.report.prefix} (owner epoch {result.owner_epoch}):", file=out)
     for entry in result.finished:
         print(f"  finished an earlier run's move: {entry.original} {entry.then} (copy at {entry.copy})", file=out)
+    for entry, why, _failed in result.unfinished:
+        print(f"  left an earlier run's move unfinished: {entry.original} ({entry.then}; copy at {entry.copy}): "
+              f"{why}", file=out)
     sections = [("DONE", [s for s in plan.steps if s.done is not None], lambda s: s.done),
                 ("LEFT AS IT IS (no longer needed)",
                  [s for s in plan.steps if s.skipped is not None and s.manual is None], lambda s: s.skipped),

@@ -41,10 +41,6 @@ from tiered_core.metadata import open_metadata_read_only
 from tiered_core.ops.findings import Finding, FindingKind, Severity, VerifyReport
 from tiered_core.ops.quarantine import REMOVED, Quarantine, QuarantineEntry, QuarantineRun, list_quarantine
 from tiered_core.ops.repair_actions import (
-    CLAIM,
-    REINDEX,
-    Decision,
-    RepairContext,
     act,
     assume,
     decide_sealed,
@@ -61,6 +57,7 @@ from tiered_core.ops.repair_index import (
     reindex_keys,
 )
 from tiered_core.ops.reconcile import backend_path
+from tiered_core.ops.repair_context import CLAIM, REINDEX, Decision, RepairContext
 from tiered_core.spi.metadata import TieredMetadataStore
 
 log = logging.getLogger(__name__)
@@ -148,6 +145,8 @@ class RepairResult:
     quarantine_dir: str
     owner_epoch: int
     finished: list[QuarantineEntry] = field(default_factory=list)
+    #: Moves of earlier runs left unfinished: (entry, why, whether finishing it failed).
+    unfinished: list[tuple[QuarantineEntry, str, bool]] = field(default_factory=list)
     moved: list[QuarantineEntry] = field(default_factory=list)
     keys_indexed: int = 0
 
@@ -165,13 +164,15 @@ class RepairResult:
         step; 1 otherwise."""
         left = any(s.error is not None or (s.skipped is not None and s.manual is not None)
                    for s in self.plan.steps)
-        return 1 if left or self.plan.manual else 0
+        return 1 if left or self.plan.manual or any(failed for _e, _w, failed in self.unfinished) else 0
 
     def as_dict(self) -> dict[str, Any]:
         return {"repair_id": self.repair_id, "quarantine": self.quarantine_dir, "owner_epoch": self.owner_epoch,
                 "exit_code": self.exit_code, "steps": [s.as_dict() for s in self.plan.steps],
                 "manual": [s.as_dict() for s in self.plan.manual],
                 "finished_from_earlier_runs": [e.as_dict() for e in self.finished],
+                "unfinished_from_earlier_runs": [{**e.as_dict(), "why": why, "failed": failed}
+                                                 for e, why, failed in self.unfinished],
                 "moved": [e.as_dict() for e in self.moved], "keys_indexed": self.keys_indexed}
 
 
@@ -225,7 +226,7 @@ def _decide_all(ctx: RepairContext, plan: RepairPlan, findings: Iterable[Finding
         if decision.skip is None:
             plan.steps.append(RepairStep(finding, decision.action, decision.detail))
             assume(ctx, decision)
-        elif decision.moot:
+        elif decision.nothing_to_do:
             plan.nothing.append(RepairStep(finding, None, decision.skip))
         else:
             plan.manual.append(RepairStep(finding, None, decision.skip, manual=decision.skip))
@@ -298,6 +299,7 @@ def apply(plan: RepairPlan, session: WriterSessionLike, *, progress: ProgressFac
     log.warning("repair %s of %s: %d step(s) planned, quarantine %s", quarantine.repair_id, prefix,
                 len(plan.steps), quarantine.root)
     result.finished = quarantine.finish_pending(lambda entry: _still_to_finish(ctx, entry))
+    result.unfinished = list(quarantine.unfinished)
     windows: list[tuple[int, int]] = []
     with _bar(progress, "repair", len(plan.steps)) as bar:
         for step in plan.steps:
@@ -312,13 +314,18 @@ def apply(plan: RepairPlan, session: WriterSessionLike, *, progress: ProgressFac
                           exc)
             bar.update(1)
     if windows:
+        problem = None
         try:
-            result.keys_indexed = reindex_keys(ctx, windows, lambda total: _bar(progress, "re-index", total))
+            result.keys_indexed, skipped = reindex_keys(ctx, windows, lambda total: _bar(progress, "re-index", total))
+            if skipped:
+                problem = "the keys of these queues could not be indexed again: " + "; ".join(skipped)
         except TieredStoreError as exc:
+            problem = f"its keys could not be indexed again: {exc}"
+        if problem is not None:
+            log.error("repair %s: re-index: %s", quarantine.repair_id, problem)
             for step in plan.steps:
                 if step.action == REINDEX and step.done is not None:
-                    step.error = f"its keys could not be indexed again: {exc}"
-            log.error("repair %s: re-index failed: %s", quarantine.repair_id, exc)
+                    step.error = problem
     result.moved = list(quarantine.moved)
     return result
 
@@ -328,7 +335,7 @@ def _apply_step(ctx: RepairContext, step: RepairStep, windows: list[tuple[int, i
     decision = decide(ctx, finding)
     if decision.skip is not None:
         step.skipped = decision.skip
-        if not decision.moot:
+        if not decision.nothing_to_do:
             step.manual = decision.skip
         log.warning("repair: %s %s left as it is: %s", finding.kind.value, finding.subject, decision.skip)
         return

@@ -28,7 +28,7 @@ from tiered_core.flat.file_store import FlatFileStore
 from tiered_core.index.batch_keys import batch_keys
 from tiered_core.index.service import IndexStoreService
 from tiered_core.ops.findings import Finding, FindingKind
-from tiered_core.ops.repair_actions import QUARANTINE, REINDEX, Decision, RepairContext
+from tiered_core.ops.repair_context import QUARANTINE, REINDEX, Decision, RepairContext
 from tiered_core.spi.metadata import FileSegmentMetadata
 
 log = logging.getLogger(__name__)
@@ -154,16 +154,17 @@ def _merge(windows: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def reindex_keys(ctx: RepairContext, windows: list[tuple[int, int]],
-                 progress: Callable[[int], Any] | None = None) -> int:
+                 progress: Callable[[int], Any] | None = None) -> tuple[int, list[str]]:
     """Index again the keys of every tiered message stored within one of ``windows``
     (``(begin, end)`` store times, inclusive), for every queue of the store; then seal
     the index file they went into and upload it. Returns how many messages had their keys
-    indexed. ``progress(total)``: a context manager whose ``update(n)`` counts ``n`` more
+    indexed, and the queues that could not be read (``topic/queue: why``; their keys are
+    not indexed: what stops their flat file from opening must be mended first). ``progress(total)``: a context manager whose ``update(n)`` counts ``n`` more
     of the ``total`` messages to read. Raises :class:`TieredStoreError` when the index
     refuses keys; a damaged message is skipped (logged)."""
     windows = _merge(windows)
     if not windows:
-        return 0
+        return 0, []
     store = FlatFileStore(ctx.driver, ctx.metadata, ctx.config.flat_config())
     index = None
     indexed = 0
@@ -187,11 +188,12 @@ def reindex_keys(ctx: RepairContext, windows: list[tuple[int, int]],
         index.roll_file()
         uploaded = index.compact_and_upload()
         log.warning("repair: the keys of %d message(s) indexed again (%d index file(s) uploaded)", indexed, uploaded)
+        skipped = [f"{topic}/{queue_id}: {why}" for topic, queue_id, why in store.failures]
     finally:
         if index is not None:
             index.shutdown()
         store.shutdown()
-    return indexed
+    return indexed, skipped
 
 
 def _index_range(flat, index: IndexStoreService, offset: int, end: int, begin_ts: int, end_ts: int,

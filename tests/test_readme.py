@@ -148,3 +148,17 @@ def test_command_line_block_names_real_subcommands():
     for name, action in sorted(commands, key=str):
         argv = [name, action, "--help"] if action else [name, "--help"]
         assert main(argv) == 0, f"README names `tiered {' '.join(argv[:-1])}`, which does not exist"
+
+
+def test_checking_and_repairing_section_names_every_finding_kind_and_fault():
+    """The section's table names every kind verify reports, and its drill list every fault
+    the kit plants (the drill block itself runs with the other Python blocks)."""
+    from tiered_conformance.drills import FAULTS
+    from tiered_core.ops.findings import FindingKind
+
+    text = README.read_text(encoding="utf-8")
+    start = text.index("## Checking and repairing a tier")
+    section = text[start:text.index("\n## ", start + 1)]
+    assert [k.value for k in FindingKind if f"`{k.value}`" not in section] == []
+    assert [f for f in FAULTS if f"`{f}`" not in section] == []
+    assert any("plant(" in code and "repair" in code for _, code in PYTHON_BLOCKS)

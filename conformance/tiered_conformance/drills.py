@@ -46,7 +46,8 @@ from tiered_core.codec.tiered_index import (
 )
 from tiered_core.common import FileSegmentType, SegmentStatus
 from tiered_core.errors import IllegalParam
-from tiered_core.flat.ownership import OWNER_DIR, OwnerRecord, owner_prefix, tier_prefix
+from tiered_core.flat.ownership import OWNER_DIR, OwnerRecord, owner_prefix, read_store_id, tier_prefix
+from tiered_core.ops import identity
 from tiered_core.ops.findings import FindingKind
 from tiered_core.spi.driver import SegmentDriver
 from tiered_core.spi.metadata import FileSegmentMetadata, TieredMetadataStore
@@ -151,7 +152,33 @@ def copy_store(config: Any, dest: str | os.PathLike[str]) -> Any:
                 if os.path.exists(config.metadata_path + suffix):
                     copy_sparse(config.metadata_path + suffix, new_meta + suffix)
         changes["metadata_path"] = new_meta
-    return config.replace(**changes)
+    copy = config.replace(**changes)
+    _record_moved_identity(copy)
+    with open(os.path.join(dest, CONFIG_FILE), "w", encoding="utf-8") as fh:
+        fh.write(copy.to_toml())
+    return copy
+
+
+#: The copy's config file, written by :func:`copy_store` (``tiered verify --config dest/tiered.toml``).
+CONFIG_FILE = "tiered.toml"
+
+
+def _record_moved_identity(copy: Any) -> None:
+    """The copy is the same store at a new tier location: record that location as its own
+    (in its directory and its metadata), as an operator's first open of a moved store does,
+    so that writers (``tiered repair --apply``) accept it."""
+    store_id = read_store_id(copy.store_path)
+    if store_id is None or identity.read_local(copy.store_path) is None:
+        return
+    moved = identity.StoreIdentity.of(copy)
+    identity.write_local(copy.store_path, moved, store_id)
+    metadata = copy.open_metadata()
+    try:
+        if identity.read_metadata(metadata) is not None:
+            identity.write_metadata(metadata, moved)
+            metadata.flush()
+    finally:
+        metadata.close()
 
 
 def copy_sparse(src: str, dst: str, *, follow_symlinks: bool = True) -> str:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager, Iterable, Protocol
 
 from tiered_core.codec.naming import parse_segment_path
-from tiered_core.common import FileSegmentType
+from tiered_core.common import FileSegmentType, SegmentStatus
 from tiered_core.errors import IllegalParam, TieredStoreError
 from tiered_core.flat.ownership import PrefixOwnership, ReadOnlyDriver, load_store_id, tier_prefix
 from tiered_core.metadata import open_metadata_read_only
@@ -354,18 +354,18 @@ def _apply_step(ctx: RepairContext, step: RepairStep, windows: list[tuple[int, i
 
 def _still_to_finish(ctx: RepairContext, entry: QuarantineEntry) -> str | None:
     """The re-check before finishing an earlier run's move: a removal only of an object no
-    metadata record lists; a rewrite only of a segment whose record still commits exactly
-    the bytes to keep."""
-    known = {backend_path(ctx.cluster, m): m for m in ctx.metadata.iterate_file_segments()}
+    metadata record lists (an unreadable index file's record is dropped after its move); a
+    rewrite only when it keeps every byte the metadata commits of the object (cutting what
+    lies past them is what the move was for)."""
+    known = {backend_path(ctx.cluster, m): m for m in ctx.metadata.iterate_file_segments()
+             if m.status != SegmentStatus.DELETED}
     meta = known.get(entry.original)
     if entry.then == REMOVED:
-        if meta is not None and entry.kind not in (FindingKind.INDEX_UNREADABLE.value,):
+        if meta is not None and entry.kind != FindingKind.INDEX_UNREADABLE.value:
             return "the metadata lists it now"
         return None
-    if meta is None:
-        return "the metadata does not list it"
-    if meta.size != entry.keep:
-        return f"the metadata commits {meta.size} bytes of it, not the {entry.keep} to keep"
+    if meta is not None and entry.keep is not None and meta.size > entry.keep:
+        return f"the metadata commits {meta.size} bytes of it, more than the {entry.keep} the rewrite keeps"
     return None
 
 

@@ -80,7 +80,7 @@ EXPECTED: dict[str, FindingKind] = {
 DEEP: frozenset[str] = frozenset({"flipped_byte", "index_entry_wrong", "bad_times"})
 
 #: Faults that need the backend listing only (planted and found the same way on every driver).
-LISTING: frozenset[str] = frozenset({"truncated_segment", "deleted_object", "extra_object", "unlisted_segment",
+LISTING: frozenset[str] = frozenset({"truncated_segment", "deleted_object", "extra_object", "unlisted_segment", "index_deleted",
                                      "metadata_past_end", "wrong_sealed_flag", "bad_tail", "stale_owner",
                                      "owner_deleted"})
 
@@ -134,13 +134,13 @@ def copy_store(config: Any, dest: str | os.PathLike[str]) -> Any:
         return os.path.join(outside, os.path.basename(path)) if outside.endswith("metadata") else outside
 
     if os.path.isdir(src):
-        shutil.copytree(src, store, symlinks=True)
+        shutil.copytree(src, store, symlinks=True, copy_function=copy_sparse)
     else:
         os.makedirs(store)
     root = config.effective_driver_options()["root"]
     new_root = moved(root, os.path.join(dest, "tier"))
     if not os.path.exists(new_root) and os.path.isdir(root):
-        shutil.copytree(root, new_root, symlinks=True)
+        shutil.copytree(root, new_root, symlinks=True, copy_function=copy_sparse)
     changes: dict[str, Any] = {"store_path": store, "driver_options": {**dict(config.driver_options),
                                                                        "root": new_root}}
     if config.metadata_path is not None:
@@ -149,9 +149,39 @@ def copy_store(config: Any, dest: str | os.PathLike[str]) -> Any:
             os.makedirs(os.path.dirname(new_meta), exist_ok=True)
             for suffix in ("", "-wal", "-shm", ".bak"):
                 if os.path.exists(config.metadata_path + suffix):
-                    shutil.copy2(config.metadata_path + suffix, new_meta + suffix)
+                    copy_sparse(config.metadata_path + suffix, new_meta + suffix)
         changes["metadata_path"] = new_meta
     return config.replace(**changes)
+
+
+def copy_sparse(src: str, dst: str, *, follow_symlinks: bool = True) -> str:
+    """``shutil.copy2`` that keeps holes: a store's local index files are large and mostly
+    never written (sparse), and a plain copy would write every zero."""
+    try:
+        with open(src, "rb") as fin, open(dst, "wb") as fout:
+            size = os.fstat(fin.fileno()).st_size
+            pos = 0
+            while pos < size:
+                try:
+                    data = os.lseek(fin.fileno(), pos, os.SEEK_DATA)
+                except OSError:  # no data past pos (ENXIO), or no SEEK_DATA: one hole to the end
+                    break
+                hole = os.lseek(fin.fileno(), data, os.SEEK_HOLE)
+                fin.seek(data)
+                fout.seek(data)
+                remaining = hole - data
+                while remaining:
+                    chunk = fin.read(min(remaining, 8 << 20))
+                    if not chunk:
+                        break
+                    fout.write(chunk)
+                    remaining -= len(chunk)
+                pos = hole
+            fout.truncate(size)
+    except AttributeError:  # a platform without SEEK_DATA
+        return shutil.copy2(src, dst, follow_symlinks=follow_symlinks)
+    shutil.copystat(src, dst, follow_symlinks=follow_symlinks)
+    return dst
 
 
 # -- the store's segments ------------------------------------------------------------------
@@ -546,5 +576,5 @@ def segment_of(path: str) -> tuple[str, int, FileSegmentType, int] | None:
 
 assert set(FAULTS) == set(EXPECTED) == set(_PLANTERS)
 
-__all__ = ["DEEP", "DRILL_OWNER_ID", "EXPECTED", "FAULTS", "LISTING", "PlantedFault", "copy_store", "plant",
+__all__ = ["DEEP", "DRILL_OWNER_ID", "EXPECTED", "FAULTS", "LISTING", "PlantedFault", "copy_sparse", "copy_store", "plant",
            "segment_of"]

@@ -33,6 +33,8 @@ import time
 from typing import Any, Callable, ContextManager, Iterable, Protocol
 
 from tiered_core.codec.checks import PropCrcPolicy
+from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
+from tiered_core.flat.segment_reader import SegmentReader
 from tiered_core.flat.ownership import ReadOnlyDriver, read_store_id, tier_prefix
 from tiered_core.metadata import open_metadata_read_only
 from tiered_core.ops.findings import Finding, FindingKind, Severity, VerifyReport
@@ -106,7 +108,8 @@ def verify_store(config: Any, *, deep: bool = False, topics: Iterable[str] | Non
             run = walk or walk_queues
             with _bar(progress, "deep walk" if deep else "walk", total_units(works)) as bar:
                 walked = run(driver, works, deep=deep, prop_crc=prop_crc, progress=bar.update)
-            report.extend(_merge_lost(listing.findings, walked, fresh_metadata, cluster, broker))
+            merged = _merge_lost(listing.findings, walked, fresh_metadata, cluster, broker)
+            report.extend(_with_lost_offsets(driver, merged, works, prop_crc))
             report.stats.add(walked.stats)
             # 4. the key index
             index_files = sum(1 for f in listing.segments.values() if f.file_key[2] == 2 and f.meta.size)
@@ -170,6 +173,51 @@ def _merge_lost(listed: list[Finding], walked: QueueWalk, fresh_metadata: Callab
             fresh.close()
         out.extend(f for f in unconfirmed if f.subject in still)
     return out + rest
+
+
+def _with_lost_offsets(driver: SegmentDriver, findings: list[Finding], works: list[QueueWork],
+                       prop_crc: PropCrcPolicy) -> list[Finding]:
+    """``findings`` with the queue offsets of each short or missing segment of a queue
+    filled in where the walk did not give them (a shallow walk reads no message): for a
+    consume-queue segment the units its lost bytes held, for a commit-log segment the
+    messages whose bytes reach into them (a bisect over the units)."""
+    by_queue = {(w.topic, w.queue_id): w for w in works}
+    out = []
+    for f in findings:
+        work = by_queue.get((f.topic, f.queue_id)) if f.topic is not None else None
+        if f.kind not in _LOST or f.queue_offsets is not None or work is None or f.file_offsets is None:
+            out.append(f)
+            continue
+        lo, hi = f.file_offsets
+        q: tuple[int, int] | None
+        if f.facts.get("type") == "CONSUME_QUEUE":
+            q = (lo // CQ_UNIT_SIZE, -(-hi // CQ_UNIT_SIZE))
+        else:
+            q = _messages_in(driver, work, lo, hi, prop_crc)
+        if q is None or q[0] >= q[1]:
+            out.append(f)
+            continue
+        detail = f"{f.detail}; queue offsets {q[0]}..{q[1] - 1} of {f.topic}/{f.queue_id} cannot be read"
+        out.append(Finding(f.kind, f.subject, detail, f.topic, f.queue_id, q, f.file_offsets,
+                           dict(f.facts, units=q[1] - q[0]), f.fix_text))
+    return out
+
+
+def _messages_in(driver: SegmentDriver, work: QueueWork, lo: int, hi: int,
+                 prop_crc: PropCrcPolicy) -> tuple[int, int] | None:
+    """The queue offsets whose messages reach into commit-log bytes ``[lo, hi)`` (None: the
+    units on the way cannot be read)."""
+    reader = SegmentReader.from_refs(driver, work.topic, work.queue_id, work.consume_queue, work.commit_log,
+                                     prop_crc)
+    q0 = reader.first_unit_at_or_after(lo, work.min_offset, work.max_offset)
+    q1 = reader.first_unit_at_or_after(hi, work.min_offset, work.max_offset)
+    if q0 is None or q1 is None:
+        return None
+    if q0 > work.min_offset:
+        before = reader.unit(q0 - 1)
+        if before is not None and before.is_valid and before.commitlog_offset + before.size > lo:
+            q0 -= 1
+    return q0, q1
 
 
 def _order(f: Finding) -> tuple:

@@ -24,6 +24,7 @@ it is reported, and only what still holds is.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
@@ -44,6 +45,9 @@ from tiered_core.spi.metadata import FileSegmentMetadata, TieredMetadataStore
 
 #: A tail (or an unlisted object) is read back in pieces of at most this many bytes.
 _READ_CHUNK = 8 << 20
+#: Pauses before each re-check of a mismatch (seconds): a running store's backend step is
+#: followed by its metadata step within moments; a real fault survives every round.
+SETTLE_S = (0.0, 0.25, 1.0)
 
 
 @dataclass
@@ -94,21 +98,34 @@ class _Checker:
     """The comparison for one metadata snapshot (the first pass, then the re-check)."""
 
     def __init__(self, driver: SegmentDriver, segments: dict[str, Segment], cluster: str, broker: str,
-                 prop_crc: PropCrcPolicy) -> None:
+                 prop_crc: PropCrcPolicy, listing: dict[str, int]) -> None:
         self.driver, self.segments = driver, segments
         self.cluster, self.broker, self.prop_crc = cluster, broker, prop_crc
         self.seal_known = driver.capabilities.seal
         # (topic, queue, type) -> end of the file's last recorded segment
         self.file_end: dict[tuple[str, int, int], int] = {}
+        # (topic, queue) -> where the commit log's bytes end in the backend (what the store
+        # adopts at its next open): the limit for consume-queue units read back
+        self.commit_log_end: dict[tuple[str, int], int] = {}
         for seg in segments.values():
             if seg.last:
                 self.file_end[seg.file_key] = seg.meta.base_offset + seg.meta.size
+                topic, queue_id, ftype = seg.file_key
+                if ftype == int(FileSegmentType.COMMIT_LOG):
+                    self.commit_log_end[(topic, queue_id)] = seg.meta.base_offset + max(
+                        seg.meta.size, listing.get(seg.path, 0))
 
     # -- one object ---------------------------------------------------------------------
 
-    def listed(self, seg: Segment, size: int | None) -> Finding | None:
+    def listed(self, seg: Segment, size: int | None, sealed: bool | None = None,
+               before: Segment | None = None) -> Finding | None:
         """The finding for a segment the metadata lists whose object holds ``size`` bytes
-        (None: it is not there), or None when they agree."""
+        (None: it is not there) and is ``sealed`` (None: ask the backend now), or None when
+        they agree. ``seg`` is the record read after that look at the object, ``before``
+        the one read before it (default ``seg``): the store changes the backend first and
+        the metadata after, so bytes lost and a recorded seal the object lacks are judged
+        against ``before``, a missing object, a tail and a seal not recorded against ``seg``."""
+        before = before or seg
         meta, path = seg.meta, seg.path
         topic, queue_id, ftype = seg.file_key
         is_index = ftype == int(FileSegmentType.INDEX)
@@ -122,16 +139,18 @@ class _Checker:
             kind = FindingKind.INDEX_MISSING if is_index else FindingKind.MISSING_OBJECT
             return Finding(kind, path, f"the metadata lists this {_what(ftype)} ({meta.size} committed bytes); "
                            "the backend does not hold it", t, q, None, file_offsets, facts)
-        if size < meta.size:
+        committed = before.meta.size
+        if size < committed:
+            facts["committed_size"] = committed
             return Finding(FindingKind.LOST_BYTES, path,
-                           f"the backend holds {size} of the {meta.size} bytes committed to this {_what(ftype)} "
-                           f"({meta.size - size} bytes lost)", t, q, None, (meta.base_offset + size,
-                                                                            meta.base_offset + meta.size), facts)
+                           f"the backend holds {size} of the {committed} bytes committed to this {_what(ftype)} "
+                           f"({committed - size} bytes lost)", t, q, None,
+                           (meta.base_offset + size, meta.base_offset + committed), facts)
         if size > meta.size and not is_index:
             return self.tail(seg, size, facts)
         if self.seal_known:
-            sealed = self.driver.is_sealed(path)
-            recorded = meta.status == SegmentStatus.SEALED
+            sealed = self.driver.is_sealed(path) if sealed is None else sealed
+            recorded = (meta if sealed else before.meta).status == SegmentStatus.SEALED
             if sealed != recorded:
                 facts.update(backend_sealed=sealed, metadata_sealed=recorded)
                 return Finding(FindingKind.SEALED_MISMATCH, path,
@@ -160,7 +179,7 @@ class _Checker:
         if ftype == int(FileSegmentType.COMMIT_LOG):
             return read_back_messages(data, start, topic, queue_id, self.prop_crc)
         if ftype == int(FileSegmentType.CONSUME_QUEUE):
-            return read_back_units(data)
+            return read_back_units(data, self.commit_log_end.get((topic, queue_id)))
         problem = index_file_problem(data)
         return ReadBack(problem is None, 0, len(data), 0, problem)
 
@@ -213,16 +232,16 @@ def check_listing(driver: SegmentDriver, metadata: TieredMetadataStore, cluster:
                   prop_crc: PropCrcPolicy = PropCrcPolicy.IF_PRESENT,
                   progress: Callable[[int], None] | None = None) -> ListingCheck:
     """Compare ``metadata`` with one listing of the store's prefix (module doc). Each
-    mismatch is checked again against ``fresh_metadata()`` (opened once, closed here) and a
-    fresh look at the object; only what still holds is reported. Reads only. Driver and
-    metadata errors propagate."""
+    mismatch is checked again (:func:`_confirm`: fresh looks at the object, fresh reads of
+    the metadata through ``fresh_metadata()``); only what still holds is reported. Reads
+    only. Driver and metadata errors propagate."""
     segments = metadata_segments(metadata, cluster, broker)
     result = ListingCheck(segments=segments)
     result.listing = dict(segment_objects(driver, cluster, broker))
-    first = _Checker(driver, segments, cluster, broker, prop_crc)
+    first = _Checker(driver, segments, cluster, broker, prop_crc, result.listing)
     suspects: list[str] = []
     for path, seg in segments.items():
-        finding = first.listed(seg, _size_of(driver, path, result.listing))
+        finding = first.listed(seg, result.listing.get(path))
         if finding is not None and finding.kind is not FindingKind.UNCOMMITTED_TAIL:
             suspects.append(path)
         elif finding is not None:
@@ -231,30 +250,63 @@ def check_listing(driver: SegmentDriver, metadata: TieredMetadataStore, cluster:
             progress(1)
     unlisted = sorted((p for p, size in result.listing.items() if size and p not in segments), key=_chain_order)
     suspects.extend(unlisted)
-    if not suspects:
-        return result
-    # the re-check: a fresh metadata snapshot, a fresh look at each suspect object
-    fresh = fresh_metadata()
-    try:
-        again = metadata_segments(fresh, cluster, broker)
-    finally:
-        fresh.close()
-    second = _Checker(driver, again, cluster, broker, prop_crc)
-    chained: dict[tuple[str, int, int], int] = {}
-    for path in sorted(set(suspects), key=_chain_order):
-        size = _current_size(driver, path)
-        seg = again.get(path)
-        if seg is not None:
-            finding = second.listed(seg, size)
-        elif path in segments:
-            finding = None  # no longer listed (expired meanwhile): nothing to compare
-        elif size:
-            finding = second.unlisted(path, size, chained)
-        else:
-            finding = None  # gone, or empty (not data)
-        if finding is not None:
-            result.findings.append(finding)
+    result.findings.extend(_confirm(driver, suspects, segments, cluster, broker, prop_crc, fresh_metadata,
+                                    result.listing))
     return result
+
+
+def _confirm(driver: SegmentDriver, suspects: list[str], segments: dict[str, Segment], cluster: str, broker: str,
+             prop_crc: PropCrcPolicy, fresh_metadata: Callable[[], TieredMetadataStore],
+             listing: dict[str, int]) -> list[Finding]:
+    """The findings of ``suspects`` that still hold when looked at again: in each round a
+    fresh look at each object, a pause (:data:`SETTLE_S`) for a running store to finish the
+    step it was in, then a fresh read of the metadata; what a round clears is dropped, what
+    every round confirms is reported (module doc)."""
+    before = segments
+    pending = sorted(set(suspects), key=_chain_order)
+    found: list[Finding] = []
+    for settle in SETTLE_S:
+        if not pending:
+            break
+        looks = {path: _look(driver, path) for path in pending}
+        if settle:
+            time.sleep(settle)
+        fresh = fresh_metadata()
+        try:
+            after = metadata_segments(fresh, cluster, broker)
+        finally:
+            fresh.close()
+        checker = _Checker(driver, after, cluster, broker, prop_crc, listing)
+        chained: dict[tuple[str, int, int], int] = {}
+        found, still = [], []
+        for path in pending:
+            size, sealed = looks[path]
+            seg, prev = after.get(path), before.get(path)
+            if seg is None:
+                # unlisted in both reads of the metadata (one listed it: expired meanwhile)
+                finding = checker.unlisted(path, size, chained) if size and prev is None else None
+            else:
+                finding = checker.listed(seg, size, sealed, before=prev or seg)
+            if finding is None:
+                continue
+            if finding.kind is FindingKind.UNCOMMITTED_TAIL:
+                found.append(finding)  # (information only: a running store's next commit)
+                continue
+            found.append(finding)
+            still.append(path)
+        before, pending = after, still
+    return found
+
+
+def _look(driver: SegmentDriver, path: str) -> tuple[int | None, bool | None]:
+    """``(size or None when absent, sealed)`` of the object at ``path`` now."""
+    size = _current_size(driver, path)
+    if size is None or not driver.capabilities.seal:
+        return size, None
+    try:
+        return size, driver.is_sealed(path)
+    except NotFound:
+        return None, None
 
 
 def _chain_order(path: str) -> tuple:
@@ -264,10 +316,6 @@ def _chain_order(path: str) -> tuple:
         return (info.topic, info.queue_id, int(info.file_type), info.base_offset, path)
     except TieredStoreError:
         return ("~", 0, 0, 0, path)
-
-
-def _size_of(driver: SegmentDriver, path: str, listing: dict[str, int]) -> int | None:
-    return listing.get(path)
 
 
 def _current_size(driver: SegmentDriver, path: str) -> int | None:
@@ -349,16 +397,22 @@ def read_back_messages(data: bytes, start: int, topic: str, queue_id: int,
     return ReadBack(True, records, pos, 0)
 
 
-def read_back_units(data: bytes) -> ReadBack:
+def read_back_units(data: bytes, commit_log_end: int | None = None) -> ReadBack:
     """Whether ``data`` is whole consume-queue units pointing forward (size > 0, offset >=
-    0), maybe ending in a torn one."""
+    0) and, when ``commit_log_end`` is given, inside the committed commit log; maybe ending
+    in a torn unit."""
     whole = len(data) - len(data) % CQ_UNIT_SIZE
     last_end = -1
     for i, (offset, size, _tags) in enumerate(decode_units(data[:whole])):
-        if offset < 0 or size <= 0 or offset < last_end:
-            return ReadBack(False, i, i * CQ_UNIT_SIZE, 0,
-                            f"unit {i} (commit-log offset {offset}, size {size}) is not a valid unit"
-                            + (" (it points backwards)" if offset < last_end and size > 0 else ""))
+        why = None
+        if offset < 0 or size <= 0:
+            why = "is not a valid unit"
+        elif offset < last_end:
+            why = "points backwards"
+        elif commit_log_end is not None and offset + size > commit_log_end:
+            why = f"points past the committed commit log (which ends at {commit_log_end})"
+        if why is not None:
+            return ReadBack(False, i, i * CQ_UNIT_SIZE, 0, f"unit {i} (commit-log offset {offset}, size {size}) {why}")
         last_end = offset + size
     return ReadBack(True, whole // CQ_UNIT_SIZE, whole, len(data) - whole)
 

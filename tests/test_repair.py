@@ -583,3 +583,36 @@ def test_an_unlisted_commit_log_segment_is_adopted_before_the_units_that_point_i
     finally:
         metadata.close()
     assert_every_message_in_the_tier(config, put)
+
+
+def test_an_unlisted_key_index_file_that_continues_the_index_is_adopted(drill, capsys):
+    """The record of the last uploaded key-index file is lost: the file continues the
+    index, is sealed and reads whole, so repair records it again (its times from its
+    header) and every key is found through it, without indexing anything again."""
+    config, conf, put = drill
+    metadata = config.open_metadata()
+    try:
+        metas = sorted((m for m in metadata.iterate_file_segments(int(FileSegmentType.INDEX)) if m.size),
+                       key=lambda m: m.base_offset)
+        assert len(metas) >= 2
+        lost = metas[-1]
+        metadata.delete_file_segment(int(lost.type), lost.path, lost.base_offset)
+        metadata.flush()
+    finally:
+        metadata.close()
+    path = backend_path(config.cluster, lost)
+    code, plan = run_json(capsys, "repair", "--config", conf)
+    assert code == 0 and [(a["subject"], a["kind"], a["action"]) for a in plan["actions"]] == \
+        [(path, "unlisted_object", "adopt_index")], plan
+    code, result = run_json(capsys, "repair", "--config", conf, "--apply")
+    assert code == 0 and result["keys_indexed"] == 0 and result["moved"] == [], result
+    metadata = config.open_metadata()
+    try:
+        again = metadata.get_file_segment(int(FileSegmentType.INDEX), lost.path, lost.base_offset)
+        assert (again.size, again.status, again.begin_timestamp, again.end_timestamp) == \
+            (lost.size, lost.status, lost.begin_timestamp, lost.end_timestamp)
+    finally:
+        metadata.close()
+    code, report = run_json(capsys, "verify", "--config", conf, "--deep")
+    assert code == 0, report["findings"]
+    assert_every_key_found(config, put)

@@ -24,9 +24,12 @@ from tiered_conformance.drills import DEEP, FAULTS, copy_store, plant
 from tiered_core import Message
 from tiered_core.access.tiered_store import TieredMessageStore
 from tiered_core.cli import main
+from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, decode_cq_units
+from tiered_core.common import FileSegmentType
 from tiered_core.config import StoreConfig
 from tiered_core.flat.ownership import tier_prefix
 from tiered_core.ops.findings import FindingKind, Severity
+from tiered_core.ops.reconcile import backend_path
 from tiered_core.ops.verify import verify_store, worst_findings
 
 #: Small segments so that every queue has several of each kind (sealed ones among them).
@@ -272,3 +275,34 @@ def test_local_store_pending_and_retention_held(tmp_path, capsys):
     assert held[0]["facts"]["oldest_untiered_commitlog_offset"] == 0
     code, report = run_verify(capsys, write_conf(config, tmp_path), "--topics", "nosuch")
     assert code == 0 and not [f for f in report["findings"] if f["kind"].startswith("local_")]
+
+
+def test_bytes_past_the_committed_end_that_read_back_are_an_uncommitted_tail(original, tmp_path, capsys):
+    """A crash after the last upload and before its metadata update: the last commit-log
+    segment holds one message, the last consume-queue segment one unit more than recorded."""
+    copy = copy_store(original, tmp_path / "copy")
+    metadata = copy.open_metadata()
+    try:
+        metas = {FileSegmentType(t): max((m for m in metadata.iterate_file_segments(int(t))
+                                          if m.path.endswith("/orders/1")), key=lambda m: m.base_offset)
+                 for t in (FileSegmentType.COMMIT_LOG, FileSegmentType.CONSUME_QUEUE)}
+        cq, cl = metas[FileSegmentType.CONSUME_QUEUE], metas[FileSegmentType.COMMIT_LOG]
+        assert cq.size >= 2 * CQ_UNIT_SIZE
+        driver = copy.open_driver()
+        try:
+            last = decode_cq_units(driver.read(backend_path(copy.cluster, cq), cq.size - CQ_UNIT_SIZE,
+                                               CQ_UNIT_SIZE))[0]
+        finally:
+            driver.close()
+        assert last.commitlog_offset + last.size == cl.base_offset + cl.size
+        cq.size -= CQ_UNIT_SIZE
+        cl.size -= last.size
+        metadata.update_file_segment(cq)
+        metadata.update_file_segment(cl)
+    finally:
+        metadata.close()
+    code, report = run_verify(capsys, write_conf(copy, tmp_path), "--deep")
+    assert code == 0 and serious(report) == [], report
+    tails = {f["facts"]["type"]: f for f in report["findings"] if f["kind"] == "uncommitted_tail"}
+    assert tails["COMMIT_LOG"]["facts"]["records"] == 1 and tails["COMMIT_LOG"]["facts"]["tail_bytes"] == last.size
+    assert tails["CONSUME_QUEUE"]["facts"]["records"] == 1

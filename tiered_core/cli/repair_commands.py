@@ -232,5 +232,6 @@ def _purge(config: Any, args: argparse.Namespace) -> int:
         print(f"removed manifest {path}")
     for path, why in report.kept:
         print(f"kept {path}: {why}")
-    print(f"{len(report.purged)} copie(s), {report.bytes:,} bytes purged; {len(report.kept)} kept")
+    n = len(report.purged)
+    print(f"{n} cop{'y' if n == 1 else 'ies'} ({report.bytes:,} bytes) purged; {len(report.kept)} kept")
     return 0

@@ -259,7 +259,7 @@ class Quarantine:
         done = replace(entry, state=DONE)
         self._record(done)
         self.moved.append(done)
-        log.warning("repair %s: %s %s (copy in %s)", self.repair_id, entry.original, entry.then, entry.copy)
+        log.info("repair %s: %s %s (copy in %s)", self.repair_id, entry.original, entry.then, entry.copy)
         return done
 
     def finish_pending(self, check: Callable[[QuarantineEntry], str | None]) -> list[QuarantineEntry]:

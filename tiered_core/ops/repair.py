@@ -20,11 +20,12 @@ against the live state (the re-check) and acts only on what still holds. Nothing
 deleted outright: what leaves the prefix goes into this run's quarantine
 (:mod:`tiered_core.ops.quarantine`). Every change is logged and reported.
 
-The order of the steps matters and is fixed: the owner record, seals, tails (commit log
-before consume queue, so units are checked against the commit log they point into),
-unlisted objects (the same, each file's segments by base offset, so a run of them
-chains), segment times, then the key index (keys indexed again last, once for all the
-files that lost them).
+The order of the steps matters and is fixed: the owner record, seals, then the listing's
+data -- tails and unlisted objects, every commit-log object before every consume-queue one
+(so units are checked against the commit log they point into, adopted bytes included) and
+each file's objects by base offset (a tail is adopted before the unlisted segment that
+continues it; a run of unlisted segments chains) --, segment times, and the key index last
+(keys indexed again once for all the files that lost them).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager, Iterable, Protocol
 
 from tiered_core.codec.naming import parse_segment_path
-from tiered_core.common import FileSegmentType
+from tiered_core.common import FileSegmentType, SegmentStatus
 from tiered_core.errors import IllegalParam, TieredStoreError
 from tiered_core.flat.ownership import PrefixOwnership, ReadOnlyDriver, load_store_id, tier_prefix
 from tiered_core.metadata import open_metadata_read_only
@@ -178,19 +179,25 @@ class RepairResult:
 
 # -- deciding ----------------------------------------------------------------------------------
 
-_ORDER = {FindingKind.OWNER_MISSING: 0, FindingKind.SEALED_MISMATCH: 1, FindingKind.UNCOMMITTED_TAIL: 2,
-          FindingKind.BAD_TAIL: 2, FindingKind.UNLISTED_OBJECT: 3, FindingKind.TIME_BOUNDS_MISMATCH: 4,
-          FindingKind.INDEX_MISSING: 5, FindingKind.INDEX_UNREADABLE: 5}
+#: Steps in groups: the owner record, seals, the data of the listing (tails and unlisted
+#: objects), segment times, the key index.
+_GROUP = {FindingKind.OWNER_MISSING: 0, FindingKind.SEALED_MISMATCH: 1, FindingKind.UNCOMMITTED_TAIL: 2,
+          FindingKind.BAD_TAIL: 2, FindingKind.UNLISTED_OBJECT: 2, FindingKind.TIME_BOUNDS_MISMATCH: 3,
+          FindingKind.INDEX_MISSING: 4, FindingKind.INDEX_UNREADABLE: 4}
 _TYPE_ORDER = {FileSegmentType.COMMIT_LOG: 0, FileSegmentType.CONSUME_QUEUE: 1, FileSegmentType.INDEX: 2}
 
 
 def _order(finding: Finding) -> tuple:
+    """Within the listing's data: every commit-log object before every consume-queue one
+    (units are checked against the commit log they point into, adopted bytes included),
+    each file's objects by base offset (a tail is adopted before the unlisted segment that
+    continues it, a run of unlisted segments chains)."""
     try:
         info = parse_segment_path(finding.subject)
         where: tuple = (0, _TYPE_ORDER[info.file_type], info.topic, info.queue_id, info.base_offset)
     except (IllegalParam, KeyError):
         where = (1, 0, "", 0, 0)
-    return (_ORDER.get(finding.kind, 9), *where, finding.subject)
+    return (_GROUP.get(finding.kind, 9), *where, finding.subject)
 
 
 def decide(ctx: RepairContext, finding: Finding) -> Decision:
@@ -354,18 +361,18 @@ def _apply_step(ctx: RepairContext, step: RepairStep, windows: list[tuple[int, i
 
 def _still_to_finish(ctx: RepairContext, entry: QuarantineEntry) -> str | None:
     """The re-check before finishing an earlier run's move: a removal only of an object no
-    metadata record lists; a rewrite only of a segment whose record still commits exactly
-    the bytes to keep."""
-    known = {backend_path(ctx.cluster, m): m for m in ctx.metadata.iterate_file_segments()}
+    metadata record lists (an unreadable index file's record is dropped after its move); a
+    rewrite only when it keeps every byte the metadata commits of the object (cutting what
+    lies past them is what the move was for)."""
+    known = {backend_path(ctx.cluster, m): m for m in ctx.metadata.iterate_file_segments()
+             if m.status != SegmentStatus.DELETED}
     meta = known.get(entry.original)
     if entry.then == REMOVED:
-        if meta is not None and entry.kind not in (FindingKind.INDEX_UNREADABLE.value,):
+        if meta is not None and entry.kind != FindingKind.INDEX_UNREADABLE.value:
             return "the metadata lists it now"
         return None
-    if meta is None:
-        return "the metadata does not list it"
-    if meta.size != entry.keep:
-        return f"the metadata commits {meta.size} bytes of it, not the {entry.keep} to keep"
+    if meta is not None and entry.keep is not None and meta.size > entry.keep:
+        return f"the metadata commits {meta.size} bytes of it, more than the {entry.keep} the rewrite keeps"
     return None
 
 

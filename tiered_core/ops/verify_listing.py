@@ -98,15 +98,22 @@ class _Checker:
     """The comparison for one metadata snapshot (the first pass, then the re-check)."""
 
     def __init__(self, driver: SegmentDriver, segments: dict[str, Segment], cluster: str, broker: str,
-                 prop_crc: PropCrcPolicy) -> None:
+                 prop_crc: PropCrcPolicy, listing: dict[str, int]) -> None:
         self.driver, self.segments = driver, segments
         self.cluster, self.broker, self.prop_crc = cluster, broker, prop_crc
         self.seal_known = driver.capabilities.seal
         # (topic, queue, type) -> end of the file's last recorded segment
         self.file_end: dict[tuple[str, int, int], int] = {}
+        # (topic, queue) -> where the commit log's bytes end in the backend (what the store
+        # adopts at its next open): the limit for consume-queue units read back
+        self.commit_log_end: dict[tuple[str, int], int] = {}
         for seg in segments.values():
             if seg.last:
                 self.file_end[seg.file_key] = seg.meta.base_offset + seg.meta.size
+                topic, queue_id, ftype = seg.file_key
+                if ftype == int(FileSegmentType.COMMIT_LOG):
+                    self.commit_log_end[(topic, queue_id)] = seg.meta.base_offset + max(
+                        seg.meta.size, listing.get(seg.path, 0))
 
     # -- one object ---------------------------------------------------------------------
 
@@ -172,7 +179,7 @@ class _Checker:
         if ftype == int(FileSegmentType.COMMIT_LOG):
             return read_back_messages(data, start, topic, queue_id, self.prop_crc)
         if ftype == int(FileSegmentType.CONSUME_QUEUE):
-            return read_back_units(data)
+            return read_back_units(data, self.commit_log_end.get((topic, queue_id)))
         problem = index_file_problem(data)
         return ReadBack(problem is None, 0, len(data), 0, problem)
 
@@ -231,10 +238,10 @@ def check_listing(driver: SegmentDriver, metadata: TieredMetadataStore, cluster:
     segments = metadata_segments(metadata, cluster, broker)
     result = ListingCheck(segments=segments)
     result.listing = dict(segment_objects(driver, cluster, broker))
-    first = _Checker(driver, segments, cluster, broker, prop_crc)
+    first = _Checker(driver, segments, cluster, broker, prop_crc, result.listing)
     suspects: list[str] = []
     for path, seg in segments.items():
-        finding = first.listed(seg, _size_of(driver, path, result.listing))
+        finding = first.listed(seg, result.listing.get(path))
         if finding is not None and finding.kind is not FindingKind.UNCOMMITTED_TAIL:
             suspects.append(path)
         elif finding is not None:
@@ -243,12 +250,14 @@ def check_listing(driver: SegmentDriver, metadata: TieredMetadataStore, cluster:
             progress(1)
     unlisted = sorted((p for p, size in result.listing.items() if size and p not in segments), key=_chain_order)
     suspects.extend(unlisted)
-    result.findings.extend(_confirm(driver, suspects, segments, cluster, broker, prop_crc, fresh_metadata))
+    result.findings.extend(_confirm(driver, suspects, segments, cluster, broker, prop_crc, fresh_metadata,
+                                    result.listing))
     return result
 
 
 def _confirm(driver: SegmentDriver, suspects: list[str], segments: dict[str, Segment], cluster: str, broker: str,
-             prop_crc: PropCrcPolicy, fresh_metadata: Callable[[], TieredMetadataStore]) -> list[Finding]:
+             prop_crc: PropCrcPolicy, fresh_metadata: Callable[[], TieredMetadataStore],
+             listing: dict[str, int]) -> list[Finding]:
     """The findings of ``suspects`` that still hold when looked at again: in each round a
     fresh look at each object, a pause (:data:`SETTLE_S`) for a running store to finish the
     step it was in, then a fresh read of the metadata; what a round clears is dropped, what
@@ -267,7 +276,7 @@ def _confirm(driver: SegmentDriver, suspects: list[str], segments: dict[str, Seg
             after = metadata_segments(fresh, cluster, broker)
         finally:
             fresh.close()
-        checker = _Checker(driver, after, cluster, broker, prop_crc)
+        checker = _Checker(driver, after, cluster, broker, prop_crc, listing)
         chained: dict[tuple[str, int, int], int] = {}
         found, still = [], []
         for path in pending:
@@ -307,10 +316,6 @@ def _chain_order(path: str) -> tuple:
         return (info.topic, info.queue_id, int(info.file_type), info.base_offset, path)
     except TieredStoreError:
         return ("~", 0, 0, 0, path)
-
-
-def _size_of(driver: SegmentDriver, path: str, listing: dict[str, int]) -> int | None:
-    return listing.get(path)
 
 
 def _current_size(driver: SegmentDriver, path: str) -> int | None:
@@ -392,16 +397,22 @@ def read_back_messages(data: bytes, start: int, topic: str, queue_id: int,
     return ReadBack(True, records, pos, 0)
 
 
-def read_back_units(data: bytes) -> ReadBack:
+def read_back_units(data: bytes, commit_log_end: int | None = None) -> ReadBack:
     """Whether ``data`` is whole consume-queue units pointing forward (size > 0, offset >=
-    0), maybe ending in a torn one."""
+    0) and, when ``commit_log_end`` is given, inside the committed commit log; maybe ending
+    in a torn unit."""
     whole = len(data) - len(data) % CQ_UNIT_SIZE
     last_end = -1
     for i, (offset, size, _tags) in enumerate(decode_units(data[:whole])):
-        if offset < 0 or size <= 0 or offset < last_end:
-            return ReadBack(False, i, i * CQ_UNIT_SIZE, 0,
-                            f"unit {i} (commit-log offset {offset}, size {size}) is not a valid unit"
-                            + (" (it points backwards)" if offset < last_end and size > 0 else ""))
+        why = None
+        if offset < 0 or size <= 0:
+            why = "is not a valid unit"
+        elif offset < last_end:
+            why = "points backwards"
+        elif commit_log_end is not None and offset + size > commit_log_end:
+            why = f"points past the committed commit log (which ends at {commit_log_end})"
+        if why is not None:
+            return ReadBack(False, i, i * CQ_UNIT_SIZE, 0, f"unit {i} (commit-log offset {offset}, size {size}) {why}")
         last_end = offset + size
     return ReadBack(True, whole // CQ_UNIT_SIZE, whole, len(data) - whole)
 

@@ -30,8 +30,9 @@ from tiered_core.spark.config_source import ConfigSource, require_shared_backend
 from tiered_core.spark.failures import tagged_iter
 from tiered_core.spi.driver import SegmentDriver
 
-#: Ranges per core, at least, when the queues are large enough (some finish early).
-RANGES_PER_CORE = 4
+#: Spark tasks per core (each a slice of ranges, largest first): more balance the load, each costs
+#: about 0.1 s of scheduling in local mode (measured: 4 tasks 0.55 s, 8 tasks 1.0 s for 258 MiB).
+RANGES_PER_CORE = 2
 #: A range holds at least this many queue offsets (smaller ones cost more to plan than to walk).
 MIN_UNITS_PER_RANGE = 4096
 #: ... and at most this many (the single-process walk's).

@@ -1,4 +1,4 @@
-"""``tiered spark export|migrate|import|reindex|stream``: the Spark jobs over a tiered store."""
+"""``tiered spark export|migrate|import|reindex|stream|verify``: the Spark jobs over a tiered store."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from tiered_core.cli.shared import add_json_option
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("spark", help="jobs on Apache Spark (export, migrate, import, reindex, stream)",
+    parser = subparsers.add_parser("spark", help="jobs on Apache Spark (export, migrate, import, reindex, stream, verify)",
                                    description="Bulk jobs over a tiered store, run on Apache Spark "
                                                "(local mode unless --master says otherwise).")
     jobs = parser.add_subparsers(dest="job", metavar="JOB")
@@ -74,6 +74,16 @@ def register(subparsers) -> None:
     p.add_argument("--available-now", action="store_true",
                    help="copy what the source holds now, then exit (instead of running until SIGTERM)")
     p.set_defaults(func=run_stream)
+
+    p = jobs.add_parser("verify", help="tiered verify --deep with the per-queue walk on Spark (read-only)",
+                        description="The report of `tiered verify --deep` (same findings, same --json, same exit "
+                                    "status: 0 clean, 1 findings, 4 corrupt data), with every queue's messages "
+                                    "read and checked in Spark tasks, for stores one machine cannot read in time. "
+                                    "Read-only: no store lock, no write anywhere; safe beside a running store.")
+    common(p)
+    p.add_argument("--topics", nargs="+", metavar="T", help="check only these topics' queues, key-index entries "
+                                                            "and local queues (comma lists allowed)")
+    p.set_defaults(func=run_verify)
 
     parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
 
@@ -165,6 +175,29 @@ def run_reindex(args) -> int:
     _check_configs(args.config)
     _require_source(load_config(args.config))
     return _report(args, reindex(_session(args), args.config, **options))
+
+
+def run_verify(args) -> int:
+    """``tiered spark verify``: the report of ``tiered verify --deep``, its exit status."""
+    from tiered_core.cli.progress import Progress
+    from tiered_core.cli.shared import StoreNotFound, load_config, print_json, store_exists
+    from tiered_core.cli.verify_commands import print_report
+    from tiered_core.spark.config_source import require_shared_backend
+    from tiered_core.spark.jobs.verify import verify
+
+    config = load_config(args.config)
+    if not store_exists(config):
+        raise StoreNotFound(config)
+    require_shared_backend(config)  # before Spark starts
+    topics = None if args.topics is None else [t for item in args.topics for t in item.split(",") if t]
+    report = verify(_session(args), args.config, topics=topics,
+                    progress=lambda label, total: Progress(label, total, stream=sys.stderr))
+    if args.json:
+        print_json(report.as_dict())
+    else:
+        print_report(report)
+    sys.stdout.flush()
+    return report.exit_code
 
 
 def run_stream(args) -> int:

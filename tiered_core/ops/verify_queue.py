@@ -61,11 +61,9 @@ class QueueWork:
 @dataclass
 class RangeResult:
     """What the walk of queue offsets ``[start, end)`` of one queue found, and its counters;
-    ``times``: commit-log segment path -> (earliest, latest) store time of the messages read
-    in it (merged over ranges to check the metadata's segment times); ``edges``: path ->
-    (commit-log offset of the first message read, its store time, end of the last message
-    read, its store time), so the check knows whether the messages read cover the segment
-    from its base to its end."""
+    ``times``: commit-log segment path -> (first, last) store time of the messages read in
+    it (the earliest and the latest of each group's first and last message; merged over
+    ranges to check the metadata's segment times)."""
 
     topic: str
     queue_id: int
@@ -74,7 +72,6 @@ class RangeResult:
     findings: list[Finding] = field(default_factory=list)
     stats: VerifyStats = field(default_factory=VerifyStats)
     times: dict[str, tuple[int, int]] = field(default_factory=dict)
-    edges: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -204,64 +201,49 @@ def verify_range(driver: SegmentDriver, work: QueueWork, start: int, end: int, *
 # -- segment times ------------------------------------------------------------------------------
 
 
-def merge_times(results: Iterable[RangeResult]) -> tuple[dict[str, tuple[int, int]],
-                                                          dict[str, tuple[int, int, int, int]]]:
-    """The ``times`` and ``edges`` of several ranges of one queue, merged."""
+def merge_times(results: Iterable[RangeResult]) -> dict[str, tuple[int, int]]:
+    """The ``times`` of several ranges of one queue, merged (earliest first, latest last)."""
     times: dict[str, tuple[int, int]] = {}
-    edges: dict[str, tuple[int, int, int, int]] = {}
     for result in results:
         for path, (lo, hi) in result.times.items():
             old = times.get(path)
             times[path] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
-        for path, (f_off, f_time, l_end, l_time) in result.edges.items():
-            old = edges.get(path)
-            if old is None:
-                edges[path] = (f_off, f_time, l_end, l_time)
-            else:
-                first = (f_off, f_time) if f_off < old[0] else (old[0], old[1])
-                last = (l_end, l_time) if l_end > old[2] else (old[2], old[3])
-                edges[path] = (*first, *last)
-    return times, edges
+    return times
 
 
 def time_findings(work: QueueWork, results: list[RangeResult]) -> list[Finding]:
     """Findings of commit-log segments whose metadata times disagree with the first/last
     store time of the messages read in them (the merged ``times`` of every range).
 
-    What "agree" means: the store records a segment's times as the earliest and latest
-    store time of the messages appended to it (``FileSegment.append``), the metadata
-    rebuild as those of its first and last message; either agrees. Only what the walk
-    can know is checked: the queue's last segment (still being written) never; ``begin``
-    only when the first message read starts at the segment's base, ``end`` only when the
-    last one read ends where the segment's bytes end (not when its head expired with
-    the consume queue's, a torn tail follows or units for its last messages are not
-    committed yet). The finding's ``facts`` hold ``metadata_times``, ``read_times``
-    (earliest, latest read) and ``times``: what the metadata should record."""
-    times, edges = merge_times(results)
-    refs = work.commit_log
+    What "agree" means: the store records a segment's times as the earliest and the
+    latest store time of every message appended to it (``FileSegment.append``), the
+    metadata rebuild as those of its first and last message. Both contain the times of
+    the messages read, and may be wider: bytes no unit points at (left by a crash) and a
+    head whose units expired count for the store, and a clock that stepped back makes the
+    earliest precede the first. So the metadata's ``[begin, end]`` must contain the first
+    and last store time read; narrower is the finding (a read by time could miss those
+    messages, expiry could delete them early). The queue's last segment (still being
+    written, its times may lag) is left out. The finding's ``facts`` hold
+    ``metadata_times``, ``read_times`` and ``times``: what the metadata should record
+    (the read time on each side that disagrees, the metadata's on the other)."""
+    times = merge_times(results)
     out = []
-    for i, ref in enumerate(refs[:-1]):
-        if ref.path not in times or ref.path not in edges:
+    for ref in work.commit_log[:-1]:
+        if ref.path not in times:
             continue
         lo, hi = times[ref.path]
-        first_off, first_time, last_end, last_time = edges[ref.path]
-        begin, end_ = work.times.get(ref.path, (NO_TIMESTAMP, NO_TIMESTAMP))
-        torn = ref.base_offset + ref.size > refs[i + 1].base_offset
-        check_begin = first_off == ref.base_offset
-        check_end = not torn and last_end == served_end(refs, i)
-        bad_begin = check_begin and begin not in (lo, first_time)
-        bad_end = check_end and end_ not in (hi, last_time)
+        begin, end = work.times.get(ref.path, (NO_TIMESTAMP, NO_TIMESTAMP))
+        bad_begin, bad_end = begin > lo, end < hi or end == NO_TIMESTAMP
         if not (bad_begin or bad_end):
             continue
-        fixed = (lo if bad_begin else begin, hi if bad_end else end_)
         wrong = " and ".join(w for w, bad in (("begin", bad_begin), ("end", bad_end)) if bad)
         out.append(Finding(
             FindingKind.TIME_BOUNDS_MISMATCH, ref.path,
-            f"the metadata records store times {_time(begin)}..{_time(end_)} for this segment of "
-            f"{work.subject}, its messages were stored {lo}..{hi} (the {wrong} disagrees)",
-            work.topic, work.queue_id, None, (ref.base_offset, served_end(refs, i)),
-            {"metadata_times": [begin, end_], "read_times": [lo, hi], "times": list(fixed),
-             "checked": [w for w, ok in (("begin", check_begin), ("end", check_end)) if ok]}))
+            f"the metadata records store times {_time(begin)}..{_time(end)} for this segment of "
+            f"{work.subject}, but its messages were stored {lo}..{hi} (the {wrong} is wrong)",
+            work.topic, work.queue_id, None, (ref.base_offset, ref.base_offset + ref.size),
+            {"metadata_times": [begin, end], "read_times": [lo, hi],
+             "times": [lo if bad_begin else begin, hi if bad_end else end]}))
     return out
 
 

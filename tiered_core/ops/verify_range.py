@@ -129,6 +129,7 @@ class RangeWalker:
                 for batch in self.reader.batches(pos, hi):
                     self.account(batch)
                     pos = batch.end_offset
+                    del batch  # before the next read (see SegmentReader.batches)
                 return
             except CorruptData as exc:
                 pos = max(self.corrupt(exc, pos, hi), pos + 1)
@@ -136,27 +137,21 @@ class RangeWalker:
                 pos = self.missing(exc, pos, hi)
 
     def account(self, batch: MessageBatch) -> None:
+        """Count a checked group, and its first and last message's store times for its
+        segment (a group stays in one commit-log segment)."""
         units = batch.units
-        n = len(units)
-        stats = self.result.stats
-        stats.messages_read += n
-        stats.bytes_read += len(batch.data) + n * CQ_UNIT_SIZE
-        data, base = batch.data, batch.base
-        stamps = [peek_store_timestamp(data, off - base) for off, _size, _tags in units]
-        first_off = units[0][0]
+        first_off, _size, _tags = units[0]
         last_off, last_size, _tags = units[-1]
+        stats = self.result.stats
+        stats.messages_read += len(units)
+        # a group's messages are contiguous unless a crash left bytes between them: counted too
+        stats.bytes_read += last_off + last_size - first_off + len(units) * CQ_UNIT_SIZE
+        data, base = batch.data, batch.base
+        first, last = peek_store_timestamp(data, first_off - base), peek_store_timestamp(data, last_off - base)
         path = self.cl[bisect.bisect_right(self.cl_bases, first_off) - 1].path
-        lo, hi = min(stamps), max(stamps)
-        times, edges = self.result.times, self.result.edges
+        times = self.result.times
         old = times.get(path)
-        times[path] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
-        old_edge = edges.get(path)
-        if old_edge is None:
-            edges[path] = (first_off, stamps[0], last_off + last_size, stamps[-1])
-        else:
-            first = (first_off, stamps[0]) if first_off < old_edge[0] else old_edge[:2]
-            last = (last_off + last_size, stamps[-1]) if last_off + last_size > old_edge[2] else old_edge[2:]
-            edges[path] = (*first, *last)
+        times[path] = (first, last) if old is None else (min(old[0], first), max(old[1], last))
 
     def corrupt(self, exc: CorruptData, pos: int, hi: int) -> int:
         """The finding of what stopped :meth:`SegmentReader.batches`; where to resume."""
@@ -180,54 +175,58 @@ class RangeWalker:
 
     def out_of_range(self, q: int, off: int, size: int, hi: int) -> int:
         """Unit ``q`` (``off``, ``size``) names bytes the read did not get: gone from a
-        segment that should hold them, or outside every segment."""
+        segment that should hold them, or outside every segment. The units after it that
+        point into the same place join its finding; returns where to resume."""
         i = bisect.bisect_right(self.cl_bases, off) - 1
         if i < 0:
             self.outside(q, q + 1, off, size, f"below the commit log's first segment ({self.cl_bases[0]})")
             return q + 1
-        seg_end = self.cl_ends[i]
+        seg_end = self.end_of(i)
         if off + size <= seg_end:  # the segment should hold it: its bytes are gone
-            resume = self.after(seg_end, q, hi)
-            self.cl_lost(i, q, resume)
-            return resume
+            return self.cl_lost(i, q, hi)
         if off < seg_end:  # starts inside, ends past the segment: this unit alone
             self.outside(q, q + 1, off, size, f"the segment holding it ends at {seg_end}")
             return q + 1
-        if i + 1 < len(self.cl):  # into the gap before the next segment
-            resume = self.after(self.cl_bases[i + 1], q, hi)
-            self.outside(q, resume, off, size, f"between the segments ending at {seg_end} and starting at "
-                                                f"{self.cl_bases[i + 1]}")
-            return resume
-        self.outside(q, hi, off, size, f"the commit log ends at {seg_end}")  # units only point forward
-        return hi
+        if i + 1 < len(self.cl):
+            stop = self.cl_bases[i + 1]
+            why = f"between the segments ending at {seg_end} and starting at {stop}"
+        else:
+            stop, why = 1 << 63, f"the commit log ends at {seg_end}"
+        resume = self.run_end(q + 1, hi, lambda o, s: seg_end <= o < stop)
+        self.outside(q, resume, off, size, why)
+        return resume
 
-    def after(self, commit_offset: int, q: int, hi: int) -> int:
-        """The first queue offset in ``(q, hi]`` whose unit points at or after ``commit_offset``."""
-        found = self.reader.first_unit_at_or_after(commit_offset, q + 1, hi)
-        return q + 1 if found is None else max(found, q + 1)
+    def run_end(self, q: int, hi: int, inside) -> int:
+        """The first queue offset in ``[q, hi)`` whose unit ``(offset, size)`` is not
+        ``inside`` (``hi`` when all are; where the consume queue ends early, there)."""
+        log = self.reader.consume_queue
+        while q < hi:
+            n = min(hi - q, UNITS_PER_READ)
+            units = decode_units(log.read(q * CQ_UNIT_SIZE, n * CQ_UNIT_SIZE))
+            for k, (o, s, _t) in enumerate(units):
+                if not inside(o, s):
+                    return q + k
+            if len(units) < n:
+                return q + len(units)
+            q += n
+        return hi
 
     def missing(self, exc: NotFound, pos: int, hi: int) -> int:
         """A segment object the read needed does not exist: the finding, where to resume."""
         path = exc.context.get("path")
         cq_paths = [r.path for r in self.work.consume_queue]
-        if path not in cq_paths and path not in self._cl_paths():
+        cl_paths = [r.path for r in self.cl]
+        if path not in cq_paths and path not in cl_paths:
             path = self._probe_missing()
             if path is None:
                 raise exc
         self._sizes[path] = None
         if path in cq_paths:
             return self.cq_lost(pos, hi, cq_paths.index(path))
-        i = self._cl_paths().index(path)
-        q0 = self.reader.first_unit_at_or_after(self.cl_bases[i], pos, hi)
-        q0 = pos if q0 is None else q0
-        if q0 >= hi:
-            return hi
-        resume = self.after(self.cl_ends[i], q0, hi)
-        self.cl_lost(i, q0, resume)
-        return resume
-
-    def _cl_paths(self) -> list[str]:
-        return [r.path for r in self.cl]
+        i = cl_paths.index(path)
+        base, end = self.cl_bases[i], self.cl_ends[i]
+        q0 = self.run_end(pos, hi, lambda o, s: not base <= o < end)  # the first unit pointing into it
+        return self.cl_lost(i, q0, hi) if q0 < hi else hi
 
     def _probe_missing(self) -> str | None:
         for ref in (*self.work.consume_queue, *self.cl):
@@ -259,20 +258,24 @@ class RangeWalker:
             return max(resume, q + 1)
         size = self.size(ref.path)
         kind = FindingKind.MISSING_OBJECT if size is None else FindingKind.LOST_BYTES
-        start = ref.base_offset + (size or 0)
         self.result.findings.append(lost_finding(
-            kind, ref.path, self.work.topic, self.work.queue_id, q0, resume, (start, seg_end),
+            kind, ref.path, self.work.topic, self.work.queue_id, q0, resume,
+            (ref.base_offset + (size or 0), seg_end),
             {"log": "consume_queue", "backend_size": size, "committed_size": ref.size}))
         return resume
 
-    def cl_lost(self, i: int, q0: int, q1: int) -> None:
+    def cl_lost(self, i: int, q0: int, hi: int) -> int:
+        """Unit ``q0`` points into commit-log segment ``i``'s bytes that are gone: one
+        finding for it and the units after it that point there too; returns where to resume."""
         ref = self.cl[i]
         size = self.size(ref.path)
         kind = FindingKind.MISSING_OBJECT if size is None else FindingKind.LOST_BYTES
+        gone, end = ref.base_offset + (size or 0), self.end_of(i)
+        resume = max(q0 + 1, self.run_end(q0 + 1, hi, lambda o, s: o < end and o + s > gone))
         self.result.findings.append(lost_finding(
-            kind, ref.path, self.work.topic, self.work.queue_id, q0, q1,
-            (ref.base_offset + (size or 0), self.cl_ends[i]),
+            kind, ref.path, self.work.topic, self.work.queue_id, q0, resume, (gone, self.cl_ends[i]),
             {"log": "commit_log", "backend_size": size, "committed_size": ref.size}))
+        return resume
 
     def outside(self, q0: int, q1: int, off: int, size: int, why: str) -> None:
         self.result.findings.append(outside_finding(
@@ -340,13 +343,17 @@ class RangeWalker:
         return readable
 
     def end_of(self, i: int) -> int:
-        """Where segment ``i``'s bytes end; for the last one what the backend holds when it
-        holds more than was committed (units committed after the last metadata update)."""
+        """Where segment ``i``'s readable bytes end: its committed end; past it, what the
+        backend holds up to the next segment's base (the last segment: units committed
+        after the last metadata update; a segment before a gap: bytes the metadata lost
+        track of, which the gap's finding reports)."""
         end = self.cl_ends[i]
-        if i + 1 < len(self.cl):
+        stop = self.cl_bases[i + 1] if i + 1 < len(self.cl) else None
+        if end == stop:
             return end
         size = self.size(self.cl[i].path)
-        return max(end, self.cl_bases[i] + (size or 0))
+        held = self.cl_bases[i] + (size or 0)
+        return max(end, held if stop is None else min(held, stop))
 
 
 __all__ = ["RUN_KINDS", "RangeWalker", "lost_finding", "merge_runs", "outside_finding"]

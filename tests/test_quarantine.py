@@ -133,10 +133,13 @@ ORPHAN = segment_path("c1", "broker-a", "orders", 0, FileSegmentType.COMMIT_LOG,
 TAILED = segment_path("c1", "broker-a", "orders", 0, FileSegmentType.CONSUME_QUEUE, 0)
 
 
-@pytest.fixture
-def driver(tmp_path):
-    conf = write_config(tmp_path)
-    d = StoreConfig.load(conf, environ={}).open_driver()
+@pytest.fixture(params=["posix", "memory", "sqlite", "gcs", "azure", "s3"])
+def driver(request, tmp_path):
+    """A fresh location of each backend (the object stores on their emulators)."""
+    from tiered_core.plugins import open_driver
+    from store_workload import backend_options  # tests/ is on sys.path under pytest
+
+    d = open_driver(request.param, **backend_options(request, request.param, tmp_path))
     yield d
     d.close()
 

@@ -37,6 +37,7 @@ COMMANDS = [
     "metadata_commands",
     "takeover",
     "verify_commands",
+    "repair_commands",
     "spark",
     "static_topic_commands",
 ]

@@ -45,7 +45,7 @@ import zlib
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable
 
-from tiered_core.errors import CorruptData, IllegalParam, NotFound, StateConflict
+from tiered_core.errors import CorruptData, Fenced, IllegalParam, NotFound, StateConflict, TieredStoreError
 from tiered_core.flat.ownership import QUARANTINE_DIR
 from tiered_core.spi.driver import SegmentDriver
 
@@ -187,6 +187,9 @@ class Quarantine:
         self.manifest = f"{self.root}{MANIFEST}"
         #: Entries this run moved (their last state).
         self.moved: list[QuarantineEntry] = []
+        #: Earlier runs' entries :meth:`finish_pending` left: (entry, why, whether finishing
+        #: it failed -- else the caller's re-check said to leave it).
+        self.unfinished: list[tuple[QuarantineEntry, str, bool]] = []
 
     def relative(self, path: str) -> str:
         if not path.startswith(self.prefix):
@@ -256,25 +259,31 @@ class Quarantine:
         done = replace(entry, state=DONE)
         self._record(done)
         self.moved.append(done)
-        log.warning("repair %s: %s %s (copy in %s)", self.repair_id, entry.original, entry.then, entry.copy)
+        log.info("repair %s: %s %s (copy in %s)", self.repair_id, entry.original, entry.then, entry.copy)
         return done
 
     def finish_pending(self, check: Callable[[QuarantineEntry], str | None]) -> list[QuarantineEntry]:
         """Finish the entries earlier runs left ``copied`` (a crash between the copy and the
         removal or rewrite). ``check(entry)`` re-checks the live state first and returns why
-        the entry must be left alone (None: go on). Returns the entries finished."""
+        the entry must be left alone (None: go on). Returns the entries finished; those
+        left, and why, are in :attr:`unfinished` (a failure is logged, the others go on)."""
         out = []
         for run in list_quarantine(self.driver, self.prefix):
             for entry in run.entries:
                 if entry.state != COPIED:
                     continue
-                why = check(entry)
-                if why is not None:
-                    log.warning("repair %s: %s is left as it is: %s", entry.repair_id, entry.original, why)
-                    continue
-                _check(self.driver, entry.copy, entry.size, entry.crc32, "the quarantined copy")
-                runner = Quarantine(self.driver, self.prefix, entry.repair_id, self.clock)
-                out.append(runner.finish(entry))
+                why, failed = check(entry), False
+                if why is None:
+                    try:
+                        _check(self.driver, entry.copy, entry.size, entry.crc32, "the quarantined copy")
+                        out.append(Quarantine(self.driver, self.prefix, entry.repair_id, self.clock).finish(entry))
+                        continue
+                    except Fenced:
+                        raise
+                    except TieredStoreError as exc:
+                        why, failed = f"finishing it failed: {exc}", True
+                log.warning("repair %s: %s is left as it is: %s", entry.repair_id, entry.original, why)
+                self.unfinished.append((entry, why, failed))
         return out
 
     def _record(self, entry: QuarantineEntry) -> None:

@@ -116,7 +116,7 @@ def test_topics_restricts_the_queues_walked(original, tmp_path, capsys):
     copy = copy_store(original, tmp_path / "copy")
     planted = plant(copy, "flipped_byte", topic="orders", seed=3)
     conf = write_conf(copy, tmp_path)
-    code, report = run_verify(capsys, conf, "--deep", "--topics", "audit")
+    code, report = run_verify(capsys, conf, "--deep", "--topics", "audit,nosuch")
     assert code == 0 and report["summary"]["queues_checked"] == 2, report
     code, report = run_verify(capsys, conf, "--deep", "--topics", "orders")
     assert code == 4 and [f["subject"] for f in serious(report)] == [planted.subject]

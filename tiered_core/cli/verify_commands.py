@@ -40,8 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also read every message through the read checks, compare the segments' times with "
                         "their messages and check every key-index entry (reads the whole tier)")
     p.add_argument("--topics", nargs="+", metavar="T",
-                   help="check only these topics' queues, key-index entries and local queues (the ownership "
-                        "and the listing are always checked whole)")
+                   help="check only these topics' queues, key-index entries and local queues (names separated "
+                        "by spaces or commas; the ownership and the listing are always checked whole)")
     add_json_option(p, "the report: {\"summary\": {...}, \"findings\": [...]}")
     p.set_defaults(func=run)
 
@@ -53,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     if not store_exists(config):
         raise StoreNotFound(config)
-    report = verify_store(config, deep=args.deep, topics=args.topics, progress=_progress(args))
+    topics = None if args.topics is None else [t for item in args.topics for t in item.split(",") if t]
+    report = verify_store(config, deep=args.deep, topics=topics, progress=_progress(args))
     if args.json:
         print_json(report.as_dict())
     else:

@@ -34,6 +34,7 @@ from typing import Any, Callable, ContextManager, Iterable, Protocol
 
 from tiered_core.codec.checks import PropCrcPolicy
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
+from tiered_core.common import FileSegmentType
 from tiered_core.flat.segment_reader import SegmentReader
 from tiered_core.flat.ownership import ReadOnlyDriver, read_store_id, tier_prefix
 from tiered_core.metadata import open_metadata_read_only
@@ -112,7 +113,8 @@ def verify_store(config: Any, *, deep: bool = False, topics: Iterable[str] | Non
             report.extend(_with_lost_offsets(driver, merged, works, prop_crc))
             report.stats.add(walked.stats)
             # 4. the key index
-            index_files = sum(1 for f in listing.segments.values() if f.file_key[2] == 2 and f.meta.size)
+            index_files = sum(1 for f in listing.segments.values()
+                              if f.file_key[2] == int(FileSegmentType.INDEX) and f.meta.size)
             with _bar(progress, "key index", index_files) as bar:
                 index = check_index(driver, metadata, cluster, broker, listing=listing.listing,
                                     queue_logs={(w.topic, w.queue_id): _log_of(w) for w in works},

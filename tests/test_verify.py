@@ -25,7 +25,7 @@ from tiered_core import Message
 from tiered_core.access.tiered_store import TieredMessageStore
 from tiered_core.cli import main
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, decode_cq_units
-from tiered_core.common import FileSegmentType
+from tiered_core.common import FileSegmentType, SegmentStatus
 from tiered_core.config import StoreConfig
 from tiered_core.flat.ownership import tier_prefix
 from tiered_core.ops.findings import FindingKind, Severity
@@ -306,3 +306,20 @@ def test_bytes_past_the_committed_end_that_read_back_are_an_uncommitted_tail(ori
     tails = {f["facts"]["type"]: f for f in report["findings"] if f["kind"] == "uncommitted_tail"}
     assert tails["COMMIT_LOG"]["facts"]["records"] == 1 and tails["COMMIT_LOG"]["facts"]["tail_bytes"] == last.size
     assert tails["CONSUME_QUEUE"]["facts"]["records"] == 1
+
+
+def test_a_segment_expiry_marked_deleted_is_not_a_stray(original, tmp_path, capsys):
+    """Expiry marks a segment DELETED, then deletes its object, then the record: a crash in
+    between leaves an object whose record says DELETED. It is the store's (its next expiry
+    deletes it), not an unlisted object."""
+    copy = copy_store(original, tmp_path / "copy")
+    metadata = copy.open_metadata()
+    try:
+        head = min((m for m in metadata.iterate_file_segments(int(FileSegmentType.COMMIT_LOG))
+                    if m.path.endswith("/orders/0")), key=lambda m: m.base_offset)
+        head.status = SegmentStatus.DELETED
+        metadata.update_file_segment(head)
+    finally:
+        metadata.close()
+    code, report = run_verify(capsys, write_conf(copy, tmp_path), "--deep")
+    assert code == 0 and serious(report) == [], report

@@ -156,7 +156,10 @@ def _check_file(driver: SegmentDriver, path: str, size: int, logs: dict[tuple[in
         log = logs[(tid, qid)]
         for group in _groups(entries):
             first, end = group[0][0], max(o + s for o, s, _h, _i in group)
-            data = log.log.read(first, end - first)
+            try:
+                data = log.log.read(first, end - first)
+            except NotFound:
+                continue  # the segment is gone (expired meanwhile, or missing: the listing's finding)
             stats.bytes_read += len(data)
             for off, msize, h, i in group:
                 checked += 1

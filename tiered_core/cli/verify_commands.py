@@ -27,6 +27,7 @@ from typing import Any
 from tiered_core.cli.progress import Progress
 from tiered_core.cli.shared import StoreNotFound, add_json_option, load_config, print_json, store_exists
 from tiered_core.ops.findings import Severity, VerifyReport
+from tiered_core.ops.verify import offsets_text
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -81,7 +82,7 @@ def print_report(report: VerifyReport, stream: Any = None) -> None:
         for f in found:
             where = ""
             if f.queue_offsets is not None:
-                where = f" [queue offsets {f.queue_offsets[0]}..{f.queue_offsets[1] - 1}]"
+                where = f" [{offsets_text(f.queue_offsets)}]"
             print(f"  {f.kind.value}: {f.subject}{where}", file=out)
             print(f"    {f.detail}", file=out)
             print(f"    fix: {f.fix}{'' if not f.mendable else ' (tiered repair mends it)'}", file=out)

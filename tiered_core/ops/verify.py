@@ -162,7 +162,7 @@ def _merge_lost(listed: list[Finding], walked: QueueWalk, fresh_metadata: Callab
         base = by_path[path]
         offsets = [f.queue_offsets for f in found if f.queue_offsets is not None]
         q = (min(o[0] for o in offsets), max(o[1] for o in offsets)) if offsets else base.queue_offsets
-        detail = base.detail + (f"; queue offsets {q[0]}..{q[1] - 1} of {base.topic}/{base.queue_id} cannot be read"
+        detail = base.detail + (f"; {offsets_text(q)} of {base.topic}/{base.queue_id} cannot be read"
                                 if q is not None else "")
         facts = dict(base.facts, units=(q[1] - q[0]) if q is not None else 0)
         out.append(Finding(base.kind, path, detail, base.topic, base.queue_id, q, base.file_offsets, facts,
@@ -199,7 +199,7 @@ def _with_lost_offsets(driver: SegmentDriver, findings: list[Finding], works: li
         if q is None or q[0] >= q[1]:
             out.append(f)
             continue
-        detail = f"{f.detail}; queue offsets {q[0]}..{q[1] - 1} of {f.topic}/{f.queue_id} cannot be read"
+        detail = f"{f.detail}; {offsets_text(q)} of {f.topic}/{f.queue_id} cannot be read"
         out.append(Finding(f.kind, f.subject, detail, f.topic, f.queue_id, q, f.file_offsets,
                            dict(f.facts, units=q[1] - q[0]), f.fix_text))
     return out
@@ -222,6 +222,12 @@ def _messages_in(driver: SegmentDriver, work: QueueWork, lo: int, hi: int,
     return q0, q1
 
 
+def offsets_text(offsets: tuple[int, int]) -> str:
+    """``queue offset N`` or ``queue offsets A..B`` (inclusive) for ``[from, to)``."""
+    lo, hi = offsets
+    return f"queue offset {lo}" if hi - lo == 1 else f"queue offsets {lo}..{hi - 1}"
+
+
 def _order(f: Finding) -> tuple:
     return (-f.severity.rank, f.kind.value, f.topic or "", f.queue_id if f.queue_id is not None else -1,
             f.queue_offsets or (-1, -1), f.subject)
@@ -232,5 +238,5 @@ def worst_findings(report: VerifyReport, at_least: Severity = Severity.WARNING) 
     return [f for f in report.findings if f.severity.rank >= at_least.rank]
 
 
-__all__ = ["ProgressFactory", "prop_crc_policy", "verify_store", "worst_findings"]
+__all__ = ["ProgressFactory", "offsets_text", "prop_crc_policy", "verify_store", "worst_findings"]
 

@@ -188,6 +188,9 @@ def test_bad_input(tmp_path, capsys):
     error = json.loads(capsys.readouterr().out)["error"]
     assert code == 3 and error["code"] == "NOT_FOUND" and "store_path" in error["message"]
     assert not Path(config.store_path).exists()
+    code = main(["verify", "--config", write_conf(config, tmp_path), "--topics", "a/b", "--json"])
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert code == 2 and error["code"] == "ILLEGAL_PARAM" and "'a/b'" in error["message"]
 
 
 def test_help_explains_the_exit_codes(capsys):

@@ -26,6 +26,7 @@ from typing import Any
 
 from tiered_core.cli.progress import Progress
 from tiered_core.cli.shared import StoreNotFound, add_json_option, load_config, print_json, store_exists
+from tiered_core.codec.naming import validate_topic
 from tiered_core.ops.findings import Severity, VerifyReport
 from tiered_core.ops.verify import offsets_text
 
@@ -52,9 +53,11 @@ def run(args: argparse.Namespace) -> int:
     from tiered_core.ops.verify import verify_store
 
     config = load_config(args.config)
+    topics = None if args.topics is None else [t for item in args.topics for t in item.split(",") if t]
+    for topic in topics or ():
+        validate_topic(topic)  # IllegalParam naming it (exit 2) before anything is read
     if not store_exists(config):
         raise StoreNotFound(config)
-    topics = None if args.topics is None else [t for item in args.topics for t in item.split(",") if t]
     report = verify_store(config, deep=args.deep, topics=topics, progress=_progress(args))
     if args.json:
         print_json(report.as_dict())

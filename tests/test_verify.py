@@ -333,3 +333,34 @@ def test_a_segment_expiry_marked_deleted_is_not_a_stray(original, tmp_path, caps
         metadata.close()
     code, report = run_verify(capsys, write_conf(copy, tmp_path), "--deep")
     assert code == 0 and serious(report) == [], report
+
+
+def test_a_consume_queue_tail_into_an_unlisted_commit_log_segment(original, tmp_path, capsys):
+    """Metadata that lost the record of a queue's last commit-log segment and of the units
+    pointing into it: the segment is an adoptable unlisted object; the consume queue's tail
+    reads back (its units name messages that segment holds), so it is no bad tail."""
+    copy = copy_store(original, tmp_path / "copy")
+    metadata = copy.open_metadata()
+    try:
+        def last(ftype):
+            return max((m for m in metadata.iterate_file_segments(int(ftype)) if m.path.endswith("/orders/0")),
+                       key=lambda m: m.base_offset)
+        cl, cq = last(FileSegmentType.COMMIT_LOG), last(FileSegmentType.CONSUME_QUEUE)
+        driver = copy.open_driver()
+        try:
+            units = decode_cq_units(driver.read(backend_path(copy.cluster, cq), 0, cq.size))
+        finally:
+            driver.close()
+        into = sum(1 for u in units if u.commitlog_offset >= cl.base_offset)
+        assert 0 < into < len(units) and cl.base_offset > 0
+        metadata.delete_file_segment(int(FileSegmentType.COMMIT_LOG), cl.path, cl.base_offset)
+        cq.size -= into * CQ_UNIT_SIZE
+        metadata.update_file_segment(cq)
+    finally:
+        metadata.close()
+    code, report = run_verify(capsys, write_conf(copy, tmp_path))
+    found = serious(report)
+    assert code == 1 and [f["kind"] for f in found] == ["unlisted_object"], report
+    assert found[0]["subject"] == backend_path(copy.cluster, cl) and found[0]["facts"]["adoptable"] is True
+    tail = [f for f in report["findings"] if f["kind"] == "uncommitted_tail"]
+    assert [f["facts"]["records"] for f in tail] == [into]

@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterable
 from tiered_core.codec.checks import PropCrcPolicy, check_message
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
 from tiered_core.codec.message import MAGIC_END, MAGIC_V1, MAGIC_V2, peek_magic, peek_total_size
-from tiered_core.codec.naming import INDEX_TOPIC, parse_segment_path
+from tiered_core.codec.naming import INDEX_TOPIC, parse_segment_path, segment_path
 from tiered_core.common import FileSegmentType, SegmentStatus
 from tiered_core.errors import CorruptData, NotFound, TieredStoreError
 from tiered_core.flat.batch_check import decode_units
@@ -121,8 +121,12 @@ class _Checker:
                 self.file_end[seg.file_key] = seg.meta.base_offset + seg.meta.size
                 topic, queue_id, ftype = seg.file_key
                 if ftype == int(FileSegmentType.COMMIT_LOG):
-                    self.commit_log_end[(topic, queue_id)] = seg.meta.base_offset + max(
-                        seg.meta.size, listing.get(seg.path, 0))
+                    end = seg.meta.base_offset + max(seg.meta.size, listing.get(seg.path, 0))
+                    # (and the unlisted segments that continue it: adopted, they hold the units' messages)
+                    while listing.get(nxt := segment_path(cluster, broker, topic, queue_id,
+                                                          FileSegmentType.COMMIT_LOG, end), 0) > 0:
+                        end += listing[nxt]
+                    self.commit_log_end[(topic, queue_id)] = end
 
     # -- one object ---------------------------------------------------------------------
 

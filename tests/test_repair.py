@@ -487,3 +487,132 @@ def test_a_segment_of_a_queue_the_metadata_does_not_know_is_left_with_the_rebuil
     code, result = run_json(capsys, "repair", "--config", conf, "--apply")
     assert code == 1 and result["steps"] == [] and result["moved"] == []
     assert read_object(config, path) == bytes(CQ_UNIT_SIZE)
+
+
+def test_a_crash_tail_in_both_files_is_adopted_commit_log_first(drill, capsys):
+    """A crash between the backend writes and the metadata update: the queue's last message
+    and its unit lie past the recorded ends (two uncommitted tails). The unit reads back only
+    once the commit-log tail is adopted, so repair adopts the commit log's first; the queue
+    end comes back and every message is served again."""
+    from tiered_core.codec.consume_queue import decode_cq_units
+
+    config, conf, put = drill
+    metadata = config.open_metadata()
+    try:
+        def last(kind):
+            return max((m for m in metadata.iterate_file_segments(int(kind)) if m.path.endswith("/orders/0")),
+                       key=lambda m: m.base_offset)
+        cl, cq = last(FileSegmentType.COMMIT_LOG), last(FileSegmentType.CONSUME_QUEUE)
+        unit_bytes = read_object(config, backend_path(config.cluster, cq))[cq.size - CQ_UNIT_SIZE:cq.size]
+        (unit,) = decode_cq_units(unit_bytes, base_offset=cq.base_offset + cq.size - CQ_UNIT_SIZE)
+        assert unit.commitlog_offset + unit.size == cl.base_offset + cl.size  # the queue's last message
+        cl.size -= unit.size
+        cq.size -= CQ_UNIT_SIZE
+        metadata.update_file_segment(cl)
+        metadata.update_file_segment(cq)
+        queue = metadata.get_queue("orders", 0)
+        end = queue.max_offset
+        queue.max_offset = end - 1
+        metadata.update_queue(queue)
+        metadata.flush()
+    finally:
+        metadata.close()
+    code, plan = run_json(capsys, "repair", "--config", conf)
+    assert code == 0, plan
+    paths = [backend_path(config.cluster, cl), backend_path(config.cluster, cq)]
+    assert [(a["subject"], a["kind"], a["action"]) for a in plan["actions"]] == \
+        [(p, "uncommitted_tail", "adopt_tail") for p in paths], plan
+    code, result = run_json(capsys, "repair", "--config", conf, "--apply")
+    assert code == 0 and all(s["done"] for s in result["steps"]), result
+    code, report = run_json(capsys, "verify", "--config", conf, "--deep")
+    assert code == 0 and not [f for f in report["findings"] if f["kind"] == "uncommitted_tail"], report
+    metadata = config.open_metadata()
+    try:
+        assert metadata.get_queue("orders", 0).max_offset == end
+    finally:
+        metadata.close()
+    assert_every_message_in_the_tier(config, put)
+
+
+def test_an_unlisted_commit_log_segment_is_adopted_before_the_units_that_point_into_it(drill, capsys):
+    """The record of a queue's last commit-log segment is lost and the units pointing into
+    it lie past the consume queue's recorded end: those units read back only once the
+    segment is adopted, so repair adopts the commit log first, then the units -- never
+    cuts them as a bad tail."""
+    from tiered_core.codec.consume_queue import decode_cq_units
+
+    config, conf, put = drill
+    metadata = config.open_metadata()
+    try:
+        for topic, qid in QUEUES:
+            segs = [m for m in metadata.iterate_file_segments() if m.path.endswith(f"/{topic}/{qid}")]
+            cl = max((m for m in segs if m.type == FileSegmentType.COMMIT_LOG), key=lambda m: m.base_offset)
+            cq = max((m for m in segs if m.type == FileSegmentType.CONSUME_QUEUE), key=lambda m: m.base_offset)
+            data = read_object(config, backend_path(config.cluster, cq))[:cq.size]
+            units = decode_cq_units(data, base_offset=cq.base_offset)
+            into = [u for u in units if u.commitlog_offset >= cl.base_offset]
+            if 0 < len(into) < len(units):
+                break  # units before them in the same segment: the tail is only the units into it
+        else:
+            raise AssertionError("the sample store has no queue whose last consume-queue segment starts before "
+                                 "its last commit-log segment")
+        metadata.delete_file_segment(int(cl.type), cl.path, cl.base_offset)
+        cq.size -= len(into) * CQ_UNIT_SIZE
+        metadata.update_file_segment(cq)
+        queue = metadata.get_queue(topic, qid)
+        end = queue.max_offset
+        queue.max_offset = end - len(into)
+        metadata.update_queue(queue)
+        metadata.flush()
+    finally:
+        metadata.close()
+    paths = [backend_path(config.cluster, cl), backend_path(config.cluster, cq)]
+    code, report = run_json(capsys, "verify", "--config", conf)
+    assert {(f["kind"], f["subject"]) for f in report["findings"] if f["subject"] in paths} == \
+        {("unlisted_object", paths[0]), ("bad_tail", paths[1])}, report["findings"]
+    code, plan = run_json(capsys, "repair", "--config", conf)
+    assert code == 0, plan
+    assert [(a["subject"], a["action"]) for a in plan["actions"]] == [(paths[0], "adopt"), (paths[1], "adopt_tail")]
+    code, result = run_json(capsys, "repair", "--config", conf, "--apply")
+    assert code == 0 and all(s["done"] for s in result["steps"]) and result["moved"] == [], result
+    code, report = run_json(capsys, "verify", "--config", conf, "--deep")
+    assert code == 0 and not [f for f in report["findings"] if f["subject"] in paths], report
+    metadata = config.open_metadata()
+    try:
+        assert metadata.get_queue(topic, qid).max_offset == end
+    finally:
+        metadata.close()
+    assert_every_message_in_the_tier(config, put)
+
+
+def test_an_unlisted_key_index_file_that_continues_the_index_is_adopted(drill, capsys):
+    """The record of the last uploaded key-index file is lost: the file continues the
+    index, is sealed and reads whole, so repair records it again (its times from its
+    header) and every key is found through it, without indexing anything again."""
+    config, conf, put = drill
+    metadata = config.open_metadata()
+    try:
+        metas = sorted((m for m in metadata.iterate_file_segments(int(FileSegmentType.INDEX)) if m.size),
+                       key=lambda m: m.base_offset)
+        assert len(metas) >= 2
+        lost = metas[-1]
+        metadata.delete_file_segment(int(lost.type), lost.path, lost.base_offset)
+        metadata.flush()
+    finally:
+        metadata.close()
+    path = backend_path(config.cluster, lost)
+    code, plan = run_json(capsys, "repair", "--config", conf)
+    assert code == 0 and [(a["subject"], a["kind"], a["action"]) for a in plan["actions"]] == \
+        [(path, "unlisted_object", "adopt_index")], plan
+    code, result = run_json(capsys, "repair", "--config", conf, "--apply")
+    assert code == 0 and result["keys_indexed"] == 0 and result["moved"] == [], result
+    metadata = config.open_metadata()
+    try:
+        again = metadata.get_file_segment(int(FileSegmentType.INDEX), lost.path, lost.base_offset)
+        assert (again.size, again.status, again.begin_timestamp, again.end_timestamp) == \
+            (lost.size, lost.status, lost.begin_timestamp, lost.end_timestamp)
+    finally:
+        metadata.close()
+    code, report = run_json(capsys, "verify", "--config", conf, "--deep")
+    assert code == 0, report["findings"]
+    assert_every_key_found(config, put)

@@ -20,11 +20,12 @@ against the live state (the re-check) and acts only on what still holds. Nothing
 deleted outright: what leaves the prefix goes into this run's quarantine
 (:mod:`tiered_core.ops.quarantine`). Every change is logged and reported.
 
-The order of the steps matters and is fixed: the owner record, seals, tails (commit log
-before consume queue, so units are checked against the commit log they point into),
-unlisted objects (the same, each file's segments by base offset, so a run of them
-chains), segment times, then the key index (keys indexed again last, once for all the
-files that lost them).
+The order of the steps matters and is fixed: the owner record, seals, then the listing's
+data -- tails and unlisted objects, every commit-log object before every consume-queue one
+(so units are checked against the commit log they point into, adopted bytes included) and
+each file's objects by base offset (a tail is adopted before the unlisted segment that
+continues it; a run of unlisted segments chains) --, segment times, and the key index last
+(keys indexed again once for all the files that lost them).
 """
 
 from __future__ import annotations
@@ -178,19 +179,25 @@ class RepairResult:
 
 # -- deciding ----------------------------------------------------------------------------------
 
-_ORDER = {FindingKind.OWNER_MISSING: 0, FindingKind.SEALED_MISMATCH: 1, FindingKind.UNCOMMITTED_TAIL: 2,
-          FindingKind.BAD_TAIL: 2, FindingKind.UNLISTED_OBJECT: 3, FindingKind.TIME_BOUNDS_MISMATCH: 4,
-          FindingKind.INDEX_MISSING: 5, FindingKind.INDEX_UNREADABLE: 5}
+#: Steps in groups: the owner record, seals, the data of the listing (tails and unlisted
+#: objects), segment times, the key index.
+_GROUP = {FindingKind.OWNER_MISSING: 0, FindingKind.SEALED_MISMATCH: 1, FindingKind.UNCOMMITTED_TAIL: 2,
+          FindingKind.BAD_TAIL: 2, FindingKind.UNLISTED_OBJECT: 2, FindingKind.TIME_BOUNDS_MISMATCH: 3,
+          FindingKind.INDEX_MISSING: 4, FindingKind.INDEX_UNREADABLE: 4}
 _TYPE_ORDER = {FileSegmentType.COMMIT_LOG: 0, FileSegmentType.CONSUME_QUEUE: 1, FileSegmentType.INDEX: 2}
 
 
 def _order(finding: Finding) -> tuple:
+    """Within the listing's data: every commit-log object before every consume-queue one
+    (units are checked against the commit log they point into, adopted bytes included),
+    each file's objects by base offset (a tail is adopted before the unlisted segment that
+    continues it, a run of unlisted segments chains)."""
     try:
         info = parse_segment_path(finding.subject)
         where: tuple = (0, _TYPE_ORDER[info.file_type], info.topic, info.queue_id, info.base_offset)
     except (IllegalParam, KeyError):
         where = (1, 0, "", 0, 0)
-    return (_ORDER.get(finding.kind, 9), *where, finding.subject)
+    return (_GROUP.get(finding.kind, 9), *where, finding.subject)
 
 
 def decide(ctx: RepairContext, finding: Finding) -> Decision:

@@ -18,7 +18,7 @@ from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
 from tiered_core.codec.naming import queue_path
 from tiered_core.common import NO_TIMESTAMP, FileSegmentType, SegmentStatus, now_ms
 from tiered_core.errors import CorruptData, IllegalParam, NotFound
-from tiered_core.ops.findings import Finding, FindingKind
+from tiered_core.ops.findings import Finding
 from tiered_core.ops.reconcile import backend_path
 from tiered_core.ops.repair_context import (
     ADOPT,
@@ -117,9 +117,9 @@ def decide_tail(ctx: RepairContext, finding: Finding) -> Decision:
         except CorruptData as exc:
             why = exc.message
         else:
+            # (a BAD_TAIL that reads back now -- its units point into commit-log bytes an
+            # earlier step adopted -- is adopted like any tail that reads back)
             good, torn = whole - base, base + size - whole
-            if finding.kind is not FindingKind.UNCOMMITTED_TAIL and good > meta.size:
-                return Decision.moot("the bytes past the committed end read back now: run `tiered verify` again")
             cut = f"; cut the torn {torn} bytes after them (a copy of the object goes into the quarantine)" \
                 if torn else ""
             if good == meta.size:

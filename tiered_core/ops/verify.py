@@ -118,7 +118,7 @@ def verify_store(config: Any, *, deep: bool = False, topics: Iterable[str] | Non
             with _bar(progress, "key index", index_files) as bar:
                 index = check_index(driver, metadata, cluster, broker, listing=listing.listing,
                                     queue_logs={(w.topic, w.queue_id): _log_of(w) for w in works},
-                                    deep=deep, topics=topic_list, prop_crc=prop_crc, progress=bar.update)
+                                    deep=deep, topics=topic_list, progress=bar.update)
             report.extend(index.findings)
             report.stats.add(index.stats)
             # 5. the local store

@@ -569,7 +569,7 @@ def test_an_unlisted_commit_log_segment_is_adopted_before_the_units_that_point_i
     paths = [backend_path(config.cluster, cl), backend_path(config.cluster, cq)]
     code, report = run_json(capsys, "verify", "--config", conf)
     assert {(f["kind"], f["subject"]) for f in report["findings"] if f["subject"] in paths} == \
-        {("unlisted_object", paths[0]), ("bad_tail", paths[1])}, report["findings"]
+        {("unlisted_object", paths[0]), ("uncommitted_tail", paths[1])}, report["findings"]
     code, plan = run_json(capsys, "repair", "--config", conf)
     assert code == 0, plan
     assert [(a["subject"], a["action"]) for a in plan["actions"]] == [(paths[0], "adopt"), (paths[1], "adopt_tail")]

@@ -25,7 +25,7 @@ from tiered_core import Message
 from tiered_core.access.tiered_store import TieredMessageStore
 from tiered_core.cli import main
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, decode_cq_units
-from tiered_core.common import FileSegmentType
+from tiered_core.common import FileSegmentType, SegmentStatus
 from tiered_core.config import StoreConfig
 from tiered_core.flat.ownership import tier_prefix
 from tiered_core.ops.findings import FindingKind, Severity
@@ -116,7 +116,7 @@ def test_topics_restricts_the_queues_walked(original, tmp_path, capsys):
     copy = copy_store(original, tmp_path / "copy")
     planted = plant(copy, "flipped_byte", topic="orders", seed=3)
     conf = write_conf(copy, tmp_path)
-    code, report = run_verify(capsys, conf, "--deep", "--topics", "audit")
+    code, report = run_verify(capsys, conf, "--deep", "--topics", "audit,nosuch")
     assert code == 0 and report["summary"]["queues_checked"] == 2, report
     code, report = run_verify(capsys, conf, "--deep", "--topics", "orders")
     assert code == 4 and [f["subject"] for f in serious(report)] == [planted.subject]
@@ -188,6 +188,9 @@ def test_bad_input(tmp_path, capsys):
     error = json.loads(capsys.readouterr().out)["error"]
     assert code == 3 and error["code"] == "NOT_FOUND" and "store_path" in error["message"]
     assert not Path(config.store_path).exists()
+    code = main(["verify", "--config", write_conf(config, tmp_path), "--topics", "a/b", "--json"])
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert code == 2 and error["code"] == "ILLEGAL_PARAM" and "'a/b'" in error["message"]
 
 
 def test_help_explains_the_exit_codes(capsys):
@@ -197,9 +200,11 @@ def test_help_explains_the_exit_codes(capsys):
 
 
 def test_beside_a_running_producer_and_dispatcher(tmp_path):
-    """Puts and dispatch rounds (segments rolled and sealed, key-index files uploaded) run in
-    threads while ``verify --deep`` runs again and again: nothing of warning or worse."""
+    """Puts and dispatch rounds (segments rolled and sealed, key-index files uploaded, local
+    retention, tiered expiry of head segments) run in threads while ``verify --deep`` runs
+    again and again: nothing of warning or worse."""
     config = build_store(tmp_path, messages=200)
+    reserve_ms = config.file_reserved_hours * 3_600_000
     stop = threading.Event()
     errors: list[BaseException] = []
     counts = {"puts": 0, "rounds": 0}
@@ -229,6 +234,9 @@ def test_beside_a_running_producer_and_dispatcher(tmp_path):
                     if n % 3 == 0:
                         store.index.roll_file()
                         store.index.compact_and_upload()
+                    if n % 5 == 0:  # local retention, and tiered expiry of what is older than 2 s
+                        store.delete_expired_local()
+                        store.delete_expired_tiered(int(time.time() * 1000) + reserve_ms - 2000)
             except BaseException as exc:  # noqa: BLE001 - reported by the test
                 errors.append(exc)
 
@@ -238,19 +246,21 @@ def test_beside_a_running_producer_and_dispatcher(tmp_path):
         reports = []
         try:
             deadline = time.monotonic() + 120
-            while (len(reports) < 5 or counts["rounds"] < 10) and time.monotonic() < deadline:
+            while (len(reports) < 5 or counts["rounds"] < 10 or counts["puts"] < 300) and time.monotonic() < deadline:
                 reports.append(verify_store(config, deep=True))
         finally:
             stop.set()
             for t in threads:
                 t.join(30)
         assert not errors, errors
-    assert len(reports) >= 5 and counts["puts"] > 500 and counts["rounds"] >= 10, (len(reports), counts)
+        # tiered expiry ran while verify walked: head segments are gone
+        assert any(f.commit_log.min_offset > 0 for f in store.flat_files.files())
+    assert len(reports) >= 5 and counts["puts"] >= 300 and counts["rounds"] >= 10, (len(reports), counts)
     for report in reports:
         assert worst_findings(report) == [], [f.describe() for f in worst_findings(report)]
         assert report.exit_code == 0
-    # the walks saw the store move: later reports read more messages
-    assert reports[-1].stats.messages_read > reports[0].stats.messages_read
+    # the walks saw the store move (segments added and expired between them)
+    assert len({(r.stats.messages_read, r.stats.objects_listed) for r in reports}) > 1
     assert any(report.of_kind(FindingKind.LOCAL_PENDING) for report in reports)
 
 
@@ -306,3 +316,51 @@ def test_bytes_past_the_committed_end_that_read_back_are_an_uncommitted_tail(ori
     tails = {f["facts"]["type"]: f for f in report["findings"] if f["kind"] == "uncommitted_tail"}
     assert tails["COMMIT_LOG"]["facts"]["records"] == 1 and tails["COMMIT_LOG"]["facts"]["tail_bytes"] == last.size
     assert tails["CONSUME_QUEUE"]["facts"]["records"] == 1
+
+
+def test_a_segment_expiry_marked_deleted_is_not_a_stray(original, tmp_path, capsys):
+    """Expiry marks a segment DELETED, then deletes its object, then the record: a crash in
+    between leaves an object whose record says DELETED. It is the store's (its next expiry
+    deletes it), not an unlisted object."""
+    copy = copy_store(original, tmp_path / "copy")
+    metadata = copy.open_metadata()
+    try:
+        head = min((m for m in metadata.iterate_file_segments(int(FileSegmentType.COMMIT_LOG))
+                    if m.path.endswith("/orders/0")), key=lambda m: m.base_offset)
+        head.status = SegmentStatus.DELETED
+        metadata.update_file_segment(head)
+    finally:
+        metadata.close()
+    code, report = run_verify(capsys, write_conf(copy, tmp_path), "--deep")
+    assert code == 0 and serious(report) == [], report
+
+
+def test_a_consume_queue_tail_into_an_unlisted_commit_log_segment(original, tmp_path, capsys):
+    """Metadata that lost the record of a queue's last commit-log segment and of the units
+    pointing into it: the segment is an adoptable unlisted object; the consume queue's tail
+    reads back (its units name messages that segment holds), so it is no bad tail."""
+    copy = copy_store(original, tmp_path / "copy")
+    metadata = copy.open_metadata()
+    try:
+        def last(ftype):
+            return max((m for m in metadata.iterate_file_segments(int(ftype)) if m.path.endswith("/orders/0")),
+                       key=lambda m: m.base_offset)
+        cl, cq = last(FileSegmentType.COMMIT_LOG), last(FileSegmentType.CONSUME_QUEUE)
+        driver = copy.open_driver()
+        try:
+            units = decode_cq_units(driver.read(backend_path(copy.cluster, cq), 0, cq.size))
+        finally:
+            driver.close()
+        into = sum(1 for u in units if u.commitlog_offset >= cl.base_offset)
+        assert 0 < into < len(units) and cl.base_offset > 0
+        metadata.delete_file_segment(int(FileSegmentType.COMMIT_LOG), cl.path, cl.base_offset)
+        cq.size -= into * CQ_UNIT_SIZE
+        metadata.update_file_segment(cq)
+    finally:
+        metadata.close()
+    code, report = run_verify(capsys, write_conf(copy, tmp_path))
+    found = serious(report)
+    assert code == 1 and [f["kind"] for f in found] == ["unlisted_object"], report
+    assert found[0]["subject"] == backend_path(copy.cluster, cl) and found[0]["facts"]["adoptable"] is True
+    tail = [f for f in report["findings"] if f["kind"] == "uncommitted_tail"]
+    assert [f["facts"]["records"] for f in tail] == [into]

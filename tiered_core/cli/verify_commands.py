@@ -26,7 +26,9 @@ from typing import Any
 
 from tiered_core.cli.progress import Progress
 from tiered_core.cli.shared import StoreNotFound, add_json_option, load_config, print_json, store_exists
+from tiered_core.codec.naming import validate_topic
 from tiered_core.ops.findings import Severity, VerifyReport
+from tiered_core.ops.verify import offsets_text
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,8 +42,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also read every message through the read checks, compare the segments' times with "
                         "their messages and check every key-index entry (reads the whole tier)")
     p.add_argument("--topics", nargs="+", metavar="T",
-                   help="check only these topics' queues, key-index entries and local queues (the ownership "
-                        "and the listing are always checked whole)")
+                   help="check only these topics' queues, key-index entries and local queues (names separated "
+                        "by spaces or commas; the ownership and the listing are always checked whole)")
     add_json_option(p, "the report: {\"summary\": {...}, \"findings\": [...]}")
     p.set_defaults(func=run)
 
@@ -51,9 +53,12 @@ def run(args: argparse.Namespace) -> int:
     from tiered_core.ops.verify import verify_store
 
     config = load_config(args.config)
+    topics = None if args.topics is None else [t for item in args.topics for t in item.split(",") if t]
+    for topic in topics or ():
+        validate_topic(topic)  # IllegalParam naming it (exit 2) before anything is read
     if not store_exists(config):
         raise StoreNotFound(config)
-    report = verify_store(config, deep=args.deep, topics=args.topics, progress=_progress(args))
+    report = verify_store(config, deep=args.deep, topics=topics, progress=_progress(args))
     if args.json:
         print_json(report.as_dict())
     else:
@@ -80,7 +85,7 @@ def print_report(report: VerifyReport, stream: Any = None) -> None:
         for f in found:
             where = ""
             if f.queue_offsets is not None:
-                where = f" [queue offsets {f.queue_offsets[0]}..{f.queue_offsets[1] - 1}]"
+                where = f" [{offsets_text(f.queue_offsets)}]"
             print(f"  {f.kind.value}: {f.subject}{where}", file=out)
             print(f"    {f.detail}", file=out)
             print(f"    fix: {f.fix}{'' if not f.mendable else ' (tiered repair mends it)'}", file=out)

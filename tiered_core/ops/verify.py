@@ -34,6 +34,7 @@ from typing import Any, Callable, ContextManager, Iterable, Protocol
 
 from tiered_core.codec.checks import PropCrcPolicy
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
+from tiered_core.common import FileSegmentType
 from tiered_core.flat.segment_reader import SegmentReader
 from tiered_core.flat.ownership import ReadOnlyDriver, read_store_id, tier_prefix
 from tiered_core.metadata import open_metadata_read_only
@@ -112,11 +113,12 @@ def verify_store(config: Any, *, deep: bool = False, topics: Iterable[str] | Non
             report.extend(_with_lost_offsets(driver, merged, works, prop_crc))
             report.stats.add(walked.stats)
             # 4. the key index
-            index_files = sum(1 for f in listing.segments.values() if f.file_key[2] == 2 and f.meta.size)
+            index_files = sum(1 for f in listing.segments.values()
+                              if f.file_key[2] == int(FileSegmentType.INDEX) and f.meta.size)
             with _bar(progress, "key index", index_files) as bar:
                 index = check_index(driver, metadata, cluster, broker, listing=listing.listing,
                                     queue_logs={(w.topic, w.queue_id): _log_of(w) for w in works},
-                                    deep=deep, topics=topic_list, prop_crc=prop_crc, progress=bar.update)
+                                    deep=deep, topics=topic_list, progress=bar.update)
             report.extend(index.findings)
             report.stats.add(index.stats)
             # 5. the local store
@@ -160,7 +162,7 @@ def _merge_lost(listed: list[Finding], walked: QueueWalk, fresh_metadata: Callab
         base = by_path[path]
         offsets = [f.queue_offsets for f in found if f.queue_offsets is not None]
         q = (min(o[0] for o in offsets), max(o[1] for o in offsets)) if offsets else base.queue_offsets
-        detail = base.detail + (f"; queue offsets {q[0]}..{q[1] - 1} of {base.topic}/{base.queue_id} cannot be read"
+        detail = base.detail + (f"; {offsets_text(q)} of {base.topic}/{base.queue_id} cannot be read"
                                 if q is not None else "")
         facts = dict(base.facts, units=(q[1] - q[0]) if q is not None else 0)
         out.append(Finding(base.kind, path, detail, base.topic, base.queue_id, q, base.file_offsets, facts,
@@ -197,7 +199,7 @@ def _with_lost_offsets(driver: SegmentDriver, findings: list[Finding], works: li
         if q is None or q[0] >= q[1]:
             out.append(f)
             continue
-        detail = f"{f.detail}; queue offsets {q[0]}..{q[1] - 1} of {f.topic}/{f.queue_id} cannot be read"
+        detail = f"{f.detail}; {offsets_text(q)} of {f.topic}/{f.queue_id} cannot be read"
         out.append(Finding(f.kind, f.subject, detail, f.topic, f.queue_id, q, f.file_offsets,
                            dict(f.facts, units=q[1] - q[0]), f.fix_text))
     return out
@@ -220,6 +222,12 @@ def _messages_in(driver: SegmentDriver, work: QueueWork, lo: int, hi: int,
     return q0, q1
 
 
+def offsets_text(offsets: tuple[int, int]) -> str:
+    """``queue offset N`` or ``queue offsets A..B`` (inclusive) for ``[from, to)``."""
+    lo, hi = offsets
+    return f"queue offset {lo}" if hi - lo == 1 else f"queue offsets {lo}..{hi - 1}"
+
+
 def _order(f: Finding) -> tuple:
     return (-f.severity.rank, f.kind.value, f.topic or "", f.queue_id if f.queue_id is not None else -1,
             f.queue_offsets or (-1, -1), f.subject)
@@ -230,5 +238,5 @@ def worst_findings(report: VerifyReport, at_least: Severity = Severity.WARNING) 
     return [f for f in report.findings if f.severity.rank >= at_least.rank]
 
 
-__all__ = ["ProgressFactory", "prop_crc_policy", "verify_store", "worst_findings"]
+__all__ = ["ProgressFactory", "offsets_text", "prop_crc_policy", "verify_store", "worst_findings"]
 

@@ -6,8 +6,9 @@ every slot of its slot table is empty or names a run of whole items inside the i
 (INDEX_UNREADABLE otherwise). With ``deep``, every entry must point at a message that
 carries a key with the entry's hash (INDEX_ENTRY_WRONG otherwise): the entries are sorted
 by queue and commit-log offset and their messages read in groups (one commit-log read per
-run of nearby entries, through the queue's segment reader's commit log), each through the
-read checks, its index keys (:func:`~tiered_core.codec.index_keys.message_index_keys`)
+run of nearby entries, through the queue's segment reader's commit log), each message's
+frame checked (size, magic, topic, queue, stored offset; a body that fails its CRC is the
+walk's finding, not the entry's), its index keys (:func:`~tiered_core.codec.index_keys.message_index_keys`)
 hashed as the index does (:func:`~tiered_core.codec.hashing.index_key_hash`).
 
 Entries this walk cannot judge are skipped, not reported: a topic id the metadata no longer
@@ -77,12 +78,16 @@ def index_file_problem(data: bytes, size: int | None = None) -> str | None:
 
 @dataclass
 class IndexCheck:
+    """What the key-index check found and read."""
+
     findings: list[Finding] = field(default_factory=list)
     stats: VerifyStats = field(default_factory=VerifyStats)
 
 
 @dataclass(frozen=True)
 class _QueueLog:
+    """One queue's commit log as the entries are checked against it: ``[start, end)`` committed."""
+
     topic: str
     log: RefLog
     start: int
@@ -91,8 +96,7 @@ class _QueueLog:
 
 def check_index(driver: SegmentDriver, metadata: TieredMetadataStore, cluster: str, broker: str, *,
                 listing: dict[str, int], queue_logs: dict[tuple[str, int], tuple[Any, Any]], deep: bool,
-                topics: Iterable[str] | None = None, prop_crc: PropCrcPolicy = PropCrcPolicy.IF_PRESENT,
-                progress: Callable[[int], None] | None = None) -> IndexCheck:
+                topics: Iterable[str] | None = None, progress: Callable[[int], None] | None = None) -> IndexCheck:
     """Check every uploaded index file of ``broker`` the metadata lists (module doc).
     ``listing``: the backend listing (path -> size): files missing or shorter than committed
     are the listing's findings and are skipped here. ``queue_logs``: (topic, queue) ->
@@ -115,7 +119,7 @@ def check_index(driver: SegmentDriver, metadata: TieredMetadataStore, cluster: s
         if listing.get(path, -1) < meta.size:
             continue  # missing or short: the listing reports it
         try:
-            found = _check_file(driver, path, meta.size, logs, deep, prop_crc, out.stats)
+            found = _check_file(driver, path, meta.size, logs, deep, out.stats)
         except NotFound:
             continue  # removed meanwhile (expiry): nothing left to check
         out.findings.extend(found)
@@ -126,7 +130,7 @@ def check_index(driver: SegmentDriver, metadata: TieredMetadataStore, cluster: s
 
 
 def _check_file(driver: SegmentDriver, path: str, size: int, logs: dict[tuple[int, int], _QueueLog], deep: bool,
-                prop_crc: PropCrcPolicy, stats: VerifyStats) -> list[Finding]:
+                stats: VerifyStats) -> list[Finding]:
     head = driver.read(path, 0, HEADER_SIZE)
     problem = index_file_problem(head, size)
     if problem is None:
@@ -156,11 +160,14 @@ def _check_file(driver: SegmentDriver, path: str, size: int, logs: dict[tuple[in
         log = logs[(tid, qid)]
         for group in _groups(entries):
             first, end = group[0][0], max(o + s for o, s, _h, _i in group)
-            data = log.log.read(first, end - first)
+            try:
+                data = log.log.read(first, end - first)
+            except NotFound:
+                continue  # the segment is gone (expired meanwhile, or missing: the listing's finding)
             stats.bytes_read += len(data)
             for off, msize, h, i in group:
                 checked += 1
-                reason = _entry_problem(data, off - first, off, msize, h, log.topic, qid, prop_crc)
+                reason = _entry_problem(data, off - first, off, msize, h, log.topic, qid)
                 if reason is not None:
                     wrong.append({"item": i, "topic": log.topic, "queue_id": qid, "commitlog_offset": off,
                                   "size": msize, "hash": h, "reason": reason})
@@ -196,8 +203,10 @@ def _groups(entries: list[tuple[int, int, int, int]]) -> Iterable[list[tuple[int
         yield group
 
 
-def _entry_problem(data: bytes, pos: int, offset: int, size: int, hash_code: int, topic: str, queue_id: int,
-                   prop_crc: PropCrcPolicy) -> str | None:
+def _entry_problem(data: bytes, pos: int, offset: int, size: int, hash_code: int, topic: str,
+                   queue_id: int) -> str | None:
+    """Why the entry (``hash_code`` -> the message of ``size`` bytes at commit-log ``offset``,
+    at ``pos`` of ``data``) is wrong; None when that message carries a key of that hash."""
     if pos + size > len(data):
         return None  # the commit log's bytes there are gone: the listing and the walk report them
     try:  # the message's frame only: a body that fails its CRC is the walk's finding, not the entry's

@@ -15,11 +15,16 @@ record of the metadata:
 
 No false positives beside a running store: the store writes the backend before the
 metadata (``FlatAppendFile.commit`` commits, then records the size; a seal is recorded
-after it is made; a roll records the segment before its first commit creates the object),
-so a tail past the committed end, a seal the record does not show yet and a record without
-an object yet are what a live store looks like between two steps. Every mismatch is
-therefore checked once more against a fresh read of the metadata and of the backend before
-it is reported, and only what still holds is.
+after it is made; a roll records the segment before its first commit creates the object;
+expiry deletes the object, then its record), so a tail past the committed end, a seal the
+record does not show yet and a record without an object yet are what a live store looks
+like between two steps. A mismatch is therefore only a suspect until rounds of re-checks
+(:func:`_confirm`) confirm it: a fresh look at the object, a pause, a fresh read of the
+metadata. Bytes lost and a recorded seal the object lacks are judged against the metadata
+read *before* the look (a later record can only be ahead of the object it saw), a missing
+object, an unlisted one, a tail and a seal not recorded against the metadata read *after*
+it (the record of what the look saw is written by then). What every round confirms is
+reported.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from typing import Any, Callable, Iterable
 from tiered_core.codec.checks import PropCrcPolicy, check_message
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
 from tiered_core.codec.message import MAGIC_END, MAGIC_V1, MAGIC_V2, peek_magic, peek_total_size
-from tiered_core.codec.naming import INDEX_TOPIC, parse_segment_path
+from tiered_core.codec.naming import INDEX_TOPIC, parse_segment_path, segment_path
 from tiered_core.common import FileSegmentType, SegmentStatus
 from tiered_core.errors import CorruptData, NotFound, TieredStoreError
 from tiered_core.flat.batch_check import decode_units
@@ -74,15 +79,19 @@ class ListingCheck:
     segments: dict[str, Segment] = field(default_factory=dict)
 
 
-def metadata_segments(metadata: TieredMetadataStore, cluster: str, broker: str) -> dict[str, Segment]:
+def metadata_segments(metadata: TieredMetadataStore, cluster: str, broker: str,
+                      deleted: set[str] | None = None) -> dict[str, Segment]:
     """Every live (not DELETED) segment record of ``broker``, by backend path; the last
-    segment of each flat file is marked ``last``."""
+    segment of each flat file is marked ``last``. The paths of DELETED records (expiry
+    marked them; it deletes the object next) are added to ``deleted`` when given."""
     by_file: dict[tuple[str, int], list[Segment]] = defaultdict(list)
     for meta in metadata.iterate_file_segments():
-        if meta.status == SegmentStatus.DELETED:
-            continue
         parts = meta.path.split("/")
         if len(parts) != 3 or parts[0] != broker or not parts[2].isdigit():
+            continue
+        if meta.status == SegmentStatus.DELETED:
+            if deleted is not None:
+                deleted.add(backend_path(cluster, meta))
             continue
         by_file[(meta.path, int(meta.type))].append(Segment(backend_path(cluster, meta), meta))
     out: dict[str, Segment] = {}
@@ -112,8 +121,12 @@ class _Checker:
                 self.file_end[seg.file_key] = seg.meta.base_offset + seg.meta.size
                 topic, queue_id, ftype = seg.file_key
                 if ftype == int(FileSegmentType.COMMIT_LOG):
-                    self.commit_log_end[(topic, queue_id)] = seg.meta.base_offset + max(
-                        seg.meta.size, listing.get(seg.path, 0))
+                    end = seg.meta.base_offset + max(seg.meta.size, listing.get(seg.path, 0))
+                    # (and the unlisted segments that continue it: adopted, they hold the units' messages)
+                    while listing.get(nxt := segment_path(cluster, broker, topic, queue_id,
+                                                          FileSegmentType.COMMIT_LOG, end), 0) > 0:
+                        end += listing[nxt]
+                    self.commit_log_end[(topic, queue_id)] = end
 
     # -- one object ---------------------------------------------------------------------
 
@@ -235,7 +248,8 @@ def check_listing(driver: SegmentDriver, metadata: TieredMetadataStore, cluster:
     mismatch is checked again (:func:`_confirm`: fresh looks at the object, fresh reads of
     the metadata through ``fresh_metadata()``); only what still holds is reported. Reads
     only. Driver and metadata errors propagate."""
-    segments = metadata_segments(metadata, cluster, broker)
+    expiring: set[str] = set()
+    segments = metadata_segments(metadata, cluster, broker, expiring)
     result = ListingCheck(segments=segments)
     result.listing = dict(segment_objects(driver, cluster, broker))
     first = _Checker(driver, segments, cluster, broker, prop_crc, result.listing)
@@ -248,7 +262,9 @@ def check_listing(driver: SegmentDriver, metadata: TieredMetadataStore, cluster:
             result.findings.append(finding)
         if progress is not None:
             progress(1)
-    unlisted = sorted((p for p, size in result.listing.items() if size and p not in segments), key=_chain_order)
+    # (an object whose record expiry marked DELETED is the store's: its expiry deletes it next)
+    unlisted = sorted((p for p, size in result.listing.items() if size and p not in segments and p not in expiring),
+                      key=_chain_order)
     suspects.extend(unlisted)
     result.findings.extend(_confirm(driver, suspects, segments, cluster, broker, prop_crc, fresh_metadata,
                                     result.listing))
@@ -272,8 +288,9 @@ def _confirm(driver: SegmentDriver, suspects: list[str], segments: dict[str, Seg
         if settle:
             time.sleep(settle)
         fresh = fresh_metadata()
+        expiring: set[str] = set()
         try:
-            after = metadata_segments(fresh, cluster, broker)
+            after = metadata_segments(fresh, cluster, broker, expiring)
         finally:
             fresh.close()
         checker = _Checker(driver, after, cluster, broker, prop_crc, listing)
@@ -284,7 +301,8 @@ def _confirm(driver: SegmentDriver, suspects: list[str], segments: dict[str, Seg
             seg, prev = after.get(path), before.get(path)
             if seg is None:
                 # unlisted in both reads of the metadata (one listed it: expired meanwhile)
-                finding = checker.unlisted(path, size, chained) if size and prev is None else None
+                finding = (checker.unlisted(path, size, chained)
+                           if size and prev is None and path not in expiring else None)
             else:
                 finding = checker.listed(seg, size, sealed, before=prev or seg)
             if finding is None:

@@ -30,6 +30,8 @@ SLOW_FILES_FIRST: tuple[str, ...] = (
     "drivers/fsspec/tests/test_fsspec_s3_moto.py",  # 395 s
     "tests/spark/test_stream_kill.py",  # 362 s
     "tests/test_store_data_safety.py",  # 314 s
+    "tests/test_repair.py",  # ~200 s (posix and the three emulators; measured alone, not under load)
+    "tests/test_verify_backends.py",  # ~190 s (31 drills on the three emulators; measured alone)
     "tests/spark/test_stream_static_topic.py",  # 288 s
     "drivers/gcs/tests/test_gcs_conformance.py",  # 278 s
     "tests/static_topic/test_crash_admin.py",  # 269 s

@@ -36,7 +36,7 @@ QUARANTINED = {"extra_object", "bad_tail"}
 @pytest.fixture
 def store(request, tmp_path):
     """A closed store on the backend of the test's ``backend`` parameter whose queues rolled
-    several segments, its config file, and what was put: ``{(topic, queue, offset): body}``."""
+    several segments and whose key index is uploaded, its config file, and what was put: ``{(topic, queue, offset): body}``."""
     driver = request.node.callspec.params["backend"]
     options = backend_options(request, driver, tmp_path)
     config = StoreConfig(store_path=str(tmp_path / "store"), driver=driver, driver_options=options,
@@ -56,6 +56,8 @@ def store(request, tmp_path):
             if n % 8 == 7:
                 store.dispatch(force=True)
         store.dispatch(force=True)
+        store.index.roll_file()  # the key index uploaded too: index faults are listing faults
+        assert store.index.compact_and_upload() >= 1
     return config, str(conf), put
 
 

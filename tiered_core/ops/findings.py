@@ -60,6 +60,7 @@ class FindingKind(str, enum.Enum):
     OWNER_MISSING = "owner_missing"
     OWNER_OTHER = "owner_other"
     OWNER_UNREADABLE = "owner_unreadable"
+    IDENTITY_MISMATCH = "identity_mismatch"
     # -- metadata <-> backend listing ----------------------------------------------------
     UNLISTED_OBJECT = "unlisted_object"
     MISSING_OBJECT = "missing_object"
@@ -103,6 +104,10 @@ KINDS: dict[FindingKind, KindInfo] = {
     FindingKind.OWNER_UNREADABLE: KindInfo(
         Severity.ERROR, False, "the newest owner record cannot be read: check who writes under the prefix, "
         "then `tiered takeover --config FILE` to claim it with a new record", "ownership"),
+    FindingKind.IDENTITY_MISMATCH: KindInfo(
+        Severity.ERROR, False, "the config names another cluster, broker, driver or tier location than the store "
+        "was created with: set it back (verify checked nothing else: the config does not describe this store)",
+        "ownership"),
     FindingKind.UNLISTED_OBJECT: KindInfo(
         Severity.ERROR, True, "repair adopts it into the metadata when it is a segment that continues its "
         "queue and passes the read-back check, else moves it into the quarantine", "listing"),

@@ -6,7 +6,9 @@ it reaches the backend), the metadata is a private read-only copy
 (:func:`~tiered_core.metadata.open_metadata_read_only`), the local store's files are only
 listed and read. It is safe beside a running store (docs/ARCHITECTURE.md §10.4).
 
-The areas, in order, each its own module:
+First the config must describe the store in ``store_path`` (the cluster, broker, driver
+and tier location it was created with): when it does not, that IDENTITY_MISMATCH is the
+whole report. Then the areas, in order, each its own module:
 
 1. ownership (:mod:`tiered_core.ops.verify_ownership`): the owner record and whether this
    store owns the prefix;
@@ -42,7 +44,7 @@ from tiered_core.ops.findings import Finding, FindingKind, Severity, VerifyRepor
 from tiered_core.ops.verify_index import check_index
 from tiered_core.ops.verify_listing import check_listing, metadata_segments
 from tiered_core.ops.verify_local import local_findings
-from tiered_core.ops.verify_ownership import ownership_findings
+from tiered_core.ops.verify_ownership import identity_findings, ownership_findings
 from tiered_core.ops.verify_queue import QueueWalk, QueueWork, Walk, queue_works, total_units, walk_queues
 from tiered_core.spi.driver import SegmentDriver
 from tiered_core.spi.metadata import TieredMetadataStore
@@ -96,8 +98,16 @@ def verify_store(config: Any, *, deep: bool = False, topics: Iterable[str] | Non
     try:
         metadata = fresh_metadata()
         try:
+            # 0. does the config describe this store at all? (else every other area would
+            # check the wrong prefix and report its emptiness: nothing else is checked)
+            store_id = read_store_id(config.store_path)
+            mismatched = identity_findings(config, driver, metadata, store_id)
+            if mismatched:
+                report.extend(mismatched)
+                report.stats.elapsed_s = round(time.monotonic() - started, 3)
+                return report
             # 1. ownership
-            report.extend(ownership_findings(driver, cluster, broker, read_store_id(config.store_path)))
+            report.extend(ownership_findings(driver, cluster, broker, store_id))
             # 2. metadata <-> backend
             n_segments = len(metadata_segments(metadata, cluster, broker))
             with _bar(progress, "listing", n_segments) as bar:

@@ -10,6 +10,11 @@ of the store in ``store_path`` (``tiered-store-id``; never created here):
   verified without its local store) nothing can be compared and no finding is made.
 
 Every finding's ``facts`` hold the record (``owner``) and the epochs found.
+
+Before any of that, :func:`identity_findings` asks whether the config describes the store
+in ``store_path`` at all (``tiered_core/ops/identity.py``: the cluster, broker, driver and
+tier location it was created with): a renamed broker's config points verify at an empty
+prefix, where "no owner" and "nothing tiered yet" would be true and misleading.
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from typing import Any
 
 from tiered_core.errors import TieredStoreError
 from tiered_core.flat.ownership import OwnerRecord, owner_prefix, tier_prefix
+from tiered_core.ops import identity
 from tiered_core.ops.findings import Finding, FindingKind
+from tiered_core.spi.metadata import TieredMetadataStore
 from tiered_core.spi.driver import SegmentDriver
 
 _UNREADABLE = "(unreadable)"
@@ -70,4 +77,39 @@ def ownership_findings(driver: SegmentDriver, cluster: str, broker: str, store_i
     return []
 
 
-__all__ = ["ownership_findings", "read_owner"]
+def identity_findings(config: Any, driver: SegmentDriver, metadata: TieredMetadataStore,
+                      store_id: str | None) -> list[Finding]:
+    """IDENTITY_MISMATCH findings, one per field in which the store's records (its
+    directory's identity file, its metadata) differ from ``config``; none when they agree
+    or nothing is recorded. A tier location that differs is no finding when the configured
+    location holds this store's owner record (the tier was moved, as the store's open
+    accepts; any readable record when ``store_id`` is None). Reads only."""
+    configured = identity.StoreIdentity.of(config)
+    records = [(repr(identity.identity_path(config.store_path)), identity.read_local(config.store_path)),
+               (f"metadata store {getattr(metadata, 'path', '?')!r}", identity.read_metadata(metadata))]
+    found = identity.mismatches(configured, records, identity.metadata_brokers(metadata),
+                                f"the queue records of metadata store {getattr(metadata, 'path', '?')!r}")
+    if found and all(m.field == "tier" for m in found):
+        # moved: the configured location holds an owner record of this store (any readable
+        # one when store_path holds no store id: the tier verified without its local store)
+        record, _epochs, why = read_owner(driver, config.cluster, config.broker)
+        if record is not None and why is None and store_id in (None, record.store_id):
+            return []
+    out = []
+    seen: set[str] = set()
+    for m in found:
+        if m.field in seen:  # recorded alike in the directory and the metadata: one finding
+            continue
+        seen.add(m.field)
+        err = m.error(config)
+        label = "tier location" if m.field == "tier" else m.field
+        out.append(Finding(FindingKind.IDENTITY_MISMATCH, config.store_path,
+                           f"the store was created with {label} {m.recorded} (recorded in {m.record}) but the "
+                           f"config names {label} {m.configured}: its tier is not where this config looks",
+                           facts={"field": m.field, "recorded": m.recorded, "configured": m.configured,
+                                  "record": m.record},
+                           fix_text=err.context.get("fix")))
+    return out
+
+
+__all__ = ["identity_findings", "ownership_findings", "read_owner"]

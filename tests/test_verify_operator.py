@@ -83,6 +83,10 @@ def test_restored_old_directory_is_found_repaired_and_no_offset_is_reused(tmp_pa
     code, report = run_json(capsys, "verify", "--config", str(conf))
     kinds = {f["kind"] for f in report["findings"] if f["severity"] != "info"}
     assert code == 1 and "unlisted_object" in kinds, report["findings"]
+    # each newer segment is named as one the repair can adopt (one continues its commit log
+    # past the tail the old metadata did not record yet)
+    unlisted = [f for f in report["findings"] if f["kind"] == "unlisted_object"]
+    assert unlisted and all(f["facts"]["adoptable"] for f in unlisted), unlisted
     code, plan = run_json(capsys, "repair", "--config", str(conf))
     assert code == 0 and plan["manual"] == [] and plan["actions"], plan
     code, result = run_json(capsys, "repair", "--config", str(conf), "--apply")

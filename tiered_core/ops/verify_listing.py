@@ -113,12 +113,16 @@ class _Checker:
         self.seal_known = driver.capabilities.seal
         # (topic, queue, type) -> end of the file's last recorded segment
         self.file_end: dict[tuple[str, int, int], int] = {}
+        # (topic, queue, type) -> where the last segment's bytes end in the backend (past
+        # file_end by a tail written after the last metadata update)
+        self.backend_end: dict[tuple[str, int, int], int] = {}
         # (topic, queue) -> where the commit log's bytes end in the backend (what the store
         # adopts at its next open): the limit for consume-queue units read back
         self.commit_log_end: dict[tuple[str, int], int] = {}
         for seg in segments.values():
             if seg.last:
                 self.file_end[seg.file_key] = seg.meta.base_offset + seg.meta.size
+                self.backend_end[seg.file_key] = seg.meta.base_offset + max(seg.meta.size, listing.get(seg.path, 0))
                 topic, queue_id, ftype = seg.file_key
                 if ftype == int(FileSegmentType.COMMIT_LOG):
                     end = seg.meta.base_offset + max(seg.meta.size, listing.get(seg.path, 0))
@@ -214,6 +218,11 @@ class _Checker:
         is_index = info.file_type is FileSegmentType.INDEX
         end = chained.get(key, self.file_end.get(key))
         continues = is_index or (end is None and info.base_offset == 0) or end == info.base_offset
+        # past a tail the segment before it holds beyond its committed end (repair adopts
+        # that tail first when it reads back; a tail that does not is its own finding)
+        after_tail = (not continues and key not in chained
+                      and self.backend_end.get(key, -1) == info.base_offset != end)
+        continues = continues or after_tail
         facts["continues_file"] = continues
         why = []
         if not ours:
@@ -233,7 +242,9 @@ class _Checker:
                 why.append(f"it fails the read-back check ({check.reason})")
         whose = "key index" if info.topic == INDEX_TOPIC else f"{info.topic}/{info.queue_id}"
         detail = (f"a {info.file_type.name} segment of {whose} (base {info.base_offset}, {size} bytes) that the "
-                  "metadata does not list: " + ("adoptable (it continues its file and reads back whole)"
+                  "metadata does not list: " + (("adoptable (it continues its file" +
+                                                 (" after the uncommitted tail of the segment before it"
+                                                  if after_tail else "") + " and reads back whole)")
                                                 if facts["adoptable"] else "not adoptable: " + "; ".join(why)))
         return Finding(FindingKind.UNLISTED_OBJECT, path, detail,
                        None if is_index else info.topic, None if is_index else info.queue_id, None,

@@ -8,7 +8,10 @@
   from what was written;
 * :func:`assert_exactly_once` - reads every queue back through a store and checks each
   message once, in queue order, bodies intact, plus the tiered layout (one consume-queue
-  unit per message, commit-log ranges in order and, without faults, back to back).
+  unit per message, commit-log ranges in order and, without faults, back to back);
+* :func:`tier_messages` / :func:`tier_messages_around_damage` - every message a closed
+  store's tier serves, read through the read-only tier view (the second reads around
+  planted damage).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import pytest
 from tiered_core import Message, StoreConfig
 from tiered_core.access.results import GetMessageStatus, StoreTier
 from tiered_core.access.tiered_store import TieredMessageStore
+from tiered_core.access.view import TierReadView
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, ConsumeQueueUnit, decode_cq_unit
 from tiered_core.common import BoundaryType
 from tiered_driver_azure.testing import AZURE_CONTAINER
@@ -240,3 +244,45 @@ def assert_tiered_layout(store: TieredMessageStore, topic: str, queue_id: int, s
     else:
         assert flat.commit_log.commit_offset >= position
     return units
+
+
+def tier_messages(config: StoreConfig) -> dict[tuple[str, int, int], bytes]:
+    """Every message the tier serves, ``{(topic, queue, offset): body}``, read batch by
+    batch through the read-only tier view; a failed or empty read fails the test."""
+    out = {}
+    with TierReadView.open_read_only(config) as view:
+        for topic, qid in view.queues():
+            flat = view.flat_file(topic, qid)
+            offset, end = flat.consume_queue_min_offset(), flat.consume_queue_commit_offset()
+            while offset < end:
+                batch = flat.read_batch(offset, end - offset, 1 << 20)
+                assert batch.error is None and batch.units, (topic, qid, offset, batch.error)
+                for i, msg in enumerate(batch.messages()):
+                    out[(topic, qid, batch.queue_offset + i)] = msg.body
+                offset = batch.end_offset
+    return out
+
+
+def tier_messages_around_damage(config: StoreConfig) -> dict[tuple[str, int, int], bytes]:
+    """The messages the tier still serves around damage a drill planted: each queue read
+    one offset at a time, an offset whose read fails (CorruptData, a damaged segment) left
+    out and the read going on after it."""
+    from tiered_core.errors import CorruptData, IllegalOffset
+
+    out = {}
+    with TierReadView.open_read_only(config) as view:
+        for topic, qid in view.queues():
+            flat = view.flat_file(topic, qid)
+            offset, end = flat.consume_queue_min_offset(), flat.consume_queue_commit_offset()
+            while offset < end:
+                try:
+                    batch = flat.read_batch(offset, 1, 1 << 20)
+                except (CorruptData, IllegalOffset):
+                    offset += 1
+                    continue
+                if batch.error is not None or not batch.units:
+                    offset += 1
+                    continue
+                out[(topic, qid, batch.queue_offset)] = batch.message(0).body
+                offset = batch.end_offset
+    return out

@@ -333,8 +333,9 @@ def test_a_read_ends_at_the_last_whole_unit_a_truncated_segment_holds(cq):
 @pytest.mark.parametrize("kind", ["COMMIT_LOG", "CONSUME_QUEUE"])
 def test_damaged_newest_segment_quarantines_its_queue_only(tmp_path, capsys, kind):
     """The writable (newest) segment lost committed bytes: appending after them could reuse
-    its offsets, so that queue alone refuses puts and answers OFFSET_FOUND_NULL (with the
-    reason) for what only the tier held; the store opens, the other queue works, stat names it."""
+    its offsets, so that queue alone refuses puts; what the tier still holds before the
+    damage is served, and the lost range answers OFFSET_FOUND_NULL (with the reason, naming
+    the segment); the store opens, the other queue works, stat names it."""
     cfg = build(tmp_path)
     cl, cq, _ = layout(cfg)
     path, _, size = (cl if kind == "COMMIT_LOG" else cq)[-1]
@@ -343,8 +344,10 @@ def test_damaged_newest_segment_quarantines_its_queue_only(tmp_path, capsys, kin
         assert set(store.unrecoverable) == {(TOPIC, 0)}
         served, _ = read_all(store, 1, 0, PER_QUEUE)
         assert served == list(range(PER_QUEUE))
-        got = store.get_message("g", TOPIC, 0, 5, 32)
-        assert got.status is GetMessageStatus.OFFSET_FOUND_NULL and got.next_begin_offset == 5
+        served, got = read_all(store, 0, 0, PER_QUEUE)
+        assert served == list(range(len(served))) and 0 < len(served) < PER_QUEUE  # the intact prefix
+        lost = len(served)
+        assert got.status is GetMessageStatus.OFFSET_FOUND_NULL and got.next_begin_offset == lost
         assert isinstance(got.error, StateConflict) and path in str(got.error)
         with pytest.raises(StateConflict) as refused:
             store.put_message(Message(topic=TOPIC, body=b"x"), 0)

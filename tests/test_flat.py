@@ -287,15 +287,24 @@ def test_reads_span_any_number_of_segments(driver, metadata):
 
 
 def test_recovery_refuses_a_backend_that_lost_committed_bytes(driver, metadata, tmp_path):
+    """A newest segment that lost committed bytes: every write is refused (appending after
+    the gap would hand its offsets out again); the bytes before the damage still read."""
     f = cq_file(driver, metadata)
     f.init_offset(0)
     assert f.append(b"a" * 100) is AppendResult.SUCCESS and f.commit()
     path = f.segments[-1].path
     with open(tmp_path / "root" / path, "r+b") as fh:  # someone truncates the object
         fh.truncate(60)
-    with pytest.raises(StateConflict) as info:
-        cq_file(driver, metadata)
-    assert info.value.path == path
+    again = cq_file(driver, metadata)
+    assert isinstance(again.refused, StateConflict) and again.refused.path == path
+    for write in (lambda: again.append(b"b" * 20), lambda: again.roll(100), again.writable):
+        with pytest.raises(StateConflict) as info:
+            write()
+        assert info.value.path == path
+    assert again.read(0, 100) == b"a" * 60  # the read ends at the damage
+    (damage,) = again.damage.values()
+    assert (damage.path, damage.found, damage.recorded) == (path, 60, 100)
+    assert metadata.get_file_segment(int(again.file_type), again.file_path, 0).size == 100  # not papered over
 
 
 def test_a_seal_by_another_store_is_seen_at_recovery(driver, metadata):

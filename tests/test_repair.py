@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from store_workload import tier_messages, tier_messages_around_damage
 from tiered_conformance.drills import copy_store, plant
 from tiered_core import Message, StoreConfig
 from tiered_core.access.tiered_store import TieredMessageStore
-from tiered_core.access.view import TierReadView
 from tiered_core.cli import main
 from tiered_core.cli.exit_codes import ExitCode
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
@@ -110,23 +110,6 @@ def snapshot(config: StoreConfig) -> dict:
     return {"files": files, "metadata": rows}
 
 
-def tier_messages(config: StoreConfig) -> dict[tuple[str, int, int], bytes]:
-    """Every message the tier serves, read through the read-only tier view."""
-    out = {}
-    with TierReadView.open_read_only(config) as view:
-        for topic, qid in view.queues():
-            flat = view.flat_file(topic, qid)
-            offset, end = flat.consume_queue_min_offset(), flat.consume_queue_commit_offset()
-            while offset < end:
-                batch = flat.read_batch(offset, end - offset, 1 << 20)
-                assert batch.error is None, batch.error
-                assert batch.units, (topic, qid, offset)
-                for i, msg in enumerate(batch.messages()):
-                    out[(topic, qid, batch.queue_offset + i)] = msg.body
-                offset = batch.end_offset
-    return out
-
-
 def assert_every_message_in_the_tier(config: StoreConfig, put: dict) -> None:
     got = tier_messages(config)
     assert {k: body for k, (body, _key) in put.items()} == got
@@ -162,13 +145,19 @@ def planted(config: StoreConfig, fault: str) -> tuple[str, str]:
     """Plant ``fault``; returns (expected finding kind, subject)."""
     if fault == "uncommitted_tail":
         return "uncommitted_tail", plant_uncommitted_tail(config)
+    p = planted_fault(config, fault)
+    return p.expected_kind.value, p.subject
+
+
+def planted_fault(config: StoreConfig, fault: str):
+    """Plant drill ``fault`` (``name@seed``, seed 7 by default); its PlantedFault."""
     name, _, seed = fault.partition("@")
     p = plant(config, name, seed=int(seed or 7))
     if fault == "wrong_sealed_flag":  # seed 7: the backend object sealed, the record open
         assert "in the backend" in p.detail, p.detail
     if fault == "wrong_sealed_flag@2":  # seed 2: the record sealed, the backend object open
         assert "in the metadata" in p.detail, p.detail
-    return p.expected_kind.value, p.subject
+    return p
 
 
 def read_object(config: StoreConfig, path: str) -> bytes | None:
@@ -235,8 +224,9 @@ def test_repair_mends_a_planted_fault(drill, capsys, fault):
 
 @pytest.mark.parametrize("fault", NOT_MENDABLE)
 def test_repair_names_what_it_cannot_mend_and_leaves_it(drill, capsys, fault):
-    config, conf, _put = drill
-    kind, subject = planted(config, fault)
+    config, conf, put = drill
+    p = planted_fault(config, fault)
+    kind, subject = p.expected_kind.value, p.subject
     before = read_object(config, subject)
     code, plan = run_json(capsys, "repair", "--config", conf)
     assert code == 1
@@ -251,6 +241,13 @@ def test_repair_names_what_it_cannot_mend_and_leaves_it(drill, capsys, fault):
     assert read_object(config, subject) == before
     with config.open_driver() as driver:
         assert list_quarantine(driver, tier_prefix(config.cluster, config.broker)) == []
+    # damage stays local: every message outside what the fault destroyed reads back
+    lost = p.queue_offsets
+    survivors = {k: body for k, (body, _key) in put.items()
+                 if not (lost and k[:2] == (p.topic, p.queue_id) and lost[0] <= k[2] < lost[1])}
+    got = tier_messages_around_damage(config)
+    assert {k: got.get(k) for k in survivors} == survivors, p
+    assert len(survivors) < len(put) or lost is None
 
 
 # -- refusals -------------------------------------------------------------------------------------------

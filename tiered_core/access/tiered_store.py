@@ -147,12 +147,13 @@ class TieredMessageStore:
             self.view = view = TierReadView(config, self.driver, self.metadata, owns_driver=True,
                                             owns_metadata=True)
             self.flat_files, self.cache, self.fetcher = view.flat_files, view.cache, view.fetcher
-            #: Queues whose tiered files could not be recovered at open, with the reason: their
-            #: tiered data is not served and puts to them are refused; the other queues work.
+            #: Queues whose tiered files could not be recovered at open, with the reason: puts to
+            #: them are refused and only what their tier still holds intact is served; the
+            #: other queues work.
             self.unrecoverable: dict[tuple[str, int], str] = view.unrecoverable
             if self.unrecoverable:
-                log.error("%d tiered queue(s) cannot be recovered; their tiered data is not served and puts "
-                          "to them are refused (the other queues are open): %s", len(self.unrecoverable),
+                log.error("%d tiered queue(s) cannot be recovered; puts to them are refused and only their "
+                          "intact tiered data is served (the other queues are open): %s", len(self.unrecoverable),
                           "; ".join(f"{t}/{q}: {why}" for (t, q), why in self.unrecoverable.items()))
             had_local = bool(self.local.list_queues())
             recovered = 0
@@ -407,13 +408,24 @@ class TieredMessageStore:
     def _get_unrecoverable(self, topic: str, queue_id: int, offset: int, max_count: int,
                            message_filter: MessageFilter | None) -> GetMessageResult:
         """A queue whose tiered files could not be recovered: its local copy serves what it
-        holds; an offset only the tier held answers OFFSET_FOUND_NULL with the reason (never
-        "too small", which would move a consumer past it)."""
+        holds; an offset only the tier held is read from what the tier still holds intact
+        (a queue whose newest segment lost bytes stays loaded, refusing writes only), or
+        else answers OFFSET_FOUND_NULL with the reason (never "too small", which would move
+        a consumer past it)."""
         local_min = self.local.get_min_offset_in_queue(topic, queue_id)
         local_max = self.local.get_max_offset_in_queue(topic, queue_id)
         if local_min <= offset < local_max or offset >= self._recorded_end(topic, queue_id):
             return self._get_local(topic, queue_id, offset, max_count, message_filter)
         why = self.unrecoverable[(topic, queue_id)]
+        flat = self.flat_files.get(topic, queue_id)
+        if flat is not None and flat.initialized:
+            try:
+                result = self.fetcher.get_message(topic, queue_id, offset, max_count, message_filter)
+            except TieredStoreError as exc:
+                why = f"{why}; reading {topic}/{queue_id}@{offset}: {exc}"
+            else:
+                if result.status is GetMessageStatus.FOUND:
+                    return result
         return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, next_begin_offset=offset, min_offset=local_min,
                                 max_offset=max(local_max, self._recorded_end(topic, queue_id)), tier=StoreTier.TIERED,
                                 error=StateConflict(f"{topic}/{queue_id}@{offset} is in the tier, whose files of this "

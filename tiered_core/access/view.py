@@ -49,8 +49,9 @@ class TierReadView:
     """The tiered read stack of one broker's tier prefix, built once, in order.
 
     Contract: :attr:`flat_files` holds every queue the metadata lists, loaded at build
-    (queues that could not be recovered are left out and listed in :attr:`unrecoverable`
-    with the reason; the build itself does not raise for them); :attr:`cache` is the
+    (queues that could not be recovered are listed in :attr:`unrecoverable` with the
+    reason, and left out unless only their writes are refused; the build itself does not
+    raise for them); :attr:`cache` is the
     read-ahead cache (None when ``read_ahead_cache_bytes`` is 0), its disk tier in
     ``disk_cache_path``; :attr:`fetcher` reads through both with the read path's checks.
     The view writes nothing: the flat files only write when a caller appends through them.

@@ -71,6 +71,8 @@ class FlatAppendFile:
         self._segment_kwargs = {} if max_buffer_count is None else {"max_buffer_count": max_buffer_count}
         self.segments: list[FileSegment] = []
         self.adopted = False  # see _recover_last_size
+        #: Why this file refuses every write (its newest segment lost committed bytes), or None.
+        self.refused: StateConflict | None = None
         #: Damaged segments found so far, by base offset (reads end at their lost bytes).
         self.damage: dict[int, SegmentDamage] = {}
         self._lock = threading.RLock()
@@ -105,14 +107,23 @@ class FlatAppendFile:
         """Re-check the last segment against the backend: bytes that landed after the last
         metadata update are adopted, and a seal the metadata missed (a take-over by another
         store seals our tails) is seen before anything is appended. A backend holding fewer
-        bytes than were committed is not ours to paper over: StateConflict."""
+        bytes than were committed is not ours to paper over: the segment is recorded as
+        damaged and :attr:`refused` makes every later write raise that StateConflict."""
         last = self.segments[-1]
         size = self._backend_size(last.path)
         if size < last.commit_position:
-            raise StateConflict(
+            # Appending after lost bytes would hand out their offsets again: the file refuses
+            # every write. Its bytes before the damage still read (damage stays local).
+            gone = size == 0 and not self.driver.exists(last.path)
+            damage = check_segment(self.file_path, self.file_type, last.path, last.base_offset,
+                                   last.commit_position, None if gone else size)
+            if damage is not None:
+                self.damage[last.base_offset] = damage
+            self.refused = StateConflict(
                 f"{last.path!r} holds {size} bytes but the metadata records {last.commit_position} committed "
-                "bytes: the backend lost or truncated them; refusing to open over the gap",
+                "bytes: the backend lost or truncated them; refusing to write over the gap",
                 path=last.path, size=size, committed=last.commit_position)
+            return
         sealed = last.sealed or self.driver.is_sealed(last.path)
         #: Bytes the backend held past the metadata's commit point were adopted at open (the
         #: segment's recorded times predate them).
@@ -219,6 +230,8 @@ class FlatAppendFile:
         if offset < 0:
             raise IllegalParam(f"cannot roll {self.file_path!r} at negative offset {offset}", offset=offset)
         with self._lock:
+            if self.refused is not None:
+                raise self.refused
             seg = self._new_segment(offset, initial_position=0, sealed=False)
             found = self.driver.size(seg.path)
             if found:
@@ -231,6 +244,8 @@ class FlatAppendFile:
             return seg
 
     def writable(self) -> FileSegment:
+        if self.refused is not None:
+            raise self.refused
         if not self.segments:
             raise IllegalOffset(f"{self.file_path!r} ({self.file_type.name}) has no segment: "
                                 "set its base offset first (init_offset)", path=self.file_path)

@@ -22,8 +22,10 @@ class FlatFileStore:
     """Map (topic, queue id) -> :class:`FlatMessageFile` over one driver and metadata store.
 
     :meth:`load` rebuilds every queue the metadata knows, ``recover_concurrency`` at a
-    time; a queue that fails to recover is reported and left out, and ``load`` returns
-    False so the caller can decide.
+    time; a queue that fails to recover is reported in :attr:`failures` and ``load``
+    returns False so the caller can decide. Such a queue is left out, unless only its
+    writes are refused (its newest segment lost bytes, :attr:`FlatMessageFile.refused`):
+    then it stays loaded, so the bytes before the damage still read.
     """
 
     def __init__(self, driver: SegmentDriver, metadata: TieredMetadataStore,
@@ -47,10 +49,12 @@ class FlatFileStore:
                                 thread_name_prefix="tiered-recover") as pool:
             for (topic, queue_id), fut in [(q, pool.submit(self.compute_if_absent, *q)) for q in queues]:
                 try:
-                    fut.result()
+                    refused = fut.result().refused
                 except TieredStoreError as exc:
-                    log.error("cannot recover %s/%d: %s", topic, queue_id, exc)
-                    self.failures.append((topic, queue_id, str(exc)))
+                    refused = exc
+                if refused is not None:  # a refused queue stays loaded: its intact bytes still read
+                    log.error("cannot recover %s/%d: %s", topic, queue_id, refused)
+                    self.failures.append((topic, queue_id, str(refused)))
         return not self.failures
 
     def compute_if_absent(self, topic: str, queue_id: int) -> FlatMessageFile:

@@ -11,7 +11,7 @@ from typing import Sequence
 from tiered_core.codec._impl import encode_cq_unit, peek_store_timestamp
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, decode_cq_unit
 from tiered_core.codec.naming import queue_path, segment_path, validate_topic
-from tiered_core.errors import CorruptData, IllegalOffset, IllegalParam, TieredStoreError
+from tiered_core.errors import CorruptData, IllegalOffset, IllegalParam, StateConflict, TieredStoreError
 from tiered_core.flat.commit_log_file import FlatCommitLogFile
 from tiered_core.flat.settings import FlatFileConfig
 from tiered_core.flat.consume_queue_file import FlatConsumeQueueFile
@@ -82,6 +82,12 @@ class FlatMessageFile(CompositeAccess):
         return self._executor or default_executor()
 
     # -- offsets and times ----------------------------------------------------------------
+
+    @property
+    def refused(self) -> StateConflict | None:
+        """Why this queue refuses every write (a newest segment lost committed bytes, so
+        where the queue continues is unknown), or None. Reads still serve what is intact."""
+        return self.commit_log.refused or self.consume_queue.refused
 
     @property
     def initialized(self) -> bool:

@@ -9,6 +9,7 @@ under ``CI`` on a machine with a C compiler a missing extension fails.
 
 from __future__ import annotations
 
+import bisect
 import os
 import shlex
 import shutil
@@ -16,7 +17,7 @@ import subprocess
 import zlib
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tiered_core.codec import _impl
@@ -548,6 +549,81 @@ def test_scan_units_odd_arguments_agree():
     same("scan_units", [unit], raw, 0, b"T", 0, 0, 1 << 40)
 
 
+def _cq_bytes(units) -> bytes | None:
+    """``units`` as consume-queue bytes; None when one does not fit a unit's fields."""
+    try:
+        return b"".join(int(u[0]).to_bytes(8, "big", signed=True) + int(u[1]).to_bytes(4, "big", signed=True)
+                        + int(u[2]).to_bytes(8, "big", signed=True) for u in units)
+    except (OverflowError, IndexError, TypeError):
+        return None
+
+
+@SETTINGS
+@given(st.data(), batches())
+def test_scan_cq_units_agrees(data, batch):
+    """The scan from consume-queue bytes: the same outcome on both paths, and the same as
+    scan_units of the decoded units."""
+    topic, queue_id, q0, base, units, buf = batch
+    if data.draw(st.booleans()):
+        buf = data.draw(corrupted(buf))
+        units = data.draw(bent_units(units))
+    cq = _cq_bytes(units)
+    assume(cq is not None)
+    args = _scan_args(units, buf, base, topic, queue_id, data.draw(st.sampled_from([q0, q0 + 1, None])),
+                      prop_crc=data.draw(policies))
+    got = same("scan_cq_units", cq + bytes(data.draw(st.integers(0, 19))), *args[1:])
+    assert got == same("scan_units", [tuple(u) for u in units], *args[1:])
+
+
+def test_scan_cq_units_odd_arguments_agree():
+    raw = pure.encode_message(Message("T", b"x"), queue_id=0, queue_offset=0, store_timestamp=1)
+    cq = _cq_bytes([(0, len(raw), 0)])
+    for args in [(cq, raw, 0, b"T", 0, 0, 7), (b"", raw, 0, b"T", 0, 0, 7), (cq[:19], raw, 0, b"T", 0, 0, 7),
+                 (bytearray(cq), raw, 0, b"T", 0, 0, 7), (cq, raw, 0, "T", 0, 0, 7),
+                 (cq, "not a buffer", 0, b"T", 0, 0, 7), (cq, raw, 0.0, b"T", 0, 0, 7),
+                 (cq, raw, 0, b"T", 0, 1 << 64, 7), (cq, raw, 0, b"T", 0, 0, 1 << 40)]:
+        same("scan_cq_units", *args)
+
+
+@SETTINGS
+@given(st.data(), st.lists(st.tuples(st.integers(0, 1 << 40), st.integers(1, 5000)), min_size=1, max_size=12))
+def test_cq_runs_agree(data, units):
+    """How units split into commit-log reads: both paths agree, and each run is what
+    SegmentReader.batches's unit-by-unit loop would take."""
+    off = units[0][0]
+    healthy = data.draw(st.booleans())
+    if healthy:
+        spans = []
+        for _o, size in units:
+            spans.append((off, size, 0))
+            off += size + data.draw(st.integers(0, 3))
+    else:
+        spans = [(o, s, 0) for o, s in units]
+    cq = _cq_bytes(spans)
+    lo = spans[0][0]
+    bases = sorted(set(data.draw(st.lists(st.integers(lo - 100, lo + 40000), min_size=1, max_size=4))))
+    max_bytes = data.draw(st.integers(1, 20000))
+    got = same("cq_runs", cq, bases, max_bytes)
+    same("cq_runs", cq, tuple(bases), max_bytes)
+    if got[1] is None:
+        return
+    assert [r[0] for r in got[1]] == [0] + [r[1] for r in got[1][:-1]] and got[1][-1][1] == len(spans)
+    for i, j, first, end in got[1]:
+        k = bisect.bisect_right(bases, first)
+        limit = min(first + max_bytes, bases[k]) if k < len(bases) else first + max_bytes
+        assert first == spans[i][0] and end == spans[j - 1][0] + spans[j - 1][1]
+        assert j == i + 1 or end <= limit
+        assert j == len(spans) or spans[j][0] + spans[j][1] > limit
+
+
+def test_cq_runs_odd_arguments_agree():
+    cq = _cq_bytes([(100, 10, 0), (110, 10, 0)])
+    for args in [(cq, [0], 100), (cq, [], 100), (cq, [200], 100), (cq, [0], 0), (cq, [0], 1.5),
+                 (cq, [0.5], 100), (b"", [0], 100), (bytearray(cq), [0], 100), (cq, None, 100),
+                 (_cq_bytes([(0x7FFFFFFFFFFFFFF0, 10, 0)]), [0], 100)]:
+        same("cq_runs", *args)
+
+
 def _big_batch(n=90, body=1000, prop_crc=False):
     buf = bytearray()
     units = []
@@ -570,7 +646,8 @@ def test_scan_units_long_batches_agree(prop_crc):
     for i in range(7, len(buf), len(buf) // 97):
         bad = bytearray(buf)
         bad[i] ^= 0x10
-        same("scan_units", *_scan_args(units, bytes(bad), 500, "Big", 1, 10, prop_crc=policy))
+        args = _scan_args(units, bytes(bad), 500, "Big", 1, 10, prop_crc=policy)
+        assert same("scan_units", *args) == same("scan_cq_units", _cq_bytes(units), *args[1:])
 
 
 @SETTINGS
@@ -757,6 +834,36 @@ def test_cq_span_odd_arguments_agree():
     cq = pure.encode_cq_units([ConsumeQueueUnit(10, 100, 1), ConsumeQueueUnit(110, 100, 2)])
     for args in [(cq, 1.5), (cq, None), ("x", 10), (memoryview(cq).cast("I"), 500), (b"", 10), (cq[:19], 10)]:
         same("cq_span", *args)
+
+
+@SETTINGS
+@given(st.data(), st.lists(st.tuples(st.one_of(st.integers(0, 1 << 40), int64), int32, int64), max_size=12))
+def test_cq_units_ends_agrees(data, units):
+    if units and data.draw(st.booleans()):  # a healthy queue's units, maybe with one moved or emptied
+        off = units[0][0] % (1 << 40)
+        gap = data.draw(st.integers(0, 5))
+        units = [(off + (100 + gap) * i, 100, t) for i, (_o, _s, t) in enumerate(units)]
+        if data.draw(st.booleans()):
+            i = data.draw(st.integers(0, len(units) - 1))
+            units[i] = (units[i][0] + data.draw(st.integers(-300, 300)), data.draw(st.integers(-1, 200)), units[i][2])
+    cq = b"".join(o.to_bytes(8, "big", signed=True) + s.to_bytes(4, "big", signed=True)
+                  + t.to_bytes(8, "big", signed=True) for o, s, t in units)
+    cq += bytes(data.draw(st.integers(0, 19)))  # a partial unit at the end is not one
+    got = same("cq_units_ends", cq)
+    same("cq_units_ends", data.draw(st.sampled_from([bytearray, memoryview]))(cq))
+    if got[0] == "ok" and units and all(s > 0 for _o, s, _t in units) and \
+            all(o + s <= units[k + 1][0] for k, (o, s, _t) in enumerate(units[:-1])):
+        assert got[1][1] == [o + s for o, s, _t in units]  # a healthy queue's units: their ends
+
+
+def test_cq_units_ends_odd_arguments_agree():
+    healthy = pure.encode_cq_units([ConsumeQueueUnit(10, 100, 1), ConsumeQueueUnit(110, 100, 2)])
+    overflow = (0x7FFFFFFFFFFFFFF0).to_bytes(8, "big") + (100).to_bytes(4, "big") + bytes(8)
+    for args in [(healthy,), ("x",), (memoryview(healthy).cast("I"),), (b"",), (healthy[:19],), (overflow,),
+                 (None,)]:
+        same("cq_units_ends", *args)
+    assert pure.cq_units_ends(healthy) == ([(10, 100, 1), (110, 100, 2)], [110, 210])
+    assert pure.cq_units_ends(healthy[20:] + healthy[:20])[1] is None  # out of order: no ends
 
 
 @SETTINGS

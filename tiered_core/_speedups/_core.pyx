@@ -997,6 +997,7 @@ def java_crc32(buf, start=0, end=None):
 # -- batch kernels (codec.batch, codec.dispatch_batch, codec.message) ----------------------
 
 cdef object p_scan_units = None
+cdef object p_scan_cq_units = None
 cdef object p_build_group = None
 cdef object p_lazy_message_ext = None
 cdef object GroupBuild = None
@@ -1005,8 +1006,9 @@ cdef object index_keys_of = None  # keys.message_index_keys_from_properties
 
 def bind_batch(ns):
     """Take the batch kernels' oracles and helpers from ``ns`` (a mapping). Idempotent."""
-    global p_scan_units, p_build_group, p_lazy_message_ext, GroupBuild, index_keys_of
+    global p_scan_units, p_scan_cq_units, p_build_group, p_lazy_message_ext, GroupBuild, index_keys_of
     p_scan_units = ns["scan_units"]
+    p_scan_cq_units = ns["scan_cq_units"]
     p_build_group = ns["build_group"]
     p_lazy_message_ext = ns["lazy_message_ext"]
     GroupBuild = ns["GroupBuild"]
@@ -1119,6 +1121,89 @@ cdef extern from "stdlib.h":
 cdef Py_ssize_t NOGIL_SPAN = 65536
 
 
+cdef int scan_all(ScanArgs* a, Py_ssize_t* at, bint released):
+    """scan_loop from unit *at on, with the checks that need Python objects done between
+    its stops (non-ASCII properties or tags): S_DONE, or S_DOUBT at the unit *at."""
+    cdef int rc
+    while True:
+        if released:
+            with nogil:
+                rc = scan_loop(a, at)
+        else:
+            rc = scan_loop(a, at)
+        if rc != S_UTF8:
+            return rc
+        try:
+            if a.props_need_utf8:
+                utf8(a.b + a.props_start, a.props_end - a.props_start)
+            if a.tags_need_hash:
+                if tags_hash_code(utf8(a.b + a.tags_start, a.tags_end - a.tags_start)) != a.units[3 * at[0] + 2]:
+                    return S_DOUBT
+        except Exception:
+            return S_DOUBT
+        at[0] += 1
+
+
+def scan_cq_units(cq, data, base, topic, queue_id, queue_offset, flags):
+    """Twin of codec.batch_kernels.scan_cq_units: the units come straight from the
+    consume-queue bytes, never as Python objects (unless a unit needs the oracle)."""
+    cdef Py_buffer view, cq_view
+    cdef ScanArgs a
+    cdef int64_t* arr = NULL
+    cdef const uint8_t* c
+    cdef Py_ssize_t i = 0, n, k
+    cdef int64_t c_off, c_size, span_lo, span_hi
+    cdef int rc = S_DOUBT
+    cdef bint released
+    if type(cq) is not bytes or type(topic) is not bytes or type(flags) is not int or type(base) is not int \
+            or type(queue_id) is not int or type(queue_offset) is not int or len(cq) < 20 \
+            or (isinstance(data, memoryview) and (data.format != "B" or data.ndim != 1)):
+        return p_scan_cq_units(cq, data, base, topic, queue_id, queue_offset, flags)
+    n = len(cq) // 20
+    try:
+        a.base = base
+        a.queue_id = queue_id
+        a.q = queue_offset
+        a.flags = flags
+        if a.q < -1 or a.q > 0x7FFFFFFFFFFFFFFF - n or a.flags < 0 or a.flags > 31:
+            raise OverflowError
+        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    except Exception:
+        return p_scan_cq_units(cq, data, base, topic, queue_id, queue_offset, flags)
+    try:
+        arr = <int64_t*>malloc(sizeof(int64_t) * 3 * n)
+        if arr == NULL:
+            raise MemoryError
+        c = <const uint8_t*>PyBytes_AS_STRING(cq)
+        span_lo = 0x7FFFFFFFFFFFFFFF
+        span_hi = -0x7FFFFFFFFFFFFFFF
+        for k in range(n):
+            c_off = r64(c + 20 * k)
+            c_size = r32(c + 20 * k + 8)
+            arr[3 * k] = c_off
+            arr[3 * k + 1] = c_size
+            arr[3 * k + 2] = r64(c + 20 * k + 12)
+            if c_off < span_lo:
+                span_lo = c_off
+            if c_size > 0 and c_off < 0x7FFFFFFFFFFFFFFF - c_size and c_off + c_size > span_hi:
+                span_hi = c_off + c_size
+        a.b = <const uint8_t*>view.buf
+        a.limit = view.len
+        a.topic = PyBytes_AS_STRING(topic)
+        a.topic_len = PyBytes_GET_SIZE(topic)
+        a.units = arr
+        a.n = n
+        released = n > 1 and span_hi > span_lo and <uint64_t>span_hi - <uint64_t>span_lo >= <uint64_t>NOGIL_SPAN
+        rc = scan_all(&a, &i, released)
+    finally:
+        free(arr)
+        PyBuffer_Release(&view)
+    if rc == S_DONE:
+        return (i, None, "")
+    valid, reason, detail = p_scan_cq_units(cq[20 * i:], data, base, topic, queue_id, queue_offset + i, flags)
+    return (valid + i, reason, detail)
+
+
 def scan_units(units, data, base, topic, queue_id, queue_offset, flags):
     """Twin of codec.batch.scan_units."""
     cdef Py_buffer view
@@ -1174,26 +1259,7 @@ def scan_units(units, data, base, topic, queue_id, queue_offset, flags):
         a.units = arr
         a.n = k
         released = k > 1 and span_hi > span_lo and <uint64_t>span_hi - <uint64_t>span_lo >= <uint64_t>NOGIL_SPAN
-        while True:
-            if released:
-                with nogil:
-                    rc = scan_loop(&a, &i)
-            else:
-                rc = scan_loop(&a, &i)
-            if rc != S_UTF8:
-                break
-            # the checks that need Python objects, for unit i
-            try:
-                if a.props_need_utf8:
-                    utf8(a.b + a.props_start, a.props_end - a.props_start)
-                if a.tags_need_hash:
-                    if tags_hash_code(utf8(a.b + a.tags_start, a.tags_end - a.tags_start)) != arr[3 * i + 2]:
-                        rc = S_DOUBT
-                        break
-            except Exception:
-                rc = S_DOUBT
-                break
-            i += 1
+        rc = scan_all(&a, &i, released)
         if rc == S_DONE and k < n:
             rc = S_DOUBT  # i == k: the unit that was not three ints
     finally:
@@ -1667,13 +1733,130 @@ def link_items(slots, slot_count, count, topic, topic_id, queue_id, keys, offset
 
 cdef object p_cq_span = None
 cdef object p_cq_span_items = None
+cdef object p_cq_units_ends = None
+cdef object p_cq_runs = None
 
 
 def bind_span(ns):
-    """Take cq_span's and batch_items's oracles from ``ns`` (a mapping). Idempotent."""
-    global p_cq_span, p_cq_span_items
+    """Take cq_span's, cq_units_ends's and batch_items's oracles from ``ns`` (a mapping). Idempotent."""
+    global p_cq_span, p_cq_span_items, p_cq_units_ends, p_cq_runs
     p_cq_span = ns["cq_span"]
     p_cq_span_items = ns["batch_items"]
+    p_cq_units_ends = ns["cq_units_ends"]
+    p_cq_runs = ns["cq_runs"]
+
+
+def cq_runs(cq, bases, max_bytes):
+    """Twin of codec.batch_kernels.cq_runs (no Python object per unit)."""
+    cdef Py_buffer view
+    cdef const uint8_t* b
+    cdef Py_ssize_t n, i, j, lo, hi, mid, nb, k
+    cdef int64_t off, size, prev_end = 0, first, limit, mb
+    cdef int64_t* ends = NULL
+    cdef int64_t* cb = NULL
+    cdef list runs
+    if type(max_bytes) is not int or type(bases) is not list or type(cq) is not bytes:
+        return p_cq_runs(cq, bases, max_bytes)
+    nb = len(bases)
+    n = len(cq) // 20
+    if n == 0 or nb == 0:
+        return p_cq_runs(cq, bases, max_bytes)
+    try:
+        mb = max_bytes
+        if mb <= 0:
+            raise OverflowError
+        cb = <int64_t*>malloc(sizeof(int64_t) * nb)
+        if cb == NULL:
+            raise MemoryError
+        for k in range(nb):
+            if type(bases[k]) is not int:
+                raise TypeError
+            cb[k] = bases[k]
+    except Exception:
+        free(cb)
+        return p_cq_runs(cq, bases, max_bytes)
+    try:
+        b = <const uint8_t*>PyBytes_AS_STRING(cq)
+        ends = <int64_t*>malloc(sizeof(int64_t) * n)
+        if ends == NULL:
+            raise MemoryError
+        for i in range(n):
+            off = r64(b + 20 * i)
+            size = r32(b + 20 * i + 8)
+            if size <= 0 or (i and prev_end > off):
+                return None
+            if off > 0x7FFFFFFFFFFFFFFF - size - mb:
+                return p_cq_runs(cq, bases, max_bytes)  # sums could overflow: Python ints decide
+            prev_end = off + size
+            ends[i] = prev_end
+        if r64(b) < cb[0]:
+            return None
+        runs = []
+        i = 0
+        while i < n:
+            first = r64(b + 20 * i)
+            # the segment holding first: bisect_right(bases, first) - 1
+            lo, hi = 0, nb
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if first < cb[mid]:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            limit = first + mb
+            if lo < nb and cb[lo] < limit:
+                limit = cb[lo]
+            # bisect_right(ends, limit, i + 1, n)
+            lo, hi = i + 1, n
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if limit < ends[mid]:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            j = lo
+            runs.append((i, j, first, ends[j - 1]))
+            i = j
+        return runs
+    finally:
+        free(ends)
+        free(cb)
+
+
+def cq_units_ends(cq):
+    """Twin of codec.batch_kernels.cq_units_ends."""
+    cdef Py_buffer view
+    cdef const uint8_t* b
+    cdef Py_ssize_t n, i
+    cdef int64_t off, size, prev_end = 0
+    cdef bint ordered = True
+    cdef list units, ends
+    if isinstance(cq, memoryview) and (cq.format != "B" or cq.ndim != 1):
+        return p_cq_units_ends(cq)  # its len() counts items
+    try:
+        PyObject_GetBuffer(cq, &view, PyBUF_SIMPLE)
+    except Exception:
+        return p_cq_units_ends(cq)
+    try:
+        b = <const uint8_t*>view.buf
+        n = view.len // 20
+        units = []
+        ends = []
+        for i in range(n):
+            off = r64(b + 20 * i)
+            size = r32(b + 20 * i + 8)
+            units.append((PyLong_FromLongLong(off), PyLong_FromLong(size), PyLong_FromLongLong(r64(b + 20 * i + 12))))
+            if ordered:
+                if size <= 0 or (i and prev_end > off):
+                    ordered = False
+                elif off > 0x7FFFFFFFFFFFFFFF - size:
+                    return p_cq_units_ends(cq)  # off + size overflows: Python ints decide
+                else:
+                    prev_end = off + size
+                    ends.append(PyLong_FromLongLong(prev_end))
+        return units, (ends if ordered and n else None)
+    finally:
+        PyBuffer_Release(&view)
 
 
 def cq_span(cq, max_bytes):

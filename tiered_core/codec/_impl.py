@@ -51,6 +51,9 @@ ORACLES = {
     "java_crc32": prop_crc.java_crc32,
     "scan_units": batch_kernels.scan_units,
     "cq_span": batch_kernels.cq_span,
+    "cq_units_ends": batch_kernels.cq_units_ends,
+    "cq_runs": batch_kernels.cq_runs,
+    "scan_cq_units": batch_kernels.scan_cq_units,
     "batch_items": batch_kernels.batch_items,
     "build_group": dispatch_batch.build_group,
     "lazy_message_ext": message.lazy_message_ext,
@@ -141,6 +144,9 @@ pack_item = _chosen.pack_item
 java_crc32 = _chosen.java_crc32
 scan_units = _chosen.scan_units
 cq_span = _chosen.cq_span
+cq_units_ends = _chosen.cq_units_ends
+cq_runs = _chosen.cq_runs
+scan_cq_units = _chosen.scan_cq_units
 batch_items = _chosen.batch_items
 build_group = _chosen.build_group
 lazy_message_ext = _chosen.lazy_message_ext

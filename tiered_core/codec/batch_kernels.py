@@ -18,6 +18,7 @@ The lazy decode of one validated record is :func:`tiered_core.codec.message.lazy
 
 from __future__ import annotations
 
+import bisect
 import struct
 import zlib
 from typing import Iterable, Union
@@ -105,6 +106,58 @@ def cq_span(cq: Buffer, max_bytes: int) -> tuple[list[tuple[int, int, int]], int
             units = units[:n + 1]
             break
     return units, max(off + size for off, size, _ in units)
+
+
+def cq_units_ends(cq: Buffer) -> tuple[list[tuple[int, int, int]], list[int] | None]:
+    """The units of the consume-queue bytes ``cq`` and, when they are a healthy queue's,
+    where each unit's message ends.
+
+    ``units``: ``(commitlog_offset, size, tags_code)`` of each whole 20-byte unit of ``cq``.
+    ``ends``: ``offset + size`` of each unit when every size is > 0 and each message ends at
+    or before the next one starts (then offsets and ends both ascend, so a run of units can
+    be found by bisection); otherwise (and for no units) None."""
+    whole = len(cq) - len(cq) % _UNIT.size
+    units = list(_UNIT.iter_unpack(memoryview(cq)[:whole] if whole != len(cq) else cq))
+    if not units or min(size for _off, size, _tags in units) <= 0:
+        return units, None
+    ends = [off + size for off, size, _tags in units]
+    for k in range(1, len(units)):
+        if ends[k - 1] > units[k][0]:
+            return units, None
+    return units, ends
+
+
+def cq_runs(cq: Buffer, bases: list[int], max_bytes: int) -> list[tuple[int, int, int, int]] | None:
+    """How a healthy queue's units ``cq`` split into reads of the commit log whose segments
+    start at ``bases`` (ascending): ``(i, j, first, end)`` per run -- units ``i..j-1``,
+    commit-log bytes ``[first, end)`` -- where a run starts at unit ``i``'s offset, stays in
+    the segment holding it, and takes the units whose messages end within ``max_bytes`` of
+    it (at least one). None when the units are not a healthy queue's (see
+    :func:`cq_units_ends`), the first points below ``bases[0]``, or there are no units or
+    no bases: the caller then looks at each unit."""
+    units, ends = cq_units_ends(cq)
+    if ends is None or not bases or units[0][0] < bases[0]:
+        return None
+    runs = []
+    i, n = 0, len(units)
+    while i < n:
+        first = units[i][0]
+        k = bisect.bisect_right(bases, first)
+        limit = first + max_bytes
+        if k < len(bases):
+            limit = min(limit, bases[k])
+        j = bisect.bisect_right(ends, limit, i + 1, n)
+        runs.append((i, j, first, ends[j - 1]))
+        i = j
+    return runs
+
+
+def scan_cq_units(cq: Buffer, data: Buffer, base: int, topic: bytes, queue_id: int, queue_offset: int,
+                  flags: int) -> tuple[int, str | None, str]:
+    """:func:`scan_units` of the whole 20-byte units of the consume-queue bytes ``cq``."""
+    whole = len(cq) - len(cq) % _UNIT.size
+    units = list(_UNIT.iter_unpack(memoryview(cq)[:whole] if whole != len(cq) else cq))
+    return scan_units(units, data, base, topic, queue_id, queue_offset, flags)
 
 
 def batch_items(units: list[tuple[int, int, int]], data: Buffer, base: int,
@@ -252,5 +305,5 @@ def scan_units(
 
 __all__ = [
     "VERIFY_CRC", "CHECK_TAGS", "CHECK_QUEUE_OFFSET", "PROP_CRC_IF_PRESENT", "PROP_CRC_REQUIRE",
-    "MIN_SIZE", "HEADER_SIZES", "batch_items", "cq_span", "scan_units",
+    "MIN_SIZE", "HEADER_SIZES", "batch_items", "cq_runs", "cq_span", "cq_units_ends", "scan_cq_units", "scan_units",
 ]

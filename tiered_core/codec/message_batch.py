@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from tiered_core.codec._impl import batch_items, lazy_message_ext
+from tiered_core.codec.consume_queue import CQ_UNIT
 from tiered_core.codec.message import MessageExt
 from tiered_core.errors import CorruptData
 
@@ -23,20 +24,42 @@ class MessageBatch:
     units passed). Immutable once built; safe to share between threads and to cache.
     """
 
-    __slots__ = ("topic", "queue_id", "queue_offset", "data", "base", "units", "error")
+    __slots__ = ("topic", "queue_id", "queue_offset", "data", "base", "_units", "_cq", "error")
 
     def __init__(self, topic: str, queue_id: int, queue_offset: int, data: bytes, base: int,
-                 units: list[tuple[int, int, int]], error: CorruptData | None = None) -> None:
+                 units: list[tuple[int, int, int]] | None, error: CorruptData | None = None, *,
+                 cq: bytes | None = None) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.queue_offset = queue_offset
         self.data = data
         self.base = base
-        self.units = units
+        if units is None and cq is None:
+            raise TypeError("MessageBatch needs its units or their consume-queue bytes (cq)")
+        self._units = units
+        #: The units' consume-queue bytes, when they were checked from them (``units`` decodes
+        #: them on first use: a reader that only counts never builds a tuple per message).
+        self._cq = cq
         self.error = error
 
+    @property
+    def units(self) -> list[tuple[int, int, int]]:
+        units = self._units
+        if units is None:  # (a race decodes twice, to equal lists)
+            units = self._units = list(CQ_UNIT.iter_unpack(self._cq))
+        return units
+
+    def unit(self, i: int) -> tuple[int, int, int]:
+        """``units[i]`` (negative ``i`` counts from the end), without decoding the others."""
+        if self._units is not None:
+            return self._units[i]
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"unit {i} of a batch of {n}")
+        return CQ_UNIT.unpack_from(self._cq, (i % n) * CQ_UNIT.size)
+
     def __len__(self) -> int:
-        return len(self.units)
+        return len(self._units) if self._units is not None else len(self._cq) // CQ_UNIT.size
 
     def __repr__(self) -> str:
         return (f"MessageBatch({self.topic!r}, {self.queue_id}, {self.queue_offset}..{self.end_offset}, "
@@ -48,7 +71,7 @@ class MessageBatch:
     @property
     def end_offset(self) -> int:
         """The queue offset after the last message."""
-        return self.queue_offset + len(self.units)
+        return self.queue_offset + len(self)
 
     @property
     def nbytes(self) -> int:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from tiered_core.codec._impl import cq_span, scan_units
+from tiered_core.codec._impl import cq_span, scan_cq_units, scan_units
 from tiered_core.codec.checks import PropCrcPolicy, scan_flags, unit_error
 from tiered_core.codec.consume_queue import CQ_UNIT, CQ_UNIT_SIZE
 from tiered_core.codec.message_batch import MessageBatch
@@ -52,6 +52,22 @@ def check_batch(units: Sequence[tuple[int, int, int]], data: bytes, base: int, *
                            queue_offset=queue_offset)
         units = units[:valid]
     return MessageBatch(topic, queue_id, 0 if queue_offset is None else queue_offset, data, base, units, error)
+
+
+def check_cq_batch(cq: bytes, data: bytes, base: int, *, topic: str, queue_id: int, queue_offset: int,
+                   prop_crc: PropCrcPolicy = PropCrcPolicy.IGNORE) -> MessageBatch:
+    """:func:`check_batch` of the units in the consume-queue bytes ``cq`` (whole 20-byte
+    units), checked without a Python object per unit: the batch decodes its units only
+    when a caller asks for them."""
+    valid, reason, detail = scan_cq_units(
+        cq, data, base, topic.encode("utf-8", "surrogatepass"), queue_id, queue_offset,
+        scan_flags(topic, True, True, prop_crc, True))
+    if reason is None:
+        return MessageBatch(topic, queue_id, queue_offset, data, base, None, cq=cq)
+    units = decode_units(cq)
+    error = unit_error(units[valid], valid, reason, detail, topic=topic, queue_id=queue_id,
+                       queue_offset=queue_offset)
+    return MessageBatch(topic, queue_id, queue_offset, data, base, units[:valid], error)
 
 
 def decode_units(cq: bytes) -> list[tuple[int, int, int]]:
@@ -99,4 +115,4 @@ def read_batch(read_consume_queue: Callable[[int, int], bytes], read_commit_log:
                        prop_crc=prop_crc, verify_crc=verify_crc, check_tags=check_tags)
 
 
-__all__ = ["MessageBatch", "check_batch", "decode_units", "read_batch", "span_end", "trim_units"]
+__all__ = ["MessageBatch", "check_batch", "check_cq_batch", "decode_units", "read_batch", "span_end", "trim_units"]

@@ -23,10 +23,9 @@ names topic, queue, queue offset and reason.
 from __future__ import annotations
 
 import bisect
-import operator
 from typing import Iterator, Sequence
 
-from tiered_core.codec._impl import peek_store_timestamp
+from tiered_core.codec._impl import cq_runs, cq_units_ends, peek_store_timestamp
 from tiered_core.codec.checks import PropCrcPolicy
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, ConsumeQueueUnit
 from tiered_core.codec.message import (
@@ -35,7 +34,7 @@ from tiered_core.codec.message import (
 from tiered_core.codec.message_batch import MessageBatch
 from tiered_core.common import BoundaryType, offset_by_time
 from tiered_core.errors import CorruptData
-from tiered_core.flat.batch_check import check_batch, decode_units, read_batch, span_end
+from tiered_core.flat.batch_check import check_batch, check_cq_batch, decode_units, read_batch, span_end
 from tiered_core.flat.segment_ref import RefLog, SegmentedLog, SegmentRef
 from tiered_core.spi.driver import SegmentDriver
 
@@ -109,10 +108,25 @@ class SegmentReader:
         while pos < stop_pos:
             length = min(stop_pos - pos, UNITS_PER_READ * CQ_UNIT_SIZE)
             raw = self.consume_queue.read(pos, length)
-            units = decode_units(raw)
             first_offset = pos // CQ_UNIT_SIZE
+            runs = cq_runs(raw, bases, MAX_READ_BYTES) if len(raw) == length else None
+            if runs is not None:  # a healthy queue's units: planned and checked from their bytes
+                readable = True
+                for i, j, first, span in runs:
+                    batch = check_cq_batch(raw[i * CQ_UNIT_SIZE:j * CQ_UNIT_SIZE],
+                                           self.commit_log.read(first, span - first), first, topic=self.topic,
+                                           queue_id=self.queue_id, queue_offset=first_offset + i,
+                                           prop_crc=self.prop_crc)
+                    if len(batch):
+                        yield batch
+                    if batch.error is not None:
+                        raise batch.error
+                    del batch  # before the next read: its buffer can reuse this one's memory
+                pos += length
+                continue
+            # ends (a healthy queue's): the run from unit i is found by bisection, not a loop
+            units, ends = cq_units_ends(raw)
             i, n = 0, len(units)
-            ends = _ordered_ends(units)
             while i < n:
                 first, size, _tags = units[i]
                 if first < min_cl or size <= 0:
@@ -129,7 +143,7 @@ class SegmentReader:
                 limit = first + MAX_READ_BYTES
                 if index + 1 < len(bases):
                     limit = min(limit, bases[index + 1])
-                if ends is not None:  # the same run, found by bisection (see _ordered_ends)
+                if ends is not None:  # the same run as the loop below finds
                     j = bisect.bisect_right(ends, limit, i + 1, n)
                     span = ends[j - 1]
                 else:
@@ -246,25 +260,6 @@ class SegmentReader:
                            f"(commit-log offset {offset}, size {size}) {detail}", offset=offset, reason="unit",
                            topic=self.topic, queue_id=self.queue_id, queue_offset=queue_offset, size=size,
                            path=self.consume_queue.segment_path(queue_offset * CQ_UNIT_SIZE))
-
-
-def _ordered_ends(units: list[tuple[int, int, int]]) -> list[int] | None:
-    """Where each unit's message ends, when every size is > 0 and each message ends at or
-    before the next one starts (the units of a healthy queue); else None. Then the ends
-    ascend, the offsets too, and the run :meth:`SegmentReader.batches` takes from unit
-    ``i`` (units at or after its offset whose messages end by ``limit``) ends where the
-    ends pass ``limit``: a bisection instead of a loop over the units (C-level passes)."""
-    if not units or min(map(_SIZE, units)) <= 0:
-        return None
-    offsets = list(map(_OFFSET, units))
-    ends = list(map(operator.add, offsets, map(_SIZE, units)))
-    if not all(map(operator.le, ends[:-1], offsets[1:])):
-        return None
-    return ends
-
-
-_OFFSET = operator.itemgetter(0)
-_SIZE = operator.itemgetter(1)
 
 
 def _segment_index(bases: list[int], offset: int) -> int:

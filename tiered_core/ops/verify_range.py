@@ -139,13 +139,13 @@ class RangeWalker:
     def account(self, batch: MessageBatch) -> None:
         """Count a checked group, and its first and last message's store times for its
         segment (a group stays in one commit-log segment)."""
-        units = batch.units
-        first_off, _size, _tags = units[0]
-        last_off, last_size, _tags = units[-1]
+        n = len(batch)
+        first_off, _size, _tags = batch.unit(0)
+        last_off, last_size, _tags = batch.unit(-1)
         stats = self.result.stats
-        stats.messages_read += len(units)
+        stats.messages_read += n
         # a group's messages are contiguous unless a crash left bytes between them: counted too
-        stats.bytes_read += last_off + last_size - first_off + len(units) * CQ_UNIT_SIZE
+        stats.bytes_read += last_off + last_size - first_off + n * CQ_UNIT_SIZE
         data, base = batch.data, batch.base
         first, last = peek_store_timestamp(data, first_off - base), peek_store_timestamp(data, last_off - base)
         path = self.cl[bisect.bisect_right(self.cl_bases, first_off) - 1].path

@@ -96,3 +96,28 @@ def test_restored_old_directory_is_found_repaired_and_no_offset_is_reused(tmp_pa
     # the store continues after the tier: offset 60, and 0..59 still name what they named
     assert put(conf, [b"third-0"]) == [60]
     assert read_all(conf, 61) == first + second + [b"third-0"]
+
+
+def test_repair_apply_accepts_a_moved_tier_and_refuses_one_that_does_not_prove_it(tmp_path, capsys):
+    """repair --apply (a writer session: store lock, prefix claim) accepts a tier moved to
+    a location that holds this store's owner record and every listed segment, as the
+    store's open does; a location without the owner record is an identity mismatch, and
+    nothing is written there."""
+    conf = config_file(tmp_path)
+    bodies = [b"m%d" % i for i in range(20)]
+    put(conf, bodies)
+    shutil.copytree(tmp_path / "tier", tmp_path / "tier2")
+    moved = config_file(tmp_path, "moved.toml", root="tier2")
+    code, result = run_json(capsys, "repair", "--config", str(moved), "--apply")
+    assert code == 0, result
+    code, report = run_json(capsys, "verify", "--config", str(moved), "--deep")
+    assert code == 0 and report["summary"]["messages_read"] == 20, report["findings"]
+    assert read_all(moved, 20) == bodies
+
+    shutil.copytree(tmp_path / "tier2", tmp_path / "tier3")
+    shutil.rmtree(next((tmp_path / "tier3").iterdir()) / "broker-a" / ".tiered-owner")
+    before = sorted(p.relative_to(tmp_path / "tier3") for p in (tmp_path / "tier3").rglob("*"))
+    elsewhere = config_file(tmp_path, "elsewhere.toml", root="tier3")
+    code, err = run_json(capsys, "repair", "--config", str(elsewhere), "--apply")
+    assert code == ExitCode.BAD_INPUT and err["error"]["code"] == "IDENTITY_MISMATCH", err
+    assert sorted(p.relative_to(tmp_path / "tier3") for p in (tmp_path / "tier3").rglob("*")) == before

@@ -35,7 +35,9 @@ import time
 from typing import Any
 
 from tiered_core.cli.progress import Progress
-from tiered_core.cli.shared import StoreNotFound, add_json_option, load_config, print_json, store_exists
+from tiered_core.cli.shared import (
+    StoreNotFound, add_json_option, load_config, print_json, print_section, store_exists, topics_arg,
+)
 from tiered_core.errors import IllegalParam
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -77,10 +79,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _progress(label: str, total: int) -> Progress:
-    return Progress(label, total, stream=sys.stderr)
-
-
 def run(args: argparse.Namespace) -> int:
     """``tiered repair``: plan, apply, list or purge (module doc)."""
     if args.older_than is not None and not args.purge_quarantine:
@@ -101,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         return _apply(config, args)
     from tiered_core.ops.repair import plan_repair
 
-    plan = plan_repair(config, deep=not args.shallow, topics=args.topics, progress=_progress)
+    plan = plan_repair(config, deep=not args.shallow, topics=topics_arg(args.topics), progress=Progress)
     if args.json:
         print_json(plan.as_dict())
     else:
@@ -120,9 +118,9 @@ def _apply(config: Any, args: argparse.Namespace) -> int:
     release_store_lock(acquire_store_lock(config.store_path))
     # The plan comes first (read-only) so that it shows what the session's claim mends
     # (a missing owner record); every step is decided again under the lock.
-    plan = plan_repair(config, deep=not args.shallow, topics=args.topics, progress=_progress)
+    plan = plan_repair(config, deep=not args.shallow, topics=topics_arg(args.topics), progress=Progress)
     with WriterSession(config, writer="tiered repair") as session:  # refused: open elsewhere, owned by another
-        result = apply(plan, session, progress=_progress)
+        result = apply(plan, session, progress=Progress)
     if args.json:
         print_json(result.as_dict())
         return result.exit_code
@@ -152,12 +150,7 @@ def _apply(config: Any, args: argparse.Namespace) -> int:
 
 
 def _section(out: Any, title: str, steps: list, what: Any) -> None:
-    if not steps:
-        return
-    print(f"{title} ({len(steps)})", file=out)
-    for s in steps:
-        print(f"  {s.finding.kind.value}: {s.finding.subject}", file=out)
-        print(f"    {what(s)}", file=out)
+    print_section(out, title, [(f"{s.finding.kind.value}: {s.finding.subject}", [what(s)]) for s in steps])
 
 
 def print_plan(plan: Any, stream: Any = None) -> None:
@@ -165,22 +158,13 @@ def print_plan(plan: Any, stream: Any = None) -> None:
     out = stream or sys.stdout
     print(f"repair plan for {plan.report.prefix} ({'deep' if plan.report.deep else 'shallow'} verify: "
           f"{len(plan.report.findings)} finding(s))", file=out)
-    if plan.steps:
-        print(f"WOULD DO ({len(plan.steps)})", file=out)
-        for s in plan.steps:
-            print(f"  {s.finding.kind.value}: {s.finding.subject}", file=out)
-            print(f"    found: {s.finding.detail}", file=out)
-            print(f"    would: {s.detail}", file=out)
-    if plan.manual:
-        print(f"CANNOT MEND ({len(plan.manual)})", file=out)
-        for s in plan.manual:
-            print(f"  {s.finding.severity.value} {s.finding.kind.value}: {s.finding.subject}", file=out)
-            print(f"    found: {s.finding.detail}", file=out)
-            print(f"    manual step: {s.manual}", file=out)
-    if plan.nothing:
-        print(f"NOTHING TO DO ({len(plan.nothing)})", file=out)
-        for s in plan.nothing:
-            print(f"  {s.finding.kind.value}: {s.finding.subject}: {s.detail}", file=out)
+    print_section(out, "WOULD DO", [(f"{s.finding.kind.value}: {s.finding.subject}",
+                                     [f"found: {s.finding.detail}", f"would: {s.detail}"]) for s in plan.steps])
+    print_section(out, "CANNOT MEND", [(f"{s.finding.severity.value} {s.finding.kind.value}: {s.finding.subject}",
+                                        [f"found: {s.finding.detail}", f"manual step: {s.manual}"])
+                                       for s in plan.manual])
+    print_section(out, "NOTHING TO DO", [(f"{s.finding.kind.value}: {s.finding.subject}: {s.detail}", [])
+                                         for s in plan.nothing])
     held = sum(len(r.entries) for r in plan.quarantine)
     if plan.quarantine:
         print(f"quarantine: {len(plan.quarantine)} repair run(s), {held} object(s) held "

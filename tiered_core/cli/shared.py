@@ -125,6 +125,32 @@ def add_json_option(parser: argparse.ArgumentParser, what: str = "the result") -
                              "there instead (the exit status tells which)")
 
 
+def topics_arg(values: list[str] | None) -> list[str] | None:
+    """The topics of a ``--topics`` option (names separated by spaces or commas), each
+    checked (:class:`~tiered_core.errors.IllegalParam` naming a bad one, exit 2, before
+    anything is read); None when the option was not given."""
+    from tiered_core.codec.naming import validate_topic
+
+    if values is None:
+        return None
+    topics = [t for item in values for t in item.split(",") if t]
+    for topic in topics:
+        validate_topic(topic)
+    return topics
+
+
+def print_section(out: IO[str], title: str, items: list[tuple[str, list[str]]]) -> None:
+    """A report section: ``TITLE (n)``, then each item's head line and its detail lines
+    beneath it (nothing when there are no items)."""
+    if not items:
+        return
+    print(f"{title} ({len(items)})", file=out)
+    for head, lines in items:
+        print(f"  {head}", file=out)
+        for line in lines:
+            print(f"    {line}", file=out)
+
+
 def print_json(obj: Any, stream: IO[str] | None = None) -> None:
     """Print ``obj`` as one indented JSON document (non-JSON values as strings)."""
     stream = stream or sys.stdout

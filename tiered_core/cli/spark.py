@@ -180,7 +180,7 @@ def run_reindex(args) -> int:
 def run_verify(args) -> int:
     """``tiered spark verify``: the report of ``tiered verify --deep``, its exit status."""
     from tiered_core.cli.progress import Progress
-    from tiered_core.cli.shared import StoreNotFound, load_config, print_json, store_exists
+    from tiered_core.cli.shared import StoreNotFound, load_config, print_json, store_exists, topics_arg
     from tiered_core.cli.verify_commands import print_report
     from tiered_core.spark.config_source import require_shared_backend
     from tiered_core.spark.jobs.verify import verify
@@ -189,9 +189,8 @@ def run_verify(args) -> int:
     if not store_exists(config):
         raise StoreNotFound(config)
     require_shared_backend(config)  # before Spark starts
-    topics = None if args.topics is None else [t for item in args.topics for t in item.split(",") if t]
-    report = verify(_session(args), args.config, topics=topics,
-                    progress=lambda label, total: Progress(label, total, stream=sys.stderr))
+    topics = topics_arg(args.topics)
+    report = verify(_session(args), args.config, topics=topics, progress=Progress)
     if args.json:
         print_json(report.as_dict())
     else:

@@ -25,8 +25,9 @@ import sys
 from typing import Any
 
 from tiered_core.cli.progress import Progress
-from tiered_core.cli.shared import StoreNotFound, add_json_option, load_config, print_json, store_exists
-from tiered_core.codec.naming import validate_topic
+from tiered_core.cli.shared import (
+    StoreNotFound, add_json_option, load_config, print_json, print_section, store_exists, topics_arg,
+)
 from tiered_core.ops.findings import Severity, VerifyReport
 from tiered_core.ops.verify import offsets_text
 
@@ -53,24 +54,15 @@ def run(args: argparse.Namespace) -> int:
     from tiered_core.ops.verify import verify_store
 
     config = load_config(args.config)
-    topics = None if args.topics is None else [t for item in args.topics for t in item.split(",") if t]
-    for topic in topics or ():
-        validate_topic(topic)  # IllegalParam naming it (exit 2) before anything is read
+    topics = topics_arg(args.topics)
     if not store_exists(config):
         raise StoreNotFound(config)
-    report = verify_store(config, deep=args.deep, topics=topics, progress=_progress(args))
+    report = verify_store(config, deep=args.deep, topics=topics, progress=Progress)
     if args.json:
         print_json(report.as_dict())
     else:
         print_report(report)
     return report.exit_code
-
-
-def _progress(args: argparse.Namespace) -> Any:
-    def factory(label: str, total: int) -> Progress:
-        return Progress(label, total, stream=sys.stderr)
-
-    return factory
 
 
 def print_report(report: VerifyReport, stream: Any = None) -> None:
@@ -79,17 +71,11 @@ def print_report(report: VerifyReport, stream: Any = None) -> None:
     out = stream or sys.stdout
     for severity in sorted(Severity, key=lambda s: -s.rank):
         found = [f for f in report.findings if f.severity is severity]
-        if not found:
-            continue
-        print(f"{severity.value.upper()} ({len(found)})", file=out)
-        for f in found:
-            where = ""
-            if f.queue_offsets is not None:
-                where = f" [{offsets_text(f.queue_offsets)}]"
-            print(f"  {f.kind.value}: {f.subject}{where}", file=out)
-            print(f"    {f.detail}", file=out)
-            print(f"    fix: {f.fix}{'' if not f.mendable else ' (tiered repair mends it)'}", file=out)
-        print(file=out)
+        print_section(out, severity.value.upper(), [
+            (f"{f.kind.value}: {f.subject}{'' if f.queue_offsets is None else f' [{offsets_text(f.queue_offsets)}]'}",
+             [f.detail, f"fix: {f.fix}{'' if not f.mendable else ' (tiered repair mends it)'}"]) for f in found])
+        if found:
+            print(file=out)
     s = report.summary()
     counts = ", ".join(f"{n} {sev}" for sev, n in s["by_severity"].items() if n) or "no findings"
     verdict = {0: "clean", 1: "findings", 4: "CORRUPT DATA"}[report.exit_code]

@@ -14,7 +14,7 @@ ratio alike); figures are medians.
 
 - ``raw_mb_per_s``: ``driver.read`` of every segment the walk reads (commit-log and
   consume-queue segments, committed bytes) in the walk's chunk sizes (commit log:
-  ``MAX_READ_BYTES``, consume queue: ``UNITS_PER_READ`` units) -- the bytes alone, no check.
+  ``WALK_READ_BYTES``, consume queue: ``UNITS_PER_READ`` units) -- the bytes alone, no check.
 - ``verify_mb_per_s`` / ``verify_msgs_per_s``: ``verify_store(deep=True)`` in this process
   (ownership, listing, the per-queue walk reading and checking every message, key index,
   local store), over the same bytes.
@@ -85,14 +85,15 @@ def build_store(workdir: str, mib: int, body_size: int) -> tuple[str, int, float
 def raw_read(config) -> int:
     """Every segment the walk reads, through the driver, in the walk's chunk sizes; the bytes read."""
     from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
-    from tiered_core.flat.segment_reader import MAX_READ_BYTES, UNITS_PER_READ
+    from tiered_core.flat.segment_reader import UNITS_PER_READ
+    from tiered_core.ops.verify_range import WALK_READ_BYTES
     from tiered_core.ops.verify_queue import queue_works
 
     driver, metadata = config.open_driver(), config.open_metadata()
     try:
         total = 0
         for work in queue_works(metadata, config.cluster, config.broker):
-            for refs, chunk in ((work.commit_log, MAX_READ_BYTES), (work.consume_queue, UNITS_PER_READ * CQ_UNIT_SIZE)):
+            for refs, chunk in ((work.commit_log, WALK_READ_BYTES), (work.consume_queue, UNITS_PER_READ * CQ_UNIT_SIZE)):
                 for ref in refs:
                     for pos in range(0, ref.size, chunk):
                         total += len(driver.read(ref.path, pos, min(chunk, ref.size - pos)))

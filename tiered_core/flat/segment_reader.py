@@ -85,14 +85,14 @@ class SegmentReader:
                           queue_offset, count, max_bytes, topic=self.topic, queue_id=self.queue_id,
                           prop_crc=self.prop_crc, verify_crc=verify_crc, check_tags=check_tags)
 
-    def batches(self, start: int, end: int) -> Iterator[MessageBatch]:
+    def batches(self, start: int, end: int, *, max_read_bytes: int = MAX_READ_BYTES) -> Iterator[MessageBatch]:
         """The validated messages of queue offsets ``[start, end)`` in queue order, as
         :class:`MessageBatch` es. A bad message ends the read: the batch of the messages
         before it is yielded, then its CorruptData is raised.
 
         Units are read ``UNITS_PER_READ`` at a time and decoded in one call; a batch is a run
         of them that stays in one commit-log segment, points forward from its first unit and
-        spans at most ``MAX_READ_BYTES`` (a larger message is read alone). Units that point
+        spans at most ``max_read_bytes`` (a larger message is read alone). Units that point
         at nothing (never written) or below the commit log's first segment (expired,
         RocketMQ #8076) are skipped while no readable unit came before them; any other unit
         whose offset or size is negative, or that points below the commit log after a
@@ -109,7 +109,7 @@ class SegmentReader:
             length = min(stop_pos - pos, UNITS_PER_READ * CQ_UNIT_SIZE)
             raw = self.consume_queue.read(pos, length)
             first_offset = pos // CQ_UNIT_SIZE
-            runs = cq_runs(raw, bases, MAX_READ_BYTES) if len(raw) == length else None
+            runs = cq_runs(raw, bases, max_read_bytes) if len(raw) == length else None
             if runs is not None:  # a healthy queue's units: planned and checked from their bytes
                 readable = True
                 for i, j, first, span in runs:
@@ -140,7 +140,7 @@ class SegmentReader:
                     continue
                 readable = True
                 index = _segment_index(bases, first)
-                limit = first + MAX_READ_BYTES
+                limit = first + max_read_bytes
                 if index + 1 < len(bases):
                     limit = min(limit, bases[index + 1])
                 if ends is not None:  # the same run as the loop below finds

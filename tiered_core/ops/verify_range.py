@@ -28,6 +28,10 @@ from tiered_core.ops.verify_queue import QueueWork, RangeResult, served_end
 from tiered_core.spi.driver import SegmentDriver
 
 _ZERO_UNIT = (0, 0, 0)
+#: Commit-log bytes per read of the deep walk: small enough that the checks that follow
+#: (the CRC over every byte) find them still in the CPU cache (measured on 8 GiB: 2 MiB
+#: reads walk in 2.76 s where 16 MiB ones take 3.45 s).
+WALK_READ_BYTES = 2 << 20
 #: Kinds whose findings of neighbouring ranges join into one (runs of queue offsets).
 RUN_KINDS = (FindingKind.UNIT_OUTSIDE_COMMIT_LOG, FindingKind.MISSING_OBJECT, FindingKind.LOST_BYTES)
 
@@ -126,7 +130,7 @@ class RangeWalker:
         pos = lo
         while pos < hi:
             try:
-                for batch in self.reader.batches(pos, hi):
+                for batch in self.reader.batches(pos, hi, max_read_bytes=WALK_READ_BYTES):
                     self.account(batch)
                     pos = batch.end_offset
                     del batch  # before the next read (see SegmentReader.batches)
@@ -356,4 +360,4 @@ class RangeWalker:
         return max(end, held if stop is None else min(held, stop))
 
 
-__all__ = ["RUN_KINDS", "RangeWalker", "lost_finding", "merge_runs", "outside_finding"]
+__all__ = ["RUN_KINDS", "WALK_READ_BYTES", "RangeWalker", "lost_finding", "merge_runs", "outside_finding"]

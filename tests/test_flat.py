@@ -6,7 +6,7 @@ import pytest
 
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, decode_cq_unit
 from tiered_core.codec.message import Message, decode_message, encode_message
-from tiered_core.errors import IllegalOffset, StateConflict
+from tiered_core.errors import CorruptData, IllegalOffset, StateConflict
 from tiered_core.flat import FlatAppendFile, FlatCommitLogFile, FlatFileConfig, FlatFileStore, FlatMessageFile
 from tiered_core.metadata.sqlite import SqliteMetadataStore
 from tiered_core.plugins import open_driver
@@ -305,6 +305,28 @@ def test_recovery_refuses_a_backend_that_lost_committed_bytes(driver, metadata, 
     (damage,) = again.damage.values()
     assert (damage.path, damage.found, damage.recorded) == (path, 60, 100)
     assert metadata.get_file_segment(int(again.file_type), again.file_path, 0).size == 100  # not papered over
+
+
+def test_a_read_ends_at_a_hole_between_segments(driver, metadata, tmp_path):
+    """Metadata rebuilt from a listing where an older segment's object was short records it
+    at that size: a hole lies between it and the next segment. A read ends at the hole
+    (it never asks the next segment for a negative position); past it, reads go on."""
+    f = cq_file(driver, metadata, max_size=100)
+    f.init_offset(0)
+    for i in range(8):
+        assert f.append(bytes([i]) * 20) is AppendResult.SUCCESS
+    assert f.commit() and [s.base_offset for s in f.segments] == [0, 100]
+    first = f.segments[0]
+    meta = metadata.get_file_segment(int(f.file_type), f.file_path, 0)
+    meta.size = 60  # as a rebuild records an object cut to 60 bytes
+    metadata.update_file_segment(meta)
+    again = cq_file(driver, metadata, max_size=100)
+    assert again.read(0, 160) == b"".join(bytes([i]) * 20 for i in range(3))
+    assert again.read(40, 100) == bytes([2]) * 20
+    assert again.read(100, 60) == b"".join(bytes([i]) * 20 for i in range(5, 8))
+    with pytest.raises(CorruptData) as info:  # in the hole: lost bytes, not an offset out of range
+        again.read(60, 20)
+    assert (info.value.reason, info.value.path, info.value.offset) == ("segment_truncated", first.path, 60)
 
 
 def test_a_seal_by_another_store_is_seen_at_recovery(driver, metadata):

@@ -426,6 +426,8 @@ class TieredMessageStore:
             else:
                 if result.status is GetMessageStatus.FOUND:
                     return result
+                if result.error is not None:
+                    why = f"{why}; reading {topic}/{queue_id}@{offset}: {result.error}"
         return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, next_begin_offset=offset, min_offset=local_min,
                                 max_offset=max(local_max, self._recorded_end(topic, queue_id)), tier=StoreTier.TIERED,
                                 error=StateConflict(f"{topic}/{queue_id}@{offset} is in the tier, whose files of this "

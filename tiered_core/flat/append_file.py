@@ -17,9 +17,9 @@ import time
 from itertools import accumulate
 from typing import Callable, Iterator, Sequence
 
-from tiered_core.errors import DriverError, IllegalOffset, IllegalParam, StateConflict, TieredStoreError
+from tiered_core.errors import CorruptData, DriverError, IllegalOffset, IllegalParam, StateConflict, TieredStoreError
 from tiered_core.flat.segment_ref import SegmentRef
-from tiered_core.flat.damage import SegmentDamage, check_segment
+from tiered_core.flat.damage import SEGMENT_TRUNCATED, SegmentDamage, check_segment
 from tiered_core.segment import FileSegment
 from tiered_core.common import NO_TIMESTAMP, AppendResult, FileSegmentType, SegmentStatus, now_ms
 from tiered_core.spi.driver import SegmentDriver
@@ -335,12 +335,21 @@ class FlatAppendFile:
 
         A damaged segment (gone, or shorter than committed) ends the bytes returned at its
         first lost byte; when that is ``offset`` itself, CorruptData (reason
-        ``segment_missing`` or ``segment_truncated``) names the segment and what is wrong."""
+        ``segment_missing`` or ``segment_truncated``) names the segment and what is wrong.
+        So does a hole between two segments (the metadata rebuilt from an object cut short
+        records it at that size): a read ends at it, and one at it is CorruptData."""
         if length <= 0:
             raise IllegalParam(f"read of {self.file_path!r}: length must be > 0, got {length}", length=length)
         segs = list(self.segments)
         bases = [s.base_offset for s in segs]
         idx = bisect.bisect_right(bases, offset) - 1
+        if 0 <= idx < len(segs) - 1 and segs[idx].commit_offset <= offset:
+            seg, after = segs[idx], segs[idx + 1]
+            raise CorruptData(
+                f"{self.file_path} {self.file_type.name} offset {offset} cannot be read: {self.file_type.name} "
+                f"segment {seg.path!r} ends at {seg.commit_offset} and the next one starts at {after.base_offset}: "
+                "the bytes between them are lost", reason=SEGMENT_TRUNCATED, path=seg.path, offset=offset,
+                file_type=self.file_type.name, base_offset=seg.base_offset, hole=(seg.commit_offset, after.base_offset))
         if idx < 0 or offset >= segs[idx].commit_offset:
             lo = segs[0].base_offset if segs else 0
             hi = segs[-1].commit_offset if segs else 0
@@ -352,6 +361,8 @@ class FlatAppendFile:
         pos, end = offset, offset + length
         while pos < end and idx < len(segs):
             seg = segs[idx]
+            if pos < seg.base_offset:
+                break  # a hole before this segment (metadata rebuilt from a short object): the bytes end here
             # A later segment may start before this one's end (a realigned torn tail): it wins.
             stop = seg.commit_offset if idx + 1 == len(segs) else min(seg.commit_offset, segs[idx + 1].base_offset)
             cut = False

@@ -18,9 +18,8 @@ from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, encode_cq_unit
 from tiered_core.common import FileSegmentType
 from tiered_core.config import StoreConfig
 from tiered_core.ops.findings import FindingKind
-from tiered_core.ops.verify_queue import (
-    finish_walk, plan_ranges, queue_works, structure_findings, verify_range, walk_queues,
-)
+from tiered_core.ops.verify_queue import finish_walk, plan_ranges, queue_works, structure_findings
+from tiered_core.ops.verify_range import verify_range, walk_queues
 
 SPEC = SampleSpec(topics=("orders",), queues=2, messages=180, body_size=64)
 PER_QUEUE = SPEC.messages
@@ -289,7 +288,7 @@ def test_pure_python_and_compiled_paths_agree(store, repo_root):
     data[off - seg.base_offset + 4] ^= 0x01  # the magic code
     store.file(seg.path).write_bytes(bytes(data))
     script = ("import json,sys; sys.path.insert(0,'tests'); from tiered_core.config import StoreConfig;"
-              "from tiered_core.ops.verify_queue import queue_works, walk_queues;"
+              "from tiered_core.ops.verify_queue import queue_works; from tiered_core.ops.verify_range import walk_queues;"
               "from tiered_core.codec._impl import IMPLEMENTATION;"
               f"c=StoreConfig.load({str(store.config.source)!r}); m=c.open_metadata(); d=c.open_driver();"
               "w=walk_queues(d, queue_works(m, c.cluster, c.broker), deep=True);"

@@ -45,7 +45,8 @@ from tiered_core.ops.verify_index import check_index
 from tiered_core.ops.verify_listing import check_listing, metadata_segments
 from tiered_core.ops.verify_local import local_findings
 from tiered_core.ops.verify_ownership import identity_findings, ownership_findings
-from tiered_core.ops.verify_queue import QueueWalk, QueueWork, Walk, queue_works, total_units, walk_queues
+from tiered_core.ops.verify_queue import QueueWalk, QueueWork, Walk, queue_works, total_units
+from tiered_core.ops.verify_range import walk_queues
 from tiered_core.spi.driver import SegmentDriver
 from tiered_core.spi.metadata import TieredMetadataStore
 
@@ -80,7 +81,7 @@ def verify_store(config: Any, *, deep: bool = False, topics: Iterable[str] | Non
                  progress: ProgressFactory | None = None, walk: Walk | None = None) -> VerifyReport:
     """Verify the store ``config`` (a :class:`~tiered_core.config.StoreConfig`) and return
     the report (module doc). Read-only: no lock, no claim, no write anywhere. ``walk``
-    replaces the in-process per-queue walk (:func:`~tiered_core.ops.verify_queue.walk_queues`).
+    replaces the in-process per-queue walk (:func:`~tiered_core.ops.verify_range.walk_queues`).
     Raises what opening the driver or the metadata raises (a typed
     :class:`~tiered_core.errors.TieredStoreError`: an unreadable metadata file, a driver
     that cannot be opened) and driver errors other than a missing object."""

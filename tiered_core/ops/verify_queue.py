@@ -8,12 +8,14 @@ process and, split into ranges of queue offsets, in Spark executors
 
 The pieces, in the order a walk uses them: :func:`queue_works` (one :class:`QueueWork` per
 queue the metadata lists), :func:`structure_findings` (segments that do not join),
-:func:`plan_ranges` + :func:`verify_range` (the units and, with ``deep``, the messages of a
-range of queue offsets: :mod:`tiered_core.ops.verify_range`), :func:`time_findings` (the
+:func:`plan_ranges` + :func:`~tiered_core.ops.verify_range.verify_range` (the units and,
+with ``deep``, the messages of a range of queue offsets), :func:`time_findings` (the
 metadata's segment times against the messages), and :func:`finish_walk`, which merges the
-ranges' results into one :class:`QueueWalk` the same way wherever the ranges ran.
-:func:`walk_queues` is the single-process walk; ``verify_store(..., walk=...)`` takes any
-callable of the :data:`Walk` shape (the Spark walk is one).
+ranges' results into one :class:`QueueWalk` the same way wherever the ranges ran (runs
+of findings cut by range boundaries joined: :func:`merge_runs`).
+:func:`~tiered_core.ops.verify_range.walk_queues` is the single-process walk;
+``verify_store(..., walk=...)`` takes any callable of the :data:`Walk` shape (the Spark
+walk is one).
 """
 
 from __future__ import annotations
@@ -186,18 +188,6 @@ def plan_ranges(work: QueueWork, units_per_range: int) -> list[tuple[int, int]]:
     return out
 
 
-def verify_range(driver: SegmentDriver, work: QueueWork, start: int, end: int, *, deep: bool,
-                 prop_crc: PropCrcPolicy = PropCrcPolicy.IF_PRESENT) -> RangeResult:
-    """Walk queue offsets ``[start, end)`` of ``work``'s queue: every unit inside the commit
-    log; with ``deep``, every message through the read checks (and its ``__CRC32#``
-    property per ``prop_crc``), its store time gathered for the segment-time check. A bad
-    message is one finding; the walk goes on after it. Never raises for the data it walks
-    (what is wrong is a finding); driver errors other than a missing object propagate."""
-    from tiered_core.ops.verify_range import RangeWalker
-
-    return RangeWalker(driver, work, start, end, deep=deep, prop_crc=prop_crc).run()
-
-
 # -- segment times ------------------------------------------------------------------------------
 
 
@@ -251,6 +241,62 @@ def _time(value: int) -> str:
     return "unknown" if value == NO_TIMESTAMP else str(value)
 
 
+# -- findings of runs of queue offsets ----------------------------------------------------------
+
+
+#: Kinds whose findings of neighbouring ranges join into one (runs of queue offsets).
+RUN_KINDS = (FindingKind.UNIT_OUTSIDE_COMMIT_LOG, FindingKind.MISSING_OBJECT, FindingKind.LOST_BYTES)
+
+
+def outside_finding(work_subject: str, topic: str, queue_id: int, q0: int, q1: int, facts: dict) -> Finding:
+    """UNIT_OUTSIDE_COMMIT_LOG for the units of queue offsets ``[q0, q1)`` (``facts``: the
+    first one's ``commitlog_offset`` and ``size``, and ``commit_log_end``: where the segment
+    it points into, or the commit log, ends)."""
+    n = q1 - q0
+    what = "a unit points" if n == 1 else f"{n} units point"
+    return Finding(FindingKind.UNIT_OUTSIDE_COMMIT_LOG, work_subject,
+                   f"{what} outside the commit log (the first at commit-log offset {facts.get('commitlog_offset')}, "
+                   f"{facts.get('size')} bytes; {facts.get('why', 'no segment holds it')})",
+                   topic, queue_id, (q0, q1), None, dict(facts, units=n))
+
+
+def lost_finding(kind: FindingKind, path: str, topic: str, queue_id: int, q0: int, q1: int,
+                 file_offsets: tuple[int, int], facts: dict) -> Finding:
+    """MISSING_OBJECT / LOST_BYTES for segment ``path``: its bytes ``file_offsets`` are gone,
+    with the messages (or units) of queue offsets ``[q0, q1)``."""
+    gone = "the object is missing" if kind is FindingKind.MISSING_OBJECT else \
+        f"the object holds {facts.get('backend_size')} of its {facts.get('committed_size')} committed bytes"
+    return Finding(kind, path, f"{gone}: queue offsets {q0}..{q1 - 1} of {topic}/{queue_id} cannot be read",
+                   topic, queue_id, (q0, q1), file_offsets, dict(facts, units=q1 - q0))
+
+
+def merge_runs(findings: Sequence[Finding]) -> list[Finding]:
+    """``findings`` with those of :data:`RUN_KINDS` that share kind and subject and whose
+    queue offsets touch joined into one (a run split by range boundaries)."""
+    out: list[Finding] = []
+    runs: dict[tuple, list[Finding]] = {}
+    for f in findings:
+        if f.kind in RUN_KINDS and f.queue_offsets is not None:
+            runs.setdefault((f.kind, f.subject, f.topic, f.queue_id), []).append(f)
+        else:
+            out.append(f)
+    for (kind, subject, topic, queue_id), group in runs.items():
+        group.sort(key=lambda f: f.queue_offsets)
+        head = group[0]
+        q0, q1 = head.queue_offsets
+        for f in group[1:] + [None]:
+            if f is not None and f.queue_offsets[0] <= q1:
+                q1 = max(q1, f.queue_offsets[1])
+                continue
+            if kind is FindingKind.UNIT_OUTSIDE_COMMIT_LOG:
+                out.append(outside_finding(subject, topic, queue_id, q0, q1, head.facts))
+            else:
+                out.append(lost_finding(kind, subject, topic, queue_id, q0, q1, head.file_offsets, head.facts))
+            if f is not None:
+                head, (q0, q1) = f, f.queue_offsets
+    return out
+
+
 # -- the whole walk -----------------------------------------------------------------------------
 
 
@@ -259,8 +305,6 @@ def finish_walk(works: Sequence[QueueWork], results: Iterable[RangeResult]) -> Q
     any order): each queue's structure findings, the ranges' findings with runs that touch
     across range boundaries merged into one, and its time findings. The same ranges give
     the same walk wherever they ran."""
-    from tiered_core.ops.verify_range import merge_runs
-
     by_queue: dict[tuple[str, int], list[RangeResult]] = defaultdict(list)
     for result in results:
         by_queue[(result.topic, result.queue_id)].append(result)
@@ -285,27 +329,11 @@ def _order(f: Finding) -> tuple:
     return (q, f.kind.value, f.subject)
 
 
-def walk_queues(driver: SegmentDriver, works: Sequence[QueueWork], *, deep: bool,
-                prop_crc: PropCrcPolicy = PropCrcPolicy.IF_PRESENT,
-                progress: Callable[[int], None] | None = None,
-                units_per_range: int = UNITS_PER_RANGE) -> QueueWalk:
-    """The per-queue walk in this process (the :data:`Walk` of ``tiered verify``): every
-    range of every queue through :func:`verify_range`, then :func:`finish_walk`. Driver
-    errors other than a missing object propagate."""
-    results = []
-    for work in works:
-        for start, end in plan_ranges(work, units_per_range):
-            results.append(verify_range(driver, work, start, end, deep=deep, prop_crc=prop_crc))
-            if progress is not None:
-                progress(end - start)
-    return finish_walk(works, results)
-
-
 def total_units(works: Iterable[QueueWork]) -> int:
     """The queue offsets a walk of ``works`` covers (a progress bar's total)."""
     return sum(w.max_offset - w.min_offset for w in works)
 
 
-__all__ = ["QueueWalk", "QueueWork", "RangeResult", "UNITS_PER_RANGE", "Walk", "finish_walk", "merge_times",
-           "plan_ranges", "queue_works", "served_end", "structure_findings", "time_findings", "total_units",
-           "verify_range", "walk_queues"]
+__all__ = ["QueueWalk", "QueueWork", "RUN_KINDS", "RangeResult", "UNITS_PER_RANGE", "Walk", "finish_walk",
+           "lost_finding", "merge_runs", "merge_times", "outside_finding", "plan_ranges", "queue_works", "served_end",
+           "structure_findings", "time_findings", "total_units"]

@@ -1,5 +1,7 @@
 """The walk of one range of a queue's offsets for ``tiered verify`` (see
-:mod:`tiered_core.ops.verify_queue`): its units, and with ``deep`` its messages.
+:mod:`tiered_core.ops.verify_queue`, which plans the ranges and merges their results):
+its units, and with ``deep`` its messages. :func:`verify_range` walks one range (in this
+process, or in a Spark task); :func:`walk_queues` walks every range in this process.
 
 Deep: the messages come through :meth:`SegmentReader.batches
 <tiered_core.flat.segment_reader.SegmentReader.batches>` (groups of units decoded in one
@@ -14,7 +16,7 @@ units outside the commit log are one finding per run.
 from __future__ import annotations
 
 import bisect
-from typing import Sequence
+from typing import Callable, Sequence
 
 from tiered_core.codec._impl import peek_store_timestamp
 from tiered_core.codec.checks import PropCrcPolicy
@@ -24,7 +26,10 @@ from tiered_core.errors import CorruptData, NotFound
 from tiered_core.flat.batch_check import decode_units
 from tiered_core.flat.segment_reader import UNITS_PER_READ, SegmentReader
 from tiered_core.ops.findings import Finding, FindingKind
-from tiered_core.ops.verify_queue import QueueWork, RangeResult, served_end
+from tiered_core.ops.verify_queue import (
+    UNITS_PER_RANGE, QueueWalk, QueueWork, RangeResult, finish_walk, lost_finding, outside_finding, plan_ranges,
+    served_end,
+)
 from tiered_core.spi.driver import SegmentDriver
 
 _ZERO_UNIT = (0, 0, 0)
@@ -32,59 +37,6 @@ _ZERO_UNIT = (0, 0, 0)
 #: (the CRC over every byte) find them still in the CPU cache (measured on 8 GiB: 2 MiB
 #: reads walk in 2.76 s where 16 MiB ones take 3.45 s).
 WALK_READ_BYTES = 2 << 20
-#: Kinds whose findings of neighbouring ranges join into one (runs of queue offsets).
-RUN_KINDS = (FindingKind.UNIT_OUTSIDE_COMMIT_LOG, FindingKind.MISSING_OBJECT, FindingKind.LOST_BYTES)
-
-
-def outside_finding(work_subject: str, topic: str, queue_id: int, q0: int, q1: int, facts: dict) -> Finding:
-    """UNIT_OUTSIDE_COMMIT_LOG for the units of queue offsets ``[q0, q1)`` (``facts``: the
-    first one's ``commitlog_offset`` and ``size``, and ``commit_log_end``: where the segment
-    it points into, or the commit log, ends)."""
-    n = q1 - q0
-    what = "a unit points" if n == 1 else f"{n} units point"
-    return Finding(FindingKind.UNIT_OUTSIDE_COMMIT_LOG, work_subject,
-                   f"{what} outside the commit log (the first at commit-log offset {facts.get('commitlog_offset')}, "
-                   f"{facts.get('size')} bytes; {facts.get('why', 'no segment holds it')})",
-                   topic, queue_id, (q0, q1), None, dict(facts, units=n))
-
-
-def lost_finding(kind: FindingKind, path: str, topic: str, queue_id: int, q0: int, q1: int,
-                 file_offsets: tuple[int, int], facts: dict) -> Finding:
-    """MISSING_OBJECT / LOST_BYTES for segment ``path``: its bytes ``file_offsets`` are gone,
-    with the messages (or units) of queue offsets ``[q0, q1)``."""
-    gone = "the object is missing" if kind is FindingKind.MISSING_OBJECT else \
-        f"the object holds {facts.get('backend_size')} of its {facts.get('committed_size')} committed bytes"
-    return Finding(kind, path, f"{gone}: queue offsets {q0}..{q1 - 1} of {topic}/{queue_id} cannot be read",
-                   topic, queue_id, (q0, q1), file_offsets, dict(facts, units=q1 - q0))
-
-
-def merge_runs(findings: Sequence[Finding]) -> list[Finding]:
-    """``findings`` with those of :data:`RUN_KINDS` that share kind and subject and whose
-    queue offsets touch joined into one (a run split by range boundaries)."""
-    out: list[Finding] = []
-    runs: dict[tuple, list[Finding]] = {}
-    for f in findings:
-        if f.kind in RUN_KINDS and f.queue_offsets is not None:
-            runs.setdefault((f.kind, f.subject, f.topic, f.queue_id), []).append(f)
-        else:
-            out.append(f)
-    for (kind, subject, topic, queue_id), group in runs.items():
-        group.sort(key=lambda f: f.queue_offsets)
-        head = group[0]
-        q0, q1 = head.queue_offsets
-        for f in group[1:] + [None]:
-            if f is not None and f.queue_offsets[0] <= q1:
-                q1 = max(q1, f.queue_offsets[1])
-                continue
-            if kind is FindingKind.UNIT_OUTSIDE_COMMIT_LOG:
-                out.append(outside_finding(subject, topic, queue_id, q0, q1, head.facts))
-            else:
-                out.append(lost_finding(kind, subject, topic, queue_id, q0, q1, head.file_offsets, head.facts))
-            if f is not None:
-                head, (q0, q1) = f, f.queue_offsets
-    return out
-
-
 class RangeWalker:
     """One walk of queue offsets ``[start, end)`` of ``work``'s queue (:func:`run`)."""
 
@@ -360,4 +312,31 @@ class RangeWalker:
         return max(end, held if stop is None else min(held, stop))
 
 
-__all__ = ["RUN_KINDS", "WALK_READ_BYTES", "RangeWalker", "lost_finding", "merge_runs", "outside_finding"]
+
+def verify_range(driver: SegmentDriver, work: QueueWork, start: int, end: int, *, deep: bool,
+                 prop_crc: PropCrcPolicy = PropCrcPolicy.IF_PRESENT) -> RangeResult:
+    """Walk queue offsets ``[start, end)`` of ``work``'s queue: every unit inside the commit
+    log; with ``deep``, every message through the read checks (and its ``__CRC32#``
+    property per ``prop_crc``), its store time gathered for the segment-time check. A bad
+    message is one finding; the walk goes on after it. Never raises for the data it walks
+    (what is wrong is a finding); driver errors other than a missing object propagate."""
+    return RangeWalker(driver, work, start, end, deep=deep, prop_crc=prop_crc).run()
+
+
+def walk_queues(driver: SegmentDriver, works: Sequence[QueueWork], *, deep: bool,
+                prop_crc: PropCrcPolicy = PropCrcPolicy.IF_PRESENT,
+                progress: Callable[[int], None] | None = None,
+                units_per_range: int = UNITS_PER_RANGE) -> QueueWalk:
+    """The per-queue walk in this process (the :data:`Walk` of ``tiered verify``): every
+    range of every queue through :func:`verify_range`, then :func:`finish_walk`. Driver
+    errors other than a missing object propagate."""
+    results = []
+    for work in works:
+        for start, end in plan_ranges(work, units_per_range):
+            results.append(verify_range(driver, work, start, end, deep=deep, prop_crc=prop_crc))
+            if progress is not None:
+                progress(end - start)
+    return finish_walk(works, results)
+
+
+__all__ = ["WALK_READ_BYTES", "RangeWalker", "verify_range", "walk_queues"]

@@ -4,7 +4,7 @@ over Spark tasks, for stores one machine cannot read in time.
 The Spark driver plans from the metadata alone, as the data source does: each queue's
 offsets are cut at its consume-queue segments and into ranges
 (:func:`~tiered_core.ops.verify_queue.plan_ranges`), sized so every core gets several. A
-task walks its ranges through :func:`~tiered_core.ops.verify_queue.verify_range` with
+task walks its ranges through :func:`~tiered_core.ops.verify_range.verify_range` with
 the executor's own driver (opened from the configuration text,
 :func:`~tiered_core.spark.source.partition_reader.driver_for`), so only the plan (segment
 references) and the ranges' results (findings, counters, store times) cross the wire.
@@ -23,9 +23,8 @@ import os
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from tiered_core.codec.checks import PropCrcPolicy
-from tiered_core.ops.verify_queue import (
-    QueueWalk, QueueWork, RangeResult, finish_walk, plan_ranges, total_units, verify_range,
-)
+from tiered_core.ops.verify_queue import QueueWalk, QueueWork, RangeResult, finish_walk, plan_ranges, total_units
+from tiered_core.ops.verify_range import verify_range
 from tiered_core.spark.config_source import ConfigSource, require_shared_backend
 from tiered_core.spark.failures import tagged_iter
 from tiered_core.spi.driver import SegmentDriver

@@ -38,9 +38,24 @@ print("produced", total, flush=True)
 
 
 def start_producer(config: str, total: int, *, pause: float = 0.2, topics=("orders", "audit"),
-                   queues: int = 2) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", PRODUCER, config, str(total), str(pause), ",".join(topics),
+                   queues: int = 2, timeout: float = 120) -> subprocess.Popen:
+    """:data:`PRODUCER` in a process, returned once the store exists (its metadata file):
+    a stream started before would rightly refuse a source store that is not there yet."""
+    from tiered_core import StoreConfig
+
+    proc = subprocess.Popen([sys.executable, "-c", PRODUCER, config, str(total), str(pause), ",".join(topics),
                              str(queues)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metadata = StoreConfig.load(config).effective_metadata_path()
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(metadata):
+        if proc.poll() is not None:
+            raise AssertionError(f"the producer exited with {proc.returncode} before creating the store: "
+                                 f"{proc.stderr.read()[-2000:]}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"the producer created no store at {metadata!r} in {timeout} s")
+        time.sleep(0.05)
+    return proc
 
 
 def expected_bodies(total: int, topics=("orders", "audit"), queues: int = 2) -> dict[tuple[str, int], list[bytes]]:

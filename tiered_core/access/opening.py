@@ -114,9 +114,7 @@ def check_before_open(config: "StoreConfig", driver: SegmentDriver, *, take_over
             checks.report = reconcile(driver, metadata, config.cluster, config.broker)
         report = checks.report
         if found:
-            proven = (store_id is not None and owner is not None and owner.store_id == store_id
-                      and report is not None and report.known > 0 and not report.missing)
-            if not proven:
+            if not ids.tier_proves_move(store_id, owner, report):
                 raise found[0].error(config)
             checks.moved = found
             log.warning("store %s: %s; the tier at the configured location holds this store's owner record and "

@@ -54,7 +54,7 @@ def moved_here(config: Any, driver: Any, found: list[ids.Mismatch]) -> bool:
         return False
     owner = PrefixOwnership(driver, config.cluster, config.broker, store_id, config.store_path).current()
     if owner is None or owner.store_id != store_id:
-        return False
+        return False  # checked first: without the owner record the metadata is not read
     try:
         metadata = open_metadata_read_only(config.metadata, config.effective_metadata_path())
     except TieredStoreError:  # no proof: the identity mismatch stands
@@ -63,7 +63,7 @@ def moved_here(config: Any, driver: Any, found: list[ids.Mismatch]) -> bool:
         report = reconcile(driver, metadata, config.cluster, config.broker)
     finally:
         metadata.close()
-    return report.known > 0 and not report.missing
+    return ids.tier_proves_move(store_id, owner, report)
 
 
 __all__ = ["claim_store_prefix", "moved_here"]

@@ -34,11 +34,15 @@ import logging
 import os
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from tiered_core.common import fsync_dir, now_ms
 from tiered_core.errors import IdentityMismatch, StateConflict
 from tiered_core.spi.metadata import TieredMetadataStore
+
+if TYPE_CHECKING:
+    from tiered_core.flat.ownership import OwnerRecord
+    from tiered_core.ops.reconcile import ReconcileReport
 
 log = logging.getLogger(__name__)
 
@@ -237,6 +241,16 @@ def mismatches(configured: StoreIdentity, records: Iterable[tuple[str, StoreIden
     return found
 
 
+def tier_proves_move(store_id: str | None, owner: "OwnerRecord | None",
+                     report: "ReconcileReport | None") -> bool:
+    """Whether the configured tier location proves the data moved there (module doc): it
+    holds the owner record of this store (``store_id``, from the store directory) and the
+    reconcile of its listing against the metadata (``report``) found every listed segment,
+    at least one. Used by a store's open and by a writer job's prefix claim alike."""
+    return (store_id is not None and owner is not None and owner.store_id == store_id
+            and report is not None and report.known > 0 and not report.missing)
+
+
 def _shown(identity: StoreIdentity, field: str) -> str:
     value = identity.value(field)
     return value if field == "tier" else repr(value)
@@ -254,6 +268,7 @@ __all__ = [
     "mismatches",
     "read_local",
     "read_metadata",
+    "tier_proves_move",
     "write_local",
     "write_metadata",
 ]

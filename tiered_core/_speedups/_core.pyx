@@ -1144,22 +1144,15 @@ cdef int scan_all(ScanArgs* a, Py_ssize_t* at, bint released):
         at[0] += 1
 
 
-def scan_cq_units(cq, data, base, topic, queue_id, queue_offset, flags):
-    """Twin of codec.batch_kernels.scan_cq_units: the units come straight from the
-    consume-queue bytes, never as Python objects (unless a unit needs the oracle)."""
-    cdef Py_buffer view, cq_view
-    cdef ScanArgs a
-    cdef int64_t* arr = NULL
-    cdef const uint8_t* c
-    cdef Py_ssize_t i = 0, n, k
-    cdef int64_t c_off, c_size, span_lo, span_hi
-    cdef int rc = S_DOUBT
-    cdef bint released
-    if type(cq) is not bytes or type(topic) is not bytes or type(flags) is not int or type(base) is not int \
-            or type(queue_id) is not int or type(queue_offset) is not int or len(cq) < 20 \
+cdef bint scan_begin(ScanArgs* a, Py_buffer* view, data, base, queue_id, queue_offset, flags,
+                     Py_ssize_t n):
+    """The scalar arguments of a scan of ``n`` units into ``a`` and ``data``'s buffer into
+    ``view``: False (nothing acquired) when they are not what the C loop takes, and the
+    caller hands the scan to the oracle."""
+    if type(flags) is not int or type(base) is not int or type(queue_id) is not int \
+            or type(queue_offset) is not int \
             or (isinstance(data, memoryview) and (data.format != "B" or data.ndim != 1)):
-        return p_scan_cq_units(cq, data, base, topic, queue_id, queue_offset, flags)
-    n = len(cq) // 20
+        return False
     try:
         a.base = base
         a.queue_id = queue_id
@@ -1167,34 +1160,59 @@ def scan_cq_units(cq, data, base, topic, queue_id, queue_offset, flags):
         a.flags = flags
         if a.q < -1 or a.q > 0x7FFFFFFFFFFFFFFF - n or a.flags < 0 or a.flags > 31:
             raise OverflowError
-        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+        PyObject_GetBuffer(data, view, PyBUF_SIMPLE)
     except Exception:
+        return False
+    return True
+
+
+cdef inline void widen_span(int64_t off, int64_t size, int64_t* lo, int64_t* hi) noexcept:
+    if off < lo[0]:
+        lo[0] = off
+    if size > 0 and off < 0x7FFFFFFFFFFFFFFF - size and off + size > hi[0]:
+        hi[0] = off + size
+
+
+cdef int scan_filled(ScanArgs* a, Py_buffer* view, bytes topic, int64_t* arr, Py_ssize_t k,
+                     int64_t span_lo, int64_t span_hi, Py_ssize_t* at):
+    """scan_all over the ``k`` units filled into ``arr`` (spanning ``span_lo``..``span_hi``
+    of the commit log), the GIL released when they span NOGIL_SPAN bytes or more."""
+    a.b = <const uint8_t*>view.buf
+    a.limit = view.len
+    a.topic = PyBytes_AS_STRING(topic)
+    a.topic_len = PyBytes_GET_SIZE(topic)
+    a.units = arr
+    a.n = k
+    return scan_all(a, at, k > 1 and span_hi > span_lo
+                    and <uint64_t>span_hi - <uint64_t>span_lo >= <uint64_t>NOGIL_SPAN)
+
+
+def scan_cq_units(cq, data, base, topic, queue_id, queue_offset, flags):
+    """Twin of codec.batch_kernels.scan_cq_units: the units come straight from the
+    consume-queue bytes, never as Python objects (unless a unit needs the oracle)."""
+    cdef Py_buffer view
+    cdef ScanArgs a
+    cdef int64_t* arr = NULL
+    cdef const uint8_t* c
+    cdef Py_ssize_t i = 0, n, k
+    cdef int64_t span_lo = 0x7FFFFFFFFFFFFFFF, span_hi = -0x7FFFFFFFFFFFFFFF
+    cdef int rc = S_DOUBT
+    if type(cq) is not bytes or type(topic) is not bytes or len(cq) < 20:
+        return p_scan_cq_units(cq, data, base, topic, queue_id, queue_offset, flags)
+    n = len(cq) // 20
+    if not scan_begin(&a, &view, data, base, queue_id, queue_offset, flags, n):
         return p_scan_cq_units(cq, data, base, topic, queue_id, queue_offset, flags)
     try:
         arr = <int64_t*>malloc(sizeof(int64_t) * 3 * n)
         if arr == NULL:
             raise MemoryError
         c = <const uint8_t*>PyBytes_AS_STRING(cq)
-        span_lo = 0x7FFFFFFFFFFFFFFF
-        span_hi = -0x7FFFFFFFFFFFFFFF
         for k in range(n):
-            c_off = r64(c + 20 * k)
-            c_size = r32(c + 20 * k + 8)
-            arr[3 * k] = c_off
-            arr[3 * k + 1] = c_size
+            arr[3 * k] = r64(c + 20 * k)
+            arr[3 * k + 1] = r32(c + 20 * k + 8)
             arr[3 * k + 2] = r64(c + 20 * k + 12)
-            if c_off < span_lo:
-                span_lo = c_off
-            if c_size > 0 and c_off < 0x7FFFFFFFFFFFFFFF - c_size and c_off + c_size > span_hi:
-                span_hi = c_off + c_size
-        a.b = <const uint8_t*>view.buf
-        a.limit = view.len
-        a.topic = PyBytes_AS_STRING(topic)
-        a.topic_len = PyBytes_GET_SIZE(topic)
-        a.units = arr
-        a.n = n
-        released = n > 1 and span_hi > span_lo and <uint64_t>span_hi - <uint64_t>span_lo >= <uint64_t>NOGIL_SPAN
-        rc = scan_all(&a, &i, released)
+            widen_span(arr[3 * k], arr[3 * k + 1], &span_lo, &span_hi)
+        rc = scan_filled(&a, &view, topic, arr, n, span_lo, span_hi, &i)
     finally:
         free(arr)
         PyBuffer_Release(&view)
@@ -1210,25 +1228,14 @@ def scan_units(units, data, base, topic, queue_id, queue_offset, flags):
     cdef ScanArgs a
     cdef int64_t* arr = NULL
     cdef Py_ssize_t i = 0, n, k
-    cdef int64_t c_off, c_size, c_tags, span_lo, span_hi
+    cdef int64_t c_off, c_size, c_tags
+    cdef int64_t span_lo = 0x7FFFFFFFFFFFFFFF, span_hi = -0x7FFFFFFFFFFFFFFF
     cdef int rc = S_DOUBT
-    cdef bint released
     if type(units) is not list:
         units = list(units)
     n = len(units)
-    if n == 0 or type(topic) is not bytes or type(flags) is not int or type(base) is not int \
-            or type(queue_id) is not int or type(queue_offset) is not int \
-            or (isinstance(data, memoryview) and (data.format != "B" or data.ndim != 1)):
-        return p_scan_units(units, data, base, topic, queue_id, queue_offset, flags)
-    try:
-        a.base = base
-        a.queue_id = queue_id
-        a.q = queue_offset
-        a.flags = flags
-        if a.q < -1 or a.q > 0x7FFFFFFFFFFFFFFF - n or a.flags < 0 or a.flags > 31:
-            raise OverflowError
-        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-    except Exception:
+    if n == 0 or type(topic) is not bytes \
+            or not scan_begin(&a, &view, data, base, queue_id, queue_offset, flags, n):
         return p_scan_units(units, data, base, topic, queue_id, queue_offset, flags)
     try:
         arr = <int64_t*>malloc(sizeof(int64_t) * 3 * n)
@@ -1236,8 +1243,6 @@ def scan_units(units, data, base, topic, queue_id, queue_offset, flags):
             raise MemoryError
         # the units as C ints, up to the first that is not three Python int64s
         k = 0
-        span_lo = 0x7FFFFFFFFFFFFFFF
-        span_hi = -0x7FFFFFFFFFFFFFFF
         while k < n:
             try:
                 if not unpack3(units[k], &c_off, &c_size, &c_tags):
@@ -1247,19 +1252,9 @@ def scan_units(units, data, base, topic, queue_id, queue_offset, flags):
             arr[3 * k] = c_off
             arr[3 * k + 1] = c_size
             arr[3 * k + 2] = c_tags
-            if c_off < span_lo:
-                span_lo = c_off
-            if c_size > 0 and c_off < 0x7FFFFFFFFFFFFFFF - c_size and c_off + c_size > span_hi:
-                span_hi = c_off + c_size
+            widen_span(c_off, c_size, &span_lo, &span_hi)
             k += 1
-        a.b = <const uint8_t*>view.buf
-        a.limit = view.len
-        a.topic = PyBytes_AS_STRING(topic)
-        a.topic_len = PyBytes_GET_SIZE(topic)
-        a.units = arr
-        a.n = k
-        released = k > 1 and span_hi > span_lo and <uint64_t>span_hi - <uint64_t>span_lo >= <uint64_t>NOGIL_SPAN
-        rc = scan_all(&a, &i, released)
+        rc = scan_filled(&a, &view, topic, arr, k, span_lo, span_hi, &i)
         if rc == S_DONE and k < n:
             rc = S_DOUBT  # i == k: the unit that was not three ints
     finally:

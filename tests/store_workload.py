@@ -249,24 +249,17 @@ def assert_tiered_layout(store: TieredMessageStore, topic: str, queue_id: int, s
 def tier_messages(config: StoreConfig) -> dict[tuple[str, int, int], bytes]:
     """Every message the tier serves, ``{(topic, queue, offset): body}``, read batch by
     batch through the read-only tier view; a failed or empty read fails the test."""
-    out = {}
-    with TierReadView.open_read_only(config) as view:
-        for topic, qid in view.queues():
-            flat = view.flat_file(topic, qid)
-            offset, end = flat.consume_queue_min_offset(), flat.consume_queue_commit_offset()
-            while offset < end:
-                batch = flat.read_batch(offset, end - offset, 1 << 20)
-                assert batch.error is None and batch.units, (topic, qid, offset, batch.error)
-                for i, msg in enumerate(batch.messages()):
-                    out[(topic, qid, batch.queue_offset + i)] = msg.body
-                offset = batch.end_offset
-    return out
+    return _read_tier(config, around_damage=False)
 
 
 def tier_messages_around_damage(config: StoreConfig) -> dict[tuple[str, int, int], bytes]:
     """The messages the tier still serves around damage a drill planted: each queue read
     one offset at a time, an offset whose read fails (CorruptData, a damaged segment) left
     out and the read going on after it."""
+    return _read_tier(config, around_damage=True)
+
+
+def _read_tier(config: StoreConfig, *, around_damage: bool) -> dict[tuple[str, int, int], bytes]:
     from tiered_core.errors import CorruptData, IllegalOffset
 
     out = {}
@@ -275,14 +268,18 @@ def tier_messages_around_damage(config: StoreConfig) -> dict[tuple[str, int, int
             flat = view.flat_file(topic, qid)
             offset, end = flat.consume_queue_min_offset(), flat.consume_queue_commit_offset()
             while offset < end:
-                try:
-                    batch = flat.read_batch(offset, 1, 1 << 20)
-                except (CorruptData, IllegalOffset):
-                    offset += 1
-                    continue
-                if batch.error is not None or not batch.units:
-                    offset += 1
-                    continue
-                out[(topic, qid, batch.queue_offset)] = batch.message(0).body
+                if not around_damage:
+                    batch = flat.read_batch(offset, end - offset, 1 << 20)
+                    assert batch.error is None and batch.units, (topic, qid, offset, batch.error)
+                else:
+                    try:
+                        batch = flat.read_batch(offset, 1, 1 << 20)
+                    except (CorruptData, IllegalOffset):
+                        batch = None
+                    if batch is None or batch.error is not None or not batch.units:
+                        offset += 1  # step over the damaged offset
+                        continue
+                for i, msg in enumerate(batch.messages()):
+                    out[(topic, qid, batch.queue_offset + i)] = msg.body
                 offset = batch.end_offset
     return out

@@ -238,6 +238,27 @@ def test_stat_cli_names_the_damage(tmp_path, capsys):
     assert f"topic0/0: COMMIT_LOG segment {cl[2][0]!r}" in out and "holds 1000 of the" in out
 
 
+def test_stat_names_a_hole_the_metadata_rebuild_recorded(tmp_path, capsys):
+    """An older commit-log segment cut short, then the metadata rebuilt from the listing:
+    the rebuild records the short size, so the segment is not shorter than its record,
+    but a hole lies before the next segment. ``stat`` names it with the messages lost."""
+    cfg = build(tmp_path)
+    cl, _cq, units = layout(cfg)
+    truncate(tmp_path, cl[1][0], 1000)
+    assert main(["metadata", "rebuild", "--config", cfg, "--force", "--progress-every", "0"]) == 0
+    capsys.readouterr()
+    assert main(["stat", "--config", cfg, "--json"]) == 0
+    rows = {r["queue_id"]: r for r in json.loads(capsys.readouterr().out)}
+    [hole] = rows[0]["damage"]
+    span = cl[2][1] - cl[1][1]
+    lost = [q for q, (off, size) in enumerate(units) if off + size > cl[1][1] + 1000 and off < cl[2][1]]
+    assert (hole["segment"], hole["reason"], hole["backend_bytes"], hole["recorded_bytes"]) == (
+        cl[1][0], "segment_truncated", 1000, span)
+    assert hole["queue_offsets"] == [lost[0], lost[-1] + 1] and rows[1]["damage"] == []
+    assert main(["stat", "--config", cfg]) == 0
+    assert "next segment starts" in capsys.readouterr().out
+
+
 # -- finding 4: corruption is reported as corruption ---------------------------------------
 
 
@@ -356,3 +377,8 @@ def test_damaged_newest_segment_quarantines_its_queue_only(tmp_path, capsys, kin
     assert main(["stat", "--config", cfg]) == 0
     out = capsys.readouterr().out
     assert "1 queue(s) whose tiered files could not be recovered" in out and path in out
+    # the CLI at the first lost offset: STATE_CONFLICT, exit 5, naming the segment
+    assert main(["get", "--config", cfg, "--topic", TOPIC, "--queue", "0", "--offset", str(lost),
+                 "--count", "1"]) == 5
+    err = capsys.readouterr().err
+    assert "STATE_CONFLICT" in err and path in err

@@ -327,6 +327,10 @@ def test_a_read_ends_at_a_hole_between_segments(driver, metadata, tmp_path):
     with pytest.raises(CorruptData) as info:  # in the hole: lost bytes, not an offset out of range
         again.read(60, 20)
     assert (info.value.reason, info.value.path, info.value.offset) == ("segment_truncated", first.path, 60)
+    # one listing (the object cut to 60 bytes, as rebuilt): the hole is reported as damage
+    [hole] = again.check_damage({first.path: 60, again.segments[1].path: 60})
+    assert (hole.path, hole.gap, hole.lost, hole.reason) == (first.path, True, (60, 100), "segment_truncated")
+    assert "next segment starts 100 bytes after its start" in hole.problem
 
 
 def test_a_seal_by_another_store_is_seen_at_recovery(driver, metadata):

@@ -11,6 +11,7 @@ the metadata does not list: a roll onto existing bytes is refused.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import logging
 import threading
 import time
@@ -425,9 +426,12 @@ class FlatAppendFile:
         """Damaged segments per ``listing`` (backend path -> size, one listing of the
         store's prefix), plus those reads found; recorded in ``damage``. ``recorded``
         (path -> committed size) is what was committed before the listing was taken
-        (default: now), so a commit racing the listing is not taken for damage."""
+        (default: now), so a commit racing the listing is not taken for damage. A segment
+        that ends before the next one starts (a hole, see :meth:`read`) is reported with
+        ``gap`` set, its lost range reaching the next segment."""
         found: list[SegmentDamage] = []
-        for seg in list(self.segments):
+        segs = list(self.segments)
+        for i, seg in enumerate(segs):
             committed = seg.commit_position if recorded is None else recorded.get(seg.path)
             if committed is None:  # rolled after the listing
                 continue
@@ -438,6 +442,14 @@ class FlatAppendFile:
                 damage = known
             elif known is None or known.readable > damage.readable:
                 self.damage[seg.base_offset] = damage
+            # (a next segment rolled after the listing says nothing of this one's committed snapshot)
+            span = segs[i + 1].base_offset - seg.base_offset \
+                if i + 1 < len(segs) and (recorded is None or segs[i + 1].path in recorded) else 0
+            if damage is None and committed < span:
+                damage = SegmentDamage(self.file_path, self.file_type, seg.path, seg.base_offset, span,
+                                       committed, False, gap=True)
+            elif damage is not None and damage.recorded < span:
+                damage = dataclasses.replace(damage, recorded=span, gap=True)
             if damage is not None:
                 found.append(damage)
         return found

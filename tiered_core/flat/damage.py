@@ -43,6 +43,9 @@ class SegmentDamage:
     missing: bool
     #: The queue offsets ``[from, to)`` it lost (units or messages), when known.
     queue_offsets: tuple[int, int] | None = None
+    #: A hole: the metadata records ``found`` bytes (rebuilt from an object cut short) and
+    #: the next segment starts ``recorded`` bytes after this one's start.
+    gap: bool = False
 
     @property
     def reason(self) -> str:
@@ -63,6 +66,9 @@ class SegmentDamage:
         """What is wrong, in words."""
         if self.missing:
             return f"missing from the backend (the metadata records {self.recorded} committed bytes)"
+        if self.gap:
+            return (f"short: it holds {self.found} bytes and the next segment starts {self.recorded} bytes after its "
+                    "start (a hole; the metadata was rebuilt from an object cut short)")
         return f"truncated: the backend holds {self.found} of the {self.recorded} committed bytes the metadata records"
 
     def covers(self, offset: int, size: int = 1) -> bool:

@@ -172,9 +172,10 @@ def test_a_flipped_byte_is_one_corrupt_message_and_the_walk_goes_on(store):
     assert walk.stats.messages_read == 2 * PER_QUEUE - 1  # every other message read
 
 
-def test_a_unit_past_the_commit_log_names_its_queue_offset(store):
+@pytest.mark.parametrize("from_end", [10, 1])  # 1: the units still ascend (no unit is decoded unless one is outside)
+def test_a_unit_past_the_commit_log_names_its_queue_offset(store, from_end):
     work = store.work(0)
-    q = PER_QUEUE - 10
+    q = PER_QUEUE - from_end
     cl_end = work.commit_log[-1].base_offset + work.commit_log[-1].size
     ref = next(r for r in reversed(work.consume_queue) if r.base_offset <= q * CQ_UNIT_SIZE)
     with open(store.file(ref.path), "r+b") as fh:

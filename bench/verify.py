@@ -20,7 +20,8 @@ ratio alike); figures are medians.
   local store), over the same bytes.
 - ``verify_vs_raw``: raw seconds / verify seconds (target >= 0.5).
 - ``spark_vs_single``: verify seconds / ``tiered spark verify`` seconds on ``--master``
-  (target >= 1.5; the issue's acceptance run uses a store of >= 1024 MiB). Both reports
+  (target >= 1.5; the issue's acceptance run uses a store of >= 1024 MiB), in the session
+  that command starts (``jobs.verify.session_conf``: a local master's JVM at C1). Both reports
   must be the same and clean, or the bench stops.
 """
 
@@ -117,11 +118,14 @@ def main(argv: list[str] | None = None) -> int:
     from tiered_core.ops.verify import verify_store
     from tiered_core.spark import get_session
     from tiered_core.spark.jobs import verify
+    from tiered_core.spark.jobs.verify import session_conf
 
     workdir = args.workdir or os.path.join(tempfile.gettempdir(), f"tiered-verify-bench-{args.mib}m-{args.body_size}b")
     config_path, messages, build_s = build_store(workdir, args.mib, args.body_size)
     config = StoreConfig.load(config_path)
-    spark = get_session(args.master, app_name="bench-verify", conf={"spark.ui.showConsoleProgress": "false"})
+    # the session `tiered spark verify` starts (jobs.verify.session_conf)
+    spark = get_session(args.master, app_name="bench-verify",
+                        conf={"spark.ui.showConsoleProgress": "false", **session_conf(args.master)})
     reports: dict[str, dict] = {}
     sizes: list[int] = []
 

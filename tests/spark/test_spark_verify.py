@@ -75,6 +75,32 @@ def test_the_command_prints_the_verify_report_and_exits_like_it(spark, damaged, 
     assert "time_bounds_mismatch" in out and "CORRUPT DATA:" in out
 
 
+def test_a_local_verify_session_keeps_its_jvm_at_the_first_compiler_tier(spark, damaged, capsys, monkeypatch):
+    """The walk runs in Python workers: a local session's JVM (beside them on the same cores)
+    stops at C1; a cluster's is left as it is. The command asks for that session."""
+    from tiered_core.spark import session as spark_session
+    from tiered_core.spark.jobs.verify import LOCAL_JVM_OPTIONS, session_conf
+
+    assert session_conf("local[2]") == {"spark.driver.extraJavaOptions": LOCAL_JVM_OPTIONS} == session_conf("local")
+    assert session_conf("spark://10.0.0.1:7077") == {} and session_conf("yarn") == {}
+    monkeypatch.setenv("TIERED_SPARK_MASTER", "spark://10.0.0.1:7077")
+    assert session_conf(None) == {}
+    monkeypatch.delenv("TIERED_SPARK_MASTER")
+    asked = []
+    real = spark_session.get_session
+
+    def recording(master=None, app_name="tiered", conf=None):
+        asked.append(dict(conf or {}))
+        return real(master, app_name, conf)  # (the run's shared session: already started)
+
+    monkeypatch.setattr(spark_session, "get_session", recording)
+    monkeypatch.setattr("tiered_core.spark.get_session", recording)
+    config_path, _planted = damaged
+    assert main(["spark", "verify", "--config", config_path, "--master", "local[2]", "--json"]) == 4
+    capsys.readouterr()
+    assert asked == [{"spark.driver.extraJavaOptions": LOCAL_JVM_OPTIONS}]
+
+
 def test_a_store_in_one_process_memory_is_refused_before_spark(tmp_path, capsys, monkeypatch):
     config_path = write_config(tmp_path / "tiered.toml", tmp_path / "data", driver="memory", options={})
 

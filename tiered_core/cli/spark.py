@@ -96,10 +96,10 @@ def _check_configs(*paths: str) -> None:
         StoreConfig.load(path)
 
 
-def _session(args):
+def _session(args, conf: dict[str, str] | None = None):
     from tiered_core.spark import get_session
 
-    return get_session(args.master, app_name=f"tiered-{args.job}")
+    return get_session(args.master, app_name=f"tiered-{args.job}", conf=conf)
 
 
 def _report(args, result) -> int:
@@ -183,14 +183,14 @@ def run_verify(args) -> int:
     from tiered_core.cli.shared import StoreNotFound, load_config, print_json, store_exists, topics_arg
     from tiered_core.cli.verify_commands import print_report
     from tiered_core.spark.config_source import require_shared_backend
-    from tiered_core.spark.jobs.verify import verify
+    from tiered_core.spark.jobs.verify import session_conf, verify
 
     config = load_config(args.config)
     if not store_exists(config):
         raise StoreNotFound(config)
     require_shared_backend(config)  # before Spark starts
     topics = topics_arg(args.topics)
-    report = verify(_session(args), args.config, topics=topics, progress=Progress)
+    report = verify(_session(args, session_conf(args.master)), args.config, topics=topics, progress=Progress)
     if args.json:
         print_json(report.as_dict())
     else:

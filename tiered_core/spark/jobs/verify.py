@@ -35,6 +35,8 @@ RANGES_PER_CORE = 2
 #: further wave of tasks costs scheduling and a worker's second start on its data (measured
 #: on local[2], 8 GiB: 2 tasks 2.0 s, 4 tasks 2.5-2.6 s; 258 MiB: 4 tasks 0.55 s, 8 tasks 1.0 s).
 TASKS_PER_CORE = 1
+#: The JVM options of a verify session in local mode (:func:`session_conf`).
+LOCAL_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
 #: A range holds at least this many queue offsets (smaller ones cost more to plan than to walk).
 MIN_UNITS_PER_RANGE = 4096
 #: ... and at most this many (the single-process walk's).
@@ -46,6 +48,22 @@ def units_per_range(works: Sequence[QueueWork], cores: int) -> int:
     about :data:`RANGES_PER_CORE` ranges (within the bounds above)."""
     wanted = max(1, cores * RANGES_PER_CORE)
     return max(MIN_UNITS_PER_RANGE, min(MAX_UNITS_PER_RANGE, -(-total_units(works) // wanted)))
+
+
+def session_conf(master: str | None = None) -> dict[str, str]:
+    """Spark settings of a session for ``tiered spark verify`` on ``master`` (default: as
+    :func:`~tiered_core.spark.get_session` picks it).
+
+    In local mode the walk's tasks share the machine with the driver's JVM, which only
+    schedules them and carries their small results. Its optimizing JIT compiler (C2) has
+    nothing to gain there, and its compile threads (with G1's) took the cores from the
+    tasks: measured on local[2] with an 8 GiB store, 0.3-0.6 s of JVM CPU per job and
+    ``spark_vs_single`` 1.31-1.58 (``bench/verify.py``); with the JVM stopped at its first
+    compiler tier (C1), 1.78-1.81. So a local session starts its JVM with
+    :data:`LOCAL_JVM_OPTIONS` (replacing any ``spark.driver.extraJavaOptions`` of
+    spark-defaults.conf for this command); on a cluster nothing is set."""
+    master = master or os.environ.get("TIERED_SPARK_MASTER") or "local[*]"
+    return {"spark.driver.extraJavaOptions": LOCAL_JVM_OPTIONS} if master.startswith("local") else {}
 
 
 def _walk_ranges(source: ConfigSource, deep: bool, prop_crc: PropCrcPolicy,
@@ -114,4 +132,5 @@ def verify(spark, config: str | os.PathLike, *, topics: Sequence[str] | None = N
     return verify_store(store_config, deep=True, topics=topics, progress=progress, walk=walk)
 
 
-__all__ = ["MAX_UNITS_PER_RANGE", "MIN_UNITS_PER_RANGE", "RANGES_PER_CORE", "SparkWalk", "TASKS_PER_CORE", "units_per_range", "verify"]
+__all__ = ["LOCAL_JVM_OPTIONS", "MAX_UNITS_PER_RANGE", "MIN_UNITS_PER_RANGE", "RANGES_PER_CORE", "SparkWalk",
+           "TASKS_PER_CORE", "session_conf", "units_per_range", "verify"]

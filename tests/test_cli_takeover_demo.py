@@ -45,6 +45,27 @@ def test_takeover_of_a_missing_store_is_refused_unless_create(tmp_path):
     assert again.returncode == ExitCode.OK, again.stdout + again.stderr
 
 
+def test_a_lost_disk_is_told_the_take_over_not_to_create_a_store(tmp_path):
+    """store_path gone, its tier still there: the read commands say whose data the tier
+    prefix holds and how to take it over (not "tiered put creates a store", which would be
+    refused), and write nothing."""
+    import shutil
+
+    conf = write_config(tmp_path)
+    assert run("put", "--config", conf, "--topic", "orders", "--body", "m0", cwd=tmp_path).returncode == 0
+    shutil.rmtree(tmp_path / "store")
+    before = snapshot(tmp_path)
+    for command in (("verify",), ("get", "--topic", "orders"), ("stat",)):
+        proc = run(*command, "--config", conf, cwd=tmp_path)
+        assert proc.returncode == ExitCode.NOT_FOUND, proc.stdout + proc.stderr
+        assert f"`tiered takeover --config {conf} --create`" in proc.stderr, (command, proc.stderr)
+        assert "holds the data of store" in proc.stderr and "creates a store" not in proc.stderr
+    assert changes(before, snapshot(tmp_path)) == {}
+    shutil.rmtree(tmp_path / "tier")  # nothing in the tier either: a new store is what put makes
+    proc = run("verify", "--config", conf, cwd=tmp_path)
+    assert proc.returncode == ExitCode.NOT_FOUND and "`tiered put` creates a store" in proc.stderr
+
+
 def test_demo_refuses_a_store_that_holds_messages_unless_force(tmp_path):
     conf = write_config(tmp_path)
     assert run("put", "--config", conf, "--topic", "orders", "--body", "keep-me", "--dispatch",

@@ -54,11 +54,36 @@ class StoreNotFound(NotFound):
         else:
             state = f"holds no local store and no metadata {metadata!r}"
             default_hint = "if the tiered backend still holds its data, run `tiered metadata rebuild --config FILE`"
+        if hint is None and (not os.path.isdir(path) or not os.listdir(path)):
+            hint = _tier_owner_hint(config)
         hint = hint or default_hint
         # NotFound's constructor phrases "'path' detail"; this message says more.
         TieredStoreError.__init__(self, f"no tiered store at store_path {path!r}{_where(config)}: "
                                         f"the directory {state}; {hint}",
                                   path=path, key="store_path", source=config.source, metadata_path=metadata)
+
+
+def _tier_owner_hint(config: "StoreConfig") -> str | None:
+    """For a ``store_path`` that holds nothing: when the configured tier prefix holds a
+    store's owner record (a lost disk, a failover to a new path), the command that takes it
+    over; None when it holds none or cannot be read. Reads only (opening a driver creates
+    nothing; the owner record is read through a driver that refuses writes)."""
+    from tiered_core.flat.ownership import PrefixOwnership, ReadOnlyDriver, tier_prefix
+
+    try:
+        driver = ReadOnlyDriver(config.open_driver(), "a missing store's hint only reads")
+        try:
+            owner = PrefixOwnership(driver, config.cluster, config.broker, "", config.store_path).current()
+        finally:
+            driver.close()
+    except (TieredStoreError, OSError):
+        return None
+    if owner is None:
+        return None
+    return (f"its tier prefix {tier_prefix(config.cluster, config.broker)!r} holds the data of {owner.describe()}: "
+            "if this machine lost its disk, or this is a failover to a new store_path, stop the old store and run "
+            f"`tiered takeover --config {config.source or 'FILE'} --create` (it rebuilds the metadata from the tier "
+            "and continues every queue after it); a new store needs its own broker name")
 
 
 class MessageNotFound(TieredStoreError, LookupError):

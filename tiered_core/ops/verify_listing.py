@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -264,9 +265,10 @@ def check_listing(driver: SegmentDriver, metadata: TieredMetadataStore, cluster:
     result = ListingCheck(segments=segments)
     result.listing = dict(segment_objects(driver, cluster, broker))
     first = _Checker(driver, segments, cluster, broker, prop_crc, result.listing)
+    seals = _seal_flags(driver, [p for p in segments if result.listing.get(p) is not None])
     suspects: list[str] = []
     for path, seg in segments.items():
-        finding = first.listed(seg, result.listing.get(path))
+        finding = first.listed(seg, result.listing.get(path), seals.get(path))
         if finding is not None and finding.kind is not FindingKind.UNCOMMITTED_TAIL:
             suspects.append(path)
         elif finding is not None:
@@ -280,6 +282,30 @@ def check_listing(driver: SegmentDriver, metadata: TieredMetadataStore, cluster:
     result.findings.extend(_confirm(driver, suspects, segments, cluster, broker, prop_crc, fresh_metadata,
                                     result.listing))
     return result
+
+
+#: Seal lookups of the first pass in flight at once: one request each on an object store,
+#: so a prefix of many segments is not checked one round trip after another.
+SEAL_LOOKUPS_IN_FLIGHT = 16
+
+
+def _seal_flags(driver: SegmentDriver, paths: list[str]) -> dict[str, bool]:
+    """Whether each object of ``paths`` is sealed, asked :data:`SEAL_LOOKUPS_IN_FLIGHT` at a
+    time (nothing when the driver has no seals). An object gone meanwhile is left out: the
+    check asks again and meets what is there then."""
+    if not driver.capabilities.seal or not paths:
+        return {}
+
+    def sealed(path: str) -> bool | None:
+        try:
+            return driver.is_sealed(path)
+        except NotFound:
+            return None
+
+    with ThreadPoolExecutor(max_workers=min(SEAL_LOOKUPS_IN_FLIGHT, len(paths)),
+                            thread_name_prefix="tiered-verify-seal") as pool:
+        flags = dict(zip(paths, pool.map(sealed, paths)))
+    return {path: flag for path, flag in flags.items() if flag is not None}
 
 
 def _confirm(driver: SegmentDriver, suspects: list[str], segments: dict[str, Segment], cluster: str, broker: str,

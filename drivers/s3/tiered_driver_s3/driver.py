@@ -102,7 +102,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
-from tiered_core.errors import DriverError, IllegalParam, InvalidOption, NotFound
+from tiered_core.errors import DriverError, InvalidOption, NotFound
 from tiered_core.spi import Capabilities, RetryPolicy
 from tiered_core.spi.objectstore import (
     META_ID, META_SEALED, PART_MARK, ChainedObjectDriver, ObjectInfo, Part, SegmentView, new_segment_id, part_key,
@@ -722,26 +722,11 @@ class S3Driver(ChainedObjectDriver):
             except (_Conflict, NotFound):
                 pass  # replaced or deleted since: look again
             self._forget(key)
-        for _attempt in range(3):
-            view = self._view(key, path)
-            if not view.exists:
-                raise NotFound(path)
-            if position + length > view.size:
-                raise IllegalParam(f"read of {path!r} [{position}, {position + length}) passes its size {view.size}",
-                                   path=path, position=position, length=length)
-            reads = []
-            end = position + length
-            for name, start, size in view.pieces():
-                lo, hi = max(position, start), min(end, start + size)
-                if lo < hi:
-                    reads.append((ObjectInfo(name, size), lo - start, hi - lo))
-            try:
-                # The pieces of an open segment (one part per commit) are read concurrently.
-                return b"".join(self._pieces(reads, f"read {path!r} at {position}"))
-            except NotFound:
-                continue  # consolidated meanwhile: a part is gone, look again
-        raise DriverError(f"s3: {self._where(path)} kept changing during a read", retryable=True, path=path,
-                          bucket=self.bucket)
+        return super().read(path, position, length)
+
+    def _read_pieces(self, path: str, position: int, reads: list[tuple[ObjectInfo, int, int]]) -> list[bytes]:
+        # The pieces of an open segment (one part per commit) are read concurrently.
+        return self._pieces(reads, f"read {path!r} at {position}")
 
     def seal(self, path: str) -> None:
         key = self._key(path)

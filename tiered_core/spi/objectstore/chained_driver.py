@@ -304,14 +304,23 @@ class ChainedObjectDriver(SegmentDriver, abc.ABC):
             if self.can_consolidate and len(now.chain) >= self.compact_at:
                 self._compact(key, path, now, seal=False, best_effort=True)
             return
-        if (not now.sealed and now.size >= position + len(payload)
-                and self._read_view(path, now, position, len(payload)) == payload):
+        if not now.sealed and now.size >= position + len(payload) and self._holds(path, now, position, payload):
             return  # consolidated into the base by a concurrent compaction
         with contextlib.suppress(DriverError):  # outside the chain it is never counted anyway
             self._delete_object(name, version=created.version, what=f"withdraw part of {path!r}")
         if now.sealed:
             raise SegmentSealed(path)
         raise PositionMismatch(path, position, now.size)
+
+    def _holds(self, path: str, view: SegmentView, position: int, payload: bytes) -> bool:
+        """Whether ``view`` reads ``payload`` at ``position``. A piece gone meanwhile (another
+        compaction) leaves the write's outcome unknown: a retryable DriverError, on which
+        the caller looks at the segment's size as after a lost answer."""
+        try:
+            return self._read_view(path, view, position, len(payload)) == payload
+        except NotFound:
+            raise DriverError(f"{self.name}: {self._where(path)} changed while a write at {position} was confirmed",
+                              retryable=True, path=path, position=position, **self._error_context()) from None
 
     def _same_part(self, key: str, path: str, name: str, payload: bytes) -> ObjectInfo | None:
         """The existing part ``name`` when it holds exactly ``payload`` (this write's own
@@ -414,30 +423,38 @@ class ChainedObjectDriver(SegmentDriver, abc.ABC):
                 raise NotFound(path)
             try:
                 return self._read_view(path, view, position, length)
-            except _PieceGone:
+            except NotFound:
                 continue  # a concurrent compaction removed a part: look again
         raise DriverError(f"{self.name}: {self._where(path)} kept changing during a read", retryable=True,
                           path=path, **self._error_context())
 
     def _read_view(self, path: str, view: SegmentView, position: int, length: int) -> bytes:
+        """``length`` bytes at ``position`` of the segment ``view`` shows; NotFound when one
+        of its pieces is gone since (see :meth:`_read_pieces`)."""
         if position + length > view.size:
             raise IllegalParam(f"read of {path!r} [{position}, {position + length}) passes its size {view.size}",
                                path=path, position=position, length=length)
-        out = []
         end = position + length
+        reads = []
         for name, start, size in view.pieces():
             lo, hi = max(position, start), min(end, start + size)
-            if lo >= hi:
-                continue
-            try:
-                body = self._read_object(name, lo - start, hi - lo, what=f"read {path!r} at {lo}")
-            except NotFound:
-                raise _PieceGone(name) from None
-            if len(body) != hi - lo:
-                raise DriverError(f"{self.name}: short read of {self._where(path)} at {lo}: {len(body)} of "
-                                  f"{hi - lo} bytes", retryable=True, path=path, **self._error_context())
+            if lo < hi:
+                reads.append((ObjectInfo(name, size), lo - start, hi - lo))
+        return b"".join(self._read_pieces(path, position, reads))
+
+    def _read_pieces(self, path: str, position: int, reads: list[tuple[ObjectInfo, int, int]]) -> list[bytes]:
+        """The bytes of each ``(object, start, length)`` range of a read of ``path`` at
+        ``position``, in order, one :meth:`_read_object` after another (a backend that can
+        read them concurrently overrides this). A piece gone since the view was taken raises
+        NotFound (the read looks again); a short one a retryable DriverError."""
+        out = []
+        for piece, start, length in reads:
+            body = self._read_object(piece.name, start, length, what=f"read {path!r} at {position}")
+            if len(body) != length:
+                raise DriverError(f"{self.name}: short read of {self._where(path)} at {position}: {len(body)} of "
+                                  f"{length} bytes", retryable=True, path=path, **self._error_context())
             out.append(body)
-        return b"".join(out)
+        return out
 
     def seal(self, path: str) -> None:
         key = self._key(path)
@@ -472,10 +489,6 @@ class ChainedObjectDriver(SegmentDriver, abc.ABC):
             if view.exists:
                 out.append((self._rel(key), view.size))
         return iter(sorted(out))
-
-
-class _PieceGone(Exception):
-    pass
 
 
 __all__ = ["ChainedObjectDriver", "RESERVED", "new_segment_id"]

@@ -314,8 +314,8 @@ class ChainedObjectDriver(SegmentDriver, abc.ABC):
 
     def _holds(self, path: str, view: SegmentView, position: int, payload: bytes) -> bool:
         """Whether ``view`` reads ``payload`` at ``position``. A piece gone meanwhile (another
-        compaction) leaves the write's outcome unknown: a retryable DriverError, on which
-        the caller looks at the segment's size as after a lost answer."""
+        compaction) leaves the write's outcome unknown, as a lost answer does: a retryable
+        DriverError (the layers never resend a write, see :mod:`tiered_core.spi.layer`)."""
         try:
             return self._read_view(path, view, position, len(payload)) == payload
         except NotFound:

@@ -55,7 +55,10 @@ java:
 # Bytecode of the workspace's own sources, written once here: every Python process a run
 # starts (Spark's workers, the CLI, crash children) then loads it instead of compiling our
 # modules again, also where PYTHONDONTWRITEBYTECODE is set. Stale files are ignored by Python.
-BYTECODE := $(PY) -m compileall -q -j 0 tiered_core drivers conformance examples
+# The same for the pyspark zips Spark puts first on its Python processes' path (a streaming
+# query's source runner, executors' daemons): tiered_core/spark/pyspark_bytecode.py says why.
+BYTECODE := $(PY) -m compileall -q -j 0 tiered_core drivers conformance examples && \
+            $(PY) -m tiered_core.spark.pyspark_bytecode
 
 demo: $(STAMP)
 	@$(BYTECODE)

@@ -38,7 +38,9 @@ messages per second of wall time.
    ``one_row_outside_trigger_s``): the tiered source's outside-trigger time beyond the one-row
    source's is what it adds per query. ``project_bytecode_cached``: whether this checkout's
    modules have compiled bytecode (with ``PYTHONDONTWRITEBYTECODE`` set and none cached, every
-   Python process Spark starts compiles them from source).
+   Python process Spark starts compiles them from source); ``pyspark_zip_bytecode``: whether
+   the pyspark zip Spark's Python processes import holds bytecode
+   (``tiered_core/spark/pyspark_bytecode.py``; without it each such process compiles pyspark).
    ``python_source_floor_msgs_per_s``: a Python data source (:class:`FloorReader`) over the
    same partitions that yields one prebuilt Arrow batch of real rows again and again -- the
    cost Spark itself adds to any Python source (Python worker, Arrow to JVM rows), for
@@ -186,6 +188,13 @@ def bytecode_cached() -> bool:
                for m in (tiered_core.config, tiered_core.spark.source.stream))
 
 
+def pyspark_zip_bytecode() -> bool:
+    """Whether the installed pyspark's ``pyspark.zip`` holds this interpreter's bytecode."""
+    from tiered_core.spark.pyspark_bytecode import has_bytecode, spark_python_zips
+
+    return any(p.endswith("pyspark.zip") and has_bytecode(p) for p in spark_python_zips())
+
+
 def timed(paths: dict, rounds: int) -> dict[str, float]:
     """Median seconds of each path: one untimed warm-up call each, then ``rounds`` rounds that
     call every path once in turn (so a noisy neighbour hurts both sides of a ratio alike)."""
@@ -294,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
             "one_row_outside_trigger_s": round(seconds["one_row_stream"]
                                                - statistics.median(one_row_trigger_ms[1:]) / 1000, 3),
             "project_bytecode_cached": bytecode_cached(),
+            "pyspark_zip_bytecode": pyspark_zip_bytecode(),
             "python_source_floor_msgs_per_s": round(messages / floor_s),
             "floor_vs_parquet": round(parquet_s / floor_s, 3),
             "arrow_msgs_per_s": round(messages / arrow_s),

@@ -3,46 +3,31 @@ server (127.0.0.1, a free port), with the whole conformance suite (but the 1000-
 
 moto 5.2.5 enforces ``If-None-Match: *`` on PutObject, which is what s3fs sends for
 ``pipe_file(mode="create")``: the derived ``create_if_absent`` and ``conditional_append``
-hold there, and no gap is declared. s3fs and moto's server come with the dev extra: a
-missing one fails the run, never skips it.
+hold there, and no gap is declared. The server is the s3 driver's emulator launcher
+(``tiered_driver_s3.emulator.MotoServer``): its own process, each S3 request handled as one
+step (``tiered_driver_s3.moto_atomic``; moto on its own threads checks a precondition, then
+writes, and two racing creates could both succeed). s3fs and moto's server come with the dev
+extra: a missing one fails the run, never skips it.
 """
 
 from __future__ import annotations
 
-import socket
 import uuid
 
 import pytest
 
-import moto.server as moto_server
-
 from tiered_conformance import DriverConformance
+from tiered_conformance.emulator import running
 from tiered_core.plugins import open_driver
+from tiered_driver_s3.emulator import FAKE_CREDENTIALS, EMULATOR_REGION, MotoServer
 
 BUCKET = "tiered-fsspec"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def s3_options():
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=_free_port())
-    server.start()
-    host, port = server.get_host_and_port()
-    options = {"endpoint_url": f"http://{host}:{port}", "key": "testing-key", "secret": "testing-secret",
-               "client_kwargs": {"region_name": "us-east-1"}}
-    import boto3
-
-    boto3.client("s3", endpoint_url=options["endpoint_url"], aws_access_key_id="testing-key",
-                 aws_secret_access_key="testing-secret", region_name="us-east-1").create_bucket(Bucket=BUCKET)
-    try:
-        yield options
-    finally:
-        server.stop()
+def s3_options(tmp_path_factory):
+    with running(MotoServer(tmp_path_factory.mktemp("moto") / "data"), lambda s: s.create_bucket(BUCKET)) as server:
+        yield {"endpoint_url": server.url, **FAKE_CREDENTIALS, "client_kwargs": {"region_name": EMULATOR_REGION}}
 
 
 def test_s3_capabilities_are_derived_not_declared(s3_options):

@@ -139,9 +139,11 @@ _AUTH_CODES = frozenset({
 
 #: moto's gap, declared by an ``emulated=True`` instance: none. moto 5.2.5 enforces every
 #: precondition a guarantee of this driver rests on (``If-None-Match: *`` on PutObject,
-#: ``If-Match`` on PutObject, GetObject and DeleteObject). It accepts a stale ``If-Match``
-#: on CompleteMultipartUpload and CopyObject, which the driver does not rely on (the seal's
-#: stop part makes racing consolidations copy the same bytes; an adoption is re-read).
+#: ``If-Match`` on PutObject, GetObject and DeleteObject), atomically when run as
+#: ``tiered_driver_s3.moto_atomic`` does (on its own threads it checks, then writes). It accepts
+#: a stale ``If-Match`` on CompleteMultipartUpload and CopyObject, which the driver does not
+#: rely on (the seal's stop part makes racing consolidations copy the same bytes; an adoption
+#: is re-read).
 EMULATOR_GAP: str | None = None
 
 

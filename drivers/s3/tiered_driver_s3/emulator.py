@@ -4,9 +4,11 @@ Loaded only through the ``tiered_conformance_environment`` hook or by a test sui
 needs the ``testing`` extra (``pip install tiered-driver-s3[testing]``: the kit in
 ``tiered-conformance`` and ``moto[server]``).
 
-moto runs as its own process (``python -m moto.server``) on 127.0.0.1 and a free port,
-so the driver under test and the server do not share an interpreter lock, and a fault
-test can kill it. moto keeps objects in memory only: a killed server comes back empty.
+moto runs as its own process on 127.0.0.1 and a free port, so the driver under test and
+the server do not share an interpreter lock, and a fault test can kill it. The process is
+``python -m tiered_driver_s3.moto_atomic``: moto's server with each S3 request handled
+as one step, so a conditional write's check and its write cannot interleave with another
+request's, as on S3 (that module says what moto does without it). moto keeps objects in memory only: a killed server comes back empty.
 Clients get fake credentials (:data:`FAKE_CREDENTIALS`), so botocore never looks for
 real ones (environment, profile files, instance metadata).
 """
@@ -42,7 +44,7 @@ class MotoServer(Emulator):
     name = "moto"
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)]
+        return [sys.executable, "-m", "tiered_driver_s3.moto_atomic", "-H", "127.0.0.1", "-p", str(self.port)]
 
     def probe_url(self) -> str:
         return f"{self.url}/moto-api/"

@@ -13,7 +13,7 @@ from tiered_core.spark.pyspark_bytecode import add_bytecode, has_bytecode
 
 SOURCES = {
     "pkg/__init__.py": "",
-    "pkg/mod.py": "VALUE = 41 + 1\n",
+    "pkg/mod.py": "VALUE = 41 + 1\ndef where():\n    return where.__code__.co_filename\n",
     "pkg/broken.py": "def (:\n",
     "pkg/tests/test_mod.py": "assert True\n",
     "pkg/data.txt": "not python",
@@ -29,7 +29,8 @@ def make_zip(path, entries=SOURCES) -> str:
 
 def import_from(zip_path: str, module: str) -> list[str]:
     """``module``'s origin and VALUE, imported in a fresh interpreter with only the zip on its path."""
-    done = subprocess.run([sys.executable, "-S", "-c", f"import {module} as m; print(m.__spec__.origin); print(m.VALUE)"],
+    done = subprocess.run([sys.executable, "-S", "-c", f"import {module} as m; print(m.__spec__.origin); print(m.VALUE)"
+                           + "; print(m.where()) if hasattr(m, 'where') else None"],
                           env={"PYTHONPATH": zip_path, "PYTHONDONTWRITEBYTECODE": "1"},
                           capture_output=True, text=True, check=True)
     return done.stdout.split()
@@ -37,18 +38,19 @@ def import_from(zip_path: str, module: str) -> list[str]:
 
 def test_every_module_gets_bytecode_that_zipimport_loads_and_the_sources_stay(tmp_path):
     path = make_zip(tmp_path / "lib.zip")
-    assert import_from(path, "pkg.mod") == [f"{path}/pkg/mod.py", "42"]
+    # zipimport names the code it compiles after the zip's path: the bytecode's code keeps that name.
+    assert import_from(path, "pkg.mod") == [f"{path}/pkg/mod.py", "42", f"{path}/pkg/mod.py"]
     assert not has_bytecode(path)
 
     assert add_bytecode(path) == 2  # __init__ and mod; the broken module keeps only its source
 
     with zipfile.ZipFile(path) as archive:
         names = set(archive.namelist())
-        assert archive.read("pkg/mod.py") == b"VALUE = 41 + 1\n"
+        assert archive.read("pkg/mod.py") == SOURCES["pkg/mod.py"].encode()
         assert archive.read("pkg/mod.pyc")[:4] == importlib.util.MAGIC_NUMBER
     assert set(SOURCES) | {"pkg/__init__.pyc", "pkg/mod.pyc"} == names  # no pyc for tests/ or the broken one
     assert has_bytecode(path)
-    assert import_from(path, "pkg.mod") == [f"{path}/pkg/mod.pyc", "42"]
+    assert import_from(path, "pkg.mod") == [f"{path}/pkg/mod.pyc", "42", f"{path}/pkg/mod.py"]
 
 
 def test_bytecode_of_another_interpreter_is_replaced(tmp_path):

@@ -68,7 +68,7 @@ def add_bytecode(path: str | os.PathLike) -> int:
     zip is written beside the old one and then replaces it, so an interrupted run leaves the
     old zip whole. Raises :class:`OSError` / :class:`zipfile.BadZipFile` for a zip it cannot
     read or write."""
-    path = os.fspath(path)
+    path = os.path.abspath(path)
     compiled = 0
     fd, temp = tempfile.mkstemp(prefix=".bytecode-", suffix=".zip", dir=os.path.dirname(path) or ".")
     os.close(fd)
@@ -81,7 +81,8 @@ def add_bytecode(path: str | os.PathLike) -> int:
                 target.writestr(info, data)
                 if not _wanted(info.filename):
                     continue
-                pyc = _compiled(data, info.filename)
+                # Named as zipimport names the modules it compiles itself, so tracebacks read the same.
+                pyc = _compiled(data, os.path.join(path, info.filename))
                 if pyc is None:
                     continue
                 entry = zipfile.ZipInfo(info.filename + "c", info.date_time)

@@ -78,8 +78,11 @@ PURE_TESTS := tests/test_codec_*.py tests/test_speedups.py tests/test_store_end_
 PYTEST_WORKERS ?= auto
 XDIST := -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
+# Spark's driver JVM maps a class-data archive of Spark's classes, built once per venv:
+# tiered_core/spark/jvm_archive.py says what it saves and why it is safe.
 test: $(STAMP) $(AZURITE) java
 	@$(BYTECODE)
+	@$(PY) -m tiered_core.spark.jvm_archive
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 	TIERED_PURE_PYTHON=1 $(PY) -m pytest $(XDIST) $(PYTEST_ARGS) $(PURE_TESTS)

@@ -42,21 +42,40 @@ def check_java() -> str:
     return (done.stderr or done.stdout).strip().splitlines()[0]
 
 
-def get_session(master: str | None = None, app_name: str = "tiered", conf: Mapping[str, str] | None = None):
+def session_settings(java_version: str, conf: Mapping[str, str] | None = None, *,
+                     class_archive: bool = True) -> dict[str, str]:
+    """:data:`DEFAULT_CONF` updated with ``conf``; the JVM options of the class-data archive for
+    ``java_version`` (when built) go first in ``spark.driver.extraJavaOptions``, so the caller's
+    own options there come after them and win where they disagree."""
+    settings = {**DEFAULT_CONF, **dict(conf or {})}
+    if class_archive:
+        from tiered_core.spark.jvm_archive import java_options  # imported here: it is also a `python -m` command
+
+        archive = java_options(java_version)
+        if archive:
+            theirs = settings.get("spark.driver.extraJavaOptions", "")
+            settings["spark.driver.extraJavaOptions"] = f"{archive} {theirs}".strip()
+    return settings
+
+
+def get_session(master: str | None = None, app_name: str = "tiered", conf: Mapping[str, str] | None = None,
+                *, class_archive: bool = True):
     """A SparkSession (the active one if there is one) with the ``tiered`` format registered.
 
-    ``master`` defaults to ``$TIERED_SPARK_MASTER`` or ``local[*]``. Raises
-    :class:`ConfigError` when Java or pyspark is missing.
+    ``master`` defaults to ``$TIERED_SPARK_MASTER`` or ``local[*]``. A new driver JVM maps
+    the class-data archive of :mod:`tiered_core.spark.jvm_archive` when one was built
+    (``class_archive=False``: never), ahead of any ``spark.driver.extraJavaOptions`` in
+    ``conf``. Raises :class:`ConfigError` when Java or pyspark is missing.
     """
     prepare_environment()
     try:
         from pyspark.sql import SparkSession
     except ImportError:
         raise ConfigError("Spark jobs need the spark extra: pip install 'tiered-core[spark]'", key="pyspark") from None
-    check_java()
+    settings = session_settings(check_java(), conf, class_archive=class_archive)
     builder = SparkSession.builder.appName(app_name).master(
         master or os.environ.get("TIERED_SPARK_MASTER") or "local[*]")
-    for key, value in {**DEFAULT_CONF, **dict(conf or {})}.items():
+    for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("TIERED_SPARK_LOG_LEVEL", "WARN"))

@@ -23,26 +23,27 @@ if _AZURITE.exists():
 #: so no worker starts a long file when the others are about to finish. A file not listed
 #: keeps its place after them; a stale entry only costs balance, never a test.
 SLOW_FILES_FIRST: tuple[str, ...] = (
-    # seconds per file from one `-n 2 --dist loadfile --durations` run of the whole suite
-    # on this 2-core machine under load (about 8 busy processes): the order is what counts
-    "drivers/s3/tests/test_s3_conformance.py",  # 2675 s (1000 small writes on moto: 1780 s)
-    "tests/spark/test_stream_source.py",  # 452 s
-    "drivers/fsspec/tests/test_fsspec_s3_moto.py",  # 395 s
-    "tests/spark/test_stream_kill.py",  # 362 s
-    "tests/test_store_data_safety.py",  # 314 s
-    "tests/test_repair.py",  # ~200 s (posix and the three emulators; measured alone, not under load)
-    "tests/test_verify_backends.py",  # ~190 s (31 drills on the three emulators; measured alone)
-    "tests/spark/test_stream_static_topic.py",  # 288 s
-    "drivers/gcs/tests/test_gcs_conformance.py",  # 278 s
-    "tests/static_topic/test_crash_admin.py",  # 269 s
-    "tests/test_speedups.py",  # 234 s
-    "tests/test_cli_ops.py",  # 231 s
-    "tests/test_store_identity.py",  # 200 s
-    "tests/test_store_restart.py",  # 198 s
-    "tests/spark/test_stream_sink.py",  # 181 s
-    "drivers/azure/tests/test_azure_conformance.py",  # 169 s
-    "tests/test_store_faults.py",  # 155 s
-    "tests/test_cli_json.py",  # 151 s
+    # seconds per file (summed test durations) from one `-n 2 --dist loadfile --durations=0`
+    # run of the whole suite on this 2-core machine, before the JVM class-data archive: the
+    # order is what counts
+    "tests/spark/test_stream_kill.py",  # 406 s
+    "tests/test_verify_backends.py",  # 327 s
+    "drivers/s3/tests/test_s3_conformance.py",  # 258 s
+    "drivers/fsspec/tests/test_fsspec_s3_moto.py",  # 169 s
+    "tests/test_repair.py",  # 155 s
+    "drivers/gcs/tests/test_gcs_conformance.py",  # 116 s
+    "tests/test_store_data_safety.py",  # 105 s
+    "tests/spark/test_stream_source.py",  # 103 s
+    "tests/test_store_faults.py",  # 97 s
+    "drivers/azure/tests/test_azure_conformance.py",  # 92 s
+    "tests/test_emulator_fault.py",  # 91 s
+    "drivers/fsspec/tests/test_fsspec_conformance.py",  # 79 s
+    "tests/test_store_restart.py",  # 76 s
+    "tests/spark/test_spark_outputs.py",  # 69 s
+    "tests/spark/test_spark_jobs.py",  # 56 s
+    "tests/test_verify.py",  # 50 s
+    "tests/test_store_end_to_end.py",  # 47 s
+    "tests/test_objectstore_layout.py",  # 45 s
 )
 
 

@@ -85,3 +85,21 @@ def test_a_moto_without_the_handlers_is_refused(monkeypatch, plain_handlers):
 
 def test_the_emulator_runs_the_launcher(tmp_path):
     assert MotoServer(tmp_path / "moto").command()[1:3] == ["-m", "tiered_driver_s3.moto_atomic"]
+
+
+def test_moto_lists_its_modules_once(monkeypatch):
+    """The launcher reads moto's package folder once: a request no longer lists and stats it."""
+    from moto import backends
+
+    monkeypatch.setattr(backends, "list_of_moto_modules", backends.list_of_moto_modules)  # undone after
+    expected = list(backends.list_of_moto_modules())
+    moto_atomic.list_moto_modules_once()
+    moto_atomic.list_moto_modules_once()  # idempotent
+
+    def no_listing(path):
+        raise AssertionError(f"listed {path} again")
+
+    monkeypatch.setattr("os.listdir", no_listing)
+    assert "s3" in expected
+    assert list(backends.list_of_moto_modules()) == expected
+    assert list(backends.list_of_moto_modules()) == expected  # not a spent iterator

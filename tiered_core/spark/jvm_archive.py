@@ -125,7 +125,7 @@ def build(java_version: str, *, timeout: float = 600) -> tuple[str, bool]:
 
 def main(argv: list[str] | None = None) -> int:
     from tiered_core.errors import ConfigError
-    from tiered_core.spark.session import check_java
+    from tiered_core.spark.java_runtime import check_java
 
     try:
         java_version = check_java()

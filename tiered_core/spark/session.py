@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
 from typing import Mapping
 
 from tiered_core.errors import ConfigError
+from tiered_core.spark.java_runtime import check_java
 
 #: Settings every tiered session gets (times in UTC; Parquet timestamps readable everywhere).
 DEFAULT_CONF = {
@@ -24,22 +23,6 @@ def prepare_environment() -> None:
     """Make Spark's Python workers run this interpreter (so they find pyarrow and tiered_core)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-
-
-def check_java() -> str:
-    """The first line of ``java -version``; :class:`ConfigError` with a clear message when Java is missing."""
-    java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else "java"
-    if shutil.which(java) is None:
-        raise ConfigError(f"Spark needs a Java runtime (17 or later) and {java!r} was not found: install one "
-                          "(e.g. apt-get install default-jre-headless) or set JAVA_HOME", key="java")
-    try:
-        done = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ConfigError(f"Spark needs a Java runtime: `{java} -version` failed: {exc}", key="java") from None
-    if done.returncode != 0:
-        raise ConfigError(f"Spark needs a Java runtime: `{java} -version` exited {done.returncode}: "
-                          f"{done.stderr.strip()[:200]}", key="java")
-    return (done.stderr or done.stdout).strip().splitlines()[0]
 
 
 def session_settings(java_version: str, conf: Mapping[str, str] | None = None, *,

@@ -46,3 +46,13 @@ def subprocess_env() -> dict[str, str]:
 def python_exe() -> str:
     """The interpreter running the tests (the project's venv)."""
     return sys.executable
+
+
+@pytest.fixture
+def no_verify_settle(monkeypatch) -> None:
+    """verify pauses between its looks at a suspect (``SETTLE_S``) so that a running store can
+    finish the step it was in. For tests whose stores are all closed those pauses wait for
+    nothing: this makes them zero (test_verify.py keeps them beside a running store)."""
+    from tiered_core.ops import verify_listing
+
+    monkeypatch.setattr(verify_listing, "SETTLE_S", tuple(0.0 for _ in verify_listing.SETTLE_S))

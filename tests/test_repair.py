@@ -48,6 +48,10 @@ def config_text(root: Path) -> str:
             f'[tiered.options]\nroot = "{root / "tier"}"\nfsync = false\n')
 
 
+#: Every store here is closed: verify's settle pauses would wait for nothing (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("no_verify_settle")
+
+
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
     """A store whose queues roll several segments, with its key index uploaded; returns

@@ -32,14 +32,8 @@ PER_QUEUE = 24
 QUARANTINED = {"extra_object", "bad_tail"}
 
 
-@pytest.fixture(autouse=True)
-def no_settle_pause(monkeypatch):
-    """verify pauses between its looks at a suspect (SETTLE_S) so that a running store can finish
-    the step it was in; every store here is closed, so the pauses would wait for nothing.
-    (test_verify.py runs verify beside a running store with the real pauses.)"""
-    from tiered_core.ops import verify_listing
-
-    monkeypatch.setattr(verify_listing, "SETTLE_S", tuple(0.0 for _ in verify_listing.SETTLE_S))
+#: Every store here is closed: verify's settle pauses would wait for nothing (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("no_verify_settle")
 
 
 @pytest.fixture

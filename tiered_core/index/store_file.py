@@ -31,8 +31,11 @@ import logging
 import mmap
 import os
 import struct
+import sys
 import threading
+from array import array
 from dataclasses import dataclass
+from itertools import compress
 from typing import BinaryIO, Callable, Iterable, Sequence
 
 from tiered_core.codec.hashing import index_key_hash
@@ -65,6 +68,8 @@ from tiered_core.segment import FileSegment
 log = logging.getLogger(__name__)
 
 _WRITE_CHUNK = 1 << 20
+#: The array type code of a 4-byte int (the slot table's ints): "i" on every usual platform.
+_I32 = next(code for code in "ihl" if array(code).itemsize == 4)
 
 #: RocketMQ caps one slot's run read from an uploaded file at 1024 items; the default here.
 DEFAULT_MAX_SCAN_ITEMS = 1024
@@ -572,14 +577,22 @@ class IndexStoreFile:
             count, end, slots = self._count, self._end, self.slot_count
             shift = self._min_diff  # <= 0
         data_start = HEADER_SIZE + slots * SLOT_SIZE
-        table = bytearray(slots * SLOT_SIZE)
+        # Each slot of the compacted table is (start, length) of its run; an empty slot (most
+        # of them) gets the position the next run starts at. Only slots with a chain are
+        # visited; the empty ones between them are filled in bulk.
+        positions = array(_I32, [data_start]) * slots
+        lengths = array(_I32, [0]) * slots
+        filled = 0
         buf = bytearray()
         pos, used, unfit = data_start, 0, 0
         try:
             with open(self.path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
                 heads = struct.unpack_from(f">{2 * slots}i", mm, HEADER_SIZE)[0::2]
                 out.seek(data_start)
-                for slot, idx in enumerate(heads):
+                for slot in compress(range(slots), heads):
+                    idx = heads[slot]
+                    if filled < slot:
+                        positions[filled:slot] = array(_I32, [pos]) * (slot - filled)
                     start = pos
                     bound = count + 1
                     while 0 < idx < bound:
@@ -600,10 +613,13 @@ class IndexStoreFile:
                         pos += COMPACT_ITEM_SIZE
                     if pos != start:
                         used += 1
-                    _SLOT.pack_into(table, slot * SLOT_SIZE, start, pos - start)
+                    positions[slot], lengths[slot] = start, pos - start
+                    filled = slot + 1
                     if len(buf) >= _WRITE_CHUNK:
                         out.write(buf)
                         buf.clear()
+                if filled < slots:
+                    positions[filled:] = array(_I32, [pos]) * (slots - filled)
         except OSError as exc:
             raise _os_error(exc, "compaction read", self.path) from exc
         out.write(buf)
@@ -612,8 +628,12 @@ class IndexStoreFile:
             log.warning("index file %s: %d of %d items are reachable%s; compacting those", self.path,
                         written, count, f" ({unfit} with a time diff out of range)" if unfit else "")
         begin = self.begin_timestamp + shift * 1000
+        table = array(_I32, [0]) * (2 * slots)
+        table[0::2], table[1::2] = positions, lengths
+        if sys.byteorder == "little":
+            table.byteswap()  # the file's ints are big-endian
         out.seek(HEADER_SIZE)
-        out.write(table)
+        out.write(table.tobytes())
         out.seek(0)
         out.write(IndexHeader(END_MAGIC, begin, end, used, written).encode())
         return CompactionResult(begin, end, used, written, pos)

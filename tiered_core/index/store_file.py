@@ -31,7 +31,6 @@ import logging
 import mmap
 import os
 import struct
-import sys
 import threading
 from array import array
 from dataclasses import dataclass
@@ -48,6 +47,7 @@ from tiered_core.codec.tiered_index import (
     COMPACT_ITEM_SIZE,
     END_MAGIC,
     HEADER_SIZE,
+    INT32_CODE,
     ITEM_SIZE,
     MAGIC_POSITION,
     SLOT_COUNT_POSITION,
@@ -56,6 +56,7 @@ from tiered_core.codec.tiered_index import (
     IndexHeader,
     compacted_file_size,
     index_file_size,
+    slot_table,
 )
 from tiered_core.codec.tiered_index import COMPACT_ITEM as _COMPACT_ITEM
 from tiered_core.codec.tiered_index import INT as _INT
@@ -68,8 +69,6 @@ from tiered_core.segment import FileSegment
 log = logging.getLogger(__name__)
 
 _WRITE_CHUNK = 1 << 20
-#: The array type code of a 4-byte int (the slot table's ints): "i" on every usual platform.
-_I32 = next(code for code in "ihl" if array(code).itemsize == 4)
 
 #: RocketMQ caps one slot's run read from an uploaded file at 1024 items; the default here.
 DEFAULT_MAX_SCAN_ITEMS = 1024
@@ -580,8 +579,8 @@ class IndexStoreFile:
         # Each slot of the compacted table is (start, length) of its run; an empty slot (most
         # of them) gets the position the next run starts at. Only slots with a chain are
         # visited; the empty ones between them are filled in bulk.
-        positions = array(_I32, [data_start]) * slots
-        lengths = array(_I32, [0]) * slots
+        positions = array(INT32_CODE, [data_start]) * slots
+        lengths = array(INT32_CODE, [0]) * slots
         filled = 0
         buf = bytearray()
         pos, used, unfit = data_start, 0, 0
@@ -592,7 +591,7 @@ class IndexStoreFile:
                 for slot in compress(range(slots), heads):
                     idx = heads[slot]
                     if filled < slot:
-                        positions[filled:slot] = array(_I32, [pos]) * (slot - filled)
+                        positions[filled:slot] = array(INT32_CODE, [pos]) * (slot - filled)
                     start = pos
                     bound = count + 1
                     while 0 < idx < bound:
@@ -619,7 +618,7 @@ class IndexStoreFile:
                         out.write(buf)
                         buf.clear()
                 if filled < slots:
-                    positions[filled:] = array(_I32, [pos]) * (slots - filled)
+                    positions[filled:] = array(INT32_CODE, [pos]) * (slots - filled)
         except OSError as exc:
             raise _os_error(exc, "compaction read", self.path) from exc
         out.write(buf)
@@ -628,12 +627,8 @@ class IndexStoreFile:
             log.warning("index file %s: %d of %d items are reachable%s; compacting those", self.path,
                         written, count, f" ({unfit} with a time diff out of range)" if unfit else "")
         begin = self.begin_timestamp + shift * 1000
-        table = array(_I32, [0]) * (2 * slots)
-        table[0::2], table[1::2] = positions, lengths
-        if sys.byteorder == "little":
-            table.byteswap()  # the file's ints are big-endian
         out.seek(HEADER_SIZE)
-        out.write(table.tobytes())
+        out.write(slot_table(positions, lengths))
         out.seek(0)
         out.write(IndexHeader(END_MAGIC, begin, end, used, written).encode())
         return CompactionResult(begin, end, used, written, pos)

@@ -4,7 +4,7 @@ Every ``tiered spark ...`` command and every test session starts a JVM that load
 verifies several thousand of Spark's classes from its jars before the first query runs.
 Java's class-data sharing (CDS) can map those classes from an archive instead. On this
 project's 2-core machine a local session took 12.2-13.1 s to start and 4.2-4.8 s for its
-first query without an archive, and 7.1-7.5 s and 2.4-2.6 s with one.
+first query without an archive, and 6.7-7.5 s and 2.1-2.6 s with one.
 
 :func:`build` writes a dynamic archive (Java 13+: ``-XX:ArchiveClassesAtExit``). A child
 process starts a local session, runs a small query, writes and reads back a Parquet

@@ -280,6 +280,12 @@ def test_sink_schema_checks_name_the_column():
 
 
 def _write_parquet(path, rows_: list[dict]) -> None:
+    """Write ``path``; its mtime is set from the leading number of its name.
+
+    Spark's file source takes files oldest first, and two files written in the same
+    millisecond tie in an order of the listing's choosing, so a test that expects
+    ``0.parquet`` before ``1.parquet`` would fail now and then without distinct mtimes.
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -287,6 +293,8 @@ def _write_parquet(path, rows_: list[dict]) -> None:
                                                                                  pa.int32()),
                       "body": [r["body"] for r in rows_], "tags": [r["tags"] for r in rows_]})
     pq.write_table(table, path)
+    stamp = 1_700_000_000 + 60 * int(path.name.split(".")[0])
+    os.utime(path, (stamp, stamp))
 
 
 def _query(spark, source_dir, target, checkpoint, schema="topic string, queue_id int, body binary, tags string"):

@@ -247,6 +247,55 @@ def test_restart_removes_a_half_uploaded_segment(env):
     assert all_lookups(again, 25) == before
 
 
+@pytest.mark.parametrize("landed", [None, 20, 36, 300, 599])
+def test_restart_removes_a_cut_short_upload_a_take_over_sealed(env, landed):
+    """The process dies between two chunks of an upload, then a take-over seals the last
+    segment of every file (the index's too): that segment is a prefix of the compacted file,
+    sealed. It is removed like an unsealed half upload; a whole one is kept."""
+    svc = env.service()
+    put_n(svc, 25)  # two files: 19 sealed items, 6 in the current one
+    before = all_lookups(svc, 25)
+    first = svc.files()[0]
+    whole = first.compacted_bytes()
+    svc.shutdown()
+    assert len(whole) == 28 + 5 * 8 + 19 * 28
+    seg = env.services[0].flat_file.roll(0)
+    seg.append(whole if landed is None else whole[:landed])
+    assert seg.commit()
+    env.services[0].flat_file.flush_metadata(seg)
+    env.driver.seal(seg.path)  # the take-over's seal_tails
+    again = env.service()
+    if landed is None:  # the upload was whole: kept, and the local copy dropped
+        assert [(m.size, m.status) for m in env.segment_metas()] == [(len(whole), SegmentStatus.SEALED)]
+        assert again.statuses() == [U, L]
+    else:
+        assert env.segment_metas() == []
+        assert not env.driver.exists(seg.path)
+        assert again.statuses() == [S, L]
+        assert again.compact_and_upload() == 1
+        assert env.driver.read(seg.path, 0, len(whole)) == whole
+    assert all_lookups(again, 25) == before
+
+
+def test_a_read_only_open_leaves_a_cut_short_upload_out(env):
+    svc = env.service()
+    put_n(svc, 25)
+    before = all_lookups(svc, 25)
+    whole = svc.files()[0].compacted_bytes()
+    svc.shutdown()
+    seg = env.services[0].flat_file.roll(0)
+    seg.append(whole[:300])
+    assert seg.commit()
+    env.services[0].flat_file.flush_metadata(seg)
+    env.driver.seal(seg.path)
+    reader = IndexStoreService(env.driver, env.metadata, env.store_path, broker="broker-a",
+                               config=IndexConfig(max_hash_slots=5, max_items=20), clock=env.clock, read_only=True)
+    env.services.append(reader)
+    assert reader.statuses() == [S, L]  # the local files; the segment is not a whole compacted file
+    assert all_lookups(reader, 25) == before
+    assert env.driver.size(seg.path) == 300  # a read-only open writes nothing
+
+
 def test_corrupt_local_file_is_set_aside(env):
     svc = env.service()
     put_n(svc, 3)

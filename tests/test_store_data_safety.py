@@ -32,6 +32,7 @@ from tiered_core.access.tiered_store import TieredMessageStore
 from tiered_core.cli import main
 from tiered_core.errors import ErrorCode, Fenced, MetadataError, PrefixOwned, UnknownObjects
 from tiered_core.flat.ownership import STORE_ID_FILE, segment_objects
+from tiered_core.ops.verify import verify_store
 
 FAR_FUTURE_MS = 1 << 50
 BACKENDS = ("posix", "gcs", "azure", "s3", "fsspec")
@@ -269,6 +270,56 @@ def test_take_over_fences_the_old_writer(backend, tmp_path):
         store_a.close()
     with TieredMessageStore.open(config_b.replace(storage_level="FORCE")) as store_b:
         assert_exactly_once(store_b, workload, tier=StoreTier.TIERED)
+
+
+class _Died(BaseException):
+    """The process died here: a fault point of the tests, not caught by the store."""
+
+
+def test_a_take_over_removes_an_index_upload_cut_short_and_keeps_every_key(tmp_path, monkeypatch):
+    """The old owner dies between two chunks of a key-index upload and its disk is lost; the
+    take-over seals the last segment of every file, that half upload too. The new owner
+    removes it (a prefix of a compacted file, nothing a query could read), indexes those keys
+    again from the tier, and a deep verify finds nothing."""
+    options = {"root": str(tmp_path / "tiered")}
+    config_a = small_config(tmp_path / "a", "posix", options)
+    config_b = small_config(tmp_path / "b", "posix", options)
+    workload = Workload(queues=2)
+    store_a = TieredMessageStore.open(config_a)
+    try:
+        workload.put(store_a, 300)
+        dispatch_until_tiered(store_a, workload)
+        index, commit, chunks = store_a.index, store_a.index._commit, []
+
+        def commit_then_die(seg):  # the first chunk lands; the process dies before the second
+            chunks.append(seg.commit_position)
+            if len(chunks) == 2:
+                raise _Died()
+            commit(seg)
+
+        monkeypatch.setattr(index, "_commit", commit_then_die)
+        monkeypatch.setattr(index, "_drop_segment", lambda seg: None)  # a dead process cleans nothing
+        index.roll_file()
+        with pytest.raises(_Died):
+            index.compact_and_upload()
+        [half] = [(path, size) for path, size in segment_objects(store_a.driver, config_a.cluster, config_a.broker)
+                  if "rmq_sys_INDEX" in path]
+        assert half[1] == index.config.upload_chunk_size and not store_a.driver.is_sealed(half[0])
+
+        with TieredMessageStore.open(config_b, take_over=True) as store_b:  # a new disk
+            assert not store_b.driver.exists(half[0])
+            assert store_b.metadata.get_file_segment(2, "broker-a/rmq_sys_INDEX/0", 0) is None
+            for (topic, queue_id), sent in workload.sent.items():
+                for s in sent[::7]:
+                    found = store_b.query_message(topic, s.key, max_count=4).messages
+                    assert [(m.queue_id, m.queue_offset) for m in found] == [(queue_id, s.queue_offset)], s.key
+            store_b.index.roll_file()
+            assert store_b.index.compact_and_upload() == 1  # at the freed base
+        report = verify_store(config_b, deep=True)
+        assert report.findings == [], [f.message for f in report.findings]
+        assert report.stats.index_files_checked == 1
+    finally:
+        store_a.close()
 
 
 def test_takeover_command_takes_the_prefix_and_rebuilds(tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""verify's check of a compacted index file's slot table (tiered_core.ops.verify_index.index_file_problem):
+"""verify's check of a compacted index file's slot table (tiered_core.codec.tiered_index.compacted_file_problem):
 it judges whole columns at once, or skips runs of zero bytes, and must judge every table as
 the plain slot-by-slot loop below does: empty slots as zero bytes (skipped) or with a
 position in the item area (what compaction writes)."""
@@ -11,11 +11,11 @@ import struct
 import pytest
 
 from tiered_core.codec.tiered_index import COMPACT_ITEM_SIZE, END_MAGIC, HEADER, HEADER_SIZE, SLOT, SLOT_SIZE
-from tiered_core.ops.verify_index import index_file_problem
+from tiered_core.codec.tiered_index import compacted_file_problem
 
 
 def slot_by_slot(data: bytes) -> str | None:
-    """The reference: every slot unpacked and judged in order (what index_file_problem did before)."""
+    """The reference: every slot unpacked and judged in order (what compacted_file_problem did before)."""
     _magic, _begin, _end, _slots, items = HEADER.unpack_from(data, 0)
     slots = (len(data) - HEADER_SIZE - items * COMPACT_ITEM_SIZE) // SLOT_SIZE
     start, end = HEADER_SIZE + slots * SLOT_SIZE, len(data)
@@ -65,8 +65,8 @@ def test_every_table_is_judged_as_slot_by_slot(seed, empty):
             pos, length = rng.choice([(0, COMPACT_ITEM_SIZE), (1, 0), (256, 0), (0, -1)])  # one non-zero field
         filled[i] = (pos, length)
     data = index_file(slots, items, filled, empty)
-    assert index_file_problem(data) == slot_by_slot(data)
-    assert index_file_problem(memoryview(data)) == slot_by_slot(data)
+    assert compacted_file_problem(data) == slot_by_slot(data)
+    assert compacted_file_problem(memoryview(data)) == slot_by_slot(data)
 
 
 def test_a_wrong_slot_among_positioned_empty_ones_is_named():
@@ -74,14 +74,14 @@ def test_a_wrong_slot_among_positioned_empty_ones_is_named():
     start = HEADER_SIZE + slots * SLOT_SIZE
     for i, run in [(0, (start, 13)), (250, (start + 9 * COMPACT_ITEM_SIZE, 2 * COMPACT_ITEM_SIZE)), (499, (start, -28))]:
         data = index_file(slots, items, {i: run}, "positions")
-        assert index_file_problem(data) == slot_by_slot(data)
-        assert index_file_problem(data).startswith(f"slot {i} names the run {run}".replace(" -", " -"))
+        assert compacted_file_problem(data) == slot_by_slot(data)
+        assert compacted_file_problem(data).startswith(f"slot {i} names the run {run}".replace(" -", " -"))
     good = index_file(slots, items, {7: (start, items * COMPACT_ITEM_SIZE)}, "positions")
-    assert index_file_problem(good) is None and slot_by_slot(good) is None
+    assert compacted_file_problem(good) is None and slot_by_slot(good) is None
 
 
 def test_only_the_last_byte_of_the_last_slot_set():
     data = bytearray(index_file(1000, 3, {}))
     struct.pack_into(">i", data, HEADER_SIZE + 999 * SLOT_SIZE + 4, 1)  # length 1 at position 0
-    assert index_file_problem(bytes(data)) == slot_by_slot(bytes(data))
-    assert index_file_problem(bytes(data)).startswith("slot 999 names the run (0, 1)")
+    assert compacted_file_problem(bytes(data)) == slot_by_slot(bytes(data))
+    assert compacted_file_problem(bytes(data)).startswith("slot 999 names the run (0, 1)")

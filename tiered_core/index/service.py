@@ -33,8 +33,14 @@ from tiered_core.errors import (
     TieredStoreError,
 )
 from tiered_core.flat.append_file import FlatAppendFile
-from tiered_core.codec.tiered_index import IndexEntry
-from tiered_core.codec.tiered_index import END_MAGIC, IndexHeader
+from tiered_core.codec.tiered_index import (
+    END_MAGIC,
+    HEADER_SIZE,
+    SLOT_SIZE,
+    IndexEntry,
+    IndexHeader,
+    compacted_size_from_head,
+)
 from tiered_core.index.coverage import KeyCoverage
 from tiered_core.index.store_file import (
     IndexFileStatus,
@@ -105,7 +111,8 @@ class IndexStoreService:
     - An uploaded file is answered with ranged reads of its segment (header once, then
       the slot and its items); its slot count comes from the file, not configuration.
     - After a crash: a half-uploaded segment is removed and its local file uploaded
-      again; a local file whose upload completed is removed; a local file that cannot be
+      again (also when a take-over sealed it first: the last segment's header and slot 0
+      say how long the whole file is); a local file whose upload completed is removed; a local file that cannot be
       read is renamed ``*.corrupt`` (never deleted) and reported.
 
     Thread-safe. Raises :class:`~tiered_core.errors.IllegalParam` for bad arguments,
@@ -174,9 +181,10 @@ class IndexStoreService:
             raise DriverError(f"cannot prepare index directory {self.directory!r}: {exc}",
                               retryable=False, path=self.directory) from exc
         self._purge_deleted()
-        for seg in list(self.flat_file.segments):
+        segments = list(self.flat_file.segments)
+        for seg in segments:
             try:
-                uploaded = self._recover_segment(seg)
+                uploaded = self._recover_segment(seg, last=seg is segments[-1])
             except CorruptData as exc:
                 log.error("index segment %s is unreadable and is left out of queries: %s", seg.path, exc)
                 continue
@@ -217,13 +225,26 @@ class IndexStoreService:
                 continue
             self._local[f.begin_timestamp] = f
 
+    def _cut_short(self, seg: FileSegment) -> str | None:
+        """Why the sealed segment ``seg`` holds only the first part of a compacted file, or None.
+        Only the last index segment can: a take-over seals the previous owner's last segment
+        of every file, an upload that its crash stopped between two chunks included
+        (``tiered_core/flat/ownership.py``). One ranged read of the header and slot 0."""
+        size = seg.commit_position
+        if size < HEADER_SIZE + SLOT_SIZE:
+            return f"{size} bytes, less than a header and one slot"
+        whole = compacted_size_from_head(self.driver.read(seg.path, 0, HEADER_SIZE + SLOT_SIZE))
+        if whole is not None and size < whole:
+            return f"{size} of the {whole} bytes its header and first slot name"
+        return None
+
     def _highest_offset(self) -> int:
         top = self.flat_file.append_offset
         for meta in self.metadata.iterate_file_segments(int(FileSegmentType.INDEX), self.flat_file.file_path):
             top = max(top, meta.base_offset + meta.size)
         return top
 
-    def _recover_segment(self, seg: FileSegment) -> UploadedIndexFile | None:
+    def _recover_segment(self, seg: FileSegment, *, last: bool) -> UploadedIndexFile | None:
         if not seg.sealed:
             if seg.commit_position > 0 and self.driver.is_sealed(seg.path):
                 # Uploaded and sealed, but the crash came before metadata said so.
@@ -234,6 +255,13 @@ class IndexStoreService:
                             "file is uploaded again)", seg.path)
                 self._drop_segment(seg)
                 return None
+        why = self._cut_short(seg) if last else None
+        if why is not None:
+            log.warning("index segment %s is an upload cut short and then sealed (%s); removing it (its keys are "
+                        "indexed again: from its local file when this store has it, else by the key-index "
+                        "repair from the tier)", seg.path, why)
+            self._drop_segment(seg)
+            return None
         uploaded = UploadedIndexFile(seg)
         if seg.min_timestamp is None or seg.max_timestamp is None:
             header = uploaded.header()

@@ -45,7 +45,7 @@ from tiered_core.flat.batch_check import decode_units
 from tiered_core.flat.ownership import segment_objects, tier_prefix
 from tiered_core.ops.findings import Finding, FindingKind
 from tiered_core.ops.reconcile import backend_path
-from tiered_core.ops.verify_index import index_file_problem
+from tiered_core.codec.tiered_index import compacted_file_problem
 from tiered_core.spi.driver import SegmentDriver
 from tiered_core.spi.metadata import FileSegmentMetadata, TieredMetadataStore
 
@@ -198,7 +198,7 @@ class _Checker:
             return read_back_messages(data, start, topic, queue_id, self.prop_crc)
         if ftype == int(FileSegmentType.CONSUME_QUEUE):
             return read_back_units(data, self.commit_log_end.get((topic, queue_id)))
-        problem = index_file_problem(data)
+        problem = compacted_file_problem(data)
         return ReadBack(problem is None, 0, len(data), 0, problem)
 
     def unlisted(self, path: str, size: int, chained: dict[tuple[str, int, int], int]) -> Finding:

@@ -59,12 +59,22 @@ INT32_CODE = next(code for code in "ihl" if array(code).itemsize == 4)
 
 def slot_columns(table: bytes) -> tuple[array, array]:
     """The slot table ``table`` (big-endian ``(position, length)`` pairs) as two int arrays,
-    positions and lengths: whole columns, so callers judge slots without a Python step per
-    slot."""
+    positions and lengths: whole columns, so callers judge or fill slots without a Python
+    step per slot."""
     columns = array(INT32_CODE, table)
     if sys.byteorder == "little":
         columns.byteswap()
     return columns[0::2], columns[1::2]
+
+
+def slot_table(positions: array, lengths: array) -> bytes:
+    """The slot table of ``positions`` and ``lengths`` (equal-length int arrays): the inverse
+    of :func:`slot_columns`."""
+    columns = array(INT32_CODE, [0]) * (2 * len(positions))
+    columns[0::2], columns[1::2] = positions, lengths
+    if sys.byteorder == "little":
+        columns.byteswap()
+    return columns.tobytes()
 
 
 # Field offsets within an item (RocketMQ IndexItem.getByteBuffer layout).

@@ -32,7 +32,9 @@ import mmap
 import os
 import struct
 import threading
+from array import array
 from dataclasses import dataclass
+from itertools import compress
 from typing import BinaryIO, Callable, Iterable, Sequence
 
 from tiered_core.codec.hashing import index_key_hash
@@ -45,6 +47,7 @@ from tiered_core.codec.tiered_index import (
     COMPACT_ITEM_SIZE,
     END_MAGIC,
     HEADER_SIZE,
+    INT32_CODE,
     ITEM_SIZE,
     MAGIC_POSITION,
     SLOT_COUNT_POSITION,
@@ -53,6 +56,7 @@ from tiered_core.codec.tiered_index import (
     IndexHeader,
     compacted_file_size,
     index_file_size,
+    slot_table,
 )
 from tiered_core.codec.tiered_index import COMPACT_ITEM as _COMPACT_ITEM
 from tiered_core.codec.tiered_index import INT as _INT
@@ -572,14 +576,22 @@ class IndexStoreFile:
             count, end, slots = self._count, self._end, self.slot_count
             shift = self._min_diff  # <= 0
         data_start = HEADER_SIZE + slots * SLOT_SIZE
-        table = bytearray(slots * SLOT_SIZE)
+        # Each slot of the compacted table is (start, length) of its run; an empty slot (most
+        # of them) gets the position the next run starts at. Only slots with a chain are
+        # visited; the empty ones between them are filled in bulk.
+        positions = array(INT32_CODE, [data_start]) * slots
+        lengths = array(INT32_CODE, [0]) * slots
+        filled = 0
         buf = bytearray()
         pos, used, unfit = data_start, 0, 0
         try:
             with open(self.path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
                 heads = struct.unpack_from(f">{2 * slots}i", mm, HEADER_SIZE)[0::2]
                 out.seek(data_start)
-                for slot, idx in enumerate(heads):
+                for slot in compress(range(slots), heads):
+                    idx = heads[slot]
+                    if filled < slot:
+                        positions[filled:slot] = array(INT32_CODE, [pos]) * (slot - filled)
                     start = pos
                     bound = count + 1
                     while 0 < idx < bound:
@@ -600,10 +612,13 @@ class IndexStoreFile:
                         pos += COMPACT_ITEM_SIZE
                     if pos != start:
                         used += 1
-                    _SLOT.pack_into(table, slot * SLOT_SIZE, start, pos - start)
+                    positions[slot], lengths[slot] = start, pos - start
+                    filled = slot + 1
                     if len(buf) >= _WRITE_CHUNK:
                         out.write(buf)
                         buf.clear()
+                if filled < slots:
+                    positions[filled:] = array(INT32_CODE, [pos]) * (slots - filled)
         except OSError as exc:
             raise _os_error(exc, "compaction read", self.path) from exc
         out.write(buf)
@@ -613,7 +628,7 @@ class IndexStoreFile:
                         written, count, f" ({unfit} with a time diff out of range)" if unfit else "")
         begin = self.begin_timestamp + shift * 1000
         out.seek(HEADER_SIZE)
-        out.write(table)
+        out.write(slot_table(positions, lengths))
         out.seek(0)
         out.write(IndexHeader(END_MAGIC, begin, end, used, written).encode())
         return CompactionResult(begin, end, used, written, pos)

@@ -277,6 +277,20 @@ def test_restart_removes_a_cut_short_upload_a_take_over_sealed(env, landed):
     assert all_lookups(again, 25) == before
 
 
+def test_restart_with_the_last_uploaded_object_gone_still_opens(env):
+    """The check for a cut-short upload reads the last segment's head; an object deleted
+    behind the store's back is the listing's finding (tiered verify), not a reason to refuse
+    the open."""
+    svc = env.service()
+    put_n(svc, 25)
+    assert svc.compact_and_upload() == 1
+    [meta] = env.segment_metas()
+    svc.shutdown()
+    env.driver.delete(env.services[0].flat_file.segment_path(meta.base_offset))
+    again = env.service()
+    assert again.statuses() == [U, L]  # kept: queries name the missing object (NotFound)
+
+
 def test_a_read_only_open_leaves_a_cut_short_upload_out(env):
     svc = env.service()
     put_n(svc, 25)

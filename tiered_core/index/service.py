@@ -233,7 +233,11 @@ class IndexStoreService:
         size = seg.commit_position
         if size < HEADER_SIZE + SLOT_SIZE:
             return f"{size} bytes, less than a header and one slot"
-        whole = compacted_size_from_head(self.driver.read(seg.path, 0, HEADER_SIZE + SLOT_SIZE))
+        try:
+            head = self.driver.read(seg.path, 0, HEADER_SIZE + SLOT_SIZE)
+        except NotFound:
+            return None  # a missing object is the listing's finding, not an upload cut short
+        whole = compacted_size_from_head(head)
         if whole is not None and size < whole:
             return f"{size} of the {whole} bytes its header and first slot name"
         return None

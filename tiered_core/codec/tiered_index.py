@@ -22,11 +22,12 @@ is :mod:`tiered_core.index.store_file`'s business; this module only knows the by
 
 from __future__ import annotations
 
+import operator
 import struct
 import sys
 from array import array
 from dataclasses import dataclass
-from itertools import compress
+from itertools import compress, repeat
 from typing import NamedTuple
 
 from tiered_core.common import INT_MAX, INT_MIN, LONG_MAX
@@ -183,12 +184,20 @@ def compacted_file_size(slot_count: int, item_count: int) -> int:
     return HEADER_SIZE + slot_count * SLOT_SIZE + item_count * COMPACT_ITEM_SIZE
 
 
+def compacted_slot_count(header: IndexHeader, size: int) -> int | None:
+    """The slot count of a compacted file of ``size`` bytes with ``header``, or None when the
+    header does not describe one (not END, or its items do not fit with a whole slot table)."""
+    rest = size - HEADER_SIZE - header.item_count * COMPACT_ITEM_SIZE
+    if header.magic != END_MAGIC or header.item_count < 0 or rest <= 0 or rest % SLOT_SIZE:
+        return None
+    return rest // SLOT_SIZE
+
+
 def compacted_size_from_head(head: bytes) -> int | None:
     """The whole size of the compacted file that begins with ``head`` (its header and at least
-    its first slot), or None when ``head`` is not such a beginning. A compacted table gives
-    every slot a position in the item area, and slot 0's is where that area starts, so the
-    header's item count and slot 0 name the file's size: a shorter object is a cut-short
-    copy of it (an upload that stopped between chunks)."""
+    its first slot), or None when ``head`` is not such a beginning. Compaction gives slot 0 a
+    position where the item area starts, so the header's item count and slot 0 name the
+    file's size. An all-zero slot 0 (an empty slot as zero bytes) names nothing: None."""
     if len(head) < HEADER_SIZE + SLOT_SIZE:
         return None
     header = IndexHeader.decode(head, "index")
@@ -197,6 +206,31 @@ def compacted_size_from_head(head: bytes) -> int | None:
             or (items_start - HEADER_SIZE) % SLOT_SIZE):
         return None
     return items_start + header.item_count * COMPACT_ITEM_SIZE
+
+
+def cut_short_size(data: bytes, size: int) -> int | None:
+    """The whole size of the compacted file of which an object of ``size`` bytes holds only the
+    beginning, or None when it is not such a beginning. ``data``: the object's first bytes,
+    at least its header and as much of its slot table as it holds (``min(size, where slot 0
+    points)`` bytes).
+
+    Compaction writes the slots' runs one after another: slot 0's run starts the item area and
+    each run starts where the one before ends. A beginning with that shape, short of the size
+    its header and slot 0 name, is an upload that stopped between chunks. Damage is not: a
+    wrong slot 0 breaks the chain of the slots after it. A table with all-zero empty slots
+    (not this project's compaction) is never taken for one: None."""
+    whole = compacted_size_from_head(data)
+    if whole is None or size >= whole:
+        return None
+    items_start = INT.unpack_from(data, HEADER_SIZE)[0]
+    held = (min(len(data), size, items_start) - HEADER_SIZE) // SLOT_SIZE * SLOT_SIZE
+    positions, lengths = slot_columns(bytes(data[HEADER_SIZE:HEADER_SIZE + held]))
+    if 0 in positions or min(lengths) < 0 or any(map(operator.mod, lengths, repeat(COMPACT_ITEM_SIZE))):
+        return None
+    ends = array(INT32_CODE, map(operator.add, positions, lengths))
+    if ends[:-1] != positions[1:] or ends[-1] > whole:
+        return None
+    return whole
 
 
 #: Slot-table bytes checked for all-zero at once: blocks of 4,096 slots, runs of 64.
@@ -212,10 +246,9 @@ def compacted_file_problem(data: bytes, size: int | None = None) -> str | None:
     header = IndexHeader.decode(data[:HEADER_SIZE], "index")
     if header.magic != END_MAGIC:
         return f"header magic {header.magic:#010x} is not the compacted file's {END_MAGIC:#010x}"
-    rest = size - HEADER_SIZE - header.item_count * COMPACT_ITEM_SIZE
-    if header.item_count < 0 or rest <= 0 or rest % SLOT_SIZE:
+    slots = compacted_slot_count(header, size)
+    if slots is None:
         return f"{header.item_count} items do not fit {size} bytes with a whole slot table"
-    slots = rest // SLOT_SIZE
     table = bytes(data[HEADER_SIZE:HEADER_SIZE + slots * SLOT_SIZE])
     if len(table) < slots * SLOT_SIZE:
         return None  # only the header was given: the slot table is checked by the caller's full read
@@ -302,4 +335,6 @@ __all__ = [
     "IndexEntry",
     "compacted_file_problem",
     "compacted_size_from_head",
+    "compacted_slot_count",
+    "cut_short_size",
 ]

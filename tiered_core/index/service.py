@@ -34,12 +34,14 @@ from tiered_core.errors import (
 )
 from tiered_core.flat.append_file import FlatAppendFile
 from tiered_core.codec.tiered_index import (
+    COMPACT_ITEM_SIZE,
     END_MAGIC,
     HEADER_SIZE,
     SLOT_SIZE,
     IndexEntry,
     IndexHeader,
     compacted_size_from_head,
+    cut_short_size,
 )
 from tiered_core.index.coverage import KeyCoverage
 from tiered_core.index.store_file import (
@@ -111,9 +113,9 @@ class IndexStoreService:
     - An uploaded file is answered with ranged reads of its segment (header once, then
       the slot and its items); its slot count comes from the file, not configuration.
     - After a crash: a half-uploaded segment is removed and its local file uploaded
-      again (also when a take-over sealed it first: the last segment's header and slot 0
-      say how long the whole file is); a local file whose upload completed is removed; a local file that cannot be
-      read is renamed ``*.corrupt`` (never deleted) and reported.
+      again, also when a take-over sealed it first (its header and slot table show a longer
+      file whose first part it is); a local file whose upload completed is removed; a local
+      file that cannot be read is renamed ``*.corrupt`` (never deleted) and reported.
 
     Thread-safe. Raises :class:`~tiered_core.errors.IllegalParam` for bad arguments,
     :class:`~tiered_core.errors.SegmentClosed` for queries after :meth:`shutdown`, and
@@ -226,21 +228,23 @@ class IndexStoreService:
             self._local[f.begin_timestamp] = f
 
     def _cut_short(self, seg: FileSegment) -> str | None:
-        """Why the sealed segment ``seg`` holds only the first part of a compacted file, or None.
-        Only the last index segment can: a take-over seals the previous owner's last segment
-        of every file, an upload that its crash stopped between two chunks included
-        (``tiered_core/flat/ownership.py``). One ranged read of the header and slot 0."""
+        """Why the sealed last segment ``seg`` is provably only the beginning of a compacted
+        file, or None (whole, damaged or missing: those stay, for queries to skip and verify
+        to report). A take-over seals the previous owner's last segment of every file, an
+        index upload its crash stopped between two chunks included
+        (``tiered_core/flat/ownership.py``). One ranged read of the header and slot 0; the
+        slot table the segment holds is read only when those name a longer file."""
         size = seg.commit_position
-        if size < HEADER_SIZE + SLOT_SIZE:
-            return f"{size} bytes, less than a header and one slot"
         try:
-            head = self.driver.read(seg.path, 0, HEADER_SIZE + SLOT_SIZE)
+            head = self.driver.read(seg.path, 0, min(size, HEADER_SIZE + SLOT_SIZE))
+            whole = compacted_size_from_head(head)
+            if whole is None or size >= whole:
+                return None
+            items_start = whole - IndexHeader.decode(head, seg.path).item_count * COMPACT_ITEM_SIZE
+            whole = cut_short_size(self.driver.read(seg.path, 0, min(size, items_start)), size)
         except NotFound:
-            return None  # a missing object is the listing's finding, not an upload cut short
-        whole = compacted_size_from_head(head)
-        if whole is not None and size < whole:
-            return f"{size} of the {whole} bytes its header and first slot name"
-        return None
+            return None  # a missing object is the listing's finding
+        return None if whole is None else f"{size} of the {whole} bytes its header and slot table name"
 
     def _highest_offset(self) -> int:
         top = self.flat_file.append_offset
@@ -249,23 +253,19 @@ class IndexStoreService:
         return top
 
     def _recover_segment(self, seg: FileSegment, *, last: bool) -> UploadedIndexFile | None:
-        if not seg.sealed:
-            if seg.commit_position > 0 and self.driver.is_sealed(seg.path):
-                # Uploaded and sealed, but the crash came before metadata said so.
-                seg.seal()
-                self.flat_file.flush_metadata(seg)
-            else:
-                log.warning("index segment %s was not completely uploaded; removing it (its local "
-                            "file is uploaded again)", seg.path)
-                self._drop_segment(seg)
-                return None
-        why = self._cut_short(seg) if last else None
+        # An upload is whole once sealed (in the backend, if the crash came before the
+        # metadata said so), unless a take-over sealed it half way: see _cut_short.
+        sealed = seg.sealed or (seg.commit_position > 0 and self.driver.is_sealed(seg.path))
+        why = "never sealed" if not sealed else self._cut_short(seg) if last else None
         if why is not None:
-            log.warning("index segment %s is an upload cut short and then sealed (%s); removing it (its keys are "
-                        "indexed again: from its local file when this store has it, else by the key-index "
-                        "repair from the tier)", seg.path, why)
+            log.warning("index segment %s was not completely uploaded (%s); removing it (its keys are indexed "
+                        "again: from its local file when this store has it, else by the key-index repair "
+                        "from the tier)", seg.path, why)
             self._drop_segment(seg)
             return None
+        if not seg.sealed:
+            seg.seal()
+            self.flat_file.flush_metadata(seg)
         uploaded = UploadedIndexFile(seg)
         if seg.min_timestamp is None or seg.max_timestamp is None:
             header = uploaded.header()

@@ -55,6 +55,7 @@ from tiered_core.codec.tiered_index import (
     IndexEntry,
     IndexHeader,
     compacted_file_size,
+    compacted_slot_count,
     index_file_size,
     slot_table,
 )
@@ -756,12 +757,12 @@ class UploadedIndexFile:
                 f"range=[{self.min_timestamp}, {self.end_timestamp}])")
 
     def _slot_count(self, header: IndexHeader) -> int:
-        rest = self._size - HEADER_SIZE - header.item_count * COMPACT_ITEM_SIZE
-        if header.magic != END_MAGIC or header.item_count < 0 or rest <= 0 or rest % SLOT_SIZE:
+        slots = compacted_slot_count(header, self._size)
+        if slots is None:
             raise CorruptData(
                 f"uploaded index segment {self.path!r} ({self._size} bytes, magic {header.magic:#010x}, "
                 f"{header.item_count} items) is not a compacted index file", path=self.path, offset=0)
-        return rest // SLOT_SIZE
+        return slots
 
     def header(self) -> IndexHeader:
         """The file's header (one read the first time)."""

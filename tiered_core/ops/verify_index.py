@@ -29,11 +29,11 @@ from tiered_core.codec.message import lazy_message_ext
 from tiered_core.codec.tiered_index import (
     COMPACT_ITEM,
     COMPACT_ITEM_SIZE,
-    END_MAGIC,
     HEADER_SIZE,
     SLOT_SIZE,
     IndexHeader,
     compacted_file_problem,
+    compacted_slot_count,
 )
 from tiered_core.common import FileSegmentType, SegmentStatus
 from tiered_core.errors import CorruptData, NotFound
@@ -109,7 +109,7 @@ def _check_file(driver: SegmentDriver, path: str, size: int, logs: dict[tuple[in
     problem = compacted_file_problem(head, size)
     if problem is None:
         header = IndexHeader.decode(head, path)
-        slots = (size - HEADER_SIZE - header.item_count * COMPACT_ITEM_SIZE) // SLOT_SIZE
+        slots = compacted_slot_count(header, size)
         table = driver.read(path, 0, HEADER_SIZE + slots * SLOT_SIZE)
         stats.bytes_read += len(table)
         problem = compacted_file_problem(table, size)

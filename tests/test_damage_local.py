@@ -382,3 +382,25 @@ def test_damaged_newest_segment_quarantines_its_queue_only(tmp_path, capsys, kin
                  "--count", "1"]) == 5
     err = capsys.readouterr().err
     assert "STATE_CONFLICT" in err and path in err
+
+
+def test_a_damaged_first_message_header_costs_that_message_only(tmp_path, caplog):
+    """A flipped magic byte of a queue's first tiered message (found by an operator drill:
+    the open read that header to learn the queue's first offset, and every put, ``stat`` and
+    take-over of the whole store failed CORRUPT_DATA). Now that message alone is damaged: the
+    store opens, other queues take puts, ``stat`` works and the queue's other messages read."""
+    cfg = build(tmp_path)
+    cl, _cq, _units = layout(cfg)
+    flip(tmp_path, cl[0][0], 4)  # inside the magic of the message at tiered offset 0
+    with TieredMessageStore.open(StoreConfig.load(cfg)) as store:
+        assert store.put_message(Message(topic=TOPIC, body=b"after"), 1).queue_offset == PER_QUEUE
+        served, _ = read_all(store, 0, 1, 40)
+        assert served == list(range(1, 40))
+        flat = store.flat_files.get(TOPIC, 0)
+        assert flat.consume_queue_min_offset() == 0
+    assert "the first message of commit log" in caplog.text and "is damaged" in caplog.text
+    res = run("stat", "--config", cfg, "--json")
+    assert res.returncode == 0, res.stderr
+    res = run("get", "--config", cfg, "--topic", TOPIC, "--offset", "0", "--count", "1", "--json")
+    assert res.returncode == ExitCode.CORRUPT, res.stderr
+    assert json.loads(res.stdout)["error"]["offset"] == 0

@@ -14,6 +14,7 @@ recomputing: its uploads carry stale CRCs.)
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Sequence
 
@@ -23,6 +24,8 @@ from tiered_core.codec.prop_crc import stored_prop_crc, upload_crc_error, write_
 from tiered_core.errors import CorruptData, IllegalOffset, IllegalParam, TieredStoreError
 from tiered_core.flat.append_file import FlatAppendFile
 from tiered_core.common import AppendResult, FileSegmentType
+
+log = logging.getLogger(__name__)
 
 
 class FlatCommitLogFile(FlatAppendFile):
@@ -35,6 +38,7 @@ class FlatCommitLogFile(FlatAppendFile):
         super().__init__(*args, file_type=FileSegmentType.COMMIT_LOG, **kwargs)
         self.init_offset(0)
         self._first_queue_offset = -1
+        self._head_damage_logged = False
 
     def append_message(self, message: bytes | bytearray, timestamp: int) -> AppendResult:
         """Append one whole message, rewriting its physical offset to the tiered append offset.
@@ -109,11 +113,16 @@ class FlatCommitLogFile(FlatAppendFile):
             return -1
         try:
             head = self.read(self.min_offset, QUEUE_OFFSET_END)
-        except CorruptData:
+            if len(head) < QUEUE_OFFSET_END:  # the head segment holds less than one header
+                return -1
+            # A damaged first header (its magic, say) is damage of that message only.
+            self._first_queue_offset = peek_queue_offset(head, 0)
+        except CorruptData as exc:
+            if not self._head_damage_logged:
+                self._head_damage_logged = True
+                log.warning("the first message of commit log %r is damaged (%s): its queue's first offset is "
+                            "taken from the consume queue", self.file_path, exc)
             return -1
-        if len(head) < QUEUE_OFFSET_END:  # the head segment holds less than one header
-            return -1
-        self._first_queue_offset = peek_queue_offset(head, 0)
         return self._first_queue_offset
 
     def clean_expired(self, expire_timestamp: int) -> int:

@@ -124,6 +124,7 @@ def check_before_open(config: "StoreConfig", driver: SegmentDriver, *, take_over
         elif report is not None and local is None and recorded is None and report.missing \
                 and report.listed == 0:
             raise _nothing_there(config, identity, report, meta_where)
+        ownership.check_driver(owner)  # also for reads: another driver misreads the segments
         if not read_only:
             try:
                 ownership.check_claimable(owner, take_over=take_over)

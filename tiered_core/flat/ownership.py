@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 from typing import Iterator
 
 from tiered_core.codec.naming import cluster_dir, parse_segment_path
-from tiered_core.errors import Fenced, IllegalParam, PrefixOwned, StateConflict, TieredStoreError
+from tiered_core.errors import Fenced, IdentityMismatch, IllegalParam, PrefixOwned, StateConflict, TieredStoreError
 from tiered_core.spi.driver import SegmentDriver
 from tiered_core.spi.layer import DriverLayer
 from tiered_core.common import now_ms
@@ -83,7 +83,8 @@ def is_reserved_path(path: str) -> bool:
 
 @dataclass(frozen=True)
 class OwnerRecord:
-    """Who claimed a tier prefix, at which epoch. ``claimed_at`` is ms since the epoch."""
+    """Who claimed a tier prefix, at which epoch, with which driver. ``claimed_at`` is ms
+    since the epoch; ``driver`` is empty in records written before it was recorded."""
 
     store_id: str
     epoch: int
@@ -91,6 +92,7 @@ class OwnerRecord:
     pid: int = 0
     store_path: str = ""
     claimed_at: int = 0
+    driver: str = ""
 
     def encode(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()
@@ -102,7 +104,7 @@ class OwnerRecord:
             raw = json.loads(data.decode("utf-8"))
             return cls(store_id=str(raw["store_id"]), epoch=int(raw["epoch"]), host=str(raw.get("host", "")),
                        pid=int(raw.get("pid", 0)), store_path=str(raw.get("store_path", "")),
-                       claimed_at=int(raw.get("claimed_at", 0)))
+                       claimed_at=int(raw.get("claimed_at", 0)), driver=str(raw.get("driver", "")))
         except (ValueError, KeyError, TypeError, UnicodeDecodeError, AttributeError):
             return cls(store_id="(unreadable)", epoch=epoch)
 
@@ -197,7 +199,7 @@ class PrefixOwnership:
 
     def _new_record(self, epoch: int) -> OwnerRecord:
         return OwnerRecord(self.store_id, epoch, socket.gethostname(), os.getpid(),
-                           os.path.abspath(self.store_path) if self.store_path else "", now_ms())
+                           os.path.abspath(self.store_path) if self.store_path else "", now_ms(), self.driver.name)
 
     # -- claiming ---------------------------------------------------------------------
 
@@ -212,6 +214,7 @@ class PrefixOwnership:
                         "stores claiming %s at the same moment may both succeed", self.driver.name, self.prefix)
         for _ in range(_CLAIM_ATTEMPTS):
             current = self.current()
+            self.check_driver(current)
             if current is None:
                 record = self._new_record(1)
                 if self.driver.write_if_absent(self._path(1), record.encode()):
@@ -247,8 +250,28 @@ class PrefixOwnership:
         (the newest owner record, from :meth:`current`): it writes nothing, so an open can
         be refused before it writes anything. (The claim itself decides: another store may
         claim in between.)"""
+        self.check_driver(current)
         if current is not None and current.store_id != self.store_id and not take_over:
             raise self._owned_by(current)
+
+    def check_driver(self, current: OwnerRecord | None) -> None:
+        """Raise :class:`IdentityMismatch` when ``current`` (the newest owner record) was
+        claimed with another driver than this one. Drivers lay segments out differently (the
+        s3 driver keeps a segment's appends as parts named by its segment id, the fsspec
+        driver by one constant id, with its seal in marker objects): a driver that reads,
+        seals or repairs another one's segments misreads them and takes their parts for
+        garbage. Records from before the driver was recorded are not checked."""
+        mine = self.driver.name
+        if current is None or not current.driver or current.driver == mine:
+            return
+        fix = (f"set driver = {current.driver!r} back, with that driver's options; to move the data to "
+               "another driver or backend, copy it to a new store with `tiered spark migrate`")
+        raise IdentityMismatch(
+            f"tier prefix {self.prefix!r} is laid out by driver {current.driver!r} (owner record of "
+            f"{current.describe()}), but this store at {self.store_path!r} opens it with driver {mine!r}: "
+            f"{mine!r} would misread its segments and could delete their parts. Nothing was written. "
+            f"Fix: {fix}", field="driver", recorded=current.driver, configured=mine, prefix=self.prefix,
+            store_path=self.store_path, fix=fix)
 
     def _own(self, record: OwnerRecord) -> OwnerRecord:
         with self._lock:

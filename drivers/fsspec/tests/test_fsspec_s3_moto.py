@@ -86,3 +86,52 @@ class TestS3ChainConformance(DriverConformance):
 
     def test_segment_state_machine(self):
         pytest.skip(STATE_MACHINE_ELSEWHERE)
+
+
+def test_a_prefix_the_s3_driver_laid_out_refuses_the_fsspec_driver_and_keeps_every_part(s3_options, tmp_path):
+    """An operator drill: after a lost disk, ``tiered takeover --create`` with an fsspec
+    ``s3://`` config on a prefix the s3 driver wrote took the s3 driver's appended parts
+    (named by its segment ids) for garbage, deleted them at the tails' seal, and handed out
+    their offsets again. The owner record now names the driver, and any open by another
+    driver -- a take-over, a put, a read-only verify -- is refused before anything is written."""
+    from tiered_core import Message, StoreConfig, TieredMessageStore
+    from tiered_core.errors import IdentityMismatch
+
+    prefix = f"mixed-{uuid.uuid4().hex[:8]}"
+    s3 = StoreConfig(store_path=str(tmp_path / "a"), driver="s3", group_commit_interval_ms=0,
+                     driver_options={"bucket": BUCKET, "prefix": prefix, "endpoint_url": s3_options["endpoint_url"],
+                                     "region": EMULATOR_REGION, "emulated": True, **FAKE_CREDENTIALS})
+    with TieredMessageStore.open(s3) as store:
+        for round_ in range(2):  # two dispatches: each segment is a base object plus a part
+            for q in (0, 1):
+                store.put_message(Message(topic="t", body=f"{q}-{round_}".encode(), keys=[f"k{q}{round_}"]), q)
+            store.dispatch(force=True)
+    fs_options = dict(s3_options)
+    root = f"s3://{BUCKET}/{prefix}"
+    def objects() -> dict[str, int]:  # every object below the prefix, as S3 lists them
+        import s3fs
+
+        fs = s3fs.S3FileSystem(skip_instance_cache=True, use_listings_cache=False, **fs_options)
+        return {k: v["size"] for k, v in fs.find(f"{BUCKET}/{prefix}", detail=True).items()}
+
+    before = objects()
+    assert sum("#tiered-part/" in path for path in before) >= 4, before
+
+    fsspec = StoreConfig(store_path=str(tmp_path / "b"), driver="fsspec", group_commit_interval_ms=0,
+                         driver_options={"url": root, "storage_options": fs_options})
+    for take_over in (True, False):
+        with pytest.raises(IdentityMismatch) as info:
+            TieredMessageStore.open(fsspec, take_over=take_over)
+        err = info.value
+        assert (err.field, err.recorded, err.configured) == ("driver", "s3", "fsspec")
+        assert "Nothing was written" in str(err) and "set driver = 's3' back" in str(err)
+        assert FAKE_CREDENTIALS["secret"] not in str(err)
+    with pytest.raises(IdentityMismatch):
+        TieredMessageStore.open(fsspec, read_only=True)
+    assert objects() == before
+    # The s3 driver from a new store_path (the disk was lost) takes over and keeps every offset.
+    with TieredMessageStore.open(s3.replace(store_path=str(tmp_path / "c")), take_over=True) as store:
+        assert store.put_message(Message(topic="t", body=b"new"), 0).queue_offset == 2
+        got = store.get_message("g", "t", 0, 0, 3)  # a pull is served by one tier: the tier's two
+        assert [bytes(m.body) for m in got.messages] == [b"0-0", b"0-1"]
+        assert [bytes(m.body) for m in store.get_message("g", "t", 0, 2, 1).messages] == [b"new"]

@@ -95,7 +95,7 @@ def test_a_prefix_the_s3_driver_laid_out_refuses_the_fsspec_driver_and_keeps_eve
     their offsets again. The owner record now names the driver, and any open by another
     driver -- a take-over, a put, a read-only verify -- is refused before anything is written."""
     from tiered_core import Message, StoreConfig, TieredMessageStore
-    from tiered_core.errors import IdentityMismatch
+    from tiered_core.errors import IdentityMismatch, StateConflict
 
     prefix = f"mixed-{uuid.uuid4().hex[:8]}"
     s3 = StoreConfig(store_path=str(tmp_path / "a"), driver="s3", group_commit_interval_ms=0,
@@ -128,6 +128,12 @@ def test_a_prefix_the_s3_driver_laid_out_refuses_the_fsspec_driver_and_keeps_eve
         assert FAKE_CREDENTIALS["secret"] not in str(err)
     with pytest.raises(IdentityMismatch):
         TieredMessageStore.open(fsspec, read_only=True)
+    # The driver on its own (an owner record from before it named the driver) refuses too.
+    segment = next(p for p in before if "#tiered-part/" in p).split("#tiered-part/")[0][len(f"{BUCKET}/{prefix}/"):]
+    with open_driver("fsspec", url=root, storage_options=fs_options) as raw:
+        for call in (raw.seal, raw.delete, raw.size):
+            with pytest.raises(StateConflict, match="another driver's layout"):
+                call(segment)
     assert objects() == before
     # The s3 driver from a new store_path (the disk was lost) takes over and keeps every offset.
     with TieredMessageStore.open(s3.replace(store_path=str(tmp_path / "c")), take_over=True) as store:

@@ -24,7 +24,7 @@ import datetime
 import errno
 from typing import Any, Callable, Mapping
 
-from tiered_core.errors import NotFound
+from tiered_core.errors import NotFound, StateConflict
 from tiered_core.spi import Capabilities
 from tiered_core.spi.objectstore import META_ID, META_SEALED, META_SEALED_SIZE, PART_MARK, ChainedObjectDriver, ObjectInfo
 
@@ -84,6 +84,8 @@ class FsspecChain(ChainedObjectDriver):
         out = []
         for name, info in sorted(items.items()):
             is_base = PART_MARK not in name
+            if not is_base:
+                _check_own_part(name, self.url)
             meta = self._metadata(name, items, what) if is_base else None
             out.append(ObjectInfo(name, int(info.get("size") or 0), _version(info) if is_base else "", meta))
         return out
@@ -194,6 +196,19 @@ class FsspecChain(ChainedObjectDriver):
 
 class _PastEnd(Exception):
     pass
+
+
+def _check_own_part(name: str, url: str) -> None:
+    """Refuse a part named by another segment id than this layout's constant one: another
+    layout wrote it (the s3 driver names each segment's parts by a random id). Read as this
+    layout's, its bytes would be missing from the segment and taken for garbage at the next
+    seal or delete, so nothing of the segment is touched."""
+    seg_id = name.split(PART_MARK, 1)[1].partition("/")[0]
+    if seg_id not in (SEGMENT_ID, META_MARK[len(PART_MARK):].rstrip("/")):
+        raise StateConflict(
+            f"fsspec: {name!r} below {url} is a part of another driver's layout (segment id {seg_id!r}); the "
+            "fsspec driver neither reads nor removes it. Open this tier with the driver that wrote it "
+            "(the s3 driver names parts this way)", path=name, url=url)
 
 
 def _cat_range(fs: Any, name: str, start: int, end: int) -> bytes:

@@ -84,7 +84,8 @@ def is_reserved_path(path: str) -> bool:
 @dataclass(frozen=True)
 class OwnerRecord:
     """Who claimed a tier prefix, at which epoch, with which driver. ``claimed_at`` is ms
-    since the epoch; ``driver`` is empty in records written before it was recorded."""
+    since the epoch; ``driver`` is the driver's segment layout (``SegmentDriver.layout``),
+    empty in records written before it was recorded."""
 
     store_id: str
     epoch: int
@@ -199,7 +200,7 @@ class PrefixOwnership:
 
     def _new_record(self, epoch: int) -> OwnerRecord:
         return OwnerRecord(self.store_id, epoch, socket.gethostname(), os.getpid(),
-                           os.path.abspath(self.store_path) if self.store_path else "", now_ms(), self.driver.name)
+                           os.path.abspath(self.store_path) if self.store_path else "", now_ms(), self.driver.layout)
 
     # -- claiming ---------------------------------------------------------------------
 
@@ -261,7 +262,7 @@ class PrefixOwnership:
         driver by one constant id, with its seal in marker objects): a driver that reads,
         seals or repairs another one's segments misreads them and takes their parts for
         garbage. Records from before the driver was recorded are not checked."""
-        mine = self.driver.name
+        mine = self.driver.layout
         if current is None or not current.driver or current.driver == mine:
             return
         fix = (f"set driver = {current.driver!r} back, with that driver's options; to move the data to "

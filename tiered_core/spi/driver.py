@@ -62,6 +62,13 @@ class SegmentDriver(abc.ABC):
     capabilities: ClassVar[Capabilities] = Capabilities()
     #: Option names whose values are credentials: redacted in logs, errors and listings.
     secret_options: ClassVar[frozenset[str]] = frozenset()
+    #: How this driver lays segments out in its backend, recorded in the tier prefix's owner
+    #: record: a store refuses a prefix laid out otherwise (``IdentityMismatch``). Default:
+    #: its :attr:`name`; a layer over a driver (``DriverLayer``) keeps the inner driver's.
+    @property
+    def layout(self) -> str:
+        return self.name
+
     #: Other names this driver answers to (e.g. RocketMQ provider class names).
     aliases: ClassVar[tuple[str, ...]] = ()
     #: How the retry layer retries this driver's retryable failures

@@ -69,6 +69,10 @@ class DriverLayer(SegmentDriver):
     def name(self) -> str:  # noqa: D401 - mirrors the ClassVar
         return self.inner.name
 
+    @property
+    def layout(self) -> str:
+        return self.inner.layout
+
     @property  # type: ignore[override]
     def capabilities(self) -> Capabilities:
         return self.inner.capabilities

@@ -1,4 +1,4 @@
-"""Read-only commands never write to the tier or the metadata (issue 18, finding 2).
+"""Read-only commands never write to the tier, the metadata or the local store directory (issue 18, finding 2).
 
 ``tiered get``, ``tiered stat``, ``tiered static-topic status`` and ``verify`` open their
 stores with ``TieredMessageStore.open(config, read_only=True)``. The stores here are in
@@ -79,7 +79,9 @@ def store(tmp_path):
 
 
 def watched(config: StoreConfig, tmp_path: Path) -> dict:
-    return snapshot(tmp_path / "tier", *metadata_files(config))
+    """The tier, the metadata and the local store directory (closed cleanly: a reader
+    rewrote its checkpoint and re-allocated its index file's header page before)."""
+    return snapshot(tmp_path / "tier", *metadata_files(config), config.store_path)
 
 
 @pytest.mark.parametrize("argv", [

@@ -243,7 +243,7 @@ class TieredMessageStore:
         """The local store of a read-only open, without background services; when
         ``store_path`` holds none (a lost disk, the metadata elsewhere), an empty one in a
         private temporary directory, so that nothing is created under ``store_path``."""
-        local_config = dataclasses.replace(local_config, background_services=False)
+        local_config = dataclasses.replace(local_config, background_services=False, read_only=True)
         root = self.config.store_path
         if not os.path.isdir(os.path.join(root, "commitlog")):
             root = self._scratch = tempfile.mkdtemp(prefix="tiered-read-only-")

@@ -70,7 +70,7 @@ class IndexFile:
     """
 
     def __init__(self, path: str, hash_slots: int = DEFAULT_HASH_SLOTS,
-                 max_items: int = DEFAULT_MAX_ITEMS, *, create: bool = False) -> None:
+                 max_items: int = DEFAULT_MAX_ITEMS, *, create: bool = False, read_only: bool = False) -> None:
         if hash_slots <= 0 or max_items <= 1:
             raise IllegalParam(f"index file needs hash_slots > 0 and max_items > 1, got "
                                f"{hash_slots} and {max_items}", hash_slots=hash_slots, max_items=max_items)
@@ -81,7 +81,8 @@ class IndexFile:
         self._items_base = HEADER_SIZE + hash_slots * SLOT_SIZE
         self._lock = threading.Lock()
         self._mm: mmap.mmap | None = None
-        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        # read_only: opened and mapped for reading only, nothing allocated (not even its mtime changes)
+        flags = os.O_RDONLY if read_only else os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         try:
             fd = os.open(path, flags, 0o644)
         except OSError as exc:
@@ -89,7 +90,7 @@ class IndexFile:
         self._fd = fd
         try:
             size = os.fstat(fd).st_size
-            if create or size == 0:
+            if (create or size == 0) and not read_only:
                 # Creating and sizing are two steps: a kill between them leaves a 0-byte file,
                 # which holds nothing, so it is sized now rather than refused at every restart.
                 os.ftruncate(fd, self.file_size)
@@ -102,8 +103,11 @@ class IndexFile:
             # header and slot-table pages allocated (1) so far; the items up to _items_allocated
             self._pages = bytearray(-(-self._items_base // _PAGE))
             self._items_allocated = self._items_base
-            self._allocate_page(0)  # the header
-            self._mm = mmap.mmap(fd, self.file_size)
+            if read_only:
+                self._mm = mmap.mmap(fd, self.file_size, access=mmap.ACCESS_READ)
+            else:
+                self._allocate_page(0)  # the header
+                self._mm = mmap.mmap(fd, self.file_size)
         except BaseException as exc:
             os.close(fd)
             if create:
@@ -434,7 +438,8 @@ class IndexService:
     """
 
     def __init__(self, directory: str, hash_slots: int = DEFAULT_HASH_SLOTS,
-                 max_items: int = DEFAULT_MAX_ITEMS, *, clock: Callable[[], int] | None = None) -> None:
+                 max_items: int = DEFAULT_MAX_ITEMS, *, clock: Callable[[], int] | None = None,
+                 read_only: bool = False) -> None:
         self.directory = directory
         self.hash_slots = hash_slots
         self.max_items = max_items
@@ -448,7 +453,10 @@ class IndexService:
         for name in sorted(os.listdir(directory)):
             if parse_index_file_name(name) is None:
                 continue
-            self._files.append(IndexFile(os.path.join(directory, name), hash_slots, max_items))
+            path = os.path.join(directory, name)
+            if read_only and os.path.getsize(path) == 0:
+                continue  # a kill between create and size: it holds nothing (a writer sizes it)
+            self._files.append(IndexFile(path, hash_slots, max_items, read_only=read_only))
         self._indexed_upto = self.max_phy_offset
 
     @property

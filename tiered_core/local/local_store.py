@@ -135,6 +135,10 @@ class LocalStoreConfig:
     flush_consume_queue_interval_ms: int = 1000  # flushIntervalConsumeQueue (also index, checkpoint)
     reput_interval_ms: int = 10  # background reput poll (a put wakes an idle reput thread)
     background_services: bool = True  # run the reput and flush threads
+    #: Open to read (a read-only command): no checkpoint, flush or index clean-up is written,
+    #: so a directory that was closed cleanly is left byte for byte and time for time as it
+    #: was. (A directory a crash left still has its torn tail cut and its queues replayed.)
+    read_only: bool = False
     file_reserved_time_ms: int = KEYS.local_retention_hours.field(lambda hours: hours * HOUR_MS)
     max_message_size: int | None = None  # largest encoded message; None: min(16 MiB, file size - 8)
     store_host: tuple[str, int] = ("127.0.0.1", 10911)
@@ -167,7 +171,7 @@ class LocalStoreConfig:
         except ValueError:
             raise ConfigError(f"flush_mode must be one of {[m.value for m in FlushMode]}, got "
                               f"{self.flush_mode!r}", key="flush_mode", value=self.flush_mode) from None
-        for key in ("message_index_enable", "background_services", "append_prop_crc"):
+        for key in ("message_index_enable", "background_services", "append_prop_crc", "read_only"):
             if not isinstance(getattr(self, key), bool):
                 raise ConfigError(f"{key} must be a bool, got {getattr(self, key)!r}", key=key)
         if self.max_message_size > self.commit_log_file_size - END_FILE_MIN_BLANK_LENGTH:
@@ -366,10 +370,6 @@ class LocalMessageStore:
         self._commit_log.flush()
         cl_min, cl_max = self._commit_log.min_offset, self._commit_log.max_offset
         self._load_consume_queues(cl_min, cl_max)
-        self._index = (IndexService(os.path.join(self.root, "index"), cfg.index_hash_slots,
-                                    cfg.index_max_items, clock=self._clock)
-                       if cfg.message_index_enable else None)
-        fsync_dir(self.root)  # the directories just created
         start = cp.reput_offset if cp else cl_min
         # Consume queues lost since the checkpoint (e.g. their directory was removed)
         # are rebuilt: replay from the newest message any queue still knows.
@@ -377,7 +377,13 @@ class LocalMessageStore:
         if cq_end < start:
             start = max(cq_end, cl_min)
         self._reput_offset = min(max(start, cl_min), cl_max)
-        if self._index is not None:
+        # A reader of a directory closed cleanly has nothing to replay: its index stays as it is.
+        index_read_only = cfg.read_only and self._reput_offset >= cl_max and not rec.truncated_bytes
+        self._index = (IndexService(os.path.join(self.root, "index"), cfg.index_hash_slots,
+                                    cfg.index_max_items, clock=self._clock, read_only=index_read_only)
+                       if cfg.message_index_enable else None)
+        fsync_dir(self.root)  # the directories just created
+        if self._index is not None and not index_read_only:
             # Messages before the replay start are indexed; items past it may be partial
             # (killed mid-reput) or stale (bytes recovery cut): undo them, then replay.
             self._index.truncate_from(self._reput_offset)
@@ -917,6 +923,8 @@ class LocalMessageStore:
         """fsync the commit log, then consume queues and index, then write the
         checkpoint. Returns the flushed commit-log offset."""
         with self._flush_lock:
+            if self.config.read_only:
+                return self._commit_log.flushed_offset  # nothing of a reader's is written
             flushed = self._commit_log.flush()
             reput = self._reput_offset
             for cq in list(self._cqs.values()):

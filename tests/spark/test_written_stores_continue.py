@@ -48,3 +48,42 @@ def test_imported_store_continues(spark, tmp_path):
     target = write_config(tmp_path / "t.toml", tmp_path / "t", cl_max=8 << 10, cq_max=1000)
     assert import_parquet(spark, target, exported.path).appended == SPEC.messages * SPEC.queues
     check_continues(target)
+
+
+def test_a_job_never_appends_over_messages_the_target_has_not_tiered(spark, tmp_path):
+    """An operator drill: ``tiered spark import`` (and migrate, and the mirror sink) into a
+    store holding acknowledged messages not yet tiered appended the job's messages at their
+    offsets, and the store's next open continued after the tier: the local messages were
+    lost and their offsets named other messages. Now the job is refused, naming the queue and
+    the offsets, before anything is written; once the store dispatched them it runs."""
+    import pytest
+
+    from snapshots import changes, snapshot
+    from tiered_core.errors import StateConflict
+    from tiered_core.spark.jobs import migrate
+
+    source = write_config(tmp_path / "s.toml", tmp_path / "s", cl_max=8 << 10, cq_max=1000)
+    write_sample(StoreConfig.load(source), SPEC)
+    exported = export(spark, source, tmp_path / "parquet")
+    target = write_config(tmp_path / "t.toml", tmp_path / "t", cl_max=8 << 10, cq_max=1000)
+    other_tier = write_config(tmp_path / "m.toml", tmp_path / "m", cl_max=8 << 10, cq_max=1000)
+    for path in (target, other_tier):
+        with TieredMessageStore.open(StoreConfig.load(path)) as store:
+            assert [store.put_message(Message(topic="orders", body=f"local-{i}".encode()), 0).queue_offset
+                    for i in range(3)] == [0, 1, 2]
+    before = snapshot(tmp_path / "t", tmp_path / "m")
+    with pytest.raises(StateConflict, match=r"orders/0 offsets 0-2") as info:
+        import_parquet(spark, target, exported.path)
+    assert "has not tiered yet" in str(info.value) and "Nothing was written" in str(info.value)
+    with pytest.raises(StateConflict, match=r"orders/0 offsets 0-2"):
+        migrate(spark, source, other_tier)
+    assert changes(before, snapshot(tmp_path / "t", tmp_path / "m")) == {}
+    with TieredMessageStore.open(StoreConfig.load(target)) as store:
+        store.dispatch(force=True)
+        assert [m.body for m in store.get_message("g", "orders", 0, 0, 3).messages] == [b"local-0", b"local-1",
+                                                                                       b"local-2"]
+    result = import_parquet(spark, target, exported.path)  # dispatched: the job runs, and keeps them
+    assert result.appended == 2 * SPEC.messages - 3
+    with TieredMessageStore.open(StoreConfig.load(target)) as store:
+        assert [m.body for m in store.get_message("g", "orders", 0, 0, 3).messages] == [b"local-0", b"local-1",
+                                                                                       b"local-2"]

@@ -47,8 +47,10 @@ class WriterSession:
     identity; on any of them nothing is held and nothing was written to the backend.
     """
 
-    def __init__(self, config: Any, *, lock_timeout: float | None = None, writer: str = "writer") -> None:
+    def __init__(self, config: Any, *, lock_timeout: float | None = None, writer: str = "writer",
+                 appends: bool = False) -> None:
         self.config = config
+        self.appends = appends
         self.lock_timeout = lock_timeout
         self.writer = writer
         self.driver: Any = None
@@ -68,10 +70,13 @@ class WriterSession:
             self.driver = stack.enter_context(self.config.open_driver())
             self.owner = claim_store_prefix(self.config, self.driver)  # refused when another store owns it
             stack.callback(self._close_metadata)
+            self._stack = stack
+            if self.appends:
+                self._refuse_untiered_local_messages()
         except BaseException:
+            self._stack = None
             stack.close()
             raise
-        self._stack = stack
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -92,6 +97,40 @@ class WriterSession:
         metadata, self._metadata = self._metadata, None
         if metadata is not None:
             metadata.close()
+
+    def _refuse_untiered_local_messages(self) -> None:
+        """A job that appends messages at their queue offsets (import, migrate, the sink)
+        would hand out again the offsets of messages the store acknowledged but has not
+        tiered yet: they are in its local directory only. Raises StateConflict naming the
+        queues; nothing was written."""
+        from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
+        from tiered_core.codec.naming import queue_path
+        from tiered_core.local.local_store import LocalMessageStore, LocalStoreConfig
+
+        root = self.config.store_path
+        if not os.path.isdir(os.path.join(root, "commitlog")):
+            return
+        local_config = dataclasses.replace(self.config.section(LocalStoreConfig), background_services=False,
+                                           read_only=True)
+        ahead = []
+        with LocalMessageStore(root, local_config, lock=False) as local:  # this session holds the lock
+            for topic, queue_id in local.list_queues():
+                local_end = local.get_max_offset_in_queue(topic, queue_id)
+                queue = self.metadata.get_queue(topic, queue_id)
+                tiered = max(0, queue.max_offset if queue is not None else 0)
+                for seg in self.metadata.iterate_file_segments(int(FileSegmentType.CONSUME_QUEUE),
+                                                               queue_path(self.config.broker, topic, queue_id)):
+                    tiered = max(tiered, (seg.base_offset + seg.size) // CQ_UNIT_SIZE)
+                if local_end > tiered:
+                    ahead.append(f"{topic}/{queue_id} offsets {tiered}-{local_end - 1}")
+        if ahead:
+            shown = ", ".join(ahead[:5]) + (f" and {len(ahead) - 5} more queue(s)" if len(ahead) > 5 else "")
+            raise StateConflict(
+                f"{self.writer}: the store at {root!r} holds messages it acknowledged but has not tiered yet "
+                f"({shown}); appending at their queue offsets would give those offsets to other messages. "
+                "Nothing was written. Fix: let the store dispatch them first (open it and dispatch, e.g. "
+                f"`tiered put ... --dispatch` or TieredMessageStore.open(config).dispatch(force=True)), then run "
+                "again; or write into a new store", path=root, queues=ahead[:20])
 
     def seed(self, topic: str, queue_id: int) -> "QueueSeed":
         """The store's recorded state of one queue (:class:`QueueSeed`)."""

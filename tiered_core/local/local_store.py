@@ -302,7 +302,8 @@ class LocalMessageStore:
     """
 
     def __init__(self, root: str | os.PathLike[str], config: LocalStoreConfig | None = None, *,
-                 clock: Callable[[], int] | None = None) -> None:
+                 clock: Callable[[], int] | None = None, lock: bool = True) -> None:
+        """``lock=False``: the caller holds the directory's lock already (a writer session)."""
         self.root = os.fspath(root)
         self.config = config or LocalStoreConfig()
         self._clock = clock or now_ms
@@ -339,7 +340,7 @@ class LocalMessageStore:
         except OSError as exc:
             raise IllegalParam(f"local store root {self.root!r} cannot be a directory: {exc.strerror or exc}",
                                path=self.root) from None
-        self._lock_fd = self._acquire_dir_lock()
+        self._lock_fd = self._acquire_dir_lock() if lock else -1
         self._commit_log: CommitLog | None = None
         self._index: IndexService | None = None
         try:

@@ -429,7 +429,7 @@ def commit_batch(options: SinkOptions, batch_id: int, messages: Sequence[SinkCom
     config = options.source.load()
     require_shared_backend(config, "sink's target")
     # Every commit claims the prefix anew: a take-over by another store is seen here.
-    with WriterSession(config, lock_timeout=options.lock_timeout, writer="streaming sink") as session:
+    with WriterSession(config, lock_timeout=options.lock_timeout, writer="streaming sink", appends=True) as session:
         return _commit(session, options.sink_id, batch_id, present, query_id)
 
 

@@ -131,7 +131,7 @@ def import_parquet(spark, config: str | os.PathLike, source_path: str | os.PathL
     df = df.withColumns({c: F.unix_millis(F.col(c)) for c in ("store_timestamp", "born_timestamp")})
     groups = [(r["topic"], r["queue_id"]) for r in df.select("topic", "queue_id").distinct().collect()]
     # The store itself must not run meanwhile (its lock), and another store must not own its prefix.
-    with WriterSession(store_config) as session:
+    with WriterSession(store_config, writer="tiered spark import", appends=True) as session:
         return _import(spark, session, df, groups, path, source, partitions, started)
 
 

@@ -230,7 +230,7 @@ def migrate(spark, config: str | os.PathLike, to_config: str | os.PathLike, *,
     source_meta = open_metadata_readonly(source_cfg)  # the source is only read
     try:
         tasks = plan_copies(source_cfg, source_meta)
-        with WriterSession(target_cfg) as target:
+        with WriterSession(target_cfg, writer="tiered spark migrate", appends=True) as target:
             check_target_objects(target, {t.path for t in tasks})
             results: list[CopyResult] = []
             if tasks:

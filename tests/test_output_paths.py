@@ -166,3 +166,35 @@ def test_only_directories_with_the_marker_are_deleted_or_replaced(tmp_path):
         remove_output_dir(str(foreign))
     remove_output_dir(out)
     assert not os.path.exists(out)
+
+
+def test_an_output_in_over_or_around_a_store_no_config_names_is_refused(tmp_path):
+    """An operator drill: the check knew only the stores of the command's configs, so an
+    export could land inside another store's store_path or tier (whose next open then
+    refused UNKNOWN_OBJECTS), and ``--overwrite`` of an earlier export deleted a store
+    someone had put inside it. Stores are now also found on disk: a store id file, or a
+    tier prefix's owner records."""
+    from tiered_core import Message, TieredMessageStore
+
+    other = StoreConfig(store_path=str(tmp_path / "other"), driver="posix",
+                        driver_options={"root": str(tmp_path / "other_tier")})
+    with TieredMessageStore.open(other) as s:
+        s.put_message(Message(topic="t", body=b"x"), 0)
+        s.dispatch(force=True)
+    prefix = tmp_path / "other_tier" / "212d6b50_DefaultCluster" / "broker-a"
+    for relative, relation in [("other/x", "lies inside"), ("other_tier/x", "lies inside"),
+                               (str(prefix.relative_to(tmp_path) / "x"), "lies inside"), ("other", "is"),
+                               ("other_tier", "is")]:
+        err = refused(str(tmp_path / relative), [], option="--to")
+        assert err.relation == relation, (relative, err)
+        assert "a store that no config of this command names" in str(err)
+    # An earlier export with a store put inside it is not replaced.
+    out = create_output_dir(str(tmp_path / "export"), "test")
+    nested = StoreConfig(store_path=os.path.join(out, "nested"), driver="posix")
+    with TieredMessageStore.open(nested) as s:
+        s.put_message(Message(topic="t", body=b"y"), 0)
+    err = refused(out, [], option="--to")
+    assert err.relation == "contains" and os.path.join(out, "nested") in str(err)
+    assert os.path.isfile(os.path.join(out, "nested", "tiered-store-id"))
+    # Beside the stores is fine.
+    assert check_output_path(str(tmp_path / "elsewhere"), [], option="--to").path == str(tmp_path / "elsewhere")

@@ -32,6 +32,7 @@ from typing import Any, Iterable, Protocol
 from urllib.parse import urlsplit
 
 from tiered_core.errors import InvalidPath
+from tiered_core.flat.ownership import OWNER_DIR, STORE_ID_FILE
 
 
 class StoreConfig(Protocol):
@@ -319,7 +320,64 @@ def check_output_path(path: str | os.PathLike | None, configs: Iterable[StoreCon
         if local is None:
             return OutputPath(text, url=True)
         text = local
-    return OutputPath(os.path.realpath(os.path.abspath(os.path.expanduser(text))))
+    resolved = os.path.realpath(os.path.abspath(os.path.expanduser(text)))
+    found_store = other_store(resolved)
+    if found_store is not None:
+        relation, where = found_store
+        raise InvalidPath(
+            f"{option}: the {what} {resolved!r} {relation} {where}, a store that no config of this command names; "
+            f"writing (or replacing) it there would overwrite or delete that store's data. Choose another "
+            f"{option} outside every store", path=resolved, option=option, relation=relation, location=where)
+    return OutputPath(resolved)
+
+
+def _store_marks(directory: str, depth: int) -> str | None:
+    """What in ``directory`` says a store lives there: a store id file (a ``store_path``), or
+    an owner record directory ``depth`` levels down (a tier prefix; 2 levels: a tier root,
+    ``{cluster}/{broker}/.tiered-owner``). None: nothing."""
+    if os.path.isfile(os.path.join(directory, STORE_ID_FILE)):
+        return f"the store_path {directory!r}"
+    level = [directory]
+    for _ in range(depth + 1):
+        for d in level:
+            if os.path.isdir(os.path.join(d, OWNER_DIR)):
+                return f"the tier of the store whose prefix is {d!r}"
+        nxt = []
+        for d in level:
+            try:
+                with os.scandir(d) as entries:
+                    nxt += [e.path for e in entries if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")]
+            except OSError:
+                continue
+        level = nxt
+    return None
+
+
+def other_store(path: str) -> tuple[str, str] | None:
+    """``(relation, what)`` when local ``path`` lies inside, is, or contains a store of any
+    config (:func:`_store_marks` of its ancestors and of what it holds), found on disk: an
+    output must not land in a store the command was not told about. None: no store there."""
+    ancestors, current = [], path
+    while True:
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        ancestors.append(parent)
+        current = parent
+    for directory in ancestors[:-1]:  # not the file system's root
+        found = _store_marks(directory, 2)
+        if found is not None:
+            return "lies inside", found
+    if os.path.isdir(path):
+        found = _store_marks(path, 2)
+        if found is not None:
+            return "is", found
+        for root, dirs, files in os.walk(path):
+            if STORE_ID_FILE in files:
+                return "contains", f"the store_path {root!r}"
+            if OWNER_DIR in dirs:
+                return "contains", f"the tier of the store whose prefix is {root!r}"
+    return None
 
 
 def check_separate_stores(target: StoreConfig, sources: Iterable[StoreConfig], *, option: str) -> None:

@@ -399,3 +399,22 @@ def test_an_unreadable_ledger_stops_the_commit(target):
     with pytest.raises(MetadataError, match="ledger .* is unreadable"):
         commit_batch(options(target), 0, batch(0, [rows("orders", 0, 0, 3)]))
     assert bodies(target) == {}
+
+
+def test_keys_the_sink_indexed_are_found_by_a_read_only_lookup(target, capsys):
+    """An operator drill: ``tiered get --key`` on a store only the sink wrote found nothing (its
+    read-only open looked for the sink's local index file in a scratch directory). It reads
+    the store's own index files now, and still writes nothing."""
+    from snapshots import changes, snapshot
+    from tiered_core import TieredMessageStore
+    from tiered_core.cli import main
+
+    commit_batch(options(target), 0, batch(0, [rows("orders", 0, 0, 30)]))
+    store_path = StoreConfig.load(target).store_path
+    before = snapshot(store_path)
+    with TieredMessageStore.open(StoreConfig.load(target), read_only=True) as store:
+        hits = store.query_message("orders", "k17", max_count=8).messages
+    assert [(m.queue_offset, bytes(m.body)) for m in hits] == [(17, b"orders/0/17")]
+    assert main(["get", "--config", target, "--topic", "orders", "--key", "k17", "--json"]) == 0
+    assert "orders/0/17" in capsys.readouterr().out
+    assert changes(before, snapshot(store_path)) == {}

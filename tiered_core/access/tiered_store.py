@@ -163,8 +163,9 @@ class TieredMessageStore:
                 recovered += self.given_up_history is not None
             #: Key lookups ask the tiered index up to this time at least (see tier_only_until_ms).
             self._tier_only_until_ms = tier_only_until_ms(self.local, self.flat_files)
-            index_config = config if self._scratch is None else config.replace(store_path=self._scratch)
-            self.index = IndexStoreService.from_store_config(index_config, self.driver, self.metadata,
+            # (A read-only open reads the store's own local index files, such as the keys a
+            # streaming sink or import indexed, even without a local store: it writes nothing.)
+            self.index = IndexStoreService.from_store_config(config, self.driver, self.metadata,
                                                              clock=clock or now_ms, read_only=read_only)
             #: After a recovery path, the repair of the key index (:mod:`tiered_core.access.key_repair`;
             #: see :attr:`key_index_gap_since`); None: nothing to repair.

@@ -307,3 +307,44 @@ def test_topic_ids_are_recovered_from_the_uploaded_key_index(tmp_path, capsys):
                 assert [(e.queue_id, e.offset, e.size) for e in entries] == [(1, offset, size)], topic
         finally:
             index.shutdown()
+
+
+def test_a_foreign_object_under_a_segment_name_is_not_adopted_and_the_advice_names_repair(tmp_path, capsys):
+    """An operator drill: ``metadata rebuild --force`` adopted a foreign object named like a
+    commit-log segment (no consume queue, no message in it); the store then appended to it and
+    every read of that queue failed. And the open's UNKNOWN_OBJECTS advice named only the
+    rebuild, which skips objects that are not segments, so it refused again and again. Now
+    neither is adopted, and the advice names ``tiered repair --apply``, which moves both to
+    the quarantine."""
+    from tiered_core import Message, TieredMessageStore
+    from tiered_core.errors import UnknownObjects
+
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'[tiered]\nstore_path = "{tmp_path / "store"}"\ngroup_commit_interval_ms = 0\n'
+                    f'[tiered.options]\nroot = "{tmp_path / "tier"}"\n')
+    cfg = StoreConfig.load(str(conf), environ={})
+    with TieredMessageStore.open(cfg) as store:
+        store.put_message(Message(topic="t1", body=b"a"), 0)
+        store.dispatch(force=True)
+    broker = tmp_path / "tier" / cluster_dir(cfg.cluster) / cfg.broker
+    (broker / "NOTES.txt").write_text("hi")
+    foreign = broker / "t9" / "0" / "COMMIT_LOG" / "cfcd208400000000000000000000"
+    foreign.parent.mkdir(parents=True)
+    foreign.write_bytes(b"FOREIGN DATA " * 8)
+    with pytest.raises(UnknownObjects) as info:
+        TieredMessageStore.open(cfg)
+    assert f"tiered repair --config {conf} --apply" in str(info.value)
+
+    assert main(["metadata", "rebuild", "--config", str(conf), "--force"]) == 0
+    out = capsys.readouterr().out
+    assert "did not adopt 1 segment-named object(s)" in out and f"tiered repair --config {conf} --apply" in out
+    with cfg.open_metadata() as metadata:
+        assert metadata.get_queue("t9", 0) is None and metadata.get_queue("t1", 0) is not None
+    assert foreign.read_bytes() == b"FOREIGN DATA " * 8
+
+    assert main(["repair", "--config", str(conf), "--apply"]) == 0
+    capsys.readouterr()
+    with TieredMessageStore.open(cfg) as store:
+        assert store.put_message(Message(topic="t1", body=b"b"), 0).queue_offset == 1
+    quarantined = {p.name for p in (broker / ".quarantine").rglob("*") if p.is_file()}
+    assert {"NOTES.txt", "cfcd208400000000000000000000"} <= quarantined

@@ -135,6 +135,12 @@ def run_rebuild(args: argparse.Namespace) -> int:
     if stats.strays:
         shown = ", ".join(repr(p) for p in stats.stray_examples)
         print(f"skipped {stats.strays} object(s) that are not segment paths, e.g. {shown}")
+    if stats.not_adopted:
+        print(f"did not adopt {len(stats.not_adopted)} segment-named object(s) that hold no messages of this "
+              f"store, e.g. {stats.not_adopted[0]!r}")
+    if stats.strays or stats.not_adopted:
+        print(f"objects the metadata does not list keep a store from opening: `tiered repair --config {args.config} --apply` "
+              "moves them to the quarantine (`tiered verify` lists them first)")
     return 0
 
 

@@ -49,7 +49,8 @@ from tiered_core.common import LONG_MAX, NO_TIMESTAMP, FileSegmentType, SegmentS
 from tiered_core.codec.checks import PropCrcPolicy
 from tiered_core.codec.message_batch import MessageBatch
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, ConsumeQueueUnit
-from tiered_core.codec.message import MAGIC_END, MessageExt
+from tiered_core.codec._impl import peek_queue_offset, peek_total_size
+from tiered_core.codec.message import MAGIC_END, QUEUE_OFFSET_END, MessageExt
 from tiered_core.codec.index_keys import message_index_keys
 from tiered_core.codec.tiered_index import BEGIN_MAGIC, END_MAGIC, HEADER_SIZE, IndexHeader
 from tiered_core.codec.naming import (
@@ -60,7 +61,7 @@ from tiered_core.codec.naming import (
     parse_segment_path,
     queue_path,
 )
-from tiered_core.errors import IllegalParam, MetadataError, TieredStoreError
+from tiered_core.errors import CorruptData, IllegalParam, MetadataError, TieredStoreError
 from tiered_core.flat.segment_ref import SegmentRef
 from tiered_core.flat.segment_reader import SegmentReader
 from tiered_core.flat.ownership import is_reserved_path
@@ -88,6 +89,9 @@ class RebuildStats:
     topic_ids_new: int = 0  # topics the key index did not know (new ids; their old index entries are lost)
     strays: int = 0  # listed objects that are not segment paths (skipped)
     stray_examples: list[str] = field(default_factory=list)
+    #: Segment-named objects not adopted: a commit log with no consume queue whose first
+    #: message does not read as one (another writer's object under a segment's name).
+    not_adopted: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
 
 
@@ -156,6 +160,15 @@ def rebuild_metadata(
     for (topic, queue_id) in sorted({(t, q) for (t, q, _type) in files}):
         cl = files.get((topic, queue_id, FileSegmentType.COMMIT_LOG), [])
         cq = files.get((topic, queue_id, FileSegmentType.CONSUME_QUEUE), [])
+        if cl and not cq and _not_messages(driver, cl):
+            # Nothing of a store writes a commit log without its consume queue, nor one that
+            # does not begin with a message: not this store's data. Left out (verify names
+            # it, `tiered repair --apply` moves it to the quarantine), never adopted.
+            stats.not_adopted += [seg.path for seg in cl]
+            log.warning("rebuild: %s/%d has commit-log object(s) without a consume queue whose first message does "
+                        "not read as a message (e.g. %r); not adopted", topic, queue_id, cl[0].path)
+            files.pop((topic, queue_id, FileSegmentType.COMMIT_LOG))
+            continue
         idx = files.get((topic, queue_id, FileSegmentType.INDEX), [])
         for segs in (cl, cq, idx):
             segs.sort(key=lambda s: s.base)
@@ -240,6 +253,19 @@ def _scan(driver: SegmentDriver, prefix: str, cluster: str, broker: str,
         files.setdefault((info.topic, info.queue_id, info.file_type), []).append(
             _Seg(path, info.base_offset, size))
     return files
+
+
+def _not_messages(driver: SegmentDriver, cl: list[_Seg]) -> bool:
+    """Whether the first commit-log segment of a queue does not begin with a message."""
+    first = min(cl, key=lambda seg: seg.base)
+    if first.size < QUEUE_OFFSET_END:
+        return first.size > 0
+    try:
+        head = driver.read(first.path, 0, QUEUE_OFFSET_END)
+        peek_queue_offset(head, 0)  # checks the magic
+        return peek_total_size(head, 0) < QUEUE_OFFSET_END
+    except CorruptData:
+        return True
 
 
 def _queue_range(cq: list[_Seg]) -> tuple[int, int]:

@@ -15,8 +15,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Callable
 
-from tiered_core.codec.naming import segment_path
-from tiered_core.errors import MetadataError, UnknownObjects
+from tiered_core.codec.naming import parse_segment_path, segment_path
+from tiered_core.errors import MetadataError, TieredStoreError, UnknownObjects
 from tiered_core.flat.ownership import segment_objects, tier_prefix
 from tiered_core.common import FileSegmentType, SegmentStatus
 from tiered_core.spi.driver import SegmentDriver
@@ -49,14 +49,32 @@ class ReconcileReport:
         what to do (default: rebuild the metadata with ``fix``)."""
         shown = ", ".join(path for path, _size in self.unknown[:_EXAMPLES])
         more = f" and {len(self.unknown) - _EXAMPLES} more" if len(self.unknown) > _EXAMPLES else ""
-        advice = advice or (f"Rebuild the metadata from the backend with `{fix}`, or set "
-                            "metadata_recovery = \"rebuild\"")
+        if advice is None:
+            advice = (f"If the metadata was lost or restored from an old backup, rebuild it from the backend with "
+                      f"`{fix}` (or set metadata_recovery = \"rebuild\")")
+            foreign = [path for path, _size in self.unknown if not _is_segment_path(path)]
+            if foreign:  # a rebuild skips those: it would refuse again
+                repair = fix.replace("metadata rebuild", "repair").replace("--force", "--apply")
+                advice += (f"; {len(foreign)} of them are not segments of any store (e.g. {foreign[0]!r}): a rebuild "
+                           f"does not adopt them, `{repair}` moves them to the quarantine (`tiered verify` lists "
+                           "what each object is)")
+            else:
+                advice += ("; objects of another writer that fail the read-back check are moved to the quarantine "
+                           "by `tiered repair --apply` instead (`tiered verify` lists what each object is)")
         return UnknownObjects(
             f"the backend holds {len(self.unknown)} object(s) ({self.unknown_bytes} bytes) under "
             f"{self.prefix!r} that the metadata store does not list (lost, restored from an old backup, "
             f"or written by another store): {shown}{more}. Nothing was read or changed. {advice}",
             count=len(self.unknown), prefix=self.prefix, examples=[p for p, _ in self.unknown[:_EXAMPLES]],
             fix=fix)
+
+
+def _is_segment_path(path: str) -> bool:
+    try:
+        parse_segment_path(path)
+    except TieredStoreError:
+        return False
+    return True
 
 
 def backend_path(cluster: str, meta: FileSegmentMetadata) -> str:

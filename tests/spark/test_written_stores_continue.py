@@ -82,8 +82,39 @@ def test_a_job_never_appends_over_messages_the_target_has_not_tiered(spark, tmp_
         store.dispatch(force=True)
         assert [m.body for m in store.get_message("g", "orders", 0, 0, 3).messages] == [b"local-0", b"local-1",
                                                                                        b"local-2"]
-    result = import_parquet(spark, target, exported.path)  # dispatched: the job runs, and keeps them
-    assert result.appended == 2 * SPEC.messages - 3
+    # Dispatched, they are the target's tiered history: the input's rows there differ, and the
+    # import is refused for that (test_an_import_of_another_stores_history_is_refused_not_skipped).
+    with pytest.raises(StateConflict, match="another message at queue offset 0"):
+        import_parquet(spark, target, exported.path)
     with TieredMessageStore.open(StoreConfig.load(target)) as store:
         assert [m.body for m in store.get_message("g", "orders", 0, 0, 3).messages] == [b"local-0", b"local-1",
                                                                                        b"local-2"]
+
+
+def test_an_import_of_another_stores_history_is_refused_not_skipped(spark, tmp_path):
+    """An operator drill: importing store A's export into store C, whose tier holds C's own
+    messages at the same offsets, reported them "already stored, skipped": A's messages there
+    were dropped without a word. The skipped rows are now compared with what is stored (the
+    first and last of each run): another body is refused, naming the queue and offset; the
+    same export imported again still skips."""
+    import pytest
+
+    from tiered_core.errors import StateConflict
+
+    source = write_config(tmp_path / "s.toml", tmp_path / "s", cl_max=8 << 10, cq_max=1000)
+    write_sample(StoreConfig.load(source), SPEC)
+    exported = export(spark, source, tmp_path / "parquet")
+    other = write_config(tmp_path / "c.toml", tmp_path / "c", cl_max=8 << 10, cq_max=1000)
+    with TieredMessageStore.open(StoreConfig.load(other)) as store:
+        for i in range(5):
+            store.put_message(Message(topic="orders", body=f"c-{i}".encode()), 0)
+        store.dispatch(force=True)
+    with pytest.raises(StateConflict, match="orders/0: the store already holds another message at queue offset 0"):
+        import_parquet(spark, other, exported.path)
+    with TieredMessageStore.open(StoreConfig.load(other)) as store:  # refused before anything was written
+        assert [m.body for m in store.get_message("g", "orders", 0, 0, 5).messages] == [
+            f"c-{i}".encode() for i in range(5)]
+    target = write_config(tmp_path / "t.toml", tmp_path / "t", cl_max=8 << 10, cq_max=1000)
+    assert import_parquet(spark, target, exported.path).appended == SPEC.messages * SPEC.queues
+    again = import_parquet(spark, target, exported.path)
+    assert (again.appended, again.skipped) == (0, SPEC.messages * SPEC.queues)

@@ -10,7 +10,7 @@ from tiered_core.codec.hashing import tags_hash_code
 from tiered_core.codec._impl import encode_message
 from tiered_core.codec.message import PROPERTY_KEYS, PROPERTY_TAGS, Message
 from tiered_core.codec.prop_crc import PROPERTY_CRC32
-from tiered_core.errors import DriverError, IllegalOffset
+from tiered_core.errors import DriverError, IllegalOffset, StateConflict
 from tiered_core.spi.access import CompositeAccess, ConsumeQueueRequest
 from tiered_core.common import AppendResult
 
@@ -31,7 +31,10 @@ class QueueAppender:
     """Appends rows to one queue in ``queue_offset`` order; durable after :meth:`finish`.
 
     A row whose queue offset is below the queue's next offset is already stored and is
-    skipped (so a re-run of an interrupted load does not duplicate); a gap raises
+    skipped (so a re-run of an interrupted load does not duplicate); the first and the last
+    row of each skipped run are compared with the stored message at their offset, and a
+    different body raises :class:`~tiered_core.errors.StateConflict` (the input is another
+    store's history: skipping it would drop its messages there); a gap raises
     :class:`~tiered_core.errors.IllegalOffset` naming the queue and both offsets. An empty
     queue starts at the first row's offset.
     """
@@ -40,6 +43,7 @@ class QueueAppender:
         self.flat = flat
         self.stats = AppendStats()
         self._buffered = 0
+        self._last_skipped: tuple[int, Message] | None = None
 
     @property
     def next_offset(self) -> int | None:
@@ -51,8 +55,12 @@ class QueueAppender:
             flat.init_offset(queue_offset)
         expected = flat.consume_queue_max_offset()
         if queue_offset < expected:
+            if self._last_skipped is None:
+                self._check_stored(queue_offset, message)  # the first of a skipped run
             self.stats.skipped += 1
+            self._last_skipped = (queue_offset, message)
             return
+        self._check_last_skipped()
         if queue_offset > expected:
             raise IllegalOffset(f"{flat.topic}/{flat.queue_id}: next message has queue offset {queue_offset} "
                                 f"but the queue continues at {expected} (a gap in the input)",
@@ -103,8 +111,26 @@ class QueueAppender:
                           retryable=True, topic=self.flat.topic, queue_id=self.flat.queue_id)
 
     def finish(self) -> AppendStats:
+        self._check_last_skipped()
         self.commit()
         return self.stats
+
+    def _check_last_skipped(self) -> None:
+        if self._last_skipped is not None:
+            last, self._last_skipped = self._last_skipped, None
+            self._check_stored(*last)
+
+    def _check_stored(self, queue_offset: int, message: Message) -> None:
+        from tiered_core.codec._impl import decode_message
+
+        flat = self.flat
+        stored = bytes(decode_message(flat.get_message_async(queue_offset).result()).body)
+        if stored != bytes(message.body):
+            raise StateConflict(
+                f"{flat.topic}/{flat.queue_id}: the store already holds another message at queue offset "
+                f"{queue_offset} (its body differs from the input's): the input is not this store's history, "
+                "and skipping it there would drop it. Nothing of this queue was written; write the input into "
+                "a new store", topic=flat.topic, queue_id=flat.queue_id, offset=queue_offset)
 
 
 def message_from_row(topic: str, keys: Iterable[str] | None, tags: str | None,

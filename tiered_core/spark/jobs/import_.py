@@ -98,6 +98,45 @@ def _import_groups(source: ConfigSource, seeds: dict[tuple[str, int], QueueSeed]
         yield json.dumps(result)
 
 
+def _refuse_another_history(session: WriterSession, df, seeds: dict[tuple[str, int], QueueSeed]) -> None:
+    """Before any task writes: for each queue the target holds messages of, the input's first
+    row at an offset the target holds must be the message stored there (else the input is
+    another store's history, and skipping its rows there would drop them). Raises
+    StateConflict naming the queue and offset. (The tasks compare each skipped run's ends too.)"""
+    from pyspark.sql import functions as F
+
+    from tiered_core.codec._impl import decode_message
+    from tiered_core.errors import StateConflict
+    from tiered_core.flat.message_file import FlatMessageFile
+
+    held = {key: seed for key, seed in seeds.items() if seed.segments}
+    if not held:
+        return
+    firsts = {(r["topic"], r["queue_id"]): r["first"] for r in
+              df.groupBy("topic", "queue_id").agg(F.min("queue_offset").alias("first")).collect()
+              if (r["topic"], r["queue_id"]) in held}
+    flat_config = session.config.flat_config()
+    wanted = []
+    for (topic, queue_id), first in sorted(firsts.items()):
+        flat = FlatMessageFile(session.driver, session.metadata, topic, queue_id, flat_config)
+        try:
+            lo, end = flat.consume_queue_min_offset(), flat.consume_queue_commit_offset()
+            offset = max(first, lo)
+            if flat.initialized and offset < end:
+                wanted.append((topic, queue_id, offset, bytes(decode_message(flat.get_message(offset)).body)))
+        finally:
+            flat.shutdown()
+    for topic, queue_id, offset, stored in wanted:
+        row = df.where((F.col("topic") == topic) & (F.col("queue_id") == queue_id)
+                       & (F.col("queue_offset") == offset)).select("body").first()
+        if row is not None and bytes(row["body"] or b"") != stored:
+            raise StateConflict(
+                f"{topic}/{queue_id}: the store already holds another message at queue offset {offset} (its body "
+                "differs from the input's): the input is not this store's history, and skipping it there would "
+                "drop it. Nothing was written; write the input into a new store",
+                topic=topic, queue_id=queue_id, offset=offset)
+
+
 def import_parquet(spark, config: str | os.PathLike, source_path: str | os.PathLike, *,
                    partitions: int | None = None) -> ImportResult:
     """Load the Parquet dataset at ``source_path`` (columns of the ``tiered`` schema; a
@@ -146,6 +185,7 @@ def _import(spark, session: WriterSession, df, groups, path, source, partitions,
                                 option="topic" if topic is None else "queue_id", source=path)
         validate_topic(topic)
         seeds[(topic, queue_id)] = session.seed(topic, queue_id)
+    _refuse_another_history(session, df, seeds)
     n = partitions or max(1, min(len(groups), spark.sparkContext.defaultParallelism * 2))
     ordered = df.repartition(n, "topic", "queue_id").sortWithinPartitions("topic", "queue_id", "queue_offset")
 

@@ -66,3 +66,24 @@ def test_spark_never_returns_the_forged_row(spark, damaged_store):
         read(spark, damaged_store, topics=TOPIC, queues="0").select("queue_offset", "topic").collect()
     text = str(info.value)
     assert "CORRUPT_DATA" in text and f"queue offset {BAD}" in text and "'nrders'" in text
+
+
+@pytest.mark.parametrize("argv,option", [
+    (["spark", "migrate", "--config", "a.toml", "--to-config", "b.toml", "--chunk-size", "0"], "--chunk-size"),
+    (["spark", "import", "--config", "a.toml", "--from", "x", "--partitions", "0"], "--partitions"),
+])
+def test_counts_are_checked_before_spark_starts(argv, option, capsys):
+    """An operator drill: ``--chunk-size 0`` started Spark, failed in a task naming ``length``
+    and said to run again; ``--partitions 0`` was taken silently. Both are usage errors now,
+    and the job functions refuse them with INVALID_OPTION before they touch Spark."""
+    from tiered_core.cli import main
+    from tiered_core.errors import InvalidOption
+    from tiered_core.spark.jobs.import_ import import_parquet
+    from tiered_core.spark.jobs.migrate import migrate
+
+    assert main(argv) == 2
+    assert f"argument {option}: must be" in capsys.readouterr().err
+    with pytest.raises(InvalidOption, match="chunk size"):
+        migrate(None, "a.toml", "b.toml", chunk=0)
+    with pytest.raises(InvalidOption, match="partitions"):
+        import_parquet(None, "a.toml", "x", partitions=0)

@@ -8,7 +8,7 @@ import json
 import sys
 from typing import Iterator
 
-from tiered_core.cli.shared import add_json_option
+from tiered_core.cli.shared import add_json_option, int_arg
 
 
 def register(subparsers) -> None:
@@ -36,13 +36,15 @@ def register(subparsers) -> None:
     p = jobs.add_parser("migrate", help="copy every segment to another backend, verify, write its metadata once")
     common(p)
     p.add_argument("--to-config", required=True, help="config of the target store (driver, metadata)")
-    p.add_argument("--chunk-size", type=int, default=8 << 20, help="bytes per read/write (default 8 MiB)")
+    p.add_argument("--chunk-size", type=int_arg(1, "a byte count"), default=8 << 20,
+                   help="bytes per read/write (default 8 MiB)")
     p.set_defaults(func=run_migrate)
 
     p = jobs.add_parser("import", help="bulk-load Parquet messages (the tiered schema) into the store")
     common(p)
     p.add_argument("--from", dest="source", required=True, help="Parquet file or directory")
-    p.add_argument("--partitions", type=int, default=None, help="Spark partitions for the load")
+    p.add_argument("--partitions", type=int_arg(1, "a partition count"), default=None,
+                   help="Spark partitions for the load")
     p.set_defaults(func=run_import)
 
     p = jobs.add_parser("reindex", help="rebuild the tiered key index from the messages the tier holds",

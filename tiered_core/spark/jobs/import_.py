@@ -151,6 +151,9 @@ def import_parquet(spark, config: str | os.PathLike, source_path: str | os.PathL
 
     from tiered_core.config import StoreConfig
 
+    if partitions is not None and (isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1):
+        raise InvalidOption(f"partitions (--partitions) must be an int >= 1, got {partitions!r}", option="partitions",
+                            value=partitions)
     started = time.perf_counter()
     path = os.path.abspath(os.fspath(source_path))
     if not os.path.exists(path):

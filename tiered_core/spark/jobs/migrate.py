@@ -19,7 +19,7 @@ from typing import Iterator
 
 from tiered_core.access.writer_session import WriterSession
 from tiered_core.codec.naming import segment_path
-from tiered_core.errors import ConfigError, CorruptData, PositionMismatch, StateConflict
+from tiered_core.errors import ConfigError, CorruptData, InvalidOption, PositionMismatch, StateConflict
 from tiered_core.ops.output_paths import check_separate_stores
 from tiered_core.spark.failures import tagged_iter, task_error
 from tiered_core.spark.config_source import ConfigSource, open_metadata_readonly, require_shared_backend
@@ -223,6 +223,9 @@ def migrate(spark, config: str | os.PathLike, to_config: str | os.PathLike, *,
     """
     from tiered_core.config import StoreConfig
 
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise InvalidOption(f"chunk size (--chunk-size) must be an int >= 1 byte, got {chunk!r}", option="chunk_size",
+                            value=chunk)
     started = time.perf_counter()
     source_src, target_src = ConfigSource.from_file(config), ConfigSource.from_file(to_config)
     source_cfg, target_cfg = StoreConfig.load(config), StoreConfig.load(to_config)

@@ -84,8 +84,8 @@ def is_reserved_path(path: str) -> bool:
 @dataclass(frozen=True)
 class OwnerRecord:
     """Who claimed a tier prefix, at which epoch, with which driver. ``claimed_at`` is ms
-    since the epoch; ``driver`` is the driver's segment layout (``SegmentDriver.layout``),
-    empty in records written before it was recorded."""
+    since the epoch; ``layout`` is the claiming driver's segment layout
+    (``SegmentDriver.layout``), empty in records written before it was recorded."""
 
     store_id: str
     epoch: int
@@ -93,7 +93,7 @@ class OwnerRecord:
     pid: int = 0
     store_path: str = ""
     claimed_at: int = 0
-    driver: str = ""
+    layout: str = ""
 
     def encode(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()
@@ -105,7 +105,7 @@ class OwnerRecord:
             raw = json.loads(data.decode("utf-8"))
             return cls(store_id=str(raw["store_id"]), epoch=int(raw["epoch"]), host=str(raw.get("host", "")),
                        pid=int(raw.get("pid", 0)), store_path=str(raw.get("store_path", "")),
-                       claimed_at=int(raw.get("claimed_at", 0)), driver=str(raw.get("driver", "")))
+                       claimed_at=int(raw.get("claimed_at", 0)), layout=str(raw.get("layout", "")))
         except (ValueError, KeyError, TypeError, UnicodeDecodeError, AttributeError):
             return cls(store_id="(unreadable)", epoch=epoch)
 
@@ -263,15 +263,15 @@ class PrefixOwnership:
         seals or repairs another one's segments misreads them and takes their parts for
         garbage. Records from before the driver was recorded are not checked."""
         mine = self.driver.layout
-        if current is None or not current.driver or current.driver == mine:
+        if current is None or not current.layout or current.layout == mine:
             return
-        fix = (f"set driver = {current.driver!r} back, with that driver's options; to move the data to "
+        fix = (f"set driver = {current.layout!r} back, with that driver's options; to move the data to "
                "another driver or backend, copy it to a new store with `tiered spark migrate`")
         raise IdentityMismatch(
-            f"tier prefix {self.prefix!r} is laid out by driver {current.driver!r} (owner record of "
+            f"tier prefix {self.prefix!r} is laid out by driver {current.layout!r} (owner record of "
             f"{current.describe()}), but this store at {self.store_path!r} opens it with driver {mine!r}: "
             f"{mine!r} would misread its segments and could delete their parts. Nothing was written. "
-            f"Fix: {fix}", field="driver", recorded=current.driver, configured=mine, prefix=self.prefix,
+            f"Fix: {fix}", field="driver", recorded=current.layout, configured=mine, prefix=self.prefix,
             store_path=self.store_path, fix=fix)
 
     def _own(self, record: OwnerRecord) -> OwnerRecord:

@@ -338,10 +338,12 @@ def _store_marks(directory: str, depth: int) -> str | None:
     if os.path.isfile(os.path.join(directory, STORE_ID_FILE)):
         return f"the store_path {directory!r}"
     level = [directory]
-    for _ in range(depth + 1):
+    for down in range(depth + 1):
         for d in level:
             if os.path.isdir(os.path.join(d, OWNER_DIR)):
                 return f"the tier of the store whose prefix is {d!r}"
+        if down == depth:
+            break
         nxt = []
         for d in level:
             try:

@@ -271,3 +271,30 @@ def test_purge_deletes_only_old_finished_manifest_listed_copies(driver):
     assert [e.repair_id for e in report.purged] == ["r-new"]
     assert report.manifests == [f"{quarantine_dir(PREFIX)}r-new/{MANIFEST}"]
     assert [r.repair_id for r in list_quarantine(driver, PREFIX)] == ["r-old", "r-pending"]
+
+
+def test_purge_never_deletes_what_a_manifest_names_outside_its_run_or_with_other_bytes(driver):
+    """An operator drill: a manifest line whose ``copy`` named a live segment made the purge
+    delete that segment (the manifest is only text in the tier). A copy is deleted only in
+    its own run's directory and with the size and CRC-32 its manifest recorded."""
+    live = segment_path("c1", "broker-a", "orders", 1, FileSegmentType.CONSUME_QUEUE, 0)
+    put_object(driver, live, b"u" * 60)
+    moved = segment_path("c1", "broker-a", "orders", 2, FileSegmentType.COMMIT_LOG, 0)
+    put_object(driver, moved, b"m" * 1500)
+    entry = Quarantine(driver, PREFIX, "r-1", clock=lambda: 1_000_000.0).move(moved, reason="r", kind="unlisted_object")
+    manifest = f"{quarantine_dir(PREFIX)}r-1/{MANIFEST}"
+    forged = [dict(entry.as_dict(), copy=live, original="x", path="x", size=60),
+              dict(entry.as_dict(), copy=f"{quarantine_dir(PREFIX)}r-1/../../orders/1/x", original="y", path="y")]
+    lines = driver.read(manifest, 0, driver.size(manifest)) + b"".join(
+        (json.dumps(line) + "\n").encode() for line in forged)
+    driver.delete(manifest)
+    put_object(driver, manifest, lines)
+    # the real copy, with other bytes than the manifest recorded
+    driver.delete(entry.copy)
+    put_object(driver, entry.copy, b"z" * 1500)
+    report = purge(driver, PREFIX, older_than_s=0, now=2_000_000.0)
+    assert report.purged == []
+    reasons = dict(report.kept)
+    assert "outside its run's quarantine directory" in reasons[live]
+    assert "CRC-32" in reasons[entry.copy]
+    assert driver.read(live, 0, 60) == b"u" * 60 and driver.size(entry.copy) == 1500

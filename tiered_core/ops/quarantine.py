@@ -354,6 +354,24 @@ class PurgeReport:
                 "kept": [{"copy": c, "why": w} for c, w in self.kept]}
 
 
+def _not_a_copy(driver: SegmentDriver, entry: QuarantineEntry, run_root: str) -> str | None:
+    """Why ``entry.copy`` must not be deleted as its run's quarantined copy (None: it may):
+    the manifest is only text in the tier, so a copy is deleted only inside its run's
+    directory and when it still has the size and CRC-32 the manifest recorded."""
+    copy = entry.copy
+    if not copy.startswith(run_root) or ".." in copy[len(run_root):].split("/"):
+        return f"the manifest names a copy outside its run's quarantine directory {run_root!r}"
+    try:
+        size = driver.size(copy)
+    except NotFound:
+        return None  # gone already: nothing is deleted
+    if size != entry.size:
+        return f"it holds {size} bytes, not the {entry.size} its manifest recorded"
+    if _crc_of(driver, copy, size) != entry.crc32:
+        return "its CRC-32 is not the one its manifest recorded"
+    return None
+
+
 def purge(driver: SegmentDriver, prefix: str, older_than_s: float, now: float | None = None) -> PurgeReport:
     """Delete the quarantined copies under ``prefix`` that a manifest lists as done and
     that were moved more than ``older_than_s`` seconds before ``now`` (seconds since the
@@ -377,6 +395,9 @@ def purge(driver: SegmentDriver, prefix: str, older_than_s: float, now: float | 
                 report.kept.append((entry.copy, "its move was not finished (run `tiered repair --apply`)"))
             elif entry.at_ms > limit_ms:
                 report.kept.append((entry.copy, f"moved {max(0, (int(now * 1000) - entry.at_ms) // 1000)} s ago"))
+            elif (why := _not_a_copy(driver, entry, f"{quarantine_dir(prefix)}{run.repair_id}/")) is not None:
+                log.error("purge: %s: %s; kept", entry.copy, why)
+                report.kept.append((entry.copy, why))
             else:
                 try:
                     driver.delete(entry.copy)

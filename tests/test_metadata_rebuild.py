@@ -348,3 +348,35 @@ def test_a_foreign_object_under_a_segment_name_is_not_adopted_and_the_advice_nam
         assert store.put_message(Message(topic="t1", body=b"b"), 0).queue_offset == 1
     quarantined = {p.name for p in (broker / ".quarantine").rglob("*") if p.is_file()}
     assert {"NOTES.txt", "cfcd208400000000000000000000"} <= quarantined
+
+
+@pytest.mark.parametrize("planted", ["copy_of_the_last_segment", "random_bytes"])
+def test_a_foreign_object_named_as_a_queues_next_segment_is_not_adopted(tmp_path, capsys, planted):
+    """An operator drill (round 2): an object named as an existing queue's next commit-log
+    segment -- a copy of its last one, or random bytes -- was adopted by ``metadata rebuild
+    --force`` (silently for random bytes), and the next dispatch appended into it. A segment
+    after a queue's first must begin with the message at its base offset."""
+    import random
+
+    from tiered_core import Message, TieredMessageStore
+    from tiered_core.codec.naming import segment_path
+
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'[tiered]\nstore_path = "{tmp_path / "store"}"\ngroup_commit_interval_ms = 0\n'
+                    f'[tiered.options]\nroot = "{tmp_path / "tier"}"\n')
+    cfg = StoreConfig.load(str(conf), environ={})
+    with TieredMessageStore.open(cfg) as store:
+        for i in range(3):
+            store.put_message(Message(topic="t", body=f"m{i}".encode(), keys=[f"k{i}"]), 0)
+        store.dispatch(force=True)
+    first = tmp_path / "tier" / segment_path(cfg.cluster, cfg.broker, "t", 0, FileSegmentType.COMMIT_LOG, 0)
+    size = first.stat().st_size
+    nxt = tmp_path / "tier" / segment_path(cfg.cluster, cfg.broker, "t", 0, FileSegmentType.COMMIT_LOG, size)
+    data = first.read_bytes() if planted == "copy_of_the_last_segment" else random.Random(7).randbytes(300)
+    nxt.write_bytes(data)
+    assert main(["metadata", "rebuild", "--config", str(conf), "--force"]) == 0
+    assert "did not adopt 1 segment-named object(s)" in capsys.readouterr().out
+    with cfg.open_metadata() as metadata:
+        bases = [m.base_offset for m in metadata.iterate_file_segments(int(FileSegmentType.COMMIT_LOG))]
+    assert bases == [0]
+    assert nxt.read_bytes() == data

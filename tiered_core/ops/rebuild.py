@@ -49,8 +49,8 @@ from tiered_core.common import LONG_MAX, NO_TIMESTAMP, FileSegmentType, SegmentS
 from tiered_core.codec.checks import PropCrcPolicy
 from tiered_core.codec.message_batch import MessageBatch
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, ConsumeQueueUnit
-from tiered_core.codec._impl import peek_queue_offset, peek_total_size
-from tiered_core.codec.message import MAGIC_END, QUEUE_OFFSET_END, MessageExt
+from tiered_core.codec._impl import peek_physical_offset, peek_queue_offset, peek_total_size
+from tiered_core.codec.message import MAGIC_END, PHYSICAL_OFFSET_POS, QUEUE_OFFSET_END, MessageExt
 from tiered_core.codec.index_keys import message_index_keys
 from tiered_core.codec.tiered_index import BEGIN_MAGIC, END_MAGIC, HEADER_SIZE, IndexHeader
 from tiered_core.codec.naming import (
@@ -169,6 +169,15 @@ def rebuild_metadata(
                         "not read as a message (e.g. %r); not adopted", topic, queue_id, cl[0].path)
             files.pop((topic, queue_id, FileSegmentType.COMMIT_LOG))
             continue
+        cl.sort(key=lambda seg: seg.base)
+        while len(cl) > 1 and not _begins_with_its_message(driver, cl[-1]):
+            # A segment after the last one of a commit log begins with the message at its base
+            # offset (each message names its tiered offset): one that does not was written by
+            # something else under the next segment's name. Left out, never adopted.
+            foreign = cl.pop()
+            stats.not_adopted.append(foreign.path)
+            log.warning("rebuild: %r does not begin with the message at its base offset %d; not adopted",
+                        foreign.path, foreign.base)
         idx = files.get((topic, queue_id, FileSegmentType.INDEX), [])
         for segs in (cl, cq, idx):
             segs.sort(key=lambda s: s.base)
@@ -266,6 +275,18 @@ def _not_messages(driver: SegmentDriver, cl: list[_Seg]) -> bool:
         return peek_total_size(head, 0) < QUEUE_OFFSET_END
     except CorruptData:
         return True
+
+
+def _begins_with_its_message(driver: SegmentDriver, seg: _Seg) -> bool:
+    """Whether commit-log segment ``seg`` begins with a message whose physical-offset field
+    is the segment's base offset (what a store's tiered commit log writes)."""
+    if seg.size < PHYSICAL_OFFSET_POS + 8:
+        return False
+    try:
+        head = driver.read(seg.path, 0, PHYSICAL_OFFSET_POS + 8)
+        return peek_physical_offset(head, 0) == seg.base and peek_total_size(head, 0) >= PHYSICAL_OFFSET_POS + 8
+    except CorruptData:
+        return False
 
 
 def _queue_range(cq: list[_Seg]) -> tuple[int, int]:

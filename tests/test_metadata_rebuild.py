@@ -380,3 +380,24 @@ def test_a_foreign_object_named_as_a_queues_next_segment_is_not_adopted(tmp_path
         bases = [m.base_offset for m in metadata.iterate_file_segments(int(FileSegmentType.COMMIT_LOG))]
     assert bases == [0]
     assert nxt.read_bytes() == data
+
+
+def test_a_rebuild_for_a_store_path_that_does_not_own_the_prefix_is_refused(tmp_path, capsys):
+    """An operator drill (round 2): ``metadata rebuild`` with a config naming another
+    store_path than the prefix's owner wrote that path a metadata database of the owner's
+    segments, and ``tiered get`` with it then served the owner's messages. It is refused now,
+    naming the owner and the take-over, and creates nothing."""
+    from tiered_core import Message, TieredMessageStore
+
+    tier = tmp_path / "tier"
+    owner = tmp_path / "owner.toml"
+    owner.write_text(f'[tiered]\nstore_path = "{tmp_path / "a"}"\n[tiered.options]\nroot = "{tier}"\n')
+    with TieredMessageStore.open(StoreConfig.load(str(owner), environ={})) as store:
+        store.put_message(Message(topic="t", body=b"x"), 0)
+        store.dispatch(force=True)
+    other = tmp_path / "other.toml"
+    other.write_text(f'[tiered]\nstore_path = "{tmp_path / "b"}"\n[tiered.options]\nroot = "{tier}"\n')
+    assert main(["metadata", "rebuild", "--config", str(other)]) == 5
+    err = capsys.readouterr().err
+    assert "PREFIX_OWNED" in err and f"tiered takeover --config {other} --create" in err
+    assert not (tmp_path / "b").exists()

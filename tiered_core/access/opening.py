@@ -110,8 +110,7 @@ def check_before_open(config: "StoreConfig", driver: SegmentDriver, *, take_over
                                f"the queue records of {meta_where}")
         ownership = PrefixOwnership(driver, config.cluster, config.broker, store_id or "", config.store_path)
         owner = ownership.current()
-        if not found:  # (an identity mismatch is the first thing to report)
-            ownership.check_driver(owner)  # before any listing reads the prefix as this driver's segments
+        ownership.check_driver(owner)  # before any listing reads the prefix as this driver's segments
         if metadata is not None:
             checks.report = reconcile(driver, metadata, config.cluster, config.broker)
         report = checks.report

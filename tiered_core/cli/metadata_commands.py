@@ -89,6 +89,27 @@ def _register_rebuild(actions: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_with_json(run_rebuild))
 
 
+def _refuse_a_prefix_of_another_store(config) -> None:
+    """A rebuild writes this store's metadata from the tier prefix: refuse (PREFIX_OWNED,
+    IDENTITY_MISMATCH) when the prefix's owner record names another store or another driver's
+    layout, before anything is created. (A lost disk is a take-over: it rebuilds too.)"""
+    from tiered_core.errors import PrefixOwned
+    from tiered_core.flat.ownership import PrefixOwnership, read_store_id
+
+    store_id = read_store_id(config.store_path) if os.path.isdir(config.store_path) else None
+    with config.open_driver() as driver:
+        ownership = PrefixOwnership(driver, config.cluster, config.broker, store_id or "", config.store_path)
+        owner = ownership.current()
+        ownership.check_driver(owner)
+    if owner is not None and owner.store_id != store_id:
+        raise PrefixOwned(
+            f"tier prefix {ownership.prefix!r} is owned by {owner.describe()}, not by the store at "
+            f"{config.store_path!r}: its metadata is rebuilt where that store lives. Nothing was created. For a "
+            f"failover to this store_path (a lost disk), run `tiered takeover --config {config.source or 'FILE'} "
+            "--create`: it rebuilds the metadata here", prefix=ownership.prefix, owner=owner.describe(),
+            owner_id=owner.store_id, store_path=config.store_path)
+
+
 def run_rebuild(args: argparse.Namespace) -> int:
     from tiered_core.config import StoreConfig
     from tiered_core.errors import MetadataError
@@ -98,6 +119,7 @@ def run_rebuild(args: argparse.Namespace) -> int:
 
     config = StoreConfig.load(args.config)
     target = config.effective_metadata_path()
+    _refuse_a_prefix_of_another_store(config)  # before anything is created
     os.makedirs(config.store_path, exist_ok=True)
     lock = acquire_store_lock(config.store_path)  # never under a running store
     try:

@@ -128,6 +128,9 @@ def test_a_prefix_the_s3_driver_laid_out_refuses_the_fsspec_driver_and_keeps_eve
         assert FAKE_CREDENTIALS["secret"] not in str(err)
     with pytest.raises(IdentityMismatch):
         TieredMessageStore.open(fsspec, read_only=True)
+    for take_over in (True, False):  # the s3 store's own store_path, which records driver s3 too
+        with pytest.raises(IdentityMismatch):
+            TieredMessageStore.open(fsspec.replace(store_path=s3.store_path), take_over=take_over)
     # The driver on its own (an owner record from before it named the driver) refuses too.
     segment = next(p for p in before if "#tiered-part/" in p).split("#tiered-part/")[0][len(f"{BUCKET}/{prefix}/"):]
     with open_driver("fsspec", url=root, storage_options=fs_options) as raw:

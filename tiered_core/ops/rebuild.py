@@ -49,8 +49,8 @@ from tiered_core.common import LONG_MAX, NO_TIMESTAMP, FileSegmentType, SegmentS
 from tiered_core.codec.checks import PropCrcPolicy
 from tiered_core.codec.message_batch import MessageBatch
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, ConsumeQueueUnit
-from tiered_core.codec._impl import peek_physical_offset, peek_queue_offset, peek_total_size
-from tiered_core.codec.message import MAGIC_END, PHYSICAL_OFFSET_POS, QUEUE_OFFSET_END, MessageExt
+from tiered_core.codec._impl import peek_physical_offset, peek_total_size
+from tiered_core.codec.message import MAGIC_END, PHYSICAL_OFFSET_POS, MessageExt
 from tiered_core.codec.index_keys import message_index_keys
 from tiered_core.codec.tiered_index import BEGIN_MAGIC, END_MAGIC, HEADER_SIZE, IndexHeader
 from tiered_core.codec.naming import (
@@ -160,7 +160,8 @@ def rebuild_metadata(
     for (topic, queue_id) in sorted({(t, q) for (t, q, _type) in files}):
         cl = files.get((topic, queue_id, FileSegmentType.COMMIT_LOG), [])
         cq = files.get((topic, queue_id, FileSegmentType.CONSUME_QUEUE), [])
-        if cl and not cq and _not_messages(driver, cl):
+        cl.sort(key=lambda seg: seg.base)
+        if cl and not cq and not _begins_with_its_message(driver, cl[0]):
             # Nothing of a store writes a commit log without its consume queue, nor one that
             # does not begin with a message: not this store's data. Left out (verify names
             # it, `tiered repair --apply` moves it to the quarantine), never adopted.
@@ -169,7 +170,6 @@ def rebuild_metadata(
                         "not read as a message (e.g. %r); not adopted", topic, queue_id, cl[0].path)
             files.pop((topic, queue_id, FileSegmentType.COMMIT_LOG))
             continue
-        cl.sort(key=lambda seg: seg.base)
         while len(cl) > 1 and not _begins_with_its_message(driver, cl[-1]):
             # A segment after the last one of a commit log begins with the message at its base
             # offset (each message names its tiered offset): one that does not was written by
@@ -262,19 +262,6 @@ def _scan(driver: SegmentDriver, prefix: str, cluster: str, broker: str,
         files.setdefault((info.topic, info.queue_id, info.file_type), []).append(
             _Seg(path, info.base_offset, size))
     return files
-
-
-def _not_messages(driver: SegmentDriver, cl: list[_Seg]) -> bool:
-    """Whether the first commit-log segment of a queue does not begin with a message."""
-    first = min(cl, key=lambda seg: seg.base)
-    if first.size < QUEUE_OFFSET_END:
-        return first.size > 0
-    try:
-        head = driver.read(first.path, 0, QUEUE_OFFSET_END)
-        peek_queue_offset(head, 0)  # checks the magic
-        return peek_total_size(head, 0) < QUEUE_OFFSET_END
-    except CorruptData:
-        return True
 
 
 def _begins_with_its_message(driver: SegmentDriver, seg: _Seg) -> bool:

@@ -401,3 +401,67 @@ def test_a_rebuild_for_a_store_path_that_does_not_own_the_prefix_is_refused(tmp_
     err = capsys.readouterr().err
     assert "PREFIX_OWNED" in err and f"tiered takeover --config {other} --create" in err
     assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("planted", ["copy_of_the_last_segment", "random_bytes", "units_past_the_commit_log"])
+def test_a_foreign_object_named_as_a_queues_next_consume_queue_segment_is_not_adopted(tmp_path, capsys, planted):
+    """An operator drill (round 2) left this open: an object named as an existing queue's next
+    consume-queue segment was adopted by ``metadata rebuild --force``, and reads of the queue
+    then served what it named. Its first unit must name the message of its base queue offset."""
+    import random
+
+    from tiered_core import Message, TieredMessageStore
+    from tiered_core.codec.consume_queue import encode_cq_unit
+    from tiered_core.codec.naming import segment_path
+
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'[tiered]\nstore_path = "{tmp_path / "store"}"\ngroup_commit_interval_ms = 0\n'
+                    f'[tiered.options]\nroot = "{tmp_path / "tier"}"\n')
+    cfg = StoreConfig.load(str(conf), environ={})
+    with TieredMessageStore.open(cfg) as store:
+        for i in range(3):
+            store.put_message(Message(topic="t", body=f"m{i}".encode()), 0)
+        store.dispatch(force=True)
+    tier = tmp_path / "tier"
+    first = tier / segment_path(cfg.cluster, cfg.broker, "t", 0, FileSegmentType.CONSUME_QUEUE, 0)
+    size = first.stat().st_size
+    assert size == 3 * 20
+    nxt = tier / segment_path(cfg.cluster, cfg.broker, "t", 0, FileSegmentType.CONSUME_QUEUE, size)
+    data = {"copy_of_the_last_segment": first.read_bytes(),
+            "random_bytes": random.Random(7).randbytes(60),
+            "units_past_the_commit_log": encode_cq_unit(10_000, 90) * 2}[planted]
+    nxt.write_bytes(data)
+    assert main(["metadata", "rebuild", "--config", str(conf), "--force"]) == 0
+    assert "did not adopt 1 segment-named object(s)" in capsys.readouterr().out
+    with cfg.open_metadata() as metadata:
+        bases = [m.base_offset for m in metadata.iterate_file_segments(int(FileSegmentType.CONSUME_QUEUE))]
+        assert bases == [0]
+        assert (metadata.get_queue("t", 0).min_offset, metadata.get_queue("t", 0).max_offset) == (0, 3)
+    assert nxt.read_bytes() == data
+
+
+def test_a_queues_real_next_consume_queue_segment_is_still_adopted(tmp_path, capsys):
+    """The check of the next consume-queue segment adopts the store's own: a queue whose
+    consume queue rolled into several segments is rebuilt whole, every message readable."""
+    from tiered_core import Message, TieredMessageStore
+
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'[tiered]\nstore_path = "{tmp_path / "store"}"\ngroup_commit_interval_ms = 0\n'
+                    f'consume_queue_max_size = 100\n'
+                    f'[tiered.options]\nroot = "{tmp_path / "tier"}"\n')
+    cfg = StoreConfig.load(str(conf), environ={})
+    with TieredMessageStore.open(cfg) as store:
+        for i in range(12):
+            store.put_message(Message(topic="t", body=f"m{i}".encode()), 0)
+            store.dispatch(force=True)
+    with cfg.open_metadata() as metadata:
+        before = sorted(m.base_offset for m in metadata.iterate_file_segments(int(FileSegmentType.CONSUME_QUEUE)))
+    assert len(before) > 1
+    assert main(["metadata", "rebuild", "--config", str(conf), "--force"]) == 0
+    assert "did not adopt" not in capsys.readouterr().out
+    with cfg.open_metadata() as metadata:
+        after = sorted(m.base_offset for m in metadata.iterate_file_segments(int(FileSegmentType.CONSUME_QUEUE)))
+    assert after == before
+    with TieredMessageStore.open(cfg, read_only=True) as store:
+        got = store.get_message("g", "t", 0, 0, 32)
+        assert [m.body for m in got.messages] == [f"m{i}".encode() for i in range(12)]

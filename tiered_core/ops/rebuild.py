@@ -48,8 +48,8 @@ from typing import Callable, Iterable, NamedTuple
 from tiered_core.common import LONG_MAX, NO_TIMESTAMP, FileSegmentType, SegmentStatus, now_ms
 from tiered_core.codec.checks import PropCrcPolicy
 from tiered_core.codec.message_batch import MessageBatch
-from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, ConsumeQueueUnit
-from tiered_core.codec._impl import peek_physical_offset, peek_total_size
+from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, ConsumeQueueUnit, decode_cq_unit
+from tiered_core.codec._impl import peek_physical_offset, peek_queue_offset, peek_total_size
 from tiered_core.codec.message import MAGIC_END, PHYSICAL_OFFSET_POS, MessageExt
 from tiered_core.codec.index_keys import message_index_keys
 from tiered_core.codec.tiered_index import BEGIN_MAGIC, END_MAGIC, HEADER_SIZE, IndexHeader
@@ -178,6 +178,14 @@ def rebuild_metadata(
             stats.not_adopted.append(foreign.path)
             log.warning("rebuild: %r does not begin with the message at its base offset %d; not adopted",
                         foreign.path, foreign.base)
+        cq.sort(key=lambda seg: seg.base)
+        while len(cq) > 1 and _contradicts_the_commit_log(driver, cq[-1], cl):
+            # Likewise a consume-queue segment after a queue's first: its first unit names the
+            # message of its base queue offset, which the commit log (tiered first) holds.
+            foreign = cq.pop()
+            stats.not_adopted.append(foreign.path)
+            log.warning("rebuild: %r does not begin with a unit naming the message at queue offset %d; "
+                        "not adopted", foreign.path, foreign.base // CQ_UNIT_SIZE)
         idx = files.get((topic, queue_id, FileSegmentType.INDEX), [])
         for segs in (cl, cq, idx):
             segs.sort(key=lambda s: s.base)
@@ -274,6 +282,36 @@ def _begins_with_its_message(driver: SegmentDriver, seg: _Seg) -> bool:
         return peek_physical_offset(head, 0) == seg.base and peek_total_size(head, 0) >= PHYSICAL_OFFSET_POS + 8
     except CorruptData:
         return False
+
+
+def _contradicts_the_commit_log(driver: SegmentDriver, seg: _Seg, cl: list[_Seg]) -> bool:
+    """Whether consume-queue segment ``seg``'s first unit contradicts the queue's commit log
+    ``cl`` (sorted): it names no message (an invalid unit), or a place past the commit log's
+    end (the commit log is tiered before its consume queue), or a message there that is not
+    the one of the segment's base queue offset. A unit naming a commit-log range that is not
+    listed (expired, never seen) tells nothing: such a segment is adopted as before."""
+    if seg.size < CQ_UNIT_SIZE:
+        return False
+    try:
+        unit = decode_cq_unit(driver.read(seg.path, 0, CQ_UNIT_SIZE))
+    except CorruptData:
+        return False
+    if not unit.is_valid:
+        return True
+    if not cl or unit.commitlog_offset < cl[0].base:
+        return False
+    holder = cl[bisect.bisect_right([s.base for s in cl], unit.commitlog_offset) - 1]
+    if unit.commitlog_offset >= holder.base + holder.size:
+        return holder is cl[-1]  # past the end; (in a gap of the listing it tells nothing)
+    if unit.commitlog_offset + unit.size > holder.base + holder.size:
+        return True  # a message never spans two segments
+    try:
+        head = driver.read(holder.path, unit.commitlog_offset - holder.base, min(unit.size, PHYSICAL_OFFSET_POS + 8))
+        return not (peek_total_size(head, 0) == unit.size
+                    and peek_physical_offset(head, 0) == unit.commitlog_offset
+                    and peek_queue_offset(head, 0) == seg.base // CQ_UNIT_SIZE)
+    except CorruptData:
+        return True
 
 
 def _queue_range(cq: list[_Seg]) -> tuple[int, int]:

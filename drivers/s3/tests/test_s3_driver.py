@@ -453,6 +453,15 @@ def test_bad_options_are_named(options, option):
     assert SECRET not in str(info.value) and KEY not in str(info.value)
 
 
+def test_an_unknown_storage_option_is_named_with_the_option_it_resembles():
+    """An operator drill: a typo inside ``storage_options`` (``profle``) failed as "cannot set
+    up a client (TypeError)" without naming the key."""
+    with pytest.raises(InvalidOption) as info:
+        S3Driver(bucket="tiered-x", storage_options={"profle": "prod", "max_concurrency": 2})
+    assert info.value.code == "INVALID_OPTION" and info.value.context.get("key") == "profle"
+    assert "'profle'" in str(info.value) and "did you mean 'profile'?" in str(info.value)
+
+
 def test_unknown_option_and_bad_types_from_text_are_named():
     with pytest.raises(InvalidOption) as info:
         S3Driver.coerce_options({"bucket": "tiered-x", "acces_key": "x"})

@@ -95,6 +95,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import difflib
 import errno
 import json
 import logging
@@ -278,6 +279,7 @@ class S3Driver(ChainedObjectDriver):
                  extra: dict[str, Any]) -> Any:
         import s3fs
 
+        _refuse_unknown_storage_options(extra)
         client_kwargs = dict(extra.pop("client_kwargs", None) or {})
         if self.region:
             client_kwargs.setdefault("region_name", self.region)
@@ -867,6 +869,28 @@ def _storage_options(value: Any) -> dict[str, Any]:
             raise InvalidOption(f"option 'storage_options' of driver 's3': {name!r} must be a table",
                                 option="storage_options")
     return dict(value)
+
+
+def _refuse_unknown_storage_options(extra: Mapping[str, Any]) -> None:
+    """InvalidOption naming a ``storage_options`` key that neither s3fs nor its botocore
+    session takes (a typo such as ``profle`` otherwise fails inside the session as a bare
+    TypeError, which the client set-up cannot name without echoing the library)."""
+    import inspect
+
+    import aiobotocore.session
+    import s3fs
+
+    known = {"use_listings_cache", "listings_expiry_time", "max_paths"}  # s3fs hands these to fsspec
+    for init in (s3fs.S3FileSystem.__init__, aiobotocore.session.AioSession.__init__):
+        known.update(name for name, p in inspect.signature(init).parameters.items()
+                     if name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    unknown = sorted(set(extra) - known)
+    if unknown:
+        name = unknown[0]
+        close = difflib.get_close_matches(name, sorted(known - RESERVED_STORAGE_OPTIONS), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise InvalidOption(f"option 'storage_options' of driver 's3': {name!r} is not an option of s3fs or of "
+                            f"its botocore session{hint}", option="storage_options", key=name)
 
 
 class _InjectedBody:

@@ -66,7 +66,7 @@ class StoreNotFound(NotFound):
 def _tier_owner_hint(config: "StoreConfig") -> str | None:
     """For a ``store_path`` that holds nothing: when the configured tier prefix holds a
     store's owner record (a lost disk, a failover to a new path), the command that takes it
-    over; None when it holds none or cannot be read. Reads only (opening a driver creates
+    over; when it cannot be read (bad credentials), why; None when it holds none. Reads only (opening a driver creates
     nothing; the owner record is read through a driver that refuses writes)."""
     from tiered_core.flat.ownership import PrefixOwnership, ReadOnlyDriver, tier_prefix
 
@@ -76,7 +76,13 @@ def _tier_owner_hint(config: "StoreConfig") -> str | None:
             owner = PrefixOwnership(driver, config.cluster, config.broker, "", config.store_path).current()
         finally:
             driver.close()
-    except (TieredStoreError, OSError):
+    except TieredStoreError as exc:
+        # e.g. access denied: say so, since the store may well be there (driver errors
+        # never quote a credential)
+        return (f"its tier prefix {tier_prefix(config.cluster, config.broker)!r} could not be read to tell whether "
+                f"it holds this store's data (a lost disk): {exc}; fix that first (when the prefix holds no store, "
+                "`tiered put` creates one)")
+    except OSError:
         return None
     if owner is None:
         return None

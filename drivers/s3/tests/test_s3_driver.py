@@ -531,3 +531,21 @@ def test_broker_conf_object_store_keys_set_the_s3_options(tmp_path):
     # A driver without those options ignores them (posix has no bucket).
     conf.write_text("brokerName=b\nobjectStoreBucket=tiered-bucket\n")
     assert "bucket" not in StoreConfig.load(conf, environ={}).driver_options
+
+
+def test_a_read_only_command_on_a_missing_store_path_says_why_the_tier_could_not_be_read(moto_s3, tmp_path, capsys):
+    """An operator drill: ``tiered verify`` on a lost disk whose tier could not be read (bad
+    credentials) said only "no tiered store ... `tiered put` creates a store", which invites
+    creating a second store on the prefix. It now names the driver's error as well."""
+    from tiered_core.cli import main
+
+    options = {**moto_s3.driver_options("tiered-no-such-bucket-x", "p"), "retries": 0, "key": KEY, "secret": SECRET}
+    table = "".join(f"{k} = {json.dumps(v)}\n" for k, v in options.items())
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'[tiered]\nstore_path = "{tmp_path / "lost"}"\ndriver = "s3"\n[tiered.options]\n{table}')
+    for command in (["verify"], ["stat"]):
+        assert main([*command, "--config", str(conf)]) == 3
+        err = capsys.readouterr().err
+        assert "no tiered store" in err and "could not be read" in err and "does not exist" in err, err
+        assert SECRET not in err and KEY not in err
+    assert not (tmp_path / "lost").exists()

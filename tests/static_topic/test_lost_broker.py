@@ -71,6 +71,9 @@ def test_every_command_names_the_broker_and_the_cluster_level_fix(lost_b, capsys
         err = doc["error"]
         assert (code, err["code"], err["broker"], err["fix"]) == (5, "PREFIX_OWNED", "b", fix), argv
         assert f"`{fix}`" in err["message"] and "broker 'b'" in err["message"]
+        # the owner is named, read-only commands too (status and verify said "unknown owner")
+        assert "unknown owner" not in err["message"] and "(store " in err["message"], argv
+        assert err["prefix"].endswith("/b/"), argv
 
 
 def test_takeover_restores_the_broker_from_the_cluster_file(lost_b, capsys):

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tiered_core.errors import IdentityMismatch, MetadataError, PrefixOwned
-from tiered_core.flat.ownership import PrefixOwnership, read_store_id
+from tiered_core.flat.ownership import OwnerRecord, PrefixOwnership, ReadOnlyDriver, read_store_id
 from tiered_core.metadata import open_metadata_read_only
 from tiered_core.ops import identity as ids
 from tiered_core.ops.reconcile import ReconcileReport, metadata_refusal, reconcile
@@ -67,6 +67,16 @@ class OpenChecks:
             ids.write_local(store_path, self.identity, store_id)
         if ids.read_metadata(metadata) != self.identity:
             ids.write_metadata(metadata, self.identity)
+
+
+def prefix_owner(config: "StoreConfig") -> "OwnerRecord | None":
+    """The newest owner record of ``config``'s tier prefix (None: never claimed), read
+    through a driver that refuses writes; what the driver raises when it cannot be read."""
+    driver = ReadOnlyDriver(config.open_driver(), "reading the owner of a tier prefix")
+    try:
+        return PrefixOwnership(driver, config.cluster, config.broker, "", config.store_path).current()
+    finally:
+        driver.close()
 
 
 def _with_takeover_fix(exc: PrefixOwned, config: "StoreConfig", *, lost: bool) -> PrefixOwned:

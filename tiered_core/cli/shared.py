@@ -68,14 +68,11 @@ def _tier_owner_hint(config: "StoreConfig") -> str | None:
     store's owner record (a lost disk, a failover to a new path), the command that takes it
     over; when it cannot be read (bad credentials), why; None when it holds none. Reads only (opening a driver creates
     nothing; the owner record is read through a driver that refuses writes)."""
-    from tiered_core.flat.ownership import PrefixOwnership, ReadOnlyDriver, tier_prefix
+    from tiered_core.access.opening import prefix_owner
+    from tiered_core.flat.ownership import tier_prefix
 
     try:
-        driver = ReadOnlyDriver(config.open_driver(), "a missing store's hint only reads")
-        try:
-            owner = PrefixOwnership(driver, config.cluster, config.broker, "", config.store_path).current()
-        finally:
-            driver.close()
+        owner = prefix_owner(config)
     except TieredStoreError as exc:
         # e.g. access denied: say so, since the store may well be there (driver errors
         # never quote a credential)

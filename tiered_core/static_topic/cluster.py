@@ -38,8 +38,9 @@ from typing import Collection, Sequence
 
 from tiered_core.access.tiered_store import TieredMessageStore
 from tiered_core.config import StoreConfig
-from tiered_core.errors import ConfigError, IllegalParam, PrefixOwned, UnknownObjects
-from tiered_core.flat.ownership import read_store_id
+from tiered_core.access.opening import prefix_owner
+from tiered_core.errors import ConfigError, IllegalParam, PrefixOwned, TieredStoreError, UnknownObjects
+from tiered_core.flat.ownership import read_store_id, tier_prefix
 from tiered_core.static_topic.admin import StaticTopicAdmin
 from tiered_core.static_topic.bulk import gc_paused
 from tiered_core.static_topic.cluster_config import cluster_configs_from_text, load_cluster_configs
@@ -129,10 +130,17 @@ class Cluster(StaticTopicAdmin, MappingCheck, LogicDataPath, ConsumerOffsets):
         """``exc`` (another store owns the broker's tier prefix) said at cluster level: which
         broker, and the fix that works from the cluster file."""
         fix = (f"tiered static-topic takeover --cluster {self.source or 'CLUSTER_FILE'} --broker {config.broker}")
-        context = {**exc.context, "broker": config.broker, "fix": fix}
+        context = {"prefix": tier_prefix(config.cluster, config.broker), **exc.context, "broker": config.broker,
+                   "fix": fix}
+        if "owner" not in context:  # a read-only open does not ask the owner: ask it here
+            try:
+                record = prefix_owner(config)
+                context["owner"] = record.describe() if record is not None else "no owner record"
+            except TieredStoreError as read_error:
+                context["owner"] = f"its owner record cannot be read: {read_error}"
         return PrefixOwned(
-            f"broker {config.broker!r} cannot open: another store owns its tier prefix {exc.context.get('prefix')!r} "
-            f"({exc.context.get('owner', 'unknown owner')}); this is a new store at {config.store_path!r}. If broker "
+            f"broker {config.broker!r} cannot open: another store owns its tier prefix {context['prefix']!r} "
+            f"({context['owner']}); this is a new store at {config.store_path!r}. If broker "
             f"{config.broker!r} lost its disk or moved to this store_path, stop the old broker {config.broker!r} "
             f"and run `{fix}` (it takes the prefix over, rebuilds the broker's metadata from the tier and its "
             "static-topic mappings from the other brokers); if two brokers share the name "

@@ -155,4 +155,4 @@ def test_migrate_posix_to_gcs_resumes_after_a_failed_task(spark, source, tmp_pat
     assert main(["spark", "migrate", "--config", source, "--to-config", target, "--chunk-size", "1024",
                  "--json"]) == 0
     again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert (again["segments"], again["copied"]) == (len(tasks), 0)
+    assert (again["segments"], again["copied"], again["resumed"]) == (len(tasks), 0, len(tasks))

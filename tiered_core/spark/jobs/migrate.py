@@ -60,7 +60,8 @@ class CopyResult:
 
 @dataclass(frozen=True)
 class MigrateResult:
-    """Totals of a migration."""
+    """Totals of a migration: ``copied`` bytes written by this run, ``resumed`` segments the
+    target already held in whole or in part (an earlier run's copies, verified, not written again)."""
 
     segments: int
     bytes: int
@@ -72,7 +73,8 @@ class MigrateResult:
 
     def summary(self) -> str:
         return (f"migrated {self.segments} segments ({self.bytes} bytes; {self.copied} copied by this run, "
-                f"{self.resumed} resumed), metadata of {self.topics} topics and "
+                f"{self.resumed} segments found whole or in part from an earlier run), metadata of "
+                f"{self.topics} topics and "
                 f"{self.queues} queues written once, in {self.seconds:.1f}s")
 
 
@@ -252,7 +254,7 @@ def migrate(spark, config: str | os.PathLike, to_config: str | os.PathLike, *,
     finally:
         source_meta.close()
     return MigrateResult(len(results), sum(r.size for r in results), sum(r.copied for r in results),
-                         sum(1 for r in results if r.resumed_at and r.copied), topics, queues,
+                         sum(1 for r in results if r.resumed_at), topics, queues,
                          time.perf_counter() - started)
 
 

@@ -97,12 +97,13 @@ class CommitLog:
     """
 
     def __init__(self, directory: str, file_size: int = DEFAULT_FILE_SIZE, *,
-                 append_lock: threading.RLock | None = None) -> None:
+                 append_lock: threading.RLock | None = None, private: bool = False) -> None:
+        """``private``: a reader's view that writes nothing (see :class:`MappedFileQueue`)."""
         if file_size < 64 + END_FILE_MIN_BLANK_LENGTH:
             raise IllegalParam(f"commit-log file size {file_size} is too small", file_size=file_size)
         self.directory = directory
         self.file_size = file_size
-        self._files = MappedFileQueue(directory, file_size)
+        self._files = MappedFileQueue(directory, file_size, private=private)
         # Appends and close hold it. An owner that numbers messages as it appends them
         # passes its own reentrant lock and calls append_held under it: one lock per put.
         self._lock = append_lock if append_lock is not None else threading.Lock()

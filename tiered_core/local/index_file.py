@@ -71,6 +71,9 @@ class IndexFile:
 
     def __init__(self, path: str, hash_slots: int = DEFAULT_HASH_SLOTS,
                  max_items: int = DEFAULT_MAX_ITEMS, *, create: bool = False, read_only: bool = False) -> None:
+        """``read_only``: a reader's private view: the file is mapped copy-on-write, so puts and
+        cuts (a replay after a crash) change the map only, never the file (nor its times);
+        with ``create`` the new file lives in memory only."""
         if hash_slots <= 0 or max_items <= 1:
             raise IllegalParam(f"index file needs hash_slots > 0 and max_items > 1, got "
                                f"{hash_slots} and {max_items}", hash_slots=hash_slots, max_items=max_items)
@@ -81,15 +84,16 @@ class IndexFile:
         self._items_base = HEADER_SIZE + hash_slots * SLOT_SIZE
         self._lock = threading.Lock()
         self._mm: mmap.mmap | None = None
-        # read_only: opened and mapped for reading only, nothing allocated (not even its mtime changes)
+        # read_only: opened for reading only; changes stay in the private map
+        self.read_only = read_only
         flags = os.O_RDONLY if read_only else os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         try:
-            fd = os.open(path, flags, 0o644)
+            fd = -1 if read_only and create else os.open(path, flags, 0o644)
         except OSError as exc:
             raise local_io_error("creating" if create else "opening", path, exc) from None
         self._fd = fd
         try:
-            size = os.fstat(fd).st_size
+            size = os.fstat(fd).st_size if fd >= 0 else self.file_size
             if (create or size == 0) and not read_only:
                 # Creating and sizing are two steps: a kill between them leaves a 0-byte file,
                 # which holds nothing, so it is sized now rather than refused at every restart.
@@ -104,13 +108,16 @@ class IndexFile:
             self._pages = bytearray(-(-self._items_base // _PAGE))
             self._items_allocated = self._items_base
             if read_only:
-                self._mm = mmap.mmap(fd, self.file_size, access=mmap.ACCESS_READ)
+                self._mm = mmap.mmap(fd, self.file_size, access=mmap.ACCESS_COPY)
+                self._pages = bytearray(b"\x01") * len(self._pages)  # nothing to allocate on disk
+                self._items_allocated = self.file_size
             else:
                 self._allocate_page(0)  # the header
                 self._mm = mmap.mmap(fd, self.file_size)
         except BaseException as exc:
-            os.close(fd)
-            if create:
+            if fd >= 0:
+                os.close(fd)
+            if create and not read_only:
                 unlink_if_exists(path)  # ours (O_EXCL) and empty: no file is left half made
             if isinstance(exc, OSError):
                 raise local_io_error("creating" if create else "opening", path, exc) from None
@@ -402,10 +409,13 @@ class IndexFile:
             if self._mm is not None:
                 self._mm.close()
                 self._mm = None
-                os.close(self._fd)
+                if self._fd >= 0:
+                    os.close(self._fd)
 
     def destroy(self) -> None:
         self.close()
+        if self.read_only:
+            return  # a private view deletes nothing
         try:
             unlink_if_exists(self.path)
         except OSError as exc:
@@ -445,12 +455,14 @@ class IndexService:
         self.max_items = max_items
         self._clock = clock or (lambda: time.time_ns() // 1_000_000)
         self._lock = threading.RLock()
+        self.read_only = read_only
         try:
-            os.makedirs(directory, exist_ok=True)
+            if not read_only:
+                os.makedirs(directory, exist_ok=True)
         except OSError as exc:
             raise local_io_error("creating the directory", directory, exc) from None
         self._files: list[IndexFile] = []
-        for name in sorted(os.listdir(directory)):
+        for name in sorted(os.listdir(directory) if os.path.isdir(directory) or not read_only else ()):
             if parse_index_file_name(name) is None:
                 continue
             path = os.path.join(directory, name)
@@ -484,12 +496,14 @@ class IndexService:
             if not os.path.exists(path):
                 break
             ts += 1
-        f = IndexFile(path, self.hash_slots, self.max_items, create=True)
+        f = IndexFile(path, self.hash_slots, self.max_items, create=True, read_only=self.read_only)
         self._files.append(f)
         self._sync_dir()
         return f
 
     def _sync_dir(self) -> None:
+        if self.read_only:
+            return
         try:
             fsync_dir(self.directory)
         except OSError as exc:

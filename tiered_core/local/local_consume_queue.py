@@ -58,7 +58,9 @@ class ConsumeQueue:
     """
 
     def __init__(self, directory: str, topic: str, queue_id: int,
-                 units_per_file: int = DEFAULT_UNITS_PER_FILE) -> None:
+                 units_per_file: int = DEFAULT_UNITS_PER_FILE, *, private: bool = False) -> None:
+        """``private``: a reader's view that writes nothing; its changes (a recovery's cut, a
+        replay's units, a new floor) are kept in memory (see :class:`MappedFileQueue`)."""
         if units_per_file <= 0:
             raise IllegalParam(f"units per consume-queue file must be > 0, got {units_per_file}",
                                units_per_file=units_per_file)
@@ -66,7 +68,8 @@ class ConsumeQueue:
         self.topic = topic
         self.queue_id = queue_id
         self.units_per_file = units_per_file
-        self._files = MappedFileQueue(directory, units_per_file * CQ_UNIT_SIZE)
+        self.private = private
+        self._files = MappedFileQueue(directory, units_per_file * CQ_UNIT_SIZE, private=private)
         self._lock = threading.RLock()
         self._floor, self._floor_until_ms = self._read_floor()
         self._min_offset = max(self._files.min_offset // CQ_UNIT_SIZE, self._floor)
@@ -213,6 +216,9 @@ class ConsumeQueue:
     def _write_floor(self, offset: int, until_ms: int) -> None:
         path = self._floor_path()
         tmp = path + ".tmp"
+        if self.private:
+            self._floor, self._floor_until_ms = offset, until_ms
+            return
         try:
             with open(tmp, "w", encoding="utf-8") as f:
                 json.dump({"offset": offset, "until_ms": until_ms, "written_at": now_ms()}, f)
@@ -390,9 +396,11 @@ class ConsumeQueue:
         self._files.close()
 
     def destroy(self) -> None:
-        """Close and delete every file and the queue directory."""
+        """Close and delete every file and the queue directory (a private one: close only)."""
         files = self._files.files
         self._files.close()
+        if self.private:
+            return
         for path in [mf.path for mf in files] + [self._floor_path()]:
             try:
                 os.unlink(path)

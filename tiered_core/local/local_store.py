@@ -135,9 +135,10 @@ class LocalStoreConfig:
     flush_consume_queue_interval_ms: int = 1000  # flushIntervalConsumeQueue (also index, checkpoint)
     reput_interval_ms: int = 10  # background reput poll (a put wakes an idle reput thread)
     background_services: bool = True  # run the reput and flush threads
-    #: Open to read (a read-only command): no checkpoint, flush or index clean-up is written,
-    #: so a directory that was closed cleanly is left byte for byte and time for time as it
-    #: was. (A directory a crash left still has its torn tail cut and its queues replayed.)
+    #: Open to read (a read-only command): nothing in the directory is created, written or
+    #: deleted, its times included. What the open of a directory a crash left must change --
+    #: its torn tail cut, its queues and keys replayed -- is done in memory for this reader
+    #: only (the next writable open does it on disk).
     read_only: bool = False
     file_reserved_time_ms: int = KEYS.local_retention_hours.field(lambda hours: hours * HOUR_MS)
     max_message_size: int | None = None  # largest encoded message; None: min(16 MiB, file size - 8)
@@ -365,7 +366,7 @@ class LocalMessageStore:
         cfg = self.config
         cp = self._read_checkpoint()
         self._commit_log = CommitLog(os.path.join(self.root, "commitlog"), cfg.commit_log_file_size,
-                                     append_lock=self._put_lock)
+                                     append_lock=self._put_lock, private=cfg.read_only)
         rec = self._commit_log.recover(cp.commitlog_flushed if cp else None)
         self.recovery = rec
         self._commit_log.flush()
@@ -378,13 +379,12 @@ class LocalMessageStore:
         if cq_end < start:
             start = max(cq_end, cl_min)
         self._reput_offset = min(max(start, cl_min), cl_max)
-        # A reader of a directory closed cleanly has nothing to replay: its index stays as it is.
-        index_read_only = cfg.read_only and self._reput_offset >= cl_max and not rec.truncated_bytes
         self._index = (IndexService(os.path.join(self.root, "index"), cfg.index_hash_slots,
-                                    cfg.index_max_items, clock=self._clock, read_only=index_read_only)
+                                    cfg.index_max_items, clock=self._clock, read_only=cfg.read_only)
                        if cfg.message_index_enable else None)
-        fsync_dir(self.root)  # the directories just created
-        if self._index is not None and not index_read_only:
+        if not cfg.read_only:
+            fsync_dir(self.root)  # the directories just created
+        if self._index is not None:
             # Messages before the replay start are indexed; items past it may be partial
             # (killed mid-reput) or stale (bytes recovery cut): undo them, then replay.
             self._index.truncate_from(self._reput_offset)
@@ -399,8 +399,9 @@ class LocalMessageStore:
 
     def _load_consume_queues(self, cl_min: int, cl_max: int) -> None:
         base = os.path.join(self.root, "consumequeue")
-        os.makedirs(base, exist_ok=True)
-        for topic in sorted(os.listdir(base)):
+        if not self.config.read_only:
+            os.makedirs(base, exist_ok=True)
+        for topic in sorted(os.listdir(base) if os.path.isdir(base) else ()):
             tdir = os.path.join(base, topic)
             try:
                 validate_topic(topic)
@@ -415,7 +416,7 @@ class LocalMessageStore:
                     continue
                 qid = int(qname)
                 cq = ConsumeQueue(os.path.join(tdir, qname), topic, qid,
-                                  self.config.consume_queue_units_per_file)
+                                  self.config.consume_queue_units_per_file, private=self.config.read_only)
                 cq.recover(cl_max)
                 cq.correct_min_offset(cl_min)
                 self._cqs[(topic, qid)] = cq
@@ -880,9 +881,10 @@ class LocalMessageStore:
                 if cq is None:
                     base = os.path.join(self.root, "consumequeue")
                     d = os.path.join(base, topic, str(queue_id))
-                    cq = ConsumeQueue(d, topic, queue_id, self.config.consume_queue_units_per_file)
+                    cq = ConsumeQueue(d, topic, queue_id, self.config.consume_queue_units_per_file,
+                                      private=self.config.read_only)
                     # a queue directory lost in a power cut would restart its offsets at 0
-                    for directory in (os.path.join(base, topic), base):
+                    for directory in (() if self.config.read_only else (os.path.join(base, topic), base)):
                         try:
                             fsync_dir(directory)
                         except OSError as exc:

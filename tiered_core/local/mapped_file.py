@@ -18,6 +18,7 @@ import bisect
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -61,17 +62,33 @@ class MappedFile:
     log serialises appends); readers may run concurrently with it.
     """
 
-    def __init__(self, path: str, start: int, capacity: int) -> None:
+    def __init__(self, path: str, start: int, capacity: int, *, private: bool = False,
+                 fresh: bool = False) -> None:
+        """``private``: a view for a reader that writes nothing (a read-only store open): the
+        file is read, never written, created or deleted; what the owner changes -- a
+        recovery's cut, a replay's appends -- is kept in memory above the first changed
+        position. ``fresh`` (with ``private``): a file the owner makes anew, held in memory
+        only (whatever lies on disk under its name is not read)."""
         if capacity <= 0:
             raise IllegalParam(f"file capacity must be > 0, got {capacity}", capacity=capacity)
         self.path = path
         self.start = start
         self.capacity = capacity
+        self.private = private
         try:
-            self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            if not private:
+                self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            elif fresh or not os.path.exists(path):
+                self._fd = -1
+            else:
+                self._fd = os.open(path, os.O_RDONLY)
         except OSError as exc:
             raise local_io_error("opening", path, exc) from None
-        self._write_pos = os.fstat(self._fd).st_size
+        self._write_pos = os.fstat(self._fd).st_size if self._fd >= 0 else 0
+        # private: bytes below _mem_from are the file's; from it on, _mem's (then zeros up to
+        # the write position, after a fill to capacity)
+        self._mem_from = self._write_pos
+        self._mem = bytearray()
         self._flushed_pos = -1  # unknown after open: the first flush always fsyncs
         self._refs = 1  # the owner's reference
         self._closing = False
@@ -122,11 +139,12 @@ class MappedFile:
             self._really_close()
 
     def _really_close(self) -> None:
-        try:
-            os.close(self._fd)
-        except OSError:  # pragma: no cover - already closed
-            pass
-        if self._destroy_on_close:
+        if self._fd >= 0:
+            try:
+                os.close(self._fd)
+            except OSError:  # pragma: no cover - already closed
+                pass
+        if self._destroy_on_close and not self.private:
             try:
                 os.unlink(self.path)
             except FileNotFoundError:
@@ -160,6 +178,11 @@ class MappedFile:
                 path=self.path, length=n, remaining=self.remaining,
             )
         pos = self._write_pos
+        if self.private:
+            self._mem_to(pos)
+            self._mem += data
+            self._write_pos = pos + n
+            return pos
         try:
             done = os.pwrite(self._fd, data, pos)
             if done < n:  # a short write: go on from where it stopped
@@ -176,6 +199,12 @@ class MappedFile:
         self._write_pos = pos + n
         return pos
 
+    def _mem_to(self, position: int) -> None:
+        """(private) Make the memory part reach ``position`` (zeros of a fill made real)."""
+        missing = position - self._mem_from - len(self._mem)
+        if missing > 0:
+            self._mem += bytes(missing)
+
     def _cut_back(self, position: int) -> None:
         """Best effort: shorten the file to ``position`` after a failed write (shrinking
         needs no space, so it works on a full disk)."""
@@ -191,6 +220,11 @@ class MappedFile:
         self._check_open()
         if len(record) > self.remaining:
             raise IllegalParam(f"{len(record)} bytes do not fit in {self.path!r}", path=self.path)
+        if self.private:
+            self._mem_to(self._write_pos)
+            self._mem += record
+            self._write_pos = self.capacity
+            return
         try:
             os.ftruncate(self._fd, self.capacity)
             done = 0
@@ -204,6 +238,9 @@ class MappedFile:
     def fill_to_capacity(self) -> None:
         """Extend the file with zeros to its capacity (sparse where the FS allows)."""
         self._check_open()
+        if self._write_pos < self.capacity and self.private:
+            self._mem_to(self._write_pos)
+            self._write_pos = self.capacity  # (zeros, read as such)
         if self._write_pos < self.capacity:
             try:
                 os.ftruncate(self._fd, self.capacity)
@@ -232,29 +269,40 @@ class MappedFile:
         if not self.hold():
             raise SegmentClosed(f"{self.path!r} is closed", path=self.path)
         try:
-            chunks = []
-            pos = position
-            while pos < end:
-                try:
-                    chunk = os.pread(self._fd, end - pos, pos)
-                except OSError as exc:
-                    raise local_io_error("reading", self.path, exc) from None
-                if not chunk:
-                    raise StateConflict(
-                        f"{self.path!r} is shorter than its write position {self._write_pos}",
-                        path=self.path, position=pos,
-                    )
-                chunks.append(chunk)
-                pos += len(chunk)
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            if self.private and end > self._mem_from:
+                lo, hi = max(position, self._mem_from) - self._mem_from, end - self._mem_from
+                held = bytes(self._mem[lo:hi])
+                tail = held + bytes(hi - lo - len(held))  # zeros of a fill past the memory part
+                if position >= self._mem_from:
+                    return tail
+                return self._pread(position, self._mem_from) + tail
+            return self._pread(position, end)
         finally:
             self.release()
+
+    def _pread(self, position: int, end: int) -> bytes:
+        """The file's bytes ``[position, end)`` (the caller holds the file)."""
+        chunks = []
+        pos = position
+        while pos < end:
+            try:
+                chunk = os.pread(self._fd, end - pos, pos)
+            except OSError as exc:
+                raise local_io_error("reading", self.path, exc) from None
+            if not chunk:
+                raise StateConflict(
+                    f"{self.path!r} is shorter than its write position {self._write_pos}",
+                    path=self.path, position=pos,
+                )
+            chunks.append(chunk)
+            pos += len(chunk)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     def flush(self) -> int:
         """fsync; returns the write position that is now durable."""
         pos = self._write_pos
-        if pos == self._flushed_pos:
-            return pos
+        if pos == self._flushed_pos or self.private:
+            return pos  # (a private view writes nothing: nothing to make durable)
         if not self.hold():
             return self._flushed_pos
         try:
@@ -274,6 +322,13 @@ class MappedFile:
                 f"truncate {self.path!r} to {position}: outside 0..{self._write_pos}",
                 path=self.path, position=position,
             )
+        if self.private:
+            if position >= self._mem_from:
+                del self._mem[position - self._mem_from:]
+            else:
+                self._mem_from, self._mem = position, bytearray()
+            self._write_pos = position
+            return
         try:
             os.ftruncate(self._fd, position)
             os.fsync(self._fd)
@@ -283,9 +338,13 @@ class MappedFile:
         self._flushed_pos = min(self._flushed_pos, position)
 
     def mtime_ms(self) -> int:
+        if self.private and self._fd < 0:
+            return int(time.time() * 1000)  # made in memory just now
         return int(os.stat(self.path).st_mtime * 1000)
 
     def set_mtime_ms(self, ts_ms: int) -> None:
+        if self.private:
+            return
         try:
             os.utime(self.path, ns=(ts_ms * 1_000_000, ts_ms * 1_000_000))
         except OSError as exc:
@@ -305,24 +364,28 @@ class MappedFileQueue:
     read (see :meth:`reading`).
     """
 
-    def __init__(self, directory: str, file_size: int) -> None:
+    def __init__(self, directory: str, file_size: int, *, private: bool = False) -> None:
+        """``private``: every file is a private view (see :class:`MappedFile`): nothing in the
+        directory is created, written or deleted, not even the directory."""
         if file_size <= 0:
             raise IllegalParam(f"file size must be > 0, got {file_size}", file_size=file_size)
         self.directory = directory
         self.file_size = file_size
+        self.private = private
         self._lock = threading.RLock()
         self._files: list[MappedFile] = []
         self._starts: list[int] = []
         self._flushed = 0
         try:
-            os.makedirs(directory, exist_ok=True)
+            if not private:
+                os.makedirs(directory, exist_ok=True)
         except OSError as exc:
             raise local_io_error("creating the directory", directory, exc) from None
         self._load()
 
     def _load(self) -> None:
         found = []
-        for name in os.listdir(self.directory):
+        for name in (os.listdir(self.directory) if os.path.isdir(self.directory) or not self.private else ()):
             start = parse_offset_file_name(name)
             if start is None:
                 continue
@@ -339,7 +402,7 @@ class MappedFileQueue:
             if self._files and start != self._files[-1].limit:
                 log.warning("gap in %s before %s: later files are dropped from the list", self.directory, name)
                 break
-            mf = MappedFile(path, start, self.file_size)
+            mf = MappedFile(path, start, self.file_size, private=self.private)
             if mf.write_position > self.file_size:
                 mf.close()
                 raise StateConflict(
@@ -425,7 +488,8 @@ class MappedFileQueue:
                     start=start,
                 )
             path = os.path.join(self.directory, offset_file_name(start))
-            mf = MappedFile(path, start, self.file_size)
+            # (a private queue's new file is its own, whatever a cut left on disk under the name)
+            mf = MappedFile(path, start, self.file_size, private=self.private, fresh=self.private)
             self._files.append(mf)
             self._starts.append(start)
             if not self._files[:-1]:
@@ -434,6 +498,8 @@ class MappedFileQueue:
         return mf
 
     def _sync_dir(self) -> None:
+        if self.private:
+            return
         try:
             fsync_dir(self.directory)
         except OSError as exc:

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sqlite3
+import tempfile
 import threading
 import urllib.parse
 from typing import Any, Callable, Iterator, TypeVar
@@ -672,22 +674,51 @@ class SqliteMetadataStore(TieredMetadataStore):
 _SNAPSHOT_ATTEMPTS = 5
 
 
+def _load_private_copy(path: str, memory: sqlite3.Connection, busy_timeout: float) -> bool:
+    """Copy the database at ``path`` and its ``-wal`` into a private directory and back the
+    copy up into ``memory``. False when either file changed (or went) during the copy."""
+    with tempfile.TemporaryDirectory(prefix="tiered-metadata-copy-") as scratch:
+        copy = os.path.join(scratch, "metadata.db")
+        try:
+            before = [os.stat(path + suffix) for suffix in ("", "-wal")]
+            for suffix in ("", "-wal"):
+                shutil.copyfile(path + suffix, copy + suffix)
+            after = [os.stat(path + suffix) for suffix in ("", "-wal")]
+        except FileNotFoundError:
+            return False  # the -wal went: the writer closed (checkpointed) meanwhile
+        if [(s.st_mtime_ns, s.st_size) for s in before] != [(s.st_mtime_ns, s.st_size) for s in after]:
+            return False
+        source = sqlite3.connect(copy, timeout=busy_timeout)
+        try:
+            source.backup(memory)
+        finally:
+            source.close()
+    return True
+
+
 def _snapshot(path: str, busy_timeout: float) -> sqlite3.Connection:
     """An in-memory copy of the SQLite database at ``path`` (empty when there is none),
     leaving no trace there.
 
     Without a ``-wal`` beside it the file holds the whole database: its bytes are read
     (again if it changed meanwhile) and loaded into memory. With a ``-wal`` (a writer is
-    open, or one stopped before a checkpoint) the copy goes through SQLite's own read-only
-    connection and backup, which use the existing ``-wal`` and ``-shm`` (the ``-shm`` is
-    SQLite's shared-memory index of the ``-wal``, where readers take read marks; a lost one
-    is recreated); the database and the ``-wal`` are not written.
+    open, or one stopped before a checkpoint, e.g. killed) the database and its ``-wal`` are
+    copied into a private directory (again if either changed meanwhile), where SQLite
+    recovers the copy, and that is loaded into memory: nothing beside the database is
+    touched, not even its ``-shm``. Only when a live writer kept changing them through every
+    attempt does the copy go through SQLite's own read-only connection and backup, which use
+    the writer's ``-wal`` and ``-shm`` (its shared-memory index of the ``-wal``, where
+    readers take read marks); the database and the ``-wal`` are not written then either.
     """
     memory = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
     try:
         if not os.path.exists(path):
             return memory
-        for _ in range(_SNAPSHOT_ATTEMPTS):
+        for attempt in range(_SNAPSHOT_ATTEMPTS):
+            if os.path.exists(path + "-wal") and attempt + 1 < _SNAPSHOT_ATTEMPTS:
+                if _load_private_copy(path, memory, busy_timeout):
+                    return memory
+                continue  # written meanwhile: copy again
             if os.path.exists(path + "-wal"):
                 uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
                 source = sqlite3.connect(uri, uri=True, timeout=busy_timeout)

@@ -118,3 +118,29 @@ def test_an_import_of_another_stores_history_is_refused_not_skipped(spark, tmp_p
     assert import_parquet(spark, target, exported.path).appended == SPEC.messages * SPEC.queues
     again = import_parquet(spark, target, exported.path)
     assert (again.appended, again.skipped) == (0, SPEC.messages * SPEC.queues)
+
+
+def test_another_stores_history_with_the_same_bodies_is_refused_by_its_store_times(spark, tmp_path):
+    """Two stores' histories may share bodies (heartbeats, retried payloads). The import's
+    check compared bodies only, so store C holding A's bodies at the same offsets, put at
+    other times, took A's export as "already stored" and dropped A's messages there. The
+    store time is compared too; the same export imported again still skips every row."""
+    import pytest
+
+    from tiered_core.errors import StateConflict
+
+    source = write_config(tmp_path / "s.toml", tmp_path / "s", cl_max=8 << 10, cq_max=1000)
+    write_sample(StoreConfig.load(source), SPEC)
+    exported = export(spark, source, tmp_path / "parquet")
+    other = write_config(tmp_path / "c.toml", tmp_path / "c", cl_max=8 << 10, cq_max=1000)
+    with TieredMessageStore.open(StoreConfig.load(other)) as store:
+        for i in range(5):
+            store.put_message(Message(topic="orders", body=sample_message("orders", 0, i, SPEC).body), 0)
+        store.dispatch(force=True)
+    with pytest.raises(StateConflict, match="orders/0: the store already holds another message at queue offset 0 "
+                                            r"\(its store time differs"):
+        import_parquet(spark, other, exported.path)
+    target = write_config(tmp_path / "t.toml", tmp_path / "t", cl_max=8 << 10, cq_max=1000)
+    assert import_parquet(spark, target, exported.path).appended == SPEC.messages * SPEC.queues
+    again = import_parquet(spark, target, exported.path)
+    assert (again.appended, again.skipped) == (0, SPEC.messages * SPEC.queues)

@@ -33,7 +33,7 @@ class QueueAppender:
     A row whose queue offset is below the queue's next offset is already stored and is
     skipped (so a re-run of an interrupted load does not duplicate); the first and the last
     row of each skipped run are compared with the stored message at their offset, and a
-    different body raises :class:`~tiered_core.errors.StateConflict` (the input is another
+    different body or store time raises :class:`~tiered_core.errors.StateConflict` (the input is another
     store's history: skipping it would drop its messages there); a gap raises
     :class:`~tiered_core.errors.IllegalOffset` naming the queue and both offsets. An empty
     queue starts at the first row's offset.
@@ -43,22 +43,24 @@ class QueueAppender:
         self.flat = flat
         self.stats = AppendStats()
         self._buffered = 0
-        self._last_skipped: tuple[int, Message] | None = None
+        self._last_skipped: tuple[int, Message, int | None] | None = None  # the last of a skipped run
 
     @property
     def next_offset(self) -> int | None:
         return self.flat.consume_queue_max_offset() if self.flat.initialized else None
 
-    def append(self, queue_offset: int, message: Message, store_timestamp: int) -> None:
+    def append(self, queue_offset: int, message: Message, store_timestamp: int, *, time_given: bool = True) -> None:
+        """``time_given``: ``store_timestamp`` came with the row (False: the writer chose it), so
+        an already stored message must have it too."""
         flat = self.flat
         if not flat.initialized:
             flat.init_offset(queue_offset)
         expected = flat.consume_queue_max_offset()
         if queue_offset < expected:
             if self._last_skipped is None:
-                self._check_stored(queue_offset, message)  # the first of a skipped run
+                self._check_stored(queue_offset, message, store_timestamp if time_given else None)
             self.stats.skipped += 1
-            self._last_skipped = (queue_offset, message)
+            self._last_skipped = (queue_offset, message, store_timestamp if time_given else None)
             return
         self._check_last_skipped()
         if queue_offset > expected:
@@ -120,17 +122,31 @@ class QueueAppender:
             last, self._last_skipped = self._last_skipped, None
             self._check_stored(*last)
 
-    def _check_stored(self, queue_offset: int, message: Message) -> None:
+    def _check_stored(self, queue_offset: int, message: Message, store_timestamp: int | None) -> None:
         from tiered_core.codec._impl import decode_message
 
         flat = self.flat
-        stored = bytes(decode_message(flat.get_message_async(queue_offset).result()).body)
-        if stored != bytes(message.body):
+        stored = decode_message(flat.get_message_async(queue_offset).result())
+        differs = stored_difference(stored.body, stored.store_timestamp, message.body, store_timestamp)
+        if differs:
             raise StateConflict(
                 f"{flat.topic}/{flat.queue_id}: the store already holds another message at queue offset "
-                f"{queue_offset} (its body differs from the input's): the input is not this store's history, "
+                f"{queue_offset} (its {differs} differs from the input's): the input is not this store's history, "
                 "and skipping it there would drop it. Nothing of this queue was written; write the input into "
                 "a new store", topic=flat.topic, queue_id=flat.queue_id, offset=queue_offset)
+
+
+def stored_difference(stored_body: bytes, stored_time: int, body: bytes | None,
+                      store_timestamp: int | None) -> str | None:
+    """What tells the stored message apart from an input row at its offset (``"body"``,
+    ``"store time"``; the time only when the row has one), or None when it is that row: two
+    stores' histories may share bodies (heartbeats, retries), not the store time of each
+    message as well."""
+    if bytes(stored_body) != bytes(body or b""):
+        return "body"
+    if store_timestamp is not None and stored_time != store_timestamp:
+        return "store time"
+    return None
 
 
 def message_from_row(topic: str, keys: Iterable[str] | None, tags: str | None,

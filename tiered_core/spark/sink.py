@@ -334,7 +334,8 @@ def append_queue(session: WriterSession, topic: str, queue_id: int, rows: list[t
                 start += 1
         else:
             for _, _, offset, store_ts, message in rows:
-                appender.append(offset, message, timestamp if store_ts is None else store_ts)
+                appender.append(offset, message, timestamp if store_ts is None else store_ts,
+                                time_given=store_ts is not None)
         outcome = queue_outcome(scratch, flat, appender.finish())
         # Of the skipped rows, those B's metadata recorded before this batch were stored
         # before it; the others landed in an interrupted attempt of this batch (adopted).

@@ -108,6 +108,7 @@ def _refuse_another_history(session: WriterSession, df, seeds: dict[tuple[str, i
     from tiered_core.codec._impl import decode_message
     from tiered_core.errors import StateConflict
     from tiered_core.flat.message_file import FlatMessageFile
+    from tiered_core.spark.appender import stored_difference
 
     held = {key: seed for key, seed in seeds.items() if seed.segments}
     if not held:
@@ -123,15 +124,18 @@ def _refuse_another_history(session: WriterSession, df, seeds: dict[tuple[str, i
             lo, end = flat.consume_queue_min_offset(), flat.consume_queue_commit_offset()
             offset = max(first, lo)
             if flat.initialized and offset < end:
-                wanted.append((topic, queue_id, offset, bytes(decode_message(flat.get_message(offset)).body)))
+                wanted.append((topic, queue_id, offset, decode_message(flat.get_message(offset))))
         finally:
             flat.shutdown()
     for topic, queue_id, offset, stored in wanted:
         row = df.where((F.col("topic") == topic) & (F.col("queue_id") == queue_id)
-                       & (F.col("queue_offset") == offset)).select("body").first()
-        if row is not None and bytes(row["body"] or b"") != stored:
+                       & (F.col("queue_offset") == offset)).select(
+            "body", "store_timestamp").first()
+        differs = row is not None and stored_difference(stored.body, stored.store_timestamp, row["body"],
+                                                        row["store_timestamp"])
+        if differs:
             raise StateConflict(
-                f"{topic}/{queue_id}: the store already holds another message at queue offset {offset} (its body "
+                f"{topic}/{queue_id}: the store already holds another message at queue offset {offset} (its {differs} "
                 "differs from the input's): the input is not this store's history, and skipping it there would "
                 "drop it. Nothing was written; write the input into a new store",
                 topic=topic, queue_id=queue_id, offset=offset)

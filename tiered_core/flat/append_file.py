@@ -234,6 +234,12 @@ class FlatAppendFile:
             if self.refused is not None:
                 raise self.refused
             seg = self._new_segment(offset, initial_position=0, sealed=False)
+            if self._replaces_an_empty_sealed_last(seg):
+                # a new row in place of the sealed one (flush_metadata keeps a recorded seal)
+                self.metadata.update_file_segment(FileSegmentMetadata(
+                    self.file_path, int(self.file_type), seg.base_offset, create_timestamp=now_ms()))
+                self.segments[-1] = seg
+                return seg
             found = self.driver.size(seg.path)
             if found:
                 raise StateConflict(
@@ -243,6 +249,22 @@ class FlatAppendFile:
             self.flush_metadata(seg)
             self.segments.append(seg)
             return seg
+
+    def _replaces_an_empty_sealed_last(self, seg: FileSegment) -> bool:
+        """Whether ``seg`` takes the place of the last segment, a sealed one that holds
+        nothing at the same base: a take-over seals the previous owner's tails, and one killed
+        after creating its next segment leaves that segment empty. It names this base, so no
+        other segment can follow it: it is deleted (it is this store's and holds no byte) and
+        made again. Anything else at the path is left to :meth:`roll`'s checks."""
+        last = self.segments[-1] if self.segments else None
+        if last is None or last.base_offset != seg.base_offset or last.commit_position or last.path != seg.path:
+            return False
+        if not (last.sealed or self.driver.is_sealed(last.path)) or self._backend_size(last.path):
+            return False
+        log.warning("%s: its last segment %s is sealed and empty (a take-over sealed it, or its writer stopped "
+                    "before its first byte); made again in its place", self.file_path, last.path)
+        self.driver.delete(last.path)
+        return True
 
     def writable(self) -> FileSegment:
         if self.refused is not None:

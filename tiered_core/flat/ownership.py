@@ -321,10 +321,12 @@ class PrefixOwnership:
         """Seal the last segment of every flat file under the prefix (after a take-over).
 
         Only the last segment of a flat file is ever written, so sealing it ends every
-        append of the old owner. Returns the paths sealed.
+        append of the old owner. An empty one is left open: it names the base offset the
+        new owner writes next, which a sealed empty object would block for good, and the
+        owner record already fences the old owner's writes. Returns the paths sealed.
         """
-        last: dict[str, tuple[int, str]] = {}
-        for path, _size in self.driver.list(self.prefix):
+        last: dict[str, tuple[int, str, int]] = {}
+        for path, size in self.driver.list(self.prefix):
             if is_reserved_path(path):
                 continue
             try:
@@ -333,10 +335,10 @@ class PrefixOwnership:
                 continue  # not a segment: nothing of ours writes it
             directory = path.rsplit("/", 1)[0]
             if directory not in last or info.base_offset > last[directory][0]:
-                last[directory] = (info.base_offset, path)
+                last[directory] = (info.base_offset, path, size)
         sealed = []
-        for _base, path in sorted(last.values(), key=lambda item: item[1]):
-            if not self.driver.is_sealed(path):
+        for _base, path, size in sorted(last.values(), key=lambda item: item[1]):
+            if size and not self.driver.is_sealed(path):
                 self.driver.seal(path)
                 sealed.append(path)
         if sealed:

@@ -161,7 +161,7 @@ def rebuild_metadata(
         cl = files.get((topic, queue_id, FileSegmentType.COMMIT_LOG), [])
         cq = files.get((topic, queue_id, FileSegmentType.CONSUME_QUEUE), [])
         cl.sort(key=lambda seg: seg.base)
-        if cl and not cq and not _begins_with_its_message(driver, cl[0]):
+        if cl and not cq and cl[0].size and not _begins_with_its_message(driver, cl[0]):
             # Nothing of a store writes a commit log without its consume queue, nor one that
             # does not begin with a message: not this store's data. Left out (verify names
             # it, `tiered repair --apply` moves it to the quarantine), never adopted.
@@ -170,7 +170,8 @@ def rebuild_metadata(
                         "not read as a message (e.g. %r); not adopted", topic, queue_id, cl[0].path)
             files.pop((topic, queue_id, FileSegmentType.COMMIT_LOG))
             continue
-        while len(cl) > 1 and not _begins_with_its_message(driver, cl[-1]):
+        # (an empty segment holds nothing to tell: a writer killed after creating it, adopted)
+        while len(cl) > 1 and cl[-1].size and not _begins_with_its_message(driver, cl[-1]):
             # A segment after the last one of a commit log begins with the message at its base
             # offset (each message names its tiered offset): one that does not was written by
             # something else under the next segment's name. Left out, never adopted.

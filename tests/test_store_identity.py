@@ -274,3 +274,47 @@ def test_claim_store_prefix_checks_the_recorded_identity(tmp_path):
     with fresh.open_driver() as driver:
         claim_store_prefix(fresh, driver)
     assert ids.read_local(fresh.store_path) == ids.StoreIdentity.of(fresh)
+
+
+def test_a_store_that_lost_only_its_id_file_is_itself_again(tmp_path):
+    """An operator drill (round 3): with ``tiered-store-id`` gone, a store directory that held
+    the whole history was called "a new store" that "holds no store", and the take-over the
+    error suggested set aside its untiered messages and handed their offsets out again. Its
+    identity record and the tier's owner record both name the store: it is that store, its
+    id file is written again, and every queue continues after its acknowledged messages."""
+    from tiered_core import Message
+
+    config = store_config(tmp_path)
+    with TieredMessageStore.open(config) as store:
+        for i in range(5):
+            store.put_message(Message(topic="orders", body=b"tiered-%d" % i), 0)
+        store.dispatch(force=True)
+        for i in range(5, 8):
+            store.put_message(Message(topic="orders", body=b"local-%d" % i), 0)  # acknowledged, not tiered
+    id_file = Path(config.store_path) / STORE_ID_FILE
+    store_id = id_file.read_text()
+    id_file.unlink()
+    with TieredMessageStore.open(config, read_only=True) as store:  # reads, and writes nothing
+        assert [m.body for m in store.get_message("g", "orders", 0, 0, 10).messages][-1] == b"local-7"
+    assert not id_file.exists()
+    with TieredMessageStore.open(config) as store:
+        assert store.given_up_history is None
+        assert store.put_message(Message(topic="orders", body=b"next"), 0).queue_offset == 8
+    with TieredMessageStore.open(config, read_only=True) as store:
+        bodies = [m.body for m in store.get_message("g", "orders", 0, 0, 10).messages]
+    assert bodies == [b"tiered-%d" % i for i in range(5)] + [b"local-%d" % i for i in range(5, 8)] + [b"next"]
+    assert id_file.read_text() == store_id
+
+
+def test_an_empty_id_file_left_by_a_kill_at_the_first_open_is_written_again(tmp_path):
+    """An operator drill (round 3): killed between creating ``tiered-store-id`` and writing
+    it, the store could never be opened again ("the store id file is empty", exit 2, no fix).
+    No claim was made with an id never written: the file is written again."""
+    from tiered_core import Message
+
+    config = store_config(tmp_path)
+    os.makedirs(config.store_path)
+    (Path(config.store_path) / STORE_ID_FILE).write_text("")
+    with TieredMessageStore.open(config) as store:
+        assert store.put_message(Message(topic="orders", body=b"x"), 0).queue_offset == 0
+    assert len((Path(config.store_path) / STORE_ID_FILE).read_text()) == 32

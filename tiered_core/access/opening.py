@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -121,6 +122,10 @@ def check_before_open(config: "StoreConfig", driver: SegmentDriver, *, take_over
         ownership = PrefixOwnership(driver, config.cluster, config.broker, store_id or "", config.store_path)
         owner = ownership.current()
         ownership.check_driver(owner)  # before any listing reads the prefix as this driver's segments
+        if store_id is None and store_dir:
+            store_id = checks.store_id = _lost_id_file(config, owner)
+            if store_id is not None:
+                ownership = PrefixOwnership(driver, config.cluster, config.broker, store_id, config.store_path)
         if metadata is not None:
             checks.report = reconcile(driver, metadata, config.cluster, config.broker)
         report = checks.report
@@ -147,6 +152,26 @@ def check_before_open(config: "StoreConfig", driver: SegmentDriver, *, take_over
         checks.close()
         raise
     return checks
+
+
+def _lost_id_file(config: "StoreConfig", owner: "OwnerRecord | None") -> str | None:
+    """The id of the store whose directory lost only its id file: its identity record names
+    the store the tier prefix's owner record names, claimed from this directory on this host
+    (None otherwise). A writable open writes
+    the id file again; without it the directory would pass for a new store, and following
+    the take-over that error suggests would set its untiered messages aside and hand their
+    offsets out again."""
+    remembered = ids.recorded_store_id(config.store_path)
+    if remembered is None or owner is None or owner.store_id != remembered:
+        return None
+    # ...and claimed it from this very directory on this host: a replica of the directory
+    # (a failover to another store_path) is another store, which takes the prefix over
+    if owner.host != socket.gethostname() or os.path.abspath(owner.store_path) != os.path.abspath(config.store_path):
+        return None
+    log.warning("store %s: the store id file is missing, but its identity record and the owner record of the tier "
+                "prefix both name store %s: this is that store (a writable open writes its id file again)",
+                config.store_path, remembered)
+    return remembered
 
 
 def _nothing_there(config: "StoreConfig", identity: ids.StoreIdentity, report: ReconcileReport,

@@ -118,7 +118,7 @@ class TieredMessageStore:
                 make_store_dir(config)
                 # ``clock`` (ms since the epoch) stamps store times and names index files; tests pin it.
                 self.local = LocalMessageStore(config.store_path, local_config, clock=clock)
-                store_id = load_store_id(config.store_path)
+                store_id = load_store_id(config.store_path, restore=checks.store_id)
                 # Own the tier prefix before touching it; every later write checks the fence.
                 self.ownership = PrefixOwnership(driver, config.cluster, config.broker, store_id, config.store_path)
                 self.ownership.claim(take_over=take_over)

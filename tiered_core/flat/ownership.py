@@ -126,8 +126,11 @@ def read_store_id(store_path: str) -> str | None:
         raise IllegalParam(f"cannot read the store id file {path!r}: {exc}", path=path) from None
 
 
-def load_store_id(store_path: str) -> str:
-    """The id of the store in ``store_path``, created (durably, once) at first use."""
+def load_store_id(store_path: str, restore: str | None = None) -> str:
+    """The id of the store in ``store_path``, created (durably, once) at first use: ``restore``
+    when given (the id the store's other records name, its id file lost), else a new one.
+    An empty id file (a kill between its creation and its write: no claim was made with it)
+    is written again. The caller holds the store directory's lock."""
     path = os.path.join(store_path, STORE_ID_FILE)
     for _ in range(2):
         try:
@@ -135,11 +138,14 @@ def load_store_id(store_path: str) -> str:
                 text = fh.read().strip()
             if text:
                 return text
+            os.unlink(path)  # empty: never used (under the directory's lock)
+            log.warning("the store id file %r was empty (its writer was killed before it wrote the id); written "
+                        "again", path)
         except FileNotFoundError:
             pass
         except (OSError, UnicodeDecodeError) as exc:
             raise IllegalParam(f"cannot read the store id file {path!r}: {exc}", path=path) from None
-        new = uuid.uuid4().hex
+        new = restore or uuid.uuid4().hex
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:

@@ -124,6 +124,16 @@ def read_local(store_path: str) -> StoreIdentity | None:
     return StoreIdentity.from_json(text, repr(path))
 
 
+def recorded_store_id(store_path: str) -> str | None:
+    """The store id the identity record in ``store_path`` names (None: no record, or none in it)."""
+    try:
+        with open(identity_path(store_path), encoding="utf-8") as fh:
+            value = json.loads(fh.read()).get("store_id")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) and value else None
+
+
 def write_local(store_path: str, identity: StoreIdentity, store_id: str) -> None:
     """Record ``identity`` in ``store_path`` durably (temp file, fsync, rename, directory fsync)."""
     path = identity_path(store_path)

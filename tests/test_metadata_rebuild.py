@@ -465,3 +465,32 @@ def test_a_queues_real_next_consume_queue_segment_is_still_adopted(tmp_path, cap
     with TieredMessageStore.open(cfg, read_only=True) as store:
         got = store.get_message("g", "t", 0, 0, 32)
         assert [m.body for m in got.messages] == [f"m{i}".encode() for i in range(12)]
+
+
+@pytest.mark.parametrize("file_type", [FileSegmentType.COMMIT_LOG, FileSegmentType.CONSUME_QUEUE])
+def test_an_empty_object_named_past_a_queues_end_is_not_adopted(tmp_path, capsys, file_type):
+    """An operator drill (round 3): an empty object named as a consume-queue segment far past
+    the queue's end was adopted by ``metadata rebuild --force``; the next put got offset 4999,
+    and every read from the old end failed on the gap for good. An empty segment is adopted
+    only where the store would have rolled it (the previous one's end)."""
+    from tiered_core import Message, TieredMessageStore
+    from tiered_core.codec.naming import segment_path
+
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'[tiered]\nstore_path = "{tmp_path / "store"}"\ngroup_commit_interval_ms = 0\n'
+                    f'[tiered.options]\nroot = "{tmp_path / "tier"}"\n')
+    cfg = StoreConfig.load(str(conf), environ={})
+    with TieredMessageStore.open(cfg) as store:
+        for i in range(3):
+            store.put_message(Message(topic="t", body=f"m{i}".encode()), 0)
+        store.dispatch(force=True)
+    far = tmp_path / "tier" / segment_path(cfg.cluster, cfg.broker, "t", 0, file_type, 99980)
+    far.write_bytes(b"")
+    assert main(["metadata", "rebuild", "--config", str(conf), "--force"]) == 0
+    assert "did not adopt 1 segment-named object(s)" in capsys.readouterr().out
+    with TieredMessageStore.open(cfg) as store:
+        assert store.put_message(Message(topic="t", body=b"next"), 0).queue_offset == 3
+        assert store.dispatch(force=True).errors == []
+    with TieredMessageStore.open(cfg.replace(storage_level="FORCE"), read_only=True) as store:
+        assert [m.body for m in store.get_message("g", "t", 0, 0, 10).messages] == [b"m0", b"m1", b"m2", b"next"]
+    assert far.exists() and far.stat().st_size == 0

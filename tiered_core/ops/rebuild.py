@@ -170,8 +170,9 @@ def rebuild_metadata(
                         "not read as a message (e.g. %r); not adopted", topic, queue_id, cl[0].path)
             files.pop((topic, queue_id, FileSegmentType.COMMIT_LOG))
             continue
-        # (an empty segment holds nothing to tell: a writer killed after creating it, adopted)
-        while len(cl) > 1 and cl[-1].size and not _begins_with_its_message(driver, cl[-1]):
+        # (an empty segment holds nothing to tell: a writer killed after creating it, adopted
+        # where the store would have rolled it, see _past_the_end)
+        while len(cl) > 1 and (_past_the_end(cl) or cl[-1].size and not _begins_with_its_message(driver, cl[-1])):
             # A segment after the last one of a commit log begins with the message at its base
             # offset (each message names its tiered offset): one that does not was written by
             # something else under the next segment's name. Left out, never adopted.
@@ -180,7 +181,7 @@ def rebuild_metadata(
             log.warning("rebuild: %r does not begin with the message at its base offset %d; not adopted",
                         foreign.path, foreign.base)
         cq.sort(key=lambda seg: seg.base)
-        while len(cq) > 1 and _contradicts_the_commit_log(driver, cq[-1], cl):
+        while len(cq) > 1 and (_past_the_end(cq) or _contradicts_the_commit_log(driver, cq[-1], cl)):
             # Likewise a consume-queue segment after a queue's first: its first unit names the
             # message of its base queue offset, which the commit log (tiered first) holds.
             foreign = cq.pop()
@@ -283,6 +284,14 @@ def _begins_with_its_message(driver: SegmentDriver, seg: _Seg) -> bool:
         return peek_physical_offset(head, 0) == seg.base and peek_total_size(head, 0) >= PHYSICAL_OFFSET_POS + 8
     except CorruptData:
         return False
+
+
+def _past_the_end(segs: list[_Seg]) -> bool:
+    """Whether the last of ``segs`` (sorted) is an empty object past the end of the one before:
+    a store rolls its next segment at its last one's end, so an empty one further on holds
+    nothing and names a gap (adopted, the queue would continue after offsets never written)."""
+    last, before = segs[-1], segs[-2]
+    return last.size == 0 and last.base > before.base + before.size
 
 
 def _contradicts_the_commit_log(driver: SegmentDriver, seg: _Seg, cl: list[_Seg]) -> bool:

@@ -494,3 +494,37 @@ def test_an_empty_object_named_past_a_queues_end_is_not_adopted(tmp_path, capsys
     with TieredMessageStore.open(cfg.replace(storage_level="FORCE"), read_only=True) as store:
         assert [m.body for m in store.get_message("g", "t", 0, 0, 10).messages] == [b"m0", b"m1", b"m2", b"next"]
     assert far.exists() and far.stat().st_size == 0
+
+
+def test_a_short_consume_queue_object_without_a_commit_log_is_not_adopted(tmp_path, capsys):
+    """An operator drill (round 3): an 18-byte foreign object named as another queue's first
+    consume-queue segment was adopted by ``metadata rebuild --force`` (and by ``takeover
+    --create``); the next put cut it away as a torn unit, deleting it. A consume queue without
+    a commit log that holds not even one unit is not adopted, and nothing deletes it."""
+    from tiered_core import Message, TieredMessageStore
+    from tiered_core.codec.naming import segment_path
+    from tiered_core.errors import UnknownObjects
+
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'[tiered]\nstore_path = "{tmp_path / "store"}"\ngroup_commit_interval_ms = 0\n'
+                    f'[tiered.options]\nroot = "{tmp_path / "tier"}"\n')
+    cfg = StoreConfig.load(str(conf), environ={})
+    with TieredMessageStore.open(cfg) as store:
+        store.put_message(Message(topic="t", body=b"m"), 0)
+        store.dispatch(force=True)
+    foreign = tmp_path / "tier" / segment_path(cfg.cluster, cfg.broker, "otherapp", 0,
+                                                FileSegmentType.CONSUME_QUEUE, 0)
+    foreign.parent.mkdir(parents=True)
+    foreign.write_bytes(b"not ours, 18 bytes")
+    assert main(["metadata", "rebuild", "--config", str(conf), "--force"]) == 0
+    assert "did not adopt 1 segment-named object(s)" in capsys.readouterr().out
+    with pytest.raises(UnknownObjects, match="tiered repair"):  # not ours: refused, as any unknown object
+        TieredMessageStore.open(cfg)
+    assert foreign.read_bytes() == b"not ours, 18 bytes"
+    assert main(["repair", "--config", str(conf), "--apply"]) == 0
+    capsys.readouterr()
+    with TieredMessageStore.open(cfg) as store:
+        assert store.put_message(Message(topic="t", body=b"n"), 0).queue_offset == 1
+        assert store.dispatch(force=True).errors == []
+    kept = [p for p in (tmp_path / "tier").rglob(".quarantine/*/**/cfcd208400000000000000000000")]
+    assert [p.read_bytes() for p in kept] == [b"not ours, 18 bytes"]

@@ -181,6 +181,17 @@ def rebuild_metadata(
             log.warning("rebuild: %r does not begin with the message at its base offset %d; not adopted",
                         foreign.path, foreign.base)
         cq.sort(key=lambda seg: seg.base)
+        if cq and not cl and 0 < cq[0].size < CQ_UNIT_SIZE:
+            # A consume queue is tiered after its commit log: one without any commit log that
+            # holds not even a whole unit is not this store's (a store's torn first unit has
+            # its commit log beside it), and adopted, it would be cut away as a torn tail.
+            stats.not_adopted += [seg.path for seg in cq]
+            log.warning("rebuild: %s/%d has consume-queue object(s) without a commit log, the first of %d bytes "
+                        "(no whole unit, e.g. %r); not adopted", topic, queue_id, cq[0].size, cq[0].path)
+            files.pop((topic, queue_id, FileSegmentType.CONSUME_QUEUE))
+            cq = []
+            if not cl:
+                continue
         while len(cq) > 1 and (_past_the_end(cq) or _contradicts_the_commit_log(driver, cq[-1], cl)):
             # Likewise a consume-queue segment after a queue's first: its first unit names the
             # message of its base queue offset, which the commit log (tiered first) holds.

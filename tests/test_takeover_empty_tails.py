@@ -1,5 +1,7 @@
-"""A take-over of a prefix whose previous owner was killed right after creating a segment,
-before its first byte (an operator drill).
+"""The tails a take-over seals (operator drills, round 3).
+
+A take-over of a prefix whose previous owner was killed right after creating a segment,
+before its first byte:
 
 The take-over sealed that empty object like every tail. It names the base offset the new
 owner writes next, so every later dispatch of the queue failed with SEGMENT_SEALED, for
@@ -58,3 +60,27 @@ def test_a_queue_whose_old_owner_left_an_empty_tail_is_tiered_after_a_take_over(
         assert [m.body for m in store.get_message("g", "t", 0, 0, 10).messages] == [b"old-%d" % i for i in range(4)]
     capsys.readouterr()
     assert main(["verify", "--config", conf]) == 0, capsys.readouterr().out
+
+
+def test_a_take_over_seals_only_tails_the_metadata_lists(tmp_path, capsys):
+    """An operator drill (round 3, Azure): ``takeover --create`` sealed the last object of every
+    flat file before the metadata was rebuilt, foreign objects named like segments included,
+    and a seal cannot be undone on every backend (an Azure append blob). Now the tails are
+    sealed after the metadata is checked or rebuilt, and only those it lists."""
+    import random
+
+    config, conf = _store(tmp_path)
+    with TieredMessageStore.open(config) as store:
+        for i in range(3):
+            store.put_message(Message(topic="t", body=b"m%d" % i), 0)
+        store.dispatch(force=True)
+    with config.open_driver() as driver:
+        foreign = segment_path(config.cluster, config.broker, "t", 0, FileSegmentType.COMMIT_LOG, 99999)
+        driver.write(foreign, 0, random.Random(3).randbytes(200))  # another writer's, named like the next segment
+        own_tail = segment_path(config.cluster, config.broker, "t", 0, FileSegmentType.COMMIT_LOG, 0)
+        assert not driver.is_sealed(own_tail)
+    shutil.rmtree(config.store_path)
+    assert main(["takeover", "--config", conf, "--create"]) == 0
+    with config.open_driver() as driver:
+        assert not driver.is_sealed(foreign) and driver.size(foreign) == 200
+        assert driver.is_sealed(own_tail)

@@ -42,7 +42,7 @@ from tiered_core.config import StoreConfig
 from tiered_core.errors import IllegalParam, SegmentClosed, StateConflict, TieredStoreError
 from tiered_core.flat.damage import SegmentDamage
 from tiered_core.flat.ownership import PrefixOwnership, ReadOnlyDriver, load_store_id
-from tiered_core.ops.reconcile import open_checked_metadata
+from tiered_core.ops.reconcile import listed_segment_paths, open_checked_metadata
 from tiered_core.index.service import IndexStoreService
 from tiered_core.local.local_store import LocalMessageStore, LocalStoreConfig
 from tiered_core.common import LONG_MAX, BoundaryType, now_ms
@@ -122,8 +122,6 @@ class TieredMessageStore:
                 # Own the tier prefix before touching it; every later write checks the fence.
                 self.ownership = PrefixOwnership(driver, config.cluster, config.broker, store_id, config.store_path)
                 self.ownership.claim(take_over=take_over)
-                if self.ownership.took_over_from is not None:
-                    self.ownership.seal_tails()
                 self.driver = self.ownership.guard(driver)
                 epoch, took_over = self.ownership.record.epoch, self.ownership.took_over_from is not None
                 if not history_trusted(config.store_path, epoch=epoch, took_over=took_over) \
@@ -142,6 +140,10 @@ class TieredMessageStore:
                     config.broker, rebuild=take_over or config.metadata_recovery == "rebuild",
                     fix=rebuild_fix(config), checked=None if take_over else checks.report)
                 checks.record(config.store_path, store_id, self.metadata)
+                if self.ownership.took_over_from is not None:
+                    # the tails the previous owner may still write: of the segments the
+                    # (checked or rebuilt) metadata lists, never an object it does not
+                    self.ownership.seal_tails(listed_segment_paths(self.metadata, config.cluster))
             # the tiered read stack (flat files, read-ahead cache, fetcher), built in one place;
             # from here on it owns the driver and the metadata and closes them
             self.view = view = TierReadView(config, self.driver, self.metadata, owns_driver=True,

@@ -323,17 +323,19 @@ class PrefixOwnership:
 
     # -- take-over --------------------------------------------------------------------
 
-    def seal_tails(self) -> list[str]:
+    def seal_tails(self, listed: "set[str] | None" = None) -> list[str]:
         """Seal the last segment of every flat file under the prefix (after a take-over).
 
         Only the last segment of a flat file is ever written, so sealing it ends every
         append of the old owner. An empty one is left open: it names the base offset the
         new owner writes next, which a sealed empty object would block for good, and the
-        owner record already fences the old owner's writes. Returns the paths sealed.
+        owner record already fences the old owner's writes. ``listed``: the segment paths
+        the store's metadata records; other objects are never sealed (a seal cannot be
+        undone on every backend, and they are not this store's). Returns the paths sealed.
         """
         last: dict[str, tuple[int, str, int]] = {}
         for path, size in self.driver.list(self.prefix):
-            if is_reserved_path(path):
+            if is_reserved_path(path) or (listed is not None and path not in listed):
                 continue
             try:
                 info = parse_segment_path(path)

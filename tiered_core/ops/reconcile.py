@@ -83,6 +83,12 @@ def backend_path(cluster: str, meta: FileSegmentMetadata) -> str:
     return segment_path(cluster, broker, topic, int(queue), FileSegmentType(meta.type), meta.base_offset)
 
 
+def listed_segment_paths(metadata: TieredMetadataStore, cluster: str) -> set[str]:
+    """The backend objects of every live segment ``metadata`` records."""
+    return {backend_path(cluster, meta) for meta in metadata.iterate_file_segments()
+            if meta.status != SegmentStatus.DELETED}
+
+
 def reconcile(driver: SegmentDriver, metadata: TieredMetadataStore, cluster: str, broker: str) -> ReconcileReport:
     """List the store's prefix once and compare it with every segment record."""
     report = ReconcileReport(tier_prefix(cluster, broker))
@@ -150,4 +156,5 @@ def open_checked_metadata(open_metadata: Callable[[], TieredMetadataStore], meta
     return metadata
 
 
-__all__ = ["ReconcileReport", "backend_path", "metadata_refusal", "open_checked_metadata", "reconcile"]
+__all__ = ["ReconcileReport", "backend_path", "listed_segment_paths", "metadata_refusal", "open_checked_metadata",
+           "reconcile"]

@@ -1,14 +1,13 @@
 """The tails a take-over seals (operator drills, round 3).
 
-A take-over of a prefix whose previous owner was killed right after creating a segment,
-before its first byte:
-
-The take-over sealed that empty object like every tail. It names the base offset the new
+A previous owner killed right after creating a segment, before its first byte, left an
+empty object. The take-over sealed it like every tail; it names the base offset the new
 owner writes next, so every later dispatch of the queue failed with SEGMENT_SEALED, for
 good, while verify and repair saw nothing to do: the queue lived on the local disk only.
 Now an empty tail is left open (the owner record fences the old owner), and an empty sealed
 segment a store finds as its last one -- one an older take-over sealed -- is made again in
-its place.
+its place. And the tails are sealed only once the metadata is checked or rebuilt, and only
+those it lists: a foreign object named like a segment is never sealed.
 """
 
 from __future__ import annotations

@@ -98,7 +98,8 @@ class FsspecDriver(SegmentDriver):
 
         error: TieredStoreError
         try:
-            fs, root = fsspec.core.url_to_fs(self.url, **{**storage, **FORCED_OPTIONS})
+            fs, root = _plain_filesystem(self.url, {**storage, **FORCED_OPTIONS}) or \
+                fsspec.core.url_to_fs(self.url, **{**storage, **FORCED_OPTIONS})
         except ImportError as exc:  # fsspec names the package that implements the protocol
             error = InvalidOption(f"option 'url' of driver 'fsspec': protocol {self.protocol!r} needs a package "
                                   f"that is not installed: {scrub(str(exc), self._secrets)}", option="url")
@@ -261,3 +262,30 @@ def _retryable(exc: BaseException) -> bool:
     if isinstance(exc, OSError):
         return exc.errno is None or exc.errno in _RETRYABLE_ERRNO
     return not isinstance(exc, (ValueError, TypeError, NotImplementedError, AttributeError, KeyError))
+
+
+#: Filesystem classes fsspec may pick for a protocol whose exclusive create is not certain,
+#: and the class of the same package that has it: gcsfs picks its zonal-bucket class for
+#: ``gs://`` (unless ``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false``), whose create mode is not
+#: exclusive on zonal buckets; its parent class uploads with ``ifGenerationMatch=0``.
+_PLAIN_CLASSES = {"gcsfs.extended_gcsfs.ExtendedGcsFileSystem": ("gcsfs.core", "GCSFileSystem")}
+
+
+def _plain_filesystem(url: str, options: dict[str, Any]) -> tuple[Any, str] | None:
+    """The filesystem and root of ``url`` as the plain class of :data:`_PLAIN_CLASSES` when
+    fsspec would pick one listed there (None: fsspec's own choice is used)."""
+    import importlib
+
+    import fsspec
+
+    protocol = url.split("://", 1)[0] if "://" in url else "file"
+    try:
+        chosen = fsspec.get_filesystem_class(protocol)
+    except (ImportError, ValueError):
+        return None  # url_to_fs names the problem
+    plain = _PLAIN_CLASSES.get(f"{chosen.__module__}.{chosen.__qualname__}")
+    if plain is None:
+        return None
+    cls = getattr(importlib.import_module(plain[0]), plain[1])
+    fs = cls(**options)
+    return fs, fs._strip_protocol(url)

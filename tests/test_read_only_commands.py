@@ -269,3 +269,31 @@ def test_a_directory_a_crash_left_is_recovered_in_memory_by_read_only_commands(t
             assert [m.body for m in got.messages] == [b"m-%d" % i for i in range(queue, 60, 2)]
             assert s.put_message(Message(topic="orders", body=b"next"), queue).queue_offset == 30
     assert (store_path / "consumequeue" / "orders" / "0").is_dir()
+
+
+def test_a_read_only_command_on_a_store_taken_over_names_the_owner(tmp_path, capsys):
+    """An operator drill (round 3): ``tiered get``/``stat`` with the config of a store another
+    store took over said UNKNOWN_OBJECTS and advised a metadata rebuild, which advised a
+    take-over, which would have fenced the live owner. They now say the prefix's owner, and
+    that this store was taken over; nothing is written."""
+    from tiered_core.errors import PrefixOwned
+
+    a = small_config(tmp_path / "a", "posix", {"root": str(tmp_path / "tier")})
+    b = small_config(tmp_path / "b", "posix", {"root": str(tmp_path / "tier")})
+    with TieredMessageStore.open(a) as store:
+        store.put_message(Message(topic="t", body=b"a0"), 0)
+        store.dispatch(force=True)
+    with TieredMessageStore.open(b, take_over=True) as store:
+        store.put_message(Message(topic="t", body=b"b1"), 0)
+        store.dispatch(force=True)
+    conf = tmp_path / "a.toml"
+    conf.write_text(a.to_toml())
+    before = snapshot(tmp_path / "tier", a.store_path)
+    for argv in (["get", "--topic", "t"], ["stat"]):
+        assert main([argv[0], "--config", str(conf), *argv[1:], "--json"]) == 5
+        err = json.loads(capsys.readouterr().out)["error"]
+        assert err["code"] == "PREFIX_OWNED" and "was taken over" in err["message"], err
+        assert b.store_path in err["message"] and "metadata rebuild" not in err["message"]
+    with pytest.raises(PrefixOwned):
+        TieredMessageStore.open(a, read_only=True)
+    assert changes(before, snapshot(tmp_path / "tier", a.store_path)) == {}

@@ -126,6 +126,8 @@ def check_before_open(config: "StoreConfig", driver: SegmentDriver, *, take_over
             store_id = checks.store_id = _lost_id_file(config, owner)
             if store_id is not None:
                 ownership = PrefixOwnership(driver, config.cluster, config.broker, store_id, config.store_path)
+        if read_only and store_id is not None and owner is not None and owner.store_id != store_id:
+            raise _taken_over(config, store_id, owner, ownership.prefix)
         if metadata is not None:
             checks.report = reconcile(driver, metadata, config.cluster, config.broker)
         report = checks.report
@@ -152,6 +154,18 @@ def check_before_open(config: "StoreConfig", driver: SegmentDriver, *, take_over
         checks.close()
         raise
     return checks
+
+
+def _taken_over(config: "StoreConfig", store_id: str, owner: "OwnerRecord", prefix: str) -> PrefixOwned:
+    """A read-only open of a store whose tier prefix another store owns now: what it would
+    read is stale (the owner wrote the tier since), and the metadata it would blame is not
+    the cause. Names the owner, and where to read instead."""
+    return PrefixOwned(
+        f"tier prefix {prefix!r} is owned by {owner.describe()}: this store ({store_id} at {config.store_path!r}) "
+        "was taken over, so its metadata and local directory no longer describe the tier. Nothing was read. "
+        "Read the tier through the owner's config (its store_path is named above); do not take the prefix back "
+        "while the owner runs (a take-over fences it)", prefix=prefix, owner=owner.describe(),
+        owner_id=owner.store_id, store_id=store_id, store_path=config.store_path, read_only=True)
 
 
 def _lost_id_file(config: "StoreConfig", owner: "OwnerRecord | None") -> str | None:

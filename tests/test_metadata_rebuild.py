@@ -528,3 +528,29 @@ def test_a_short_consume_queue_object_without_a_commit_log_is_not_adopted(tmp_pa
         assert store.dispatch(force=True).errors == []
     kept = [p for p in (tmp_path / "tier").rglob(".quarantine/*/**/cfcd208400000000000000000000")]
     assert [p.read_bytes() for p in kept] == [b"not ours, 18 bytes"]
+
+
+@pytest.mark.parametrize("key, value", [("broker", "broker-b"), ("cluster", "OtherCluster")])
+def test_a_rebuild_with_a_config_naming_another_identity_is_refused(tmp_path, capsys, key, value):
+    """An operator drill (round 3): with the broker (or cluster) renamed in the config, every
+    command said IDENTITY_MISMATCH but ``metadata rebuild --force``, which replaced the store's
+    metadata with an empty listing of the other prefix. It is refused the same way, and the
+    metadata is left as it was."""
+    from tiered_core import Message, TieredMessageStore
+
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'[tiered]\nstore_path = "{tmp_path / "store"}"\n[tiered.options]\nroot = "{tmp_path / "tier"}"\n')
+    cfg = StoreConfig.load(str(conf), environ={})
+    with TieredMessageStore.open(cfg) as store:
+        store.put_message(Message(topic="t", body=b"x"), 0)
+        store.dispatch(force=True)
+    renamed = tmp_path / "renamed.toml"
+    renamed.write_text(conf.read_text().replace("[tiered]\n", f'[tiered]\n{key} = "{value}"\n'))
+    db = cfg.effective_metadata_path()
+    before = open(db, "rb").read()
+    assert main(["metadata", "rebuild", "--config", str(renamed), "--force"]) == 2  # a config error
+    err = capsys.readouterr().err
+    assert "IDENTITY_MISMATCH" in err and value in err
+    assert open(db, "rb").read() == before
+    with cfg.open_metadata() as metadata:
+        assert metadata.get_queue("t", 0) is not None

@@ -92,15 +92,25 @@ def _register_rebuild(actions: argparse._SubParsersAction) -> None:
 def _refuse_a_prefix_of_another_store(config) -> None:
     """A rebuild writes this store's metadata from the tier prefix: refuse (PREFIX_OWNED,
     IDENTITY_MISMATCH) when the prefix's owner record names another store or another driver's
-    layout, before anything is created. (A lost disk is a take-over: it rebuilds too.)"""
+    layout, or when the config names another store than the directory records (IDENTITY_MISMATCH),
+    before anything is created. (A lost disk is a take-over: it rebuilds too.)"""
     from tiered_core.errors import PrefixOwned
     from tiered_core.flat.ownership import PrefixOwnership, read_store_id
+
+    from tiered_core.ops import identity as ids
 
     store_id = read_store_id(config.store_path) if os.path.isdir(config.store_path) else None
     with config.open_driver() as driver:
         ownership = PrefixOwnership(driver, config.cluster, config.broker, store_id or "", config.store_path)
         owner = ownership.current()
         ownership.check_driver(owner)
+    # A config that names another store than the directory records (a renamed broker or
+    # cluster, another driver) would rebuild the directory's metadata from another prefix. A
+    # moved tier location is one when the prefix there holds this store's owner record.
+    local = ids.read_local(config.store_path) if os.path.isdir(config.store_path) else None
+    for found in ids.mismatches(ids.StoreIdentity.of(config), [(repr(ids.identity_path(config.store_path)), local)]):
+        if found.field != "tier" or owner is None or owner.store_id != store_id:
+            raise found.error(config)
     if owner is not None and owner.store_id != store_id:
         raise PrefixOwned(
             f"tier prefix {ownership.prefix!r} is owned by {owner.describe()}, not by the store at "

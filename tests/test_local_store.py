@@ -543,3 +543,35 @@ def test_disk_failures_are_typed_and_leave_the_store_usable(tmp_path, monkeypatc
     (tmp_path / "afile").write_bytes(b"x")
     with pytest.raises(IllegalParam):
         _store(tmp_path / "afile")
+
+
+def test_a_directory_open_elsewhere_is_refused_naming_the_holder_and_the_fix(tmp_path):
+    """An operator drill (round 3): "local store ... is open in another process" named no
+    process and no fix."""
+    from tiered_core.local.local_store import acquire_store_lock, release_store_lock
+
+    fd = acquire_store_lock(str(tmp_path))
+    try:
+        with pytest.raises(StateConflict) as info:
+            acquire_store_lock(str(tmp_path))
+        assert info.value.context["pid"] == os.getpid()
+        assert f"(pid {os.getpid()})" in str(info.value) and "stop that process first" in str(info.value)
+    finally:
+        release_store_lock(fd)
+
+
+@pytest.mark.parametrize("reopened_with", [128 << 10, 16 << 10])
+def test_a_changed_commit_log_file_size_is_a_config_error_naming_the_key(tmp_path, reopened_with):
+    """An operator drill (round 3): a store reopened with another local_commit_log_file_size
+    failed with STATE_CONFLICT (exit 5) naming a file only ("holds 65536 bytes, more than the
+    file size 16384"). It is a CONFIG error naming the key and the size the files were made with."""
+    from tiered_core.codec.message import Message
+
+    config = LocalStoreConfig(commit_log_file_size=64 << 10, background_services=False)
+    with LocalMessageStore(tmp_path, config) as store:
+        for i in range(200):
+            store.put_message("t", 0, Message(topic="t", body=bytes(600)))
+    with pytest.raises(ConfigError) as info:
+        LocalMessageStore(tmp_path, LocalStoreConfig(commit_log_file_size=reopened_with, background_services=False))
+    assert info.value.context["key"] == "local_commit_log_file_size"
+    assert "(65536 bytes here)" in str(info.value)

@@ -260,9 +260,39 @@ def acquire_store_lock(root: str) -> int:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
+        holder = _lock_holder(fd)
         os.close(fd)
-        raise StateConflict(f"local store {root!r} is open in another process", path=root) from None
+        who = f" (pid {holder})" if holder else ""
+        raise StateConflict(f"local store {root!r} is open in another process{who}: one process at a time uses a "
+                            "store directory, read-only commands too; stop that process first (a broker, "
+                            "another command, or a job writing this store)", path=root, pid=holder) from None
     return fd
+
+
+def _file_size_hint(root: str) -> str:
+    """`` (N bytes here)``: the size the commit-log files of ``root`` were made with, when the
+    names of two of them tell it (the second starts where the first one's capacity ends)."""
+    try:
+        starts = sorted(int(n) for n in os.listdir(os.path.join(root, "commitlog")) if n.isdigit())
+    except OSError:
+        return ""
+    return f" ({starts[1] - starts[0]} bytes here)" if len(starts) > 1 and starts[1] > starts[0] else ""
+
+
+def _lock_holder(fd: int) -> int | None:
+    """The pid holding the lock on the open file ``fd`` (Linux's /proc/locks), else None."""
+    try:
+        st = os.fstat(fd)
+        with open("/proc/locks", encoding="ascii") as fh:
+            for line in fh:
+                fields = line.split()
+                if len(fields) >= 6 and fields[1] == "FLOCK":
+                    major, minor, inode = fields[5].split(":")
+                    if int(inode) == st.st_ino and os.makedev(int(major, 16), int(minor, 16)) == st.st_dev:
+                        return int(fields[4])
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def release_store_lock(fd: int) -> None:
@@ -365,8 +395,17 @@ class LocalMessageStore:
     def _open(self) -> None:
         cfg = self.config
         cp = self._read_checkpoint()
-        self._commit_log = CommitLog(os.path.join(self.root, "commitlog"), cfg.commit_log_file_size,
-                                     append_lock=self._put_lock, private=cfg.read_only)
+        try:
+            self._commit_log = CommitLog(os.path.join(self.root, "commitlog"), cfg.commit_log_file_size,
+                                         append_lock=self._put_lock, private=cfg.read_only)
+        except StateConflict as exc:
+            if "file size" not in exc.message:
+                raise
+            raise ConfigError(f"{exc.message}. The commit-log files of {self.root!r} were made with another "
+                              f"local_commit_log_file_size than the {cfg.commit_log_file_size} bytes configured; it "
+                              f"must stay the size the store was created with{_file_size_hint(self.root)}",
+                              key="local_commit_log_file_size", value=cfg.commit_log_file_size,
+                              path=self.root) from None
         rec = self._commit_log.recover(cp.commitlog_flushed if cp else None)
         self.recovery = rec
         self._commit_log.flush()

@@ -276,3 +276,18 @@ def test_file_seal_and_write_are_durable_files(tmp_path):
     assert (tmp_path / "tier/t/q/seg").read_bytes() == b"hello"
     assert os.path.exists(tmp_path / "tier/t/q/seg#tiered-sealed")
     assert list(drv.list("t/")) == [("t/q/seg", 5)]
+
+
+@pytest.mark.parametrize("url, typo, meant", [("memory://typo", "use_listings_cach", "use_listings_cache"),
+                                              ("s3://bucket/p", "anonn", "anon"),
+                                              ("gs://bucket/p", "endpont_url", "endpoint_url")])
+def test_a_misspelt_storage_option_is_named_with_the_option_it_resembles(url, typo, meant):
+    """An operator drill (round 3): ``endpont_url`` in gs:// storage_options was dropped by
+    gcsfs, and the store went to the public endpoint (a DNS error 35 s later named nothing).
+    A key one letter or two from an option of the filesystem is refused, naming both; a key
+    that resembles none passes on to the filesystem (its client may take it)."""
+    with pytest.raises(InvalidOption) as info:
+        open_driver("fsspec", url=url, storage_options={typo: True})
+    assert info.value.context["key"] == typo and f"did you mean {meant!r}?" in str(info.value)
+    drv = open_driver("fsspec", url="memory://typo-ok", storage_options={"skip_instance_cache": True})
+    drv.close()

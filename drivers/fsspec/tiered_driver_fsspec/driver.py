@@ -96,6 +96,7 @@ class FsspecDriver(SegmentDriver):
     def _open_filesystem(self, storage: dict[str, Any]) -> tuple[Any, str]:
         import fsspec
 
+        _refuse_misspelt_options(self.url, storage)
         error: TieredStoreError
         try:
             fs, root = _plain_filesystem(self.url, {**storage, **FORCED_OPTIONS}) or \
@@ -289,3 +290,41 @@ def _plain_filesystem(url: str, options: dict[str, Any]) -> tuple[Any, str] | No
     cls = getattr(importlib.import_module(plain[0]), plain[1])
     fs = cls(**options)
     return fs, fs._strip_protocol(url)
+
+
+#: Options fsspec's base classes take (the filesystem classes pass them on by ``**kwargs``).
+_FSSPEC_BASE_OPTIONS = frozenset({"use_listings_cache", "listings_expiry_time", "max_paths", "skip_instance_cache",
+                                  "asynchronous", "loop", "batch_size"})
+
+
+def _refuse_misspelt_options(url: str, storage: Mapping[str, Any]) -> None:
+    """InvalidOption naming a ``storage_options`` key that the filesystem does not take but
+    that is one letter or two from one it does (``endpont_url``): filesystems pass unknown
+    keys on, or drop them, so a typo would otherwise go unnoticed -- gcsfs then talks to the
+    public endpoint. Keys that resemble none pass (a filesystem's client may take them)."""
+    import difflib
+    import inspect
+
+    import fsspec
+
+    protocol = url.split("://", 1)[0] if "://" in url else "file"
+    try:
+        cls = fsspec.get_filesystem_class(protocol)
+    except (ImportError, ValueError):
+        return  # the open names the missing package or the unknown protocol
+    known = set(_FSSPEC_BASE_OPTIONS)
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        try:
+            params = inspect.signature(init).parameters if init is not None else {}
+        except (TypeError, ValueError):
+            continue
+        known.update(n for n, p in params.items() if n != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    shown = ".".join(_PLAIN_CLASSES.get(name, (name,)))
+    for key in sorted(set(storage) - known):
+        close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.85)
+        if close:
+            raise InvalidOption(f"option 'storage_options' of driver 'fsspec': {key!r} is not an option of "
+                                f"{shown} (did you mean {close[0]!r}?)",
+                                option="storage_options", key=key)

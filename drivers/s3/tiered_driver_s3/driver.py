@@ -106,7 +106,8 @@ from typing import Any, Iterator, Mapping, Sequence
 from tiered_core.errors import DriverError, InvalidOption, NotFound
 from tiered_core.spi import Capabilities, RetryPolicy
 from tiered_core.spi.objectstore import (
-    META_ID, META_SEALED, PART_MARK, ChainedObjectDriver, ObjectInfo, Part, SegmentView, new_segment_id, part_key,
+    META_ID, META_SEALED, PART_MARK, ChainedObjectDriver, ObjectInfo, Part, SegmentView, new_segment_id,
+    own_part_names, part_key,
 )
 from tiered_core.spi.objectstore.layout import parse_part
 from tiered_core.spi.transport import LOST_ANSWER, RequestHookPoint, is_transient
@@ -747,9 +748,12 @@ class S3Driver(ChainedObjectDriver):
     def delete(self, path: str) -> None:
         key = self._key(path)
         self._forget(key)
+        own = self._view(key, path).segment_id  # whose parts are this segment's (layout.own_garbage)
+        self._forget(key)
         # Base first: from then on the size is 0 and leftover parts are garbage.
         self._delete_object(key, what=f"delete {path!r}")
-        names = [item.name for item in self._list_objects(key + PART_MARK, what=f"list parts of {path!r}")]
+        names = own_part_names(key, self._list_objects(key + PART_MARK, what=f"list parts of {path!r}"), own, path,
+                               self.name)
         self._delete_many(names, what=f"delete parts of {path!r}", path=path)
 
     def list(self, prefix: str = "") -> Iterator[tuple[str, int]]:

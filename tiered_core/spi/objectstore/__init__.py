@@ -8,7 +8,7 @@ backend provides (list, exclusive create, ranged read, delete, conditional metad
 update, and optionally a server-side consolidation).
 """
 
-from tiered_core.spi.objectstore.chained_driver import ChainedObjectDriver, new_segment_id
+from tiered_core.spi.objectstore.chained_driver import ChainedObjectDriver, new_segment_id, own_part_names
 from tiered_core.spi.objectstore.layout import (
     META_ID, META_SEALED, META_SEALED_SIZE, PART_MARK, ObjectInfo, Part, SegmentView, group_listing, interpret,
     part_key,
@@ -16,5 +16,5 @@ from tiered_core.spi.objectstore.layout import (
 
 __all__ = [
     "META_ID", "META_SEALED", "META_SEALED_SIZE", "PART_MARK", "ChainedObjectDriver", "ObjectInfo", "Part",
-    "SegmentView", "group_listing", "interpret", "new_segment_id", "part_key",
+    "SegmentView", "group_listing", "interpret", "new_segment_id", "own_part_names", "part_key",
 ]

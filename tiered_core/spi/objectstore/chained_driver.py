@@ -23,7 +23,7 @@ import abc
 import contextlib
 import logging
 import uuid
-from typing import Any, ClassVar, Iterator, Mapping, Sequence
+from typing import Any, ClassVar, Iterable, Iterator, Mapping, Sequence
 
 from tiered_core.errors import (
     DriverError, IllegalParam, InvalidOption, InvalidPath, NotFound, PositionMismatch, SegmentSealed,
@@ -31,7 +31,7 @@ from tiered_core.errors import (
 from tiered_core.spi.driver import SegmentDriver
 from tiered_core.spi.objectstore.layout import (
     META_ID, META_SEALED, META_SEALED_SIZE, PART_MARK, ObjectInfo, Part, SegmentView, group_listing, interpret,
-    part_key,
+    parse_part, part_key,
 )
 
 log = logging.getLogger("tiered_core.spi.objectstore")
@@ -350,7 +350,7 @@ class ChainedObjectDriver(SegmentDriver, abc.ABC):
                 meta.update({META_SEALED: "true", META_SEALED_SIZE: str(view.size)})
                 if self._update_metadata(key, meta, version=view.version, what=f"seal {path!r}") is None:
                     raise self._changed(path, "the seal")
-                self._remove(view.garbage, path, "remove part of")
+                self._remove(view.own_garbage(), path, "remove part of")
             return
         version, base_size, chain = view.version, view.base_size, list(view.chain)
         done: list[Part] = []
@@ -375,7 +375,7 @@ class ChainedObjectDriver(SegmentDriver, abc.ABC):
             if not best_effort:
                 raise
             log.info("%s: compaction of %r deferred (backend unavailable)", self.name, path)
-        self._remove(done + view.garbage, path, "remove composed part of")
+        self._remove(done + view.own_garbage(), path, "remove composed part of")
 
     def _consolidate_once(self, key: str, path: str, batch: list[Part], meta: dict[str, str], version: str,
                           base_size: int) -> ObjectInfo:
@@ -462,7 +462,7 @@ class ChainedObjectDriver(SegmentDriver, abc.ABC):
         if not view.exists:
             raise NotFound(path, "cannot be sealed: it does not exist")
         if view.sealed:
-            self._remove(view.garbage, path, "remove part of")
+            self._remove(view.own_garbage(), path, "remove part of")
             return
         if not view.segment_id:
             view.metadata[META_ID] = new_segment_id()
@@ -470,10 +470,12 @@ class ChainedObjectDriver(SegmentDriver, abc.ABC):
 
     def delete(self, path: str) -> None:
         key = self._key(path)
+        own = self._view(key, path).segment_id  # whose parts are this segment's (see own_garbage)
         # Base first: from then on the size is 0 and leftover parts are garbage.
         self._delete_object(key, what=f"delete {path!r}")
-        for item in self._list_objects(key + PART_MARK, what=f"list parts of {path!r}"):
-            self._delete_object(item.name, what=f"delete part of {path!r}")
+        for name in own_part_names(key, self._list_objects(key + PART_MARK, what=f"list parts of {path!r}"), own,
+                                   path, self.name):
+            self._delete_object(name, what=f"delete part of {path!r}")
 
     def list(self, prefix: str = "") -> Iterator[tuple[str, int]]:
         full = f"{self.root}/{prefix}" if self.root else prefix
@@ -492,3 +494,16 @@ class ChainedObjectDriver(SegmentDriver, abc.ABC):
 
 
 __all__ = ["ChainedObjectDriver", "RESERVED", "new_segment_id"]
+
+
+def own_part_names(key: str, items: Iterable[ObjectInfo], segment_id: str, path: str, driver: str) -> list[str]:
+    """The names of ``items`` (listed below ``key``'s part mark) that are parts of segment id
+    ``segment_id``; the others are kept and logged (see :meth:`SegmentView.own_garbage`)."""
+    own, kept = [], []
+    for item in items:
+        part = parse_part(key, item)
+        (own if part is not None and segment_id and part.segment_id == segment_id else kept).append(item.name)
+    if kept:
+        log.warning("%s: %d object(s) below segment %r are not parts of its id %r; kept (e.g. %r)", driver,
+                    len(kept), path, segment_id, kept[0])
+    return own

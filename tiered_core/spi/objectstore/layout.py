@@ -12,9 +12,10 @@ seal records the segment's final size in ``tiered-sealed-size``.
 
 The size is computed from one listing of ``K`` (base and parts together):
 ``base size + the sizes of the parts that continue the base without a gap`` -- the
-*chain*. Parts of another segment id (left by a deleted predecessor), parts that lie
-inside the base (already consolidated, deletion pending), parts after a gap and parts
-past a sealed size are garbage: never counted, removed at seal and delete. A sealed base
+*chain*. Parts of another segment id (left by a deleted predecessor, or another writer's),
+parts that lie inside the base (already consolidated, deletion pending), parts after a gap
+and parts past a sealed size are garbage: never counted. Those of the segment's own id are
+removed at seal and delete; those of another id are kept (see :meth:`SegmentView.own_garbage`). A sealed base
 without ``tiered-sealed-size`` was consolidated at seal: its parts are all garbage.
 After a crash at any point -- between an upload and a consolidation, between a
 consolidation and the deletion of its parts, between a seal and the clean-up -- this
@@ -99,6 +100,13 @@ class SegmentView:
     @property
     def size(self) -> int:
         return self.base_size + sum(p.size for p in self.chain)
+
+    def own_garbage(self) -> list[Part]:
+        """The garbage parts of this segment's own id (its writer's: safe to remove). Parts of
+        another id are kept: nothing tells a deleted predecessor's leftovers from another
+        writer's objects (another driver's layout on the same prefix), and a store never
+        deletes what it cannot tell is its own."""
+        return [p for p in self.garbage if self.segment_id and p.segment_id == self.segment_id]
 
     def pieces(self) -> list[tuple[str, int, int]]:
         """``(object name, start offset in the segment, length)`` in order."""

@@ -48,6 +48,7 @@ class FsspecChain(ChainedObjectDriver):
     """
 
     name = "fsspec"
+    OTHER_LAYOUT_IDS = ()  # its own ids (another driver's parts are refused by _check_own_part)
 
     def __init__(self, *, fs: Any, root: str, call: Callable[..., Any], capabilities: Capabilities,
                  url: str, object_store: bool) -> None:

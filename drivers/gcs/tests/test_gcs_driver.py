@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tiered_conformance.request_probe import RequestProbe
-from tiered_core.errors import DriverError, IllegalParam, InvalidPath, NotFound, PositionMismatch, SegmentSealed
+from tiered_core.errors import DriverError, IllegalParam, InvalidPath, NotFound, PositionMismatch, SegmentSealed, StateConflict
 from tiered_core.plugins import conformance_environment, open_driver
 from tiered_core.segment import FileSegment
 from tiered_core.spi.layer import CountingLayer, RetryPolicy, layered
@@ -538,3 +538,18 @@ def test_conformance_environment_starts_or_reuses_an_emulator(tmp_path, fake_gcs
         with GcsDriver(**options) as drv:
             drv.write("x", 0, b"shared emulator")
             assert drv.size("x") == 15
+
+
+def test_a_segment_laid_out_by_the_fsspec_driver_is_refused_not_misread(driver):
+    """An operator drill (round 3): a prefix the fsspec driver wrote (gs://) whose owner record
+    was gone, opened with the gcs driver, was read as the gcs layout: the fsspec parts did not
+    count, a rebuild recorded the segments too short, and puts handed out acknowledged offsets
+    again. Parts of the fsspec layout's ids are refused, naming one, wherever they are read."""
+    key = driver._key("seg")
+    upload(driver, key, b"base")  # the fsspec base: no segment id in its metadata
+    upload(driver, part_key(key, "s", 4), b"more")
+    upload(driver, key + PART_MARK + "meta/tiered-sealed", b"8")
+    for call in (lambda: driver.size("seg"), lambda: list(driver.list("")), lambda: driver.seal("seg")):
+        with pytest.raises(StateConflict, match="fsspec driver's layout"):
+            call()
+    assert len(raw_objects(driver, "seg")) == 3  # nothing removed

@@ -26,7 +26,7 @@ import uuid
 from typing import Any, ClassVar, Iterable, Iterator, Mapping, Sequence
 
 from tiered_core.errors import (
-    DriverError, IllegalParam, InvalidOption, InvalidPath, NotFound, PositionMismatch, SegmentSealed,
+    DriverError, IllegalParam, InvalidOption, InvalidPath, NotFound, PositionMismatch, SegmentSealed, StateConflict,
 )
 from tiered_core.spi.driver import SegmentDriver
 from tiered_core.spi.objectstore.layout import (
@@ -209,7 +209,24 @@ class ChainedObjectDriver(SegmentDriver, abc.ABC):
 
     def _view(self, key: str, path: str) -> SegmentView:
         items = self._list_objects(key, what=f"list {path!r}")
-        return interpret(key, self._with_metadata(key, items, path))
+        return self._refuse_another_layout(interpret(key, self._with_metadata(key, items, path)), path)
+
+    #: Segment ids of another driver's layout of the same part names: the fsspec driver's
+    #: constant id and its marker objects (``tiered_driver_fsspec.chain_layout``). A driver
+    #: of that layout sets none.
+    OTHER_LAYOUT_IDS: ClassVar[tuple[str, ...]] = ("s", "meta")
+
+    def _refuse_another_layout(self, view: SegmentView, path: str) -> SegmentView:
+        """``view``, unless parts below it are another layout's: read as this layout's, their
+        bytes would not count (sizes too short, offsets handed out again). StateConflict,
+        naming the object, even where the prefix's owner record is gone."""
+        for part in view.garbage:
+            if part.segment_id in self.OTHER_LAYOUT_IDS:
+                raise StateConflict(
+                    f"{self.name}: {part.name!r} below {path!r} belongs to the fsspec driver's layout (its parts are "
+                    f"named by segment id {part.segment_id!r}): the {self.name} driver neither reads nor removes "
+                    "it. Open this tier with the driver that wrote it", path=path, object=part.name)
+        return view
 
     # -- the operations ---------------------------------------------------------------------
 
@@ -487,13 +504,10 @@ class ChainedObjectDriver(SegmentDriver, abc.ABC):
             has_parts = any(item.name != key for item in group)
             if has_parts:  # only a chain needs the base's metadata (its segment id)
                 group = self._with_metadata(key, group, self._rel(key))
-            view = interpret(key, group)
+            view = self._refuse_another_layout(interpret(key, group), self._rel(key))
             if view.exists:
                 out.append((self._rel(key), view.size))
         return iter(sorted(out))
-
-
-__all__ = ["ChainedObjectDriver", "RESERVED", "new_segment_id"]
 
 
 def own_part_names(key: str, items: Iterable[ObjectInfo], segment_id: str, path: str, driver: str) -> list[str]:
@@ -507,3 +521,6 @@ def own_part_names(key: str, items: Iterable[ObjectInfo], segment_id: str, path:
         log.warning("%s: %d object(s) below segment %r are not parts of its id %r; kept (e.g. %r)", driver,
                     len(kept), path, segment_id, kept[0])
     return own
+
+
+__all__ = ["ChainedObjectDriver", "RESERVED", "new_segment_id", "own_part_names"]

@@ -18,7 +18,7 @@ import pytest
 
 from tiered_conformance.request_probe import RequestProbe
 from tiered_core.errors import (
-    DriverError, IllegalParam, InvalidOption, InvalidPath, NotFound, PositionMismatch, SegmentSealed,
+    DriverError, IllegalParam, InvalidOption, InvalidPath, NotFound, PositionMismatch, SegmentSealed, StateConflict,
 )
 from tiered_core.plugins import conformance_environment, open_driver
 from tiered_core.segment import FileSegment
@@ -483,3 +483,14 @@ def test_an_environment_connection_string_for_another_account_is_refused(azurite
     assert info.value.option == "endpoint"
     with AzureDriver(container=AZURE_CONTAINER, account_name="devstoreaccount1") as same:  # the same account
         assert same.size("never-written") == 0
+
+
+def test_a_prefix_laid_out_by_the_fsspec_driver_is_refused_not_misread(driver):
+    """An operator drill (round 3): an abfs:// prefix the fsspec driver wrote, its owner record
+    gone, opened with the azure driver: the fsspec parts were strays, `repair --apply` moved
+    them to the quarantine and puts handed out acknowledged offsets again. The listing refuses
+    another driver's part chain, naming a part, before anything reads or moves it."""
+    driver.write("t/0/COMMIT_LOG/seg", 0, b"base")
+    driver.write("t/0/COMMIT_LOG/seg#tiered-part/s/00000000000000000004", 0, b"more")
+    with pytest.raises(StateConflict, match="another driver's layout"):
+        list(driver.list(""))

@@ -11,9 +11,10 @@ import os
 from typing import Any, Callable, Iterator
 
 from tiered_core.errors import (
-    DriverError, IllegalParam, InvalidOption, InvalidPath, NotFound, PositionMismatch, SegmentSealed,
+    DriverError, IllegalParam, InvalidOption, InvalidPath, NotFound, PositionMismatch, SegmentSealed, StateConflict,
 )
 from tiered_core.spi import Capabilities, RetryPolicy, SegmentDriver
+from tiered_core.spi.objectstore import PART_MARK
 from tiered_core.spi.transport import LOST_ANSWER, RequestHookPoint, is_transient
 
 log = logging.getLogger("tiered_driver_azure")
@@ -369,7 +370,16 @@ class AzureDriver(SegmentDriver):
             blobs = self._fs.service_client.get_container_client(self.container).list_blobs(name_starts_with=full)
             return sorted([(b.name[cut:], int(b.size)) async for b in blobs])
 
-        return iter(self._sdk("list prefix", prefix, fetch))
+        listed = self._sdk("list prefix", prefix, fetch)
+        for name, _size in listed:
+            if PART_MARK in name:
+                # another driver's part chain (fsspec's abfs://): read as this driver's blobs, its
+                # segments would be too short and their parts strays
+                raise StateConflict(
+                    f"azure: {name!r} in container {self.container!r} is a part of another driver's layout (the "
+                    "fsspec driver on abfs:// names parts this way): the azure driver neither reads nor removes "
+                    "it. Open this tier with the driver that wrote it", path=name, container=self.container)
+        return iter(listed)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

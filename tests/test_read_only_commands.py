@@ -297,3 +297,15 @@ def test_a_read_only_command_on_a_store_taken_over_names_the_owner(tmp_path, cap
     with pytest.raises(PrefixOwned):
         TieredMessageStore.open(a, read_only=True)
     assert changes(before, snapshot(tmp_path / "tier", a.store_path)) == {}
+
+
+def test_get_past_the_end_names_the_queues_whole_range(store, capsys):
+    """An operator drill (round 3): ``tiered get`` past a queue's end said "queue offsets
+    2726..2736" (the local copy's range) while the tier serves from 0."""
+    config, conf, _ = store
+    with TieredMessageStore.open(config, read_only=True) as s:
+        lo, hi = s.get_min_offset_in_queue("orders", 0), s.get_max_offset_in_queue("orders", 0)
+        assert s.local.get_min_offset_in_queue("orders", 0) > lo  # partly in the tier only
+    assert main(["get", "--config", conf, "--topic", "orders", "--offset", str(hi + 5), "--json"]) == 3
+    err = json.loads(capsys.readouterr().out)["error"]
+    assert (err["min_offset"], err["max_offset"]) == (lo, hi) and f"queue offsets {lo}..{hi}" in err["message"]

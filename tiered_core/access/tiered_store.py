@@ -473,6 +473,8 @@ class TieredMessageStore:
             status = GetMessageStatus.FOUND if res.messages else GetMessageStatus.NO_MATCHED_MESSAGE
             return GetMessageResult(status, res.messages, res.next_offset, self.get_min_offset_in_queue(topic, queue_id),
                                     hi, StoreTier.LOCAL)
+        if status is not GetMessageStatus.OFFSET_TOO_SMALL:
+            lo = self.get_min_offset_in_queue(topic, queue_id)  # past the end: the queue's range, tiers and all
         return GetMessageResult(status, next_begin_offset=nxt, min_offset=lo, max_offset=hi, tier=StoreTier.LOCAL)
 
     # -- offsets and times ------------------------------------------------------------------

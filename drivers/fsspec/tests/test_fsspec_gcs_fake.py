@@ -34,3 +34,22 @@ def test_gs_urls_open_gcsfs_plain_class_and_keep_the_bytes(tmp_path, monkeypatch
             assert drv.is_sealed("seg") and drv.read("seg", 0, 150) == b"a" * 100 + b"b" * 50
         finally:
             drv.close()
+
+
+def test_a_missing_bucket_is_named_at_open_and_nothing_is_created(tmp_path, capsys):
+    """An operator drill (round 3): gs:// with a bucket that does not exist listed as empty, so
+    a store was created against it, failed at its first write with NOT_FOUND of an owner
+    record, and left its store directory behind. The driver names the bucket at open."""
+    from tiered_core.config import StoreConfig
+    from tiered_core.cli import main
+
+    with running(FakeGcsServer(tmp_path / "gcs"), lambda s: s.create_bucket(BUCKET)) as server:
+        conf = tmp_path / "c.toml"
+        conf.write_text(f'[tiered]\nstore_path = "{tmp_path / "store"}"\ndriver = "fsspec"\n[tiered.options]\n'
+                        f'url = "gs://no-such-bucket-x/p"\n[tiered.options.storage_options]\n'
+                        f'endpoint_url = "{server.url}"\ntoken = "anon"\nproject = "test"\n')
+        StoreConfig.load(str(conf))
+        assert main(["put", "--config", str(conf), "--topic", "t", "--body", "x"]) == 5
+    err = capsys.readouterr().err
+    assert "'no-such-bucket-x'" in err and "does not exist" in err, err
+    assert not (tmp_path / "store").exists()

@@ -13,7 +13,7 @@ from tiered_core.errors import DriverError, InvalidOption, InvalidPath, NotFound
 from tiered_core.spi import Capabilities, SegmentDriver
 
 from .append_layout import SCRATCH, SEAL_MARK, AppendLayout
-from .guarantees import APPEND, Guarantees, guarantees_of
+from .guarantees import APPEND, OBJECT_STORES, Guarantees, guarantees_of
 from .options import (
     FORCED_OPTIONS, REDACTED, check_url, parse_storage_options, redact_tree, scrub, secret_values,
 )
@@ -90,6 +90,8 @@ class FsspecDriver(SegmentDriver):
                 fsync=fsync)
         else:
             self._layout = self._chain_layout()
+        if self.guarantees.filesystem in OBJECT_STORES:
+            self._check_bucket()
 
     # -- opening -----------------------------------------------------------------------
 
@@ -120,6 +122,16 @@ class FsspecDriver(SegmentDriver):
         else:
             return fs, str(root).rstrip("/")
         raise error  # outside the handler: the library's exception is not attached
+
+    def _check_bucket(self) -> None:
+        """DriverError naming the bucket (container) of the URL when it does not exist: the
+        object stores list a missing bucket as empty, so a store would be created against it
+        and fail at its first write, having made its directory (NOT_FOUND of an owner record,
+        or a retried error on abfs://)."""
+        bucket = self.root.split("/", 1)[0]
+        if bucket and not self._call("look up the bucket of", bucket, self.fs.exists, bucket):
+            raise DriverError(f"fsspec: the bucket (container) {bucket!r} of {self.url} does not exist: create it, "
+                              "or fix 'url'", retryable=False, url=self.url, bucket=bucket)
 
     def _chain_layout(self) -> Any:
         from .chain_layout import FsspecChain  # the shared object-store layout, in the driver layer

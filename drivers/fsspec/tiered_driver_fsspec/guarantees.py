@@ -41,6 +41,8 @@ _OBJECT_STORES = {
     "gcsfs.core.GCSFileSystem": "pipe_file(mode='create') uploads with ifGenerationMatch=0",
     "adlfs.spec.AzureBlobFileSystem": "pipe_file(mode='create') uploads with If-None-Match: *",
 }
+#: The object-store filesystem classes (the driver checks their bucket exists at open).
+OBJECT_STORES = frozenset(_OBJECT_STORES)
 _LOCAL = "fsspec.implementations.local.LocalFileSystem"
 _MEMORY = "fsspec.implementations.memory.MemoryFileSystem"
 

@@ -23,6 +23,14 @@ QUEUES = {("TopicA", 0): (0, 60), ("TopicA", 1): (0, 45), ("TopicB", 0): (100, 3
           ("orders", 3): (0, 7), ("orders", 4): (0, 0)}
 
 
+def posix_store_config(tmp_path) -> tuple:
+    """``(config file, StoreConfig)`` of a posix store below ``tmp_path`` that tiers at once."""
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'[tiered]\nstore_path = "{tmp_path / "store"}"\ngroup_commit_interval_ms = 0\n'
+                    f'[tiered.options]\nroot = "{tmp_path / "tier"}"\n')
+    return conf, StoreConfig.load(str(conf), environ={})
+
+
 def write_config(tmp_path, metadata: str = "sqlite") -> str:
     path = tmp_path / "tiered.toml"
     path.write_text(f'[tiered]\nstore_path = "store"\nmetadata = "{metadata}"\n'
@@ -319,10 +327,7 @@ def test_a_foreign_object_under_a_segment_name_is_not_adopted_and_the_advice_nam
     from tiered_core import Message, TieredMessageStore
     from tiered_core.errors import UnknownObjects
 
-    conf = tmp_path / "c.toml"
-    conf.write_text(f'[tiered]\nstore_path = "{tmp_path / "store"}"\ngroup_commit_interval_ms = 0\n'
-                    f'[tiered.options]\nroot = "{tmp_path / "tier"}"\n')
-    cfg = StoreConfig.load(str(conf), environ={})
+    conf, cfg = posix_store_config(tmp_path)
     with TieredMessageStore.open(cfg) as store:
         store.put_message(Message(topic="t1", body=b"a"), 0)
         store.dispatch(force=True)
@@ -361,10 +366,7 @@ def test_a_foreign_object_named_as_a_queues_next_segment_is_not_adopted(tmp_path
     from tiered_core import Message, TieredMessageStore
     from tiered_core.codec.naming import segment_path
 
-    conf = tmp_path / "c.toml"
-    conf.write_text(f'[tiered]\nstore_path = "{tmp_path / "store"}"\ngroup_commit_interval_ms = 0\n'
-                    f'[tiered.options]\nroot = "{tmp_path / "tier"}"\n')
-    cfg = StoreConfig.load(str(conf), environ={})
+    conf, cfg = posix_store_config(tmp_path)
     with TieredMessageStore.open(cfg) as store:
         for i in range(3):
             store.put_message(Message(topic="t", body=f"m{i}".encode(), keys=[f"k{i}"]), 0)
@@ -414,10 +416,7 @@ def test_a_foreign_object_named_as_a_queues_next_consume_queue_segment_is_not_ad
     from tiered_core.codec.consume_queue import encode_cq_unit
     from tiered_core.codec.naming import segment_path
 
-    conf = tmp_path / "c.toml"
-    conf.write_text(f'[tiered]\nstore_path = "{tmp_path / "store"}"\ngroup_commit_interval_ms = 0\n'
-                    f'[tiered.options]\nroot = "{tmp_path / "tier"}"\n')
-    cfg = StoreConfig.load(str(conf), environ={})
+    conf, cfg = posix_store_config(tmp_path)
     with TieredMessageStore.open(cfg) as store:
         for i in range(3):
             store.put_message(Message(topic="t", body=f"m{i}".encode()), 0)
@@ -476,10 +475,7 @@ def test_an_empty_object_named_past_a_queues_end_is_not_adopted(tmp_path, capsys
     from tiered_core import Message, TieredMessageStore
     from tiered_core.codec.naming import segment_path
 
-    conf = tmp_path / "c.toml"
-    conf.write_text(f'[tiered]\nstore_path = "{tmp_path / "store"}"\ngroup_commit_interval_ms = 0\n'
-                    f'[tiered.options]\nroot = "{tmp_path / "tier"}"\n')
-    cfg = StoreConfig.load(str(conf), environ={})
+    conf, cfg = posix_store_config(tmp_path)
     with TieredMessageStore.open(cfg) as store:
         for i in range(3):
             store.put_message(Message(topic="t", body=f"m{i}".encode()), 0)
@@ -505,10 +501,7 @@ def test_a_short_consume_queue_object_without_a_commit_log_is_not_adopted(tmp_pa
     from tiered_core.codec.naming import segment_path
     from tiered_core.errors import UnknownObjects
 
-    conf = tmp_path / "c.toml"
-    conf.write_text(f'[tiered]\nstore_path = "{tmp_path / "store"}"\ngroup_commit_interval_ms = 0\n'
-                    f'[tiered.options]\nroot = "{tmp_path / "tier"}"\n')
-    cfg = StoreConfig.load(str(conf), environ={})
+    conf, cfg = posix_store_config(tmp_path)
     with TieredMessageStore.open(cfg) as store:
         store.put_message(Message(topic="t", body=b"m"), 0)
         store.dispatch(force=True)

@@ -284,17 +284,23 @@ def _retryable(exc: BaseException) -> bool:
 _PLAIN_CLASSES = {"gcsfs.extended_gcsfs.ExtendedGcsFileSystem": ("gcsfs.core", "GCSFileSystem")}
 
 
+def _filesystem_class(url: str) -> type | None:
+    """The filesystem class fsspec picks for ``url``'s protocol (None: not installed, unknown)."""
+    import fsspec
+
+    try:
+        return fsspec.get_filesystem_class(url.split("://", 1)[0] if "://" in url else "file")
+    except (ImportError, ValueError):
+        return None
+
+
 def _plain_filesystem(url: str, options: dict[str, Any]) -> tuple[Any, str] | None:
     """The filesystem and root of ``url`` as the plain class of :data:`_PLAIN_CLASSES` when
     fsspec would pick one listed there (None: fsspec's own choice is used)."""
     import importlib
 
-    import fsspec
-
-    protocol = url.split("://", 1)[0] if "://" in url else "file"
-    try:
-        chosen = fsspec.get_filesystem_class(protocol)
-    except (ImportError, ValueError):
+    chosen = _filesystem_class(url)
+    if chosen is None:
         return None  # url_to_fs names the problem
     plain = _PLAIN_CLASSES.get(f"{chosen.__module__}.{chosen.__qualname__}")
     if plain is None:
@@ -317,12 +323,8 @@ def _refuse_misspelt_options(url: str, storage: Mapping[str, Any]) -> None:
     import difflib
     import inspect
 
-    import fsspec
-
-    protocol = url.split("://", 1)[0] if "://" in url else "file"
-    try:
-        cls = fsspec.get_filesystem_class(protocol)
-    except (ImportError, ValueError):
+    cls = _filesystem_class(url)
+    if cls is None:
         return  # the open names the missing package or the unknown protocol
     known = set(_FSSPEC_BASE_OPTIONS)
     for klass in cls.__mro__:

@@ -24,6 +24,7 @@ from tiered_core.index.coverage import COVERAGE_FILE
 from tiered_core.access.results import GetMessageStatus
 from tiered_core.access.tiered_store import TieredMessageStore
 from tiered_core.cli import main
+from tiered_core.common import now_ms
 from tiered_core.cli.ops import _dispatch_failure
 from tiered_core.errors import OffsetConflict, StateConflict
 from tiered_core.flat.file_store import FlatFileStore
@@ -163,6 +164,43 @@ def test_restored_old_directory_continues_after_the_tier(tmp_path):
     with TieredMessageStore.open(cfg) as store:  # the floor is durable: the gap reads from the tier
         assert_reads_back(store, {**sent, **after})
         assert store.key_repair is None  # a plain reopen is no recovery
+
+
+def test_restored_old_directory_after_tiered_expiry_reads_as_expired(tmp_path):
+    """A backup of the store directory restored after tiered retention deleted old segments:
+    what the backup's metadata lists and the tier expired reads as expired ("offset too
+    small"), not as damage, from the first open on, also for a read-only open; a segment
+    missing that is not past its reserve time stays damage."""
+    cfg = config_at(tmp_path, file_reserved_hours=1)
+    later = now_ms() + 2 * 3600_000  # past the reserve time of everything written now
+    with TieredMessageStore.open(cfg) as store:
+        sent = put(store, "a", 2000)
+        store.dispatch(force=True)
+    backup = tmp_path / "backup"
+    shutil.copytree(cfg.store_path, backup)
+    with TieredMessageStore.open(cfg) as store:
+        tier_only(store)
+        store.delete_expired_tiered(later)
+        tiered_min = store.stat()[0].tiered_min
+    assert 0 < tiered_min < 1000
+    shutil.rmtree(cfg.store_path)
+    shutil.copytree(backup, cfg.store_path)
+    with TieredMessageStore.open(cfg, read_only=True, clock=lambda: later) as store:
+        assert [s.damage for s in store.stat()] == [[], []]
+    with TieredMessageStore.open(cfg, clock=lambda: later) as store:
+        stats = store.stat()
+        assert [(s.tiered_min, s.damage) for s in stats] == [(tiered_min, []), (tiered_min, [])]
+        store.delete_expired_local(FAR_FUTURE_MS)
+        res = store.get_message("g", TOPIC, 0, 0, 1)
+        assert res.status is GetMessageStatus.OFFSET_TOO_SMALL and res.next_begin_offset == tiered_min
+        assert_reads_back(store, {k: v for k, v in sent.items() if k[1] >= tiered_min})
+        after = put(store, "b", 2)
+        assert sorted(after) == [(0, 1000), (1, 1000)]
+    # Not past the reserve time (the clock of the restore): missing is damage, as before.
+    shutil.rmtree(cfg.store_path)
+    shutil.copytree(backup, cfg.store_path)
+    with TieredMessageStore.open(cfg, read_only=True) as store:
+        assert all(s.damage and s.tiered_min == 0 for s in store.stat())
 
 
 def test_restored_copy_finds_keys_of_a_queue_it_never_had(tmp_path):

@@ -42,7 +42,8 @@ from tiered_core.config import StoreConfig
 from tiered_core.errors import IllegalParam, SegmentClosed, StateConflict, TieredStoreError
 from tiered_core.flat.damage import SegmentDamage
 from tiered_core.flat.ownership import PrefixOwnership, ReadOnlyDriver, load_store_id
-from tiered_core.ops.reconcile import listed_segment_paths, open_checked_metadata
+from tiered_core.flat.file_store import FlatFileStore
+from tiered_core.ops.reconcile import ReconcileReport, listed_segment_paths, open_checked_metadata
 from tiered_core.index.service import IndexStoreService
 from tiered_core.local.local_store import LocalMessageStore, LocalStoreConfig
 from tiered_core.common import LONG_MAX, BoundaryType, now_ms
@@ -97,7 +98,7 @@ class TieredMessageStore:
         # A message must fit one tiered segment, or it could never be tiered: refuse it at put.
         local_config = dataclasses.replace(local_config, max_message_size=min(local_config.max_message_size,
                                                                               config.commit_log_max_size))
-        driver = metadata = checks = view = None
+        driver = metadata = checks = view = report = None
         #: Where an untrusted local history was moved at this open (None: it was used).
         self.given_up_history: str | None = None
         self.local = None  # type: ignore[assignment]
@@ -114,6 +115,7 @@ class TieredMessageStore:
                 self.driver = ReadOnlyDriver(driver)
                 self.metadata = metadata = checks.metadata
                 checks.metadata = None
+                report = checks.report
             else:
                 make_store_dir(config)
                 # ``clock`` (ms since the epoch) stamps store times and names index files; tests pin it.
@@ -135,10 +137,11 @@ class TieredMessageStore:
                     self.local = LocalMessageStore(config.store_path, local_config, clock=clock)
                     self.given_up_history = moved
                 checks.close()
-                self.metadata = metadata = open_checked_metadata(
+                metadata, report = open_checked_metadata(
                     config.open_metadata, config.effective_metadata_path(), self.driver, config.cluster,
                     config.broker, rebuild=take_over or config.metadata_recovery == "rebuild",
                     fix=rebuild_fix(config), checked=None if take_over else checks.report)
+                self.metadata = metadata
                 checks.record(config.store_path, store_id, self.metadata)
                 if self.ownership.took_over_from is not None:
                     # the tails the previous owner may still write: of the segments the
@@ -149,6 +152,8 @@ class TieredMessageStore:
             self.view = view = TierReadView(config, self.driver, self.metadata, owns_driver=True,
                                             owns_metadata=True)
             self.flat_files, self.cache, self.fetcher = view.flat_files, view.cache, view.fetcher
+            if report is not None and report.missing:
+                _forget_expired_missing(self.flat_files, report, config.cluster, (clock or now_ms)())
             #: Queues whose tiered files could not be recovered at open, with the reason: puts to
             #: them are refused and only what their tier still holds intact is served; the
             #: other queues work.
@@ -666,3 +671,19 @@ class TieredMessageStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _forget_expired_missing(flat_files: FlatFileStore, report: ReconcileReport, cluster: str, now: int) -> None:
+    """Segments the metadata lists and the backend does not hold: leading ones past their
+    reserve time were expired by tiered retention while this metadata was away (a store
+    directory restored from a backup), and are cleaned as expiry would; the rest are damage."""
+    forgotten = flat_files.forget_expired_missing(report.missing, now)
+    if forgotten:
+        log.warning("%d segment(s) under %r that the metadata lists are gone from the backend and older than "
+                    "their reserve time (tiered retention deleted them, e.g. while the store directory was a "
+                    "backup): treated as expired", forgotten, report.prefix)
+    listed = listed_segment_paths(flat_files.metadata, cluster) if forgotten else None
+    left = [path for path in report.missing if listed is None or path in listed]
+    if left:
+        log.error("the metadata lists %d non-empty segment(s) the backend does not hold under %r, e.g. %s",
+                  len(left), report.prefix, left[:5])

@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from itertools import accumulate
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Collection, Iterator, Sequence
 
 from tiered_core.errors import CorruptData, DriverError, IllegalOffset, IllegalParam, StateConflict, TieredStoreError
 from tiered_core.flat.segment_ref import SegmentRef
@@ -478,9 +478,11 @@ class FlatAppendFile:
 
     # -- expiry and lifecycle -------------------------------------------------------------
 
-    def clean_expired(self, expire_timestamp: int) -> int:
+    def clean_expired(self, expire_timestamp: int, only: Collection[str] | None = None) -> int:
         """Phase 1 of expiry: stop serving head segments whose newest message is older than
-        ``expire_timestamp`` and mark them DELETED in metadata (no backend I/O).
+        ``expire_timestamp`` and mark them DELETED in metadata (no backend I/O); with
+        ``only`` (backend paths of segments the backend no longer holds), just the leading
+        ones it names, whose records are removed: there is nothing left to delete.
 
         The last (writable) segment is kept. Returns how many were cleaned.
         """
@@ -490,8 +492,12 @@ class FlatAppendFile:
                 head = self.segments[0]
                 if head.max_timestamp is not None and head.max_timestamp >= expire_timestamp:
                     break
+                if only is not None and head.path not in only:
+                    break
                 meta = self.metadata.get_file_segment(int(self.file_type), self.file_path, head.base_offset)
-                if meta is not None:
+                if meta is not None and only is not None:
+                    self.metadata.delete_file_segment(int(self.file_type), self.file_path, head.base_offset)
+                elif meta is not None:
                     meta.status = SegmentStatus.DELETED
                     self.metadata.update_file_segment(meta)
                 self.segments.pop(0)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Sequence
+from typing import Collection, Sequence
 
 from tiered_core.codec._impl import peek_queue_offset
 from tiered_core.codec.message import QUEUE_OFFSET_END, rewrite_physical_offset
@@ -125,8 +125,8 @@ class FlatCommitLogFile(FlatAppendFile):
             return -1
         return self._first_queue_offset
 
-    def clean_expired(self, expire_timestamp: int) -> int:
-        cleaned = super().clean_expired(expire_timestamp)
+    def clean_expired(self, expire_timestamp: int, only: Collection[str] | None = None) -> int:
+        cleaned = super().clean_expired(expire_timestamp, only)
         if cleaned:
             self._first_queue_offset = -1  # RocketMQ #8076: the min moved
         return cleaned

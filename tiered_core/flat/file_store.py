@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterator
+from typing import Collection, Iterator
 
 from tiered_core.errors import Fenced, TieredStoreError
 from tiered_core.flat.settings import FlatFileConfig
@@ -109,6 +109,11 @@ class FlatFileStore:
                 raise
             except TieredStoreError as exc:
                 log.warning("expiry of %s failed: %s", flat, exc)
+
+    def forget_expired_missing(self, missing: Collection[str], now: int | None = None) -> int:
+        """:meth:`FlatMessageFile.forget_expired_missing` on every queue; how many segments."""
+        missing = frozenset(missing)
+        return sum(flat.forget_expired_missing(missing, now) for flat in self.files()) if missing else 0
 
     def shutdown(self) -> None:
         for flat in self.files():

@@ -6,7 +6,7 @@ import bisect
 import dataclasses
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Sequence
+from typing import Collection, Sequence
 
 from tiered_core.codec._impl import encode_cq_unit, peek_store_timestamp
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, decode_cq_unit
@@ -435,6 +435,21 @@ class FlatMessageFile(CompositeAccess):
             self.consume_queue.destroy_expired(expire_timestamp)
             self.commit_log.destroy_expired(expire_timestamp)
             self._flush_queue_metadata()
+
+    def forget_expired_missing(self, missing: Collection[str], now: int | None = None) -> int:
+        """Clean the leading segments the backend no longer holds (backend paths in
+        ``missing``) that are older than this topic's reserve time, as expiry would: tiered
+        retention deleted them while this metadata was away (a store directory restored
+        from a backup). Reads then answer "offset too small" there instead of reporting
+        damage. A missing segment that is not expired stays damage. Returns how many."""
+        now = now_ms() if now is None else now
+        threshold = now - self.reserved_hours() * 3600_000
+        with self._lock:
+            cleaned = self.consume_queue.clean_expired(threshold, missing)
+            cleaned += self.commit_log.clean_expired(threshold, missing)
+            if cleaned:
+                self._flush_queue_metadata()
+        return cleaned
 
     def expire(self, now: int | None = None) -> None:
         """Destroy what is older than this topic's reserve time."""

@@ -116,8 +116,10 @@ def metadata_refusal(exc: MetadataError, metadata_path: str, fix: str) -> Metada
 
 def open_checked_metadata(open_metadata: Callable[[], TieredMetadataStore], metadata_path: str,
                           driver: SegmentDriver, cluster: str, broker: str, *, rebuild: bool,
-                          fix: str, checked: ReconcileReport | None = None) -> TieredMetadataStore:
-    """Open the metadata store and make sure it lists everything the backend holds.
+                          fix: str, checked: ReconcileReport | None = None
+                          ) -> tuple[TieredMetadataStore, ReconcileReport]:
+    """Open the metadata store and make sure it lists everything the backend holds; returns
+    it with the comparison (after a rebuild: one that finds nothing missing).
 
     An unreadable store, or objects it does not list, stop the open with a typed error
     naming ``fix`` -- unless ``rebuild``: then the damaged file is set aside (never
@@ -139,9 +141,6 @@ def open_checked_metadata(open_metadata: Callable[[], TieredMetadataStore], meta
         metadata = open_metadata()
     try:
         report = checked if checked is not None else reconcile(driver, metadata, cluster, broker)
-        if report.missing:
-            log.error("the metadata lists %d non-empty segment(s) the backend does not hold under %r, e.g. %s",
-                      len(report.missing), report.prefix, report.missing[:_EXAMPLES])
         if report.unknown:
             if not rebuild:
                 raise report.refusal(fix)
@@ -150,10 +149,11 @@ def open_checked_metadata(open_metadata: Callable[[], TieredMetadataStore], meta
             stats = rebuild_metadata(driver, metadata, cluster=cluster, broker=broker, force=True)
             log.warning("metadata rebuilt: %d topic(s), %d queue(s), %d segment(s)", stats.topics,
                         stats.queues, stats.segments)
+            report = ReconcileReport(report.prefix, listed=report.listed)
     except BaseException:
         metadata.close()
         raise
-    return metadata
+    return metadata, report
 
 
 __all__ = ["ReconcileReport", "backend_path", "listed_segment_paths", "metadata_refusal", "open_checked_metadata",

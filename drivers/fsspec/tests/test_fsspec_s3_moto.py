@@ -58,6 +58,27 @@ def test_one_commit_is_one_part_and_a_seal_keeps_the_bytes(s3_options):
     assert raw.find(root) == []
 
 
+def test_an_object_named_as_a_part_after_a_gap_survives_seal_and_delete(s3_options):
+    """The fsspec layout names every part by one constant id, so an object anyone names
+    ``K#tiered-part/s/<position past the end>`` looks like one of the segment's parts. No
+    write of the layout lands after a gap: a seal and a delete keep it."""
+    import s3fs
+
+    root = f"{BUCKET}/gap-{uuid.uuid4().hex[:8]}"
+    drv = open_driver("fsspec", url=f"s3://{root}", storage_options=s3_options)
+    drv.write("seg", 0, b"a" * 100)
+    drv.write("seg", 100, b"b" * 50)
+    raw = s3fs.S3FileSystem(skip_instance_cache=True, use_listings_cache=False, **s3_options)
+    foreign = f"{root}/seg#tiered-part/s/{10_000:020d}"
+    raw.pipe_file(foreign, b"not the segment's")
+    assert drv.size("seg") == 150
+    drv.seal("seg")
+    assert raw.cat_file(foreign) == b"not the segment's"
+    assert drv.size("seg") == 150 and drv.read("seg", 95, 10) == b"a" * 5 + b"b" * 5
+    drv.delete("seg")
+    assert raw.find(root) == [foreign]
+
+
 #: Why the suite's 1000-writes test does not run here: the part chain keeps every commit as a
 #: part (S3 cannot concatenate small objects), so each write lists a chain that grows by one
 #: part; against moto on this machine 506 of the 1000 writes were done after 6 min 43 s

@@ -26,7 +26,9 @@ from typing import Any, Callable, Mapping
 
 from tiered_core.errors import NotFound, StateConflict
 from tiered_core.spi import Capabilities
-from tiered_core.spi.objectstore import META_ID, META_SEALED, META_SEALED_SIZE, PART_MARK, ChainedObjectDriver, ObjectInfo
+from tiered_core.spi.objectstore import (
+    META_ID, META_SEALED, META_SEALED_SIZE, PART_MARK, ChainedObjectDriver, ObjectInfo, own_part_names,
+)
 
 #: The one segment id of every base this driver writes (see the module doc).
 SEGMENT_ID = "s"
@@ -185,10 +187,13 @@ class FsspecChain(ChainedObjectDriver):
     def delete(self, path: str) -> None:
         """Parts (last first), then the seal markers, then the base: a crash at any point
         leaves a shorter segment that the next delete finishes, and never parts or a seal
-        that a new segment at this path would inherit."""
+        that a new segment at this path would inherit. A part after a gap is not the
+        segment's (see :meth:`SegmentView.own_garbage`): it is kept, and logged."""
         key = self._key(path)
+        end = self._view(key, path).size
         items = self._list_objects(key + PART_MARK, what=f"list parts of {path!r}")
-        parts = sorted((i.name for i in items if not i.name.startswith(key + META_MARK)), reverse=True)
+        parts = sorted(own_part_names(key, [i for i in items if not i.name.startswith(key + META_MARK)],
+                                      SEGMENT_ID, path, self.name, end=end), reverse=True)
         marks = sorted((i.name for i in items if i.name.startswith(key + META_MARK)), reverse=True)
         for name in parts + marks:
             self._delete_object(name, what=f"delete part of {path!r}")

@@ -748,12 +748,12 @@ class S3Driver(ChainedObjectDriver):
     def delete(self, path: str) -> None:
         key = self._key(path)
         self._forget(key)
-        own = self._view(key, path).segment_id  # whose parts are this segment's (layout.own_garbage)
+        view = self._view(key, path)  # whose parts are this segment's, up to where (layout.own_garbage)
         self._forget(key)
         # Base first: from then on the size is 0 and leftover parts are garbage.
         self._delete_object(key, what=f"delete {path!r}")
-        names = own_part_names(key, self._list_objects(key + PART_MARK, what=f"list parts of {path!r}"), own, path,
-                               self.name)
+        names = own_part_names(key, self._list_objects(key + PART_MARK, what=f"list parts of {path!r}"),
+                               view.segment_id, path, self.name, end=view.size)
         self._delete_many(names, what=f"delete parts of {path!r}", path=path)
 
     def list(self, prefix: str = "") -> Iterator[tuple[str, int]]:

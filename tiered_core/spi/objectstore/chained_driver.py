@@ -487,11 +487,11 @@ class ChainedObjectDriver(SegmentDriver, abc.ABC):
 
     def delete(self, path: str) -> None:
         key = self._key(path)
-        own = self._view(key, path).segment_id  # whose parts are this segment's (see own_garbage)
+        view = self._view(key, path)  # whose parts are this segment's, up to where (see own_garbage)
         # Base first: from then on the size is 0 and leftover parts are garbage.
         self._delete_object(key, what=f"delete {path!r}")
-        for name in own_part_names(key, self._list_objects(key + PART_MARK, what=f"list parts of {path!r}"), own,
-                                   path, self.name):
+        for name in own_part_names(key, self._list_objects(key + PART_MARK, what=f"list parts of {path!r}"),
+                                   view.segment_id, path, self.name, end=view.size):
             self._delete_object(name, what=f"delete part of {path!r}")
 
     def list(self, prefix: str = "") -> Iterator[tuple[str, int]]:
@@ -510,16 +510,19 @@ class ChainedObjectDriver(SegmentDriver, abc.ABC):
         return iter(sorted(out))
 
 
-def own_part_names(key: str, items: Iterable[ObjectInfo], segment_id: str, path: str, driver: str) -> list[str]:
+def own_part_names(key: str, items: Iterable[ObjectInfo], segment_id: str, path: str, driver: str, *,
+                   end: int) -> list[str]:
     """The names of ``items`` (listed below ``key``'s part mark) that are parts of segment id
-    ``segment_id``; the others are kept and logged (see :meth:`SegmentView.own_garbage`)."""
+    ``segment_id`` starting at or before ``end`` (the segment's size); the others are kept
+    and logged (see :meth:`SegmentView.own_garbage`)."""
     own, kept = [], []
     for item in items:
         part = parse_part(key, item)
-        (own if part is not None and segment_id and part.segment_id == segment_id else kept).append(item.name)
+        mine = part is not None and bool(segment_id) and part.segment_id == segment_id and part.position <= end
+        (own if mine else kept).append(item.name)
     if kept:
-        log.warning("%s: %d object(s) below segment %r are not parts of its id %r; kept (e.g. %r)", driver,
-                    len(kept), path, segment_id, kept[0])
+        log.warning("%s: %d object(s) below segment %r are not parts of its id %r up to its end %d; kept "
+                    "(e.g. %r)", driver, len(kept), path, segment_id, end, kept[0])
     return own
 
 

@@ -102,11 +102,20 @@ class SegmentView:
         return self.base_size + sum(p.size for p in self.chain)
 
     def own_garbage(self) -> list[Part]:
-        """The garbage parts of this segment's own id (its writer's: safe to remove). Parts of
-        another id are kept: nothing tells a deleted predecessor's leftovers from another
-        writer's objects (another driver's layout on the same prefix), and a store never
-        deletes what it cannot tell is its own."""
-        return [p for p in self.garbage if self.segment_id and p.segment_id == self.segment_id]
+        """The garbage parts this segment's writers left (safe to remove): of its own id,
+        those behind the chain's end (consolidated into the base, or a stale writer's) or at
+        it (a writer racing the seal). Parts of another id are kept:
+        nothing tells a deleted predecessor's leftovers from another writer's objects
+        (another driver's layout on the same prefix). So is a part after a gap: no writer of
+        this layout creates one (a write lands at the size it checked), and the fsspec
+        driver's id is one constant that anyone's object may carry. A store never deletes
+        what it cannot tell is its own."""
+        return [p for p in self.garbage if self.segment_id and p.segment_id == self.segment_id
+                and not self.after_a_gap(p)]
+
+    def after_a_gap(self, part: Part) -> bool:
+        """Whether ``part`` starts past the segment's end."""
+        return part.position > self.size
 
     def pieces(self) -> list[tuple[str, int, int]]:
         """``(object name, start offset in the segment, length)`` in order."""

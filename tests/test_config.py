@@ -172,6 +172,23 @@ def test_toml_structure_errors(tmp_path, text, key):
     assert key in err.value.key and str(conf) in str(err.value)
 
 
+def test_a_static_topic_cluster_file_is_not_a_store_config(tmp_path, capsys):
+    """Read as one store, a cluster file named a default broker and store_path, and the
+    take-over a command then advised fenced the cluster's live broker of that name."""
+    from tiered_core.cli import main
+
+    conf = write(tmp_path, "cluster.toml",
+                 '[tiered]\ndriver = "posix"\n[tiered.options]\nroot = "tier"\n'
+                 '[[broker]]\nbroker = "broker-a"\nstore_path = "a"\n')
+    with pytest.raises(ConfigError) as err:
+        StoreConfig.load(conf, environ={})
+    assert err.value.key == "broker" and "static-topic" in str(err.value) and str(conf) in str(err.value)
+    for command in (["stat"], ["takeover", "--create"], ["metadata", "rebuild"]):
+        assert main([*command, "--config", str(conf)]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cluster.toml"]  # nothing created
+    assert "CONFIG" in capsys.readouterr().err
+
+
 def test_unknown_tiered_key_lists_accepted_keys(tmp_path):
     conf = write(tmp_path, "bad.toml", '[tiered]\ncommit_log_size = 5\n')
     with pytest.raises(ConfigError) as err:

@@ -486,6 +486,12 @@ def _from_toml(text: str, where: str) -> tuple[dict[str, Any], dict[str, str]]:
         return {}, {}
     if not isinstance(table, dict):
         raise ConfigError(f"{where}: 'tiered' must be a table", key="tiered", source=where)
+    if "broker" in data:  # (other tools' tables may share the file; [[broker]] is ours)
+        # A static topics' cluster file: read as one store it would name a default broker,
+        # and a take-over with it would fence the cluster's live broker of that name.
+        raise ConfigError(f"{where}: a cluster file ([[broker]] tables) is not one store's config: use the "
+                          "`tiered static-topic` commands with --cluster FILE, or a config naming one store "
+                          "(its broker and store_path under [tiered])", key="broker", source=where)
     values = dict(table)
     if "driver_options" in values:
         raise ConfigError(f"{where}: write driver options as the table [tiered.options]",

@@ -8,8 +8,9 @@ import shutil
 import pytest
 
 from tiered_core import Message
-from tiered_core.errors import ErrorCode, Fenced, IllegalParam, MappingError, StateConflict
+from tiered_core.errors import ConfigError, ErrorCode, Fenced, IllegalParam, MappingError, StateConflict
 from tiered_core.static_topic import Cluster, LogicQueueMappingItem
+from tiered_core.static_topic.cluster_config import cluster_configs_from_text
 from tiered_core.static_topic.mapping_file import mapping_path
 
 TOPIC = "orders"
@@ -114,3 +115,13 @@ def test_read_only_view_never_writes_under_another_prefix(configs, tmp_path):
             reader.close()
         after = sorted((p, os.path.getsize(os.path.join(p, f))) for p, _, fs in os.walk(tier) for f in fs)
         assert before == after
+
+
+@pytest.mark.parametrize("text,key", [
+    ('[tiered]\noptions = 3\n[[broker]]\nbroker = "a"\nstore_path = "a"\n', "tiered.options"),
+    ('[tiered]\n[[broker]]\nbroker = "a"\nstore_path = "a"\noptions = "root=x"\n', "broker.options"),
+])
+def test_options_that_are_not_a_table_are_a_config_error(text, key):
+    with pytest.raises(ConfigError) as err:
+        cluster_configs_from_text(text, "/nonexistent", source="cluster.toml")
+    assert err.value.key == key and "cluster.toml" in str(err.value)

@@ -37,11 +37,17 @@ def cluster_configs_from_text(text: str, base_dir: str, *, source: str = "<clust
     if not isinstance(shared, dict) or not isinstance(brokers, list) or not brokers:
         raise ConfigError(f"{path}: needs a [tiered] table and at least one [[broker]] table", key="broker",
                           source=path)
+    if not isinstance(shared.get("options", {}), dict):
+        raise ConfigError(f"{path}: tiered.options must be a table ([tiered.options])", key="tiered.options",
+                          source=path)
     out = []
     for i, table in enumerate(brokers):
         if not isinstance(table, dict) or "broker" not in table or "store_path" not in table:
             raise ConfigError(f"{path}: [[broker]] #{i + 1} needs 'broker' and 'store_path'", key="broker",
                               source=path)
+        if not isinstance(table.get("options", {}), dict):
+            raise ConfigError(f"{path}: options of [[broker]] #{i + 1} ({table['broker']!r}) must be a table "
+                              "([broker.options])", key="broker.options", source=path)
         values = {**shared, **table}
         options = {**shared.get("options", {}), **table.get("options", {})}
         values["options"] = options

@@ -125,3 +125,61 @@ def test_options_that_are_not_a_table_are_a_config_error(text, key):
     with pytest.raises(ConfigError) as err:
         cluster_configs_from_text(text, "/nonexistent", source="cluster.toml")
     assert err.value.key == key and "cluster.toml" in str(err.value)
+
+
+def test_a_rerun_of_create_never_maps_again_a_queue_of_a_dropped_broker(configs):
+    """Broker b led logic queue 1 and was dropped from the cluster: create re-run on a and c
+    would map queue 1 afresh at logic offset 0, handing out offsets b's messages hold."""
+    with Cluster.open(configs) as cluster:
+        cluster.create_static_topic(TOPIC, 2, ["a", "b"])
+        assert [cluster.put_message(msg(i), 1).queue_offset for i in range(3)] == [0, 1, 2]
+        cluster.dispatch()
+    a_and_c = [c for c in configs if c.broker != "b"]
+    with Cluster.open(a_and_c) as cluster:
+        before = open(mapping_path(cluster.configs["a"].store_path)).read()
+        with pytest.raises(MappingError) as err:
+            cluster.remap_static_topic(TOPIC, ["a", "c"])
+        assert "re-run create" not in str(err.value).split(";")[0] and "add it back" in str(err.value)
+        with pytest.raises(MappingError) as err:
+            cluster.create_static_topic(TOPIC, 2, ["a", "c"])
+        assert (err.value.field, err.value.broker, err.value.queue) == ("hostedQueues", "b", 1)
+        assert open(mapping_path(cluster.configs["a"].store_path)).read() == before
+        with pytest.raises(MappingError):
+            cluster.put_message(msg(9), 1)  # still unmapped: nothing handed out again
+    with Cluster.open(configs) as cluster:
+        assert cluster.put_message(msg(3), 1).queue_offset == 3
+
+
+def test_a_rerun_of_create_keeps_the_first_runs_broker_order(configs, monkeypatch):
+    """create cut short after a's mapping; re-run with the brokers in another order, it would
+    give a's logic queues physical ids out of logic-queue order, which a lost-disk take-over
+    infers from. Refused; the same order finishes it."""
+    from tiered_core.static_topic import mapping_file
+
+    real_put = mapping_file.TopicQueueMappingStore.put
+
+    def crash_after_first(self, detail):
+        real_put(self, detail)
+        raise KeyboardInterrupt  # the process dies here
+
+    with Cluster.open(configs) as cluster:
+        monkeypatch.setattr(mapping_file.TopicQueueMappingStore, "put", crash_after_first)
+        with pytest.raises(KeyboardInterrupt):
+            cluster.create_static_topic(TOPIC, 4, ["a", "b"])
+        monkeypatch.setattr(mapping_file.TopicQueueMappingStore, "put", real_put)
+    with Cluster.open(configs) as cluster:
+        with pytest.raises(MappingError) as err:
+            cluster.create_static_topic(TOPIC, 4, ["b", "a"])
+        assert (err.value.field, err.value.queue, err.value.broker) == ("brokers", 0, "a")
+        status = cluster.create_static_topic(TOPIC, 4, ["a", "b"])
+        assert status["totalQueues"] == 4
+        hosted = {q: (items[0].bname, items[0].queueId) for q, items in cluster._view(TOPIC, cluster._details(TOPIC)).queues.items()}
+        assert hosted == {0: ("a", 0), 1: ("b", 0), 2: ("a", 1), 3: ("b", 1)}
+
+
+@pytest.mark.parametrize("bad", [0, -3, 65537, 10 ** 11, True, "4"])
+def test_total_queues_out_of_range_is_refused_before_anything_is_written(cluster, bad):
+    with pytest.raises(IllegalParam) as err:
+        cluster.create_static_topic(TOPIC, bad, ["a", "b"])
+    assert err.value.field == "total_queues" and "65536" in str(err.value)
+    assert not os.path.exists(mapping_path(cluster.configs["a"].store_path))

@@ -24,7 +24,7 @@ import math
 import os
 from typing import Any, Sequence
 
-from tiered_core.codec.naming import validate_topic
+from tiered_core.codec.naming import cluster_dir, validate_topic
 from tiered_core.common import now_ms
 from tiered_core.errors import IllegalParam, MappingError, StateConflict
 from tiered_core.static_topic.bulk import gc_paused
@@ -34,6 +34,10 @@ from tiered_core.static_topic.mapping import LogicQueueMappingItem, TopicQueueMa
 from tiered_core.static_topic.restore import infer_lost_items
 from tiered_core.static_topic.topic_config import TopicConfigStore
 from tiered_core.static_topic.topic_view import TopicView, physical_queue_count
+
+#: The most logic queues a static topic may have: each is a physical queue on its broker and
+#: an entry in every broker's mapping file (and a bound keeps a typo from exhausting memory).
+MAX_TOTAL_QUEUES = 65536
 
 
 class StaticTopicAdmin(GenerationBounds):
@@ -61,9 +65,10 @@ class StaticTopicAdmin(GenerationBounds):
         field ``totalQueues``). Returns :meth:`static_topic_status`.
         """
         validate_topic(topic)
-        if isinstance(total_queues, bool) or not isinstance(total_queues, int) or total_queues < 1:
-            raise IllegalParam(f"total_queues must be an integer >= 1, got {total_queues!r}", topic=topic,
-                               field="total_queues")
+        if isinstance(total_queues, bool) or not isinstance(total_queues, int) \
+                or not 1 <= total_queues <= MAX_TOTAL_QUEUES:
+            raise IllegalParam(f"total_queues must be an integer from 1 to {MAX_TOTAL_QUEUES}, got {total_queues!r}",
+                               topic=topic, field="total_queues")
         brokers = self._check_targets(topic, brokers)
         with self._lock:
             details = self._details(topic)
@@ -75,6 +80,8 @@ class StaticTopicAdmin(GenerationBounds):
                                        broker=None, existing=view.total_queues, requested=total_queues)
                 epoch = view.epoch
                 queues = dict(view.queues)
+                if len(queues) < total_queues:
+                    self._check_create_rerun(topic, brokers, queues, total_queues)
             else:
                 for name, configs in self.topic_configs.items():
                     if configs.get(topic) is not None:  # a mapping is always written before its topic config
@@ -110,6 +117,44 @@ class StaticTopicAdmin(GenerationBounds):
                     self.topic_configs[b].ensure_queues(topic, count)
         return self.static_topic_status(topic)
 
+    def _check_create_rerun(self, topic: str, brokers: list[str], queues: dict[int, list[LogicQueueMappingItem]],
+                            total_queues: int) -> None:
+        """A re-run of create maps the logic queues no open broker maps as new (generation 0,
+        logic offset 0). That finishes a create a crash cut short, and nothing else: a
+        logic queue whose broker was dropped from the cluster has handed out logic offsets,
+        and mapped again it would hand them out a second time. Refused (MappingError) when
+        the re-run names other brokers or another order than the create did (what ``takeover
+        --restore-lost-queues`` infers physical queue ids from), or when the tier holds
+        this topic under a broker that is not open."""
+        for q, items in sorted(queues.items()):
+            expected = brokers[q % len(brokers)]
+            if len(items) == 1 and items[0].gen == 0 and items[0].bname != expected:
+                raise MappingError(
+                    f"static topic {topic!r} was created with logic queue {q} on broker {items[0].bname!r}, but "
+                    f"this create puts it on {expected!r}: re-run create with the broker list it was first run "
+                    "with, in the same order", topic=topic, queue=q, field="brokers", broker=items[0].bname)
+        missing = [q for q in range(total_queues) if q not in queues]
+        elsewhere = self._tiered_elsewhere(topic)
+        if elsewhere:
+            raise MappingError(
+                f"static topic {topic!r}: logic queues {missing} have no mapping on any open broker, and the tier "
+                f"holds the topic under broker(s) {elsewhere} that this cluster does not open: their generations "
+                "have handed out logic offsets, which a new mapping would hand out again. Add those brokers back "
+                "to the cluster file (a broker that lost its disk: `tiered static-topic takeover --cluster FILE "
+                "--broker B`)", topic=topic, queue=missing[0], field="hostedQueues", broker=elsewhere[0])
+
+    def _tiered_elsewhere(self, topic: str) -> list[str]:
+        """The brokers not open here under whose tier prefix ``topic`` has objects."""
+        store = next(iter(self.stores.values()))
+        cluster = store.config.cluster
+        top = cluster_dir(cluster) + "/"
+        found: set[str] = set()
+        for path, _size in store.driver.list(top):
+            parts = path[len(top):].split("/")
+            if len(parts) > 2 and parts[1] == topic and parts[0] not in self.stores:
+                found.add(parts[0])
+        return sorted(found)
+
     def _check_targets(self, topic: str, brokers: Sequence[str]) -> list[str]:
         if isinstance(brokers, str) or not brokers:
             raise IllegalParam(f"static topic {topic!r}: give a non-empty list of broker names, got {brokers!r}",
@@ -143,8 +188,11 @@ class StaticTopicAdmin(GenerationBounds):
             missing = [q for q in range(view.total_queues) if q not in view.queues]
             if missing:
                 raise MappingError(f"static topic {topic!r}: logic queues {missing} have no mapping on any open "
-                                   "broker; repair (re-run create) before a remap", topic=topic, queue=missing[0],
-                                   field="hostedQueues", broker=None)
+                                   "broker: open the broker(s) that hosted them (a broker dropped from the "
+                                   "cluster file: add it back; one that lost its disk: `tiered static-topic "
+                                   "takeover --cluster FILE --broker B`); a create a crash cut short: re-run "
+                                   "create with the same brokers, in the same order", topic=topic,
+                                   queue=missing[0], field="hostedQueues", broker=None)
             epoch = view.epoch + 1
             cap = math.ceil(view.total_queues / len(brokers))
             load = {b: 0 for b in brokers}

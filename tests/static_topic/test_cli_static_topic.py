@@ -100,3 +100,32 @@ def test_status_of_an_unknown_topic_is_not_found(tmp_path, capsys):
         code, doc = run(capsys, "static-topic", action, "--cluster", f, "--topic", "nope", *extra, "--json")
         assert code == 3, (action, doc)
         assert (doc["error"]["code"], doc["error"]["topic"], doc["error"]["known"]) == ("NOT_FOUND", "nope", ["orders"])
+
+
+def test_a_restored_brokers_unknown_objects_name_a_command_that_mends_it(tmp_path, capsys):
+    """A broker's directory restored from a backup older than its tiered data: the error's fix
+    is a command line that runs (it named `--config FILE [[broker]] NAME` before)."""
+    from tiered_core import Message
+
+    shutil.copy(EXAMPLE, tmp_path / "cluster.toml")
+    f = str(tmp_path / "cluster.toml")
+    c_dir = tmp_path / "cluster-data" / "broker-c"
+    with Cluster.load(f) as cluster:
+        cluster.create_static_topic("orders", 2, ["broker-a", "broker-b"])
+    shutil.copytree(c_dir, tmp_path / "backup-c")
+    with Cluster.load(f) as cluster:
+        cluster.remap_static_topic("orders", ["broker-c", "broker-b"])
+        sent = [cluster.put_message(Message(topic="orders", body=b"m%d" % i), 0).queue_offset for i in range(3)]
+        cluster.dispatch()
+    shutil.rmtree(c_dir)
+    shutil.copytree(tmp_path / "backup-c", c_dir)
+    code, doc = run(capsys, "static-topic", "status", "--cluster", f, "--topic", "orders", "--json")
+    assert code == 5 and doc["error"]["code"] == "UNKNOWN_OBJECTS"
+    fix = doc["error"]["fix"]
+    assert fix == f"tiered static-topic takeover --cluster {f} --broker broker-c" and fix in doc["error"]["message"]
+    assert main(fix.split()[1:]) == 0
+    capsys.readouterr()
+    with Cluster.load(f) as cluster:
+        got = cluster.get_message("g", "orders", 0, 0, 8)
+        assert [(m.queue_offset, m.body) for m in got.messages] == [(o, b"m%d" % o) for o in sent]
+        assert cluster.put_message(Message(topic="orders", body=b"next"), 0).queue_offset == 3

@@ -39,8 +39,20 @@ log = logging.getLogger(__name__)
 
 
 def rebuild_fix(config: "StoreConfig") -> str:
-    """The command that rebuilds ``config``'s metadata from the backend."""
+    """The command that rebuilds ``config``'s metadata from the backend (for a broker of a
+    static topics' cluster file: its take-over, which rebuilds it and its mapping)."""
+    member = cluster_member(config)
+    if member is not None:
+        return f"tiered static-topic takeover --cluster {member[0]} --broker {member[1]}"
     return f"tiered metadata rebuild --config {config.source or 'FILE'} --force"
+
+
+def cluster_member(config: "StoreConfig") -> tuple[str, str] | None:
+    """``(cluster file, broker)`` when ``config`` is a ``[[broker]]`` of a static topics'
+    cluster file (its source reads ``FILE [[broker]] NAME``; the single-store commands
+    refuse such a file), else None."""
+    path, sep, broker = (config.source or "").partition(" [[broker]] ")
+    return (path, broker) if sep and path and broker else None
 
 
 @dataclass
@@ -83,7 +95,11 @@ def prefix_owner(config: "StoreConfig") -> "OwnerRecord | None":
 def _with_takeover_fix(exc: PrefixOwned, config: "StoreConfig", *, lost: bool) -> PrefixOwned:
     """``exc`` with the take-over command for ``config`` spelled out (``--create`` when its
     store_path holds no store: a lost disk, or a failover to a new path)."""
-    command = f"tiered takeover --config {config.source or 'FILE'}" + (" --create" if lost else "")
+    member = cluster_member(config)
+    if member is not None:
+        command = f"tiered static-topic takeover --cluster {member[0]} --broker {member[1]}"
+    else:
+        command = f"tiered takeover --config {config.source or 'FILE'}" + (" --create" if lost else "")
     message = exc.message.replace("`tiered takeover --config FILE`", f"`{command}`")
     if lost:
         message += (f". store_path {config.store_path!r} holds no store: if it lost its disk, or this is a "

@@ -77,3 +77,21 @@ def test_verify_cli_reports_the_skipped_offsets(configs, tmp_path, capsys):
     assert [(g["gen"], g["bname"], g["from"], g["to"], g["count"]) for g in doc["skipped"]] == [(0, "a", 10, 15, 5)]
     assert cli_main(["static-topic", "verify", "--cluster", str(cfg)]) == 0
     assert "5 logic offset(s) [10, 15) never tiered" in capsys.readouterr().out
+
+
+def test_the_same_skip_once_the_broker_that_lost_its_disk_is_taken_over(configs, tmp_path):
+    """The broker comes back by the documented path (a take-over after its lost disk): it is
+    open again, but the closed generation's untiered tail is gone for good. Readers stalled
+    on OFFSET_FOUND_NULL at its first offset while verify reported nothing."""
+    with Cluster.open(configs) as cluster:
+        partly_tiered(cluster, tmp_path)
+    with Cluster.open(configs, take_over=["a"]) as cluster:
+        assert cluster.restore_broker("a")
+        got, statuses, _ = read_logic_queue(cluster, TOPIC, 0, 4, skips=True)
+        assert [m.queue_offset for m in got] == list(range(10)) + list(range(15, 20))
+        assert GetMessageStatus.OFFSET_FOUND_NULL not in statuses
+        res = cluster.get_message("g", TOPIC, 0, 10, 32)
+        assert res.status is GetMessageStatus.NO_MATCHED_MESSAGE and res.next_begin_offset == 15
+        assert cluster.skipped_offsets() == [{"topic": TOPIC, "queue": 0, "gen": 0, "bname": "a",
+                                              "from": 10, "to": 15, "count": 5}]
+        assert cluster.verify() == []

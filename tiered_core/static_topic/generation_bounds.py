@@ -82,12 +82,14 @@ class GenerationBounds(MappingViews):
 
     def _tier_gap(self, topic: str, item: LogicQueueMappingItem) -> tuple[int, int] | None:
         """The logic range ``[first, end)`` of a closed, decided generation that no read can ever
-        serve: its broker is not open and the tier holds only its first part (the rest never
-        left that broker's local store). ``None`` when nothing is missing or the broker is open."""
-        if item.bname in self.stores or not (item.decided and item.closed):
+        serve: its broker holds only its first part, the rest never left that broker's local
+        store and is gone -- the broker is not open (only the tier answers), or it is open
+        but lost that store (a take-over after a lost disk: a closed generation takes no put,
+        so its physical queue never grows back to its end). ``None`` when nothing is missing."""
+        if not (item.decided and item.closed):
             return None
         end = item.logic_end()
-        held = item.to_logic(max(self._reader(item.bname).max_offset(topic, item.queueId), item.startOffset))
+        held = item.to_logic(max(self._phys_max(topic, item), item.startOffset))
         first = max(item.logicOffset, min(held, end))
         return (first, end) if first < end else None
 

@@ -183,3 +183,20 @@ def test_total_queues_out_of_range_is_refused_before_anything_is_written(cluster
         cluster.create_static_topic(TOPIC, bad, ["a", "b"])
     assert err.value.field == "total_queues" and "65536" in str(err.value)
     assert not os.path.exists(mapping_path(cluster.configs["a"].store_path))
+
+
+def test_query_and_commit_arguments_are_checked_naming_the_callers_value(cluster):
+    cluster.create_static_topic(TOPIC, 1, ["a"])
+    cluster.put_message(msg(1), 0)
+    cluster.remap_static_topic(TOPIC, ["b"])
+    cluster.close_broker("a")  # a generation read through the tier
+    for bad in (-1, 0, 2.5):
+        with pytest.raises(IllegalParam) as err:
+            cluster.query_message(TOPIC, "k-1", max_count=bad)
+        assert err.value.context["max_count"] == bad
+    for bad in (-1, 2 ** 63, 2 ** 70, 1.5):  # consumerOffset.json holds a Java long
+        with pytest.raises(IllegalParam) as err:
+            cluster.commit_consumer_offset("g", TOPIC, 0, bad)
+        assert err.value.context["offset"] == bad
+    cluster.commit_consumer_offset("g", TOPIC, 0, 2 ** 63 - 1)
+    assert cluster.query_consumer_offset("g", TOPIC, 0) == 2 ** 63 - 1

@@ -21,6 +21,7 @@ import os
 import threading
 from typing import Any
 
+from tiered_core.common import LONG_MAX
 from tiered_core.errors import IllegalParam, MetadataError
 from tiered_core.static_topic.mapping_file import loaded_data_version, read_json_document, write_versioned_json
 from tiered_core.static_topic.topic_view import MappingViews
@@ -102,8 +103,10 @@ class ConsumerOffsets(MappingViews):
 
     def commit_consumer_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Store ``group``'s logic ``offset`` of logic queue ``queue_id`` on the queue's leader."""
-        if offset < 0:
-            raise IllegalParam(f"offset must be >= 0, got {offset}", offset=offset, topic=topic, queue=queue_id)
+        if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= LONG_MAX:
+            # consumerOffset.json is RocketMQ's: a Java long
+            raise IllegalParam(f"offset must be an integer from 0 to {LONG_MAX}, got {offset!r}", offset=offset,
+                               topic=topic, queue=queue_id)
         with self._lock:
             _, items = self._items(topic, queue_id)
             leader = items[-1].bname

@@ -344,6 +344,9 @@ class LogicDataPath(GenerationBounds):
         generation of the topic (a closed one through its uploaded key index in the tier);
         each carries its logic queue id and logic offset."""
         validate_topic(topic)
+        if isinstance(max_count, bool) or not isinstance(max_count, int) or max_count <= 0:
+            raise IllegalParam(f"max_count must be an integer > 0, got {max_count!r}", max_count=max_count,
+                               topic=topic)
         end = LONG_MAX if end is None else end
         with self._lock:
             view = self._view(topic)

@@ -8,7 +8,9 @@ import shutil
 import pytest
 
 from tiered_core import Message
-from tiered_core.errors import ConfigError, ErrorCode, Fenced, IllegalParam, MappingError, StateConflict
+from tiered_core.errors import (
+    ConfigError, ErrorCode, Fenced, IllegalParam, MappingError, StateConflict, TieredStoreError,
+)
 from tiered_core.static_topic import Cluster, LogicQueueMappingItem
 from tiered_core.static_topic.cluster_config import cluster_configs_from_text
 from tiered_core.static_topic.mapping_file import mapping_path
@@ -200,3 +202,14 @@ def test_query_and_commit_arguments_are_checked_naming_the_callers_value(cluster
         assert err.value.context["offset"] == bad
     cluster.commit_consumer_offset("g", TOPIC, 0, 2 ** 63 - 1)
     assert cluster.query_consumer_offset("g", TOPIC, 0) == 2 ** 63 - 1
+
+
+def test_a_renamed_broker_is_an_identity_mismatch_not_a_copied_mapping(configs):
+    with Cluster.open(configs) as cluster:
+        cluster.create_static_topic(TOPIC, 2, ["a", "c"])
+    renamed = [c.replace(broker="c2") if c.broker == "c" else c for c in configs]
+    with pytest.raises(TieredStoreError) as err:
+        Cluster.open(renamed)
+    assert err.value.code is ErrorCode.IDENTITY_MISMATCH
+    assert (err.value.context["field"], err.value.context["recorded"], err.value.context["configured"]) == (
+        "broker", "'c'", "'c2'")

@@ -104,9 +104,8 @@ class Cluster(StaticTopicAdmin, MappingCheck, LogicDataPath, ConsumerOffsets):
         self._lock = threading.RLock()
         try:
             for c in configs:
-                self.mappings[c.broker] = TopicQueueMappingStore(c.store_path, c.broker)
-                self.offsets[c.broker] = ConsumerOffsetStore(c.store_path)
-                self.topic_configs[c.broker] = TopicConfigStore(c.store_path, c.broker)
+                # the store first: its identity check names a renamed broker (IDENTITY_MISMATCH)
+                # before its mapping file, which records the old name, calls the file a copy
                 try:
                     store = TieredMessageStore.open(c, background=background, take_over=c.broker in take_over,
                                                     read_only=read_only)
@@ -118,6 +117,9 @@ class Cluster(StaticTopicAdmin, MappingCheck, LogicDataPath, ConsumerOffsets):
                         raise self._lost_broker(c, exc) from exc
                     raise
                 self.stores[c.broker] = store
+                self.mappings[c.broker] = TopicQueueMappingStore(c.store_path, c.broker)
+                self.offsets[c.broker] = ConsumerOffsetStore(c.store_path)
+                self.topic_configs[c.broker] = TopicConfigStore(c.store_path, c.broker)
                 # its static topics' physical queues take the cluster's puts only (static_topic.guard)
                 store.put_guard = self._guards[c.broker] = DirectPutGuard(self.mappings[c.broker], c.broker)
                 # every local retention run that deleted files, the store's own timer included

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import shutil
+
+import pytest
 from pathlib import Path
 
+from static_topic_helpers import read_logic_queue
 from tiered_core.cli import main
 from tiered_core.static_topic import Cluster
 from tiered_core.static_topic.mapping_file import mapping_path
@@ -129,3 +132,37 @@ def test_a_restored_brokers_unknown_objects_name_a_command_that_mends_it(tmp_pat
         got = cluster.get_message("g", "orders", 0, 0, 8)
         assert [(m.queue_offset, m.body) for m in got.messages] == [(o, b"m%d" % o) for o in sent]
         assert cluster.put_message(Message(topic="orders", body=b"next"), 0).queue_offset == 3
+
+
+def test_a_leader_whose_own_mapping_is_older_names_the_take_over_that_mends_it(tmp_path, capsys):
+    """Broker c's directory restored from before it became leader (its metadata rebuilt):
+    the cluster names c the leader, c's file does not. A put said "fenced; puts go to the
+    leader", naming no leader and no fix."""
+    from tiered_core import Message
+    from tiered_core.errors import Fenced
+
+    text = EXAMPLE.read_text().replace("[tiered]\n", '[tiered]\nmetadata_recovery = "rebuild"\n', 1)
+    (tmp_path / "cluster.toml").write_text(text)
+    f = str(tmp_path / "cluster.toml")
+    c_dir = tmp_path / "cluster-data" / "broker-c"
+    with Cluster.load(f) as cluster:
+        cluster.create_static_topic("orders", 2, ["broker-a", "broker-b"])
+    shutil.copytree(c_dir, tmp_path / "backup-c")
+    with Cluster.load(f) as cluster:
+        cluster.remap_static_topic("orders", ["broker-c", "broker-b"])
+        for i in range(3):
+            cluster.put_message(Message(topic="orders", body=b"m%d" % i), 0)
+        cluster.dispatch()
+    shutil.rmtree(c_dir)
+    shutil.copytree(tmp_path / "backup-c", c_dir)
+    with Cluster.load(f) as cluster:
+        with pytest.raises(Fenced) as err:
+            cluster.put_message(Message(topic="orders", body=b"x"), 0)
+    fix = f"tiered static-topic takeover --cluster {f} --broker broker-c"
+    assert (err.value.context["leader"], err.value.context["fix"]) == ("broker-c", fix)
+    assert main(fix.split()[1:]) == 0
+    capsys.readouterr()
+    with Cluster.load(f) as cluster:
+        assert cluster.put_message(Message(topic="orders", body=b"m3"), 0).queue_offset == 3
+        got = read_logic_queue(cluster, "orders", 0).messages
+        assert [(m.queue_offset, m.body) for m in got] == [(i, b"m%d" % i) for i in range(4)]

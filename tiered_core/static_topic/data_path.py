@@ -108,7 +108,18 @@ class LogicDataPath(GenerationBounds):
         the leader's ``logicOffset`` is undecided, as the seed allows)."""
         with self._lock:
             _, items = self._items(message.topic, queue_id)
-            return self.put_message_to_broker(items[-1].bname, message, queue_id)
+            leader = items[-1]
+            try:
+                return self.put_message_to_broker(leader.bname, message, queue_id)
+            except Fenced as exc:
+                # every remap writes the new leader's file first: the cluster knowing a leader
+                # that its own file does not name means that file is older (a restored backup)
+                fix = f"tiered static-topic takeover --cluster {self.source or 'CLUSTER_FILE'} --broker {leader.bname}"
+                raise Fenced(f"static topic {message.topic!r} logic queue {queue_id}: the cluster's mappings name "
+                             f"broker {leader.bname!r} its leader (gen {leader.gen}), but that broker's own mapping "
+                             "file does not (older than the others': restored from a backup?); nothing was "
+                             f"written. Run `{fix}`: it gives the broker back the mappings the other brokers know",
+                             **{**exc.context, "leader": leader.bname, "gen": leader.gen, "fix": fix}) from None
 
     def put_message_to_broker(self, broker: str, message: Message, queue_id: int) -> PutMessageResult:
         """What a broker does with a put to logic queue ``queue_id`` (RocketMQ's

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tiered_conformance.request_probe import RequestProbe
-from tiered_core.errors import DriverError, IllegalParam, InvalidPath, NotFound, PositionMismatch, SegmentSealed, StateConflict
+from tiered_core.errors import DriverError, IllegalParam, InvalidOption, InvalidPath, NotFound, PositionMismatch, SegmentSealed, StateConflict
 from tiered_core.plugins import conformance_environment, open_driver
 from tiered_core.segment import FileSegment
 from tiered_core.spi.layer import CountingLayer, RetryPolicy, layered
@@ -359,6 +359,17 @@ def test_file_segment_commits_over_gcs(driver):
 
 
 SECRET = "ya29.SECRET-token-value-never-shown"
+
+
+@pytest.mark.parametrize("token", [{"type": "service_account", "client_email": "x@example.com",
+                                    "private_key": "SECRET-KEY-TEXT"}, {"client_id": "c"}])
+def test_an_incomplete_credentials_table_names_the_option_not_the_secret(token):
+    """A ``[tiered.options.token]`` table missing a field: INVALID_OPTION naming ``token`` and
+    the field (it was DRIVER_ERROR "KeyError"); the table's values never appear."""
+    with pytest.raises(InvalidOption) as err:
+        open_driver("gcs", bucket="b", token=token, endpoint="http://127.0.0.1:9")
+    assert err.value.context["option"] == "token" and err.value.context["field"] == "refresh_token"
+    assert "SECRET-KEY-TEXT" not in str(err.value) and "service-account key" in str(err.value)
 
 
 def test_token_is_redacted_everywhere(fake_gcs):

@@ -94,6 +94,16 @@ class GcsDriver(ChainedObjectDriver):
                                     project=project, timeout=timeout, retries=retries)
         except InvalidOption:
             raise
+        except KeyError as exc:
+            if not isinstance(token, Mapping):
+                raise
+            # gcsfs reads a table that is no complete service-account key as an authorized-user
+            # token, by key: the missing key is a field name, no secret
+            raise InvalidOption(f"option 'token' of driver 'gcs' (bucket {bucket!r}): the credentials table is "
+                                "neither a complete service-account key (type, project_id, private_key_id, "
+                                "private_key, client_email, client_id, token_uri) nor an authorized-user token (it "
+                                f"lacks the field {str(exc.args[0])!r})", option="token",
+                                field=str(exc.args[0])) from None
         except Exception as exc:  # credential chain failures; never echo the token
             # The library's message may quote the token, so only its type is kept.
             raise DriverError(f"gcs: cannot set up credentials for bucket {bucket!r} ({type(exc).__name__}); "

@@ -281,6 +281,32 @@ def test_put_dispatch_fails_unless_the_message_is_tiered(tmp_path):
         assert _dispatch_failure(store, empty, TOPIC, 0, r.queue_offset, {}) is None
 
 
+def test_put_dispatch_failure_is_told_without_asking_the_backend(tmp_path, monkeypatch):
+    """After a failed dispatch the backend may hang: the report that the message is stored
+    reads nothing from it (it read each queue's first tiered message, waiting out every
+    request's timeout and retries, and then failed with the backend's error instead)."""
+    cfg = config_at(tmp_path)
+    with TieredMessageStore.open(cfg) as store:
+        put(store, "a", 40)
+        store.dispatch(force=True)
+        store.delete_expired_local(FAR_FUTURE_MS)  # reads of the first messages go to the tier
+        r = store.put_message(Message(topic=TOPIC, body=b"last"), 0)
+        empty = type(store.dispatch(force=False))()
+
+        def backend_down(*args, **kwargs):
+            raise AssertionError("the backend was asked")
+
+        for flat in store.flat_files.files():
+            for part in (flat.commit_log, flat.consume_queue):
+                monkeypatch.setattr(part.driver, "read", backend_down)
+                monkeypatch.setattr(part.driver, "size", backend_down)
+        for flat in store.flat_files.files():
+            flat.commit_log._first_queue_offset = -1  # as in a new process: not cached
+        failure = _dispatch_failure(store, empty, TOPIC, 0, r.queue_offset, {})
+        assert failure is not None and failure.context["stored"] is True
+        assert failure.context["queues"] == [f"{TOPIC}/0"] and f"{TOPIC}/0@{r.queue_offset}" in failure.message
+
+
 def test_floor_recorded_before_its_gap(tmp_path):
     """A crash after the floor file was written but before its gap units: the next open fills
     the gap, so the queue still continues at the floor."""

@@ -146,9 +146,18 @@ def _dispatch_failure(store, stats, topic: str, queue_id: int, queue_offset: int
                       result: dict[str, Any]) -> DispatchFailed | None:
     """A :class:`DispatchFailed` when the round reported errors or failed commits, or left
     the message just put untiered; None when the dispatch did its job."""
-    lagging = [f"{r.topic}/{r.queue_id}" for r in store.stat(check_damage=False) if r.tiered_commit < r.local_max]
+    # From what the store knows in memory only: after a failed dispatch the backend may not
+    # answer, and a read of each queue's first tiered message (stat, is_tiered) would wait
+    # out every request's timeout and retries before the operator hears the message is stored.
+    lagging = []
+    for t, q in sorted(store.local.list_queues()):
+        flat = store.flat_files.get(t, q)
+        committed = flat.consume_queue_commit_offset() if flat is not None and flat.initialized else -1
+        if committed < store.local.get_max_offset_in_queue(t, q):
+            lagging.append(f"{t}/{q}")
     own = f"{topic}/{queue_id}"
-    this_tiered = store.is_tiered(topic, queue_id, queue_offset)
+    flat = store.flat_files.get(topic, queue_id)
+    this_tiered = flat is not None and flat.initialized and queue_offset < flat.consume_queue_commit_offset()
     if not this_tiered and own not in lagging:
         lagging.append(own)
     if not stats.errors and not stats.failed_commits and this_tiered:

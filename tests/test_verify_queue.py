@@ -247,6 +247,22 @@ def test_missing_and_truncated_commit_log_segments_lose_their_messages(store):
     assert walk.stats.messages_read == 2 * PER_QUEUE - len(in_gone) - len(in_short)
 
 
+@pytest.mark.parametrize("deep", [False, True])
+def test_a_lost_commit_log_segment_beside_its_lost_consume_queue_is_reported(store, deep):
+    """Both first segments of a queue gone: verify reports both (it stopped with NOT_FOUND,
+    looking for the lost commit-log bytes' queue offsets in the lost consume queue)."""
+    from tiered_core.ops.verify import verify_store
+
+    work = store.work(0)
+    cl, cq = work.commit_log[0], work.consume_queue[0]
+    store.file(cl.path).unlink()
+    store.file(cq.path).unlink()
+    report = verify_store(store.config, deep=deep)
+    missing = {f.subject: f for f in report.of_kind(FindingKind.MISSING_OBJECT)}
+    assert set(missing) == {cl.path, cq.path}
+    assert missing[cq.path].queue_offsets == (0, cq.size // CQ_UNIT_SIZE)
+
+
 def test_moved_segment_times_are_found_and_the_open_segment_is_left_out(store):
     work = store.work(1)
     clean = store.walk(deep=True)

@@ -37,6 +37,7 @@ from typing import Any, Callable, ContextManager, Iterable, Protocol
 from tiered_core.codec.checks import PropCrcPolicy
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
 from tiered_core.common import FileSegmentType
+from tiered_core.errors import CorruptData, NotFound
 from tiered_core.flat.segment_reader import SegmentReader
 from tiered_core.flat.ownership import ReadOnlyDriver, read_store_id, tier_prefix
 from tiered_core.metadata import open_metadata_read_only
@@ -222,14 +223,16 @@ def _messages_in(driver: SegmentDriver, work: QueueWork, lo: int, hi: int,
     units on the way cannot be read)."""
     reader = SegmentReader.from_refs(driver, work.topic, work.queue_id, work.consume_queue, work.commit_log,
                                      prop_crc)
-    q0 = reader.first_unit_at_or_after(lo, work.min_offset, work.max_offset)
-    q1 = reader.first_unit_at_or_after(hi, work.min_offset, work.max_offset)
-    if q0 is None or q1 is None:
+    try:
+        q0 = reader.first_unit_at_or_after(lo, work.min_offset, work.max_offset)
+        q1 = reader.first_unit_at_or_after(hi, work.min_offset, work.max_offset)
+        if q0 is None or q1 is None:
+            return None
+        before = reader.unit(q0 - 1) if q0 > work.min_offset else None
+    except (NotFound, CorruptData):  # the consume-queue bytes on the way are lost too (their own finding)
         return None
-    if q0 > work.min_offset:
-        before = reader.unit(q0 - 1)
-        if before is not None and before.is_valid and before.commitlog_offset + before.size > lo:
-            q0 -= 1
+    if before is not None and before.is_valid and before.commitlog_offset + before.size > lo:
+        q0 -= 1
     return q0, q1
 
 

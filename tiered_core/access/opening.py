@@ -158,6 +158,8 @@ def check_before_open(config: "StoreConfig", driver: SegmentDriver, *, take_over
         elif report is not None and local is None and recorded is None and report.missing \
                 and report.listed == 0:
             raise _nothing_there(config, identity, report, meta_where)
+        elif report is not None and owner is None and report.known and report.listed == 0 and not take_over:
+            raise _another_backend(config, identity, report, meta_where)
         ownership.check_driver(owner)  # also for reads: another driver misreads the segments
         if not read_only:
             try:
@@ -219,6 +221,24 @@ def _nothing_there(config: "StoreConfig", identity: ids.StoreIdentity, report: R
         f"was created before stores recorded their identity.) Nothing was written. Fix: {fix}",
         field="tier", recorded="(not recorded)", configured=configured, record=meta_where,
         store_path=config.store_path, fix=fix)
+
+
+def _another_backend(config: "StoreConfig", identity: ids.StoreIdentity, report: ReconcileReport,
+                     meta_where: str) -> IdentityMismatch:
+    """A store whose metadata lists tiered segments, opened on a backend that holds neither
+    its prefix's owner record nor any of them: the identity names a bucket and prefix, not
+    which service holds them (another endpoint, account or region with a bucket of the same
+    name). A writable open would claim the empty prefix there and call every segment lost."""
+    configured = f"driver {identity.driver!r}, {identity.value('tier')}"
+    fix = ("point the driver options (endpoint, account, region, credentials) back at the backend the store "
+           "tiered to; if that backend really lost the whole tier, `" + rebuild_fix(config) + "` makes the "
+           "store continue from what is there")
+    return IdentityMismatch(
+        f"{meta_where} lists {report.known} tiered segment(s) of the store at store_path {config.store_path!r}, "
+        f"but the configured backend ({configured}) holds neither the owner record of {report.prefix!r} nor any "
+        f"of them (e.g. {report.missing[0]!r}): is it the backend the store tiered to? Nothing was written. "
+        f"Fix: {fix}", field="tier", recorded=f"{report.known} segment(s) in the metadata",
+        configured=configured, record=meta_where, store_path=config.store_path, fix=fix)
 
 
 __all__ = ["OpenChecks", "check_before_open", "rebuild_fix"]

@@ -549,3 +549,34 @@ def test_a_read_only_command_on_a_missing_store_path_says_why_the_tier_could_not
         assert "no tiered store" in err and "could not be read" in err and "does not exist" in err, err
         assert SECRET not in err and KEY not in err
     assert not (tmp_path / "lost").exists()
+
+
+def test_a_store_pointed_at_another_s3_service_is_refused_and_writes_nothing_there(moto_s3, tmp_path):
+    """The identity names bucket and prefix, not the service: a store opened on another
+    endpoint with a bucket of the same name claimed the empty prefix there and called every
+    segment lost. Refused (IDENTITY_MISMATCH), nothing written to the other service."""
+    import uuid
+
+    from tiered_conformance.emulator import running
+    from tiered_core import Message
+    from tiered_core.access.tiered_store import TieredMessageStore
+    from tiered_core.errors import IdentityMismatch
+    from tiered_driver_s3.emulator import MotoServer
+
+    bucket = f"same-name-{uuid.uuid4().hex[:8]}"
+    moto_s3.create_bucket(bucket)
+    config = StoreConfig.from_mapping({"store_path": str(tmp_path / "store"), "driver": "s3",
+                                       "options": moto_s3.driver_options(bucket, "t")})
+    with TieredMessageStore.open(config) as store:
+        store.put_message(Message(topic="orders", body=b"x"), 0)
+        store.dispatch(force=True)
+    with running(MotoServer(tmp_path / "other"), lambda s: s.create_bucket(bucket)) as other:
+        moved = config.replace(driver_options=other.driver_options(bucket, "t"))
+        for read_only in (False, True):
+            with pytest.raises(IdentityMismatch) as err:
+                TieredMessageStore.open(moved, read_only=read_only)
+            assert err.value.context["field"] == "tier" and "backend the store tiered to" in str(err.value)
+        with S3Driver(**other.driver_options(bucket, "")) as drv:
+            assert list(drv.list("")) == []
+    with TieredMessageStore.open(config) as store:  # the right service still opens it
+        assert store.get_message("g", "orders", 0, 0, 1).messages[0].body == b"x"

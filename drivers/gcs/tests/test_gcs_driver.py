@@ -566,3 +566,20 @@ def test_a_segment_laid_out_by_the_fsspec_driver_is_refused_not_misread(driver):
         with pytest.raises(StateConflict, match="fsspec driver's layout"):
             call()
     assert len(raw_objects(driver, "seg")) == 3  # nothing removed
+
+
+
+def test_an_object_named_as_an_fsspec_part_below_a_gcs_segment_refuses_nothing(driver):
+    """An operator drill (S3): one stray object named like an fsspec part below a segment this
+    layout wrote made every command refuse the tier (get, put, verify, repair). The base
+    carries this layout's segment id: the object is someone else's, never counted or removed."""
+    driver.write("seg", 0, b"AAAA")
+    driver.write("seg", 4, b"BBBB")
+    stray = part_key(driver._key("seg"), "s", 5000)
+    upload(driver, stray, b"stray object, not a part")
+    assert driver.size("seg") == 8 and dict(driver.list("")) == {"seg": 8}
+    driver.write("seg", 8, b"CC")
+    driver.seal("seg")
+    assert driver.read("seg", 0, 10) == b"AAAABBBBCC"
+    driver.delete("seg")
+    assert [o.name for o in raw_objects(driver, "seg")] == [stray]

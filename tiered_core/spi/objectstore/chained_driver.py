@@ -219,7 +219,11 @@ class ChainedObjectDriver(SegmentDriver, abc.ABC):
     def _refuse_another_layout(self, view: SegmentView, path: str) -> SegmentView:
         """``view``, unless parts below it are another layout's: read as this layout's, their
         bytes would not count (sizes too short, offsets handed out again). StateConflict,
-        naming the object, even where the prefix's owner record is gone."""
+        naming the object, even where the prefix's owner record is gone. Below a base this
+        layout wrote (it carries this layout's segment id) such a part is someone else's
+        object: never counted, never removed, and no reason to refuse the segment."""
+        if view.segment_id and view.segment_id not in self.OTHER_LAYOUT_IDS:
+            return view
         for part in view.garbage:
             if part.segment_id in self.OTHER_LAYOUT_IDS:
                 raise StateConflict(

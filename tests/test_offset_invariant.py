@@ -307,6 +307,67 @@ def test_put_dispatch_failure_is_told_without_asking_the_backend(tmp_path, monke
         assert failure.context["queues"] == [f"{TOPIC}/0"] and f"{TOPIC}/0@{r.queue_offset}" in failure.message
 
 
+def _store_toml(tmp_path: Path, cfg) -> str:
+    toml = tmp_path / "store.toml"
+    toml.write_text(f'[tiered]\nstore_path = "{cfg.store_path}"\ndriver = "posix"\ncommit_log_max_size = "64KiB"\n'
+                    f'consume_queue_max_size = "6000"\nlocal_commit_log_file_size = "64KiB"\n'
+                    f'[tiered.options]\nroot = "{tmp_path / "tier"}"\n')
+    return str(toml)
+
+
+@pytest.mark.parametrize("log", ["COMMIT_LOG", "CONSUME_QUEUE"])
+def test_foreign_bytes_past_the_committed_end_are_never_adopted(tmp_path, log):
+    """Someone's bytes after the committed end of a queue's last segment (an object in the
+    name of the segment's next part, on an object store): adopted at open, a foreign unit
+    became the queue's next offset and the acknowledged message put there was never
+    tiered. Now the queue refuses writes until `tiered repair --apply` sets them aside; then
+    the message is tiered at its own offset."""
+    cfg = config_at(tmp_path)
+    with TieredMessageStore.open(cfg) as store:
+        sent = put(store, "a", 60)
+        store.dispatch(force=True)
+        r = store.put_message(Message(topic=TOPIC, body=b"acked-not-tiered"), 0)
+        sent[(0, r.queue_offset)] = b"acked-not-tiered"
+    last = max((tmp_path / "tier").glob(f"*/broker-a/{TOPIC}/0/{log}/*"), key=lambda p: p.name[-20:])
+    with open(last, "ab") as f:
+        f.write(b"FOREIGN 20 bytes....")
+    with TieredMessageStore.open(cfg) as store:
+        assert "fail the read-back check" in store.unrecoverable[(TOPIC, 0)]
+        with pytest.raises(StateConflict):
+            store.put_message(Message(topic=TOPIC, body=b"x"), 0)
+        store.dispatch(force=True)
+        assert not store.is_tiered(TOPIC, 0, r.queue_offset)
+        assert_reads_back(store, {k: v for k, v in sent.items() if k[0] == 1})
+    assert main(["repair", "--config", _store_toml(tmp_path, cfg), "--apply"]) == 0
+    with TieredMessageStore.open(cfg) as store:
+        assert store.unrecoverable == {}
+        store.dispatch(force=True)
+        assert store.is_tiered(TOPIC, 0, r.queue_offset)
+        store.delete_expired_local(FAR_FUTURE_MS)
+        assert_reads_back(store, sent)
+
+
+def test_a_rebuild_records_a_consume_queue_without_units_naming_no_message(tmp_path):
+    """Lost metadata, and a foreign unit after the last consume-queue unit: the rebuild
+    adopted it as the queue's next offset (reads there failed, the take-over stopped with
+    ILLEGAL_OFFSET). It is recorded without it, as a tail the open does not adopt."""
+    cfg = config_at(tmp_path)
+    with TieredMessageStore.open(cfg) as store:
+        sent = put(store, "a", 60)
+        tier_only(store)
+    last = max((tmp_path / "tier").glob(f"*/broker-a/{TOPIC}/0/CONSUME_QUEUE/*"), key=lambda p: p.name[-20:])
+    with open(last, "ab") as f:
+        f.write(b"FOREIGN 20 bytes....")
+    shutil.rmtree(cfg.store_path)  # the lost disk: take-over rebuilds the metadata
+    with TieredMessageStore.open(cfg, take_over=True) as store:
+        assert store.get_max_offset_in_queue(TOPIC, 0) == 30
+        assert (TOPIC, 0) in store.unrecoverable
+        assert_reads_back(store, sent)
+    assert main(["repair", "--config", _store_toml(tmp_path, cfg), "--apply"]) == 0
+    with TieredMessageStore.open(cfg) as store:
+        assert store.put_message(Message(topic=TOPIC, body=b"next"), 0).queue_offset == 30
+
+
 def test_floor_recorded_before_its_gap(tmp_path):
     """A crash after the floor file was written but before its gap units: the next open fills
     the gap, so the queue still continues at the floor."""

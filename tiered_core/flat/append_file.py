@@ -125,6 +125,20 @@ class FlatAppendFile:
                 "bytes: the backend lost or truncated them; refusing to write over the gap",
                 path=last.path, size=size, committed=last.commit_position)
             return
+        if size > last.commit_position:
+            why = self._tail_fails_read_back(last, size)
+            if why is not None:
+                # Not bytes this store sent (someone's object in the segment's name, or
+                # damage): adopted, they would be served as messages and their offsets taken.
+                # The committed bytes still read; writes wait for `tiered repair --apply`.
+                self.refused = StateConflict(
+                    f"{last.path!r} holds {size - last.commit_position} bytes past its committed end "
+                    f"({last.commit_position} bytes) that fail the read-back check ({why}): they are not this "
+                    "store's, so they are not adopted and nothing is written to this file; `tiered repair --apply` "
+                    "copies the object into the quarantine and rewrites it with its committed bytes (`tiered "
+                    "verify` lists it as bad_tail)", path=last.path, size=size, committed=last.commit_position)
+                log.error("%s", self.refused.message)
+                return
         sealed = last.sealed or self.driver.is_sealed(last.path)
         #: Bytes the backend held past the metadata's commit point were adopted at open (the
         #: segment's recorded times predate them).
@@ -135,6 +149,12 @@ class FlatAppendFile:
             fixed.seal_timestamp = last.seal_timestamp
             self.segments[-1] = fixed
             self.flush_metadata(fixed)
+
+    def _tail_fails_read_back(self, last: FileSegment, size: int) -> str | None:
+        """Why the bytes ``[commit_position, size)`` of the last segment are not this store's
+        records (see :mod:`tiered_core.flat.read_back`), or None when they are (maybe ending
+        in a record a crash cut short)."""
+        return None
 
     def _backend_size(self, path: str) -> int:
         # RocketMQ bug #9544: a failed size lookup must never become a size. Retry, then fail.

@@ -23,6 +23,7 @@ from tiered_core.codec.message import QUEUE_OFFSET_END, rewrite_physical_offset
 from tiered_core.codec.prop_crc import stored_prop_crc, upload_crc_error, write_prop_crc
 from tiered_core.errors import CorruptData, IllegalOffset, IllegalParam, TieredStoreError
 from tiered_core.flat.append_file import FlatAppendFile
+from tiered_core.flat.read_back import read_back_messages
 from tiered_core.common import AppendResult, FileSegmentType
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,13 @@ class FlatCommitLogFile(FlatAppendFile):
         self.init_offset(0)
         self._first_queue_offset = -1
         self._head_damage_logged = False
+
+    def _tail_fails_read_back(self, last, size: int) -> str | None:
+        """Whole messages of this queue, each stored at its own offset (maybe a torn last one)."""
+        _broker, topic, queue = self.file_path.split("/")
+        data = self.driver.read(last.path, last.commit_position, size - last.commit_position)
+        found = read_back_messages(data, last.base_offset + last.commit_position, topic, int(queue))
+        return None if found.ok else found.reason
 
     def append_message(self, message: bytes | bytearray, timestamp: int) -> AppendResult:
         """Append one whole message, rewriting its physical offset to the tiered append offset.

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import logging
+from typing import Callable
 
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
 from tiered_core.flat.append_file import FlatAppendFile
+from tiered_core.flat.batch_check import decode_units
+from tiered_core.flat.read_back import read_back_units
 from tiered_core.common import FileSegmentType
 
 log = logging.getLogger(__name__)
@@ -22,9 +25,28 @@ class FlatConsumeQueueFile(FlatAppendFile):
 
     record_size = CQ_UNIT_SIZE
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args, commit_log_end: Callable[[], int] | None = None, **kwargs) -> None:
+        #: The committed end of the queue's commit log (units past the committed end must
+        #: point inside it to be adopted); None: not checked.
+        self._commit_log_end = commit_log_end
         super().__init__(*args, file_type=FileSegmentType.CONSUME_QUEUE, **kwargs)
         self._realign()
+
+    def _tail_fails_read_back(self, last, size: int) -> str | None:
+        """Whole units (maybe a torn last one), each pointing forward (the first past the last
+        committed unit's message) and inside the committed commit log."""
+        before = min(CQ_UNIT_SIZE, last.commit_position) if last.commit_position % CQ_UNIT_SIZE == 0 else 0
+        data = self.driver.read(last.path, last.commit_position - before, size - last.commit_position + before)
+        end = self._commit_log_end() if self._commit_log_end is not None else None
+        found = read_back_units(data[before:], end)
+        if not found.ok:
+            return found.reason
+        if before and found.records:
+            (prev_offset, prev_size, _), (offset, _, _) = decode_units(data[:2 * CQ_UNIT_SIZE])
+            if offset < prev_offset + prev_size:
+                return (f"its first unit points at commit-log offset {offset}, before the end of the last committed "
+                        f"unit's message ({prev_offset + prev_size})")
+        return None
 
     def _realign(self) -> None:
         if not self.segments:

@@ -63,7 +63,8 @@ class FlatMessageFile(CompositeAccess):
             max_size=cfg.commit_log_max_size, max_buffer_count=cfg.max_group_commit_count)
         self.consume_queue = FlatConsumeQueueFile(
             driver, metadata, self.file_path, segment_path=path_of(FileSegmentType.CONSUME_QUEUE),
-            max_size=cfg.consume_queue_max_size, max_buffer_count=cfg.max_group_commit_count)
+            max_size=cfg.consume_queue_max_size, max_buffer_count=cfg.max_group_commit_count,
+            commit_log_end=lambda: self.commit_log.commit_offset)
         self._lock = threading.RLock()  # the file lock: appends and commits
         self._commit_lock = threading.Lock()
         self.closed = False

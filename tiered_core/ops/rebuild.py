@@ -199,6 +199,16 @@ def rebuild_metadata(
             stats.not_adopted.append(foreign.path)
             log.warning("rebuild: %r does not begin with a unit naming the message at queue offset %d; "
                         "not adopted", foreign.path, foreign.base // CQ_UNIT_SIZE)
+        if cq:
+            kept = _without_units_past_the_commit_log(driver, cq[-1], cl)
+            if kept < cq[-1].size:
+                # Units after the last one that names a message of the commit log (tiered
+                # first) are not this store's: recorded without them, they are a tail past
+                # the committed end, which the open refuses to adopt and repair sets aside.
+                log.warning("rebuild: %r ends in %d byte(s) of units that name no message of the commit log; "
+                            "recorded without them (`tiered repair --apply` sets them aside)", cq[-1].path,
+                            cq[-1].size - kept)
+                cq[-1].size = kept
         idx = files.get((topic, queue_id, FileSegmentType.INDEX), [])
         for segs in (cl, cq, idx):
             segs.sort(key=lambda s: s.base)
@@ -333,6 +343,28 @@ def _contradicts_the_commit_log(driver: SegmentDriver, seg: _Seg, cl: list[_Seg]
                     and peek_queue_offset(head, 0) == seg.base // CQ_UNIT_SIZE)
     except CorruptData:
         return True
+
+
+def _without_units_past_the_commit_log(driver: SegmentDriver, seg: _Seg, cl: list[_Seg]) -> int:
+    """The size of the last consume-queue segment ``seg`` up to its last whole unit that is
+    valid and names a place inside the commit log ``cl`` (sorted); ``seg.size`` when its last
+    whole unit does (its torn bytes, if any, are kept as before). Read backwards from the
+    end, a few units at a time: one read when the tail is the store's own."""
+    if not cl or seg.size < CQ_UNIT_SIZE:
+        return seg.size
+    cl_end = cl[-1].base + cl[-1].size
+    end = seg.size - seg.size % CQ_UNIT_SIZE
+    step = 64 * CQ_UNIT_SIZE
+    while end > 0:
+        start = max(0, end - step)
+        data = driver.read(seg.path, start, end - start)
+        for i in range((end - start) // CQ_UNIT_SIZE - 1, -1, -1):
+            unit = decode_cq_unit(data[i * CQ_UNIT_SIZE:(i + 1) * CQ_UNIT_SIZE])
+            if unit.is_valid and unit.commitlog_offset + unit.size <= cl_end:
+                found = start + (i + 1) * CQ_UNIT_SIZE
+                return seg.size if found == seg.size - seg.size % CQ_UNIT_SIZE else found
+        end = start
+    return 0
 
 
 def _queue_range(cq: list[_Seg]) -> tuple[int, int]:

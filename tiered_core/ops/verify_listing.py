@@ -35,14 +35,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from tiered_core.codec.checks import PropCrcPolicy, check_message
-from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
-from tiered_core.codec.message import MAGIC_END, MAGIC_V1, MAGIC_V2, peek_magic, peek_total_size
+from tiered_core.codec.checks import PropCrcPolicy
 from tiered_core.codec.naming import INDEX_TOPIC, parse_segment_path, segment_path
 from tiered_core.common import FileSegmentType, SegmentStatus
-from tiered_core.errors import CorruptData, NotFound, TieredStoreError
-from tiered_core.flat.batch_check import decode_units
+from tiered_core.errors import NotFound, TieredStoreError
 from tiered_core.flat.ownership import segment_objects, tier_prefix
+from tiered_core.flat.read_back import ReadBack, read_back_messages, read_back_units
 from tiered_core.ops.findings import Finding, FindingKind
 from tiered_core.ops.reconcile import backend_path
 from tiered_core.codec.tiered_index import compacted_file_problem
@@ -403,73 +401,6 @@ def _what(ftype: int) -> str:
 
 
 # -- the read-back check --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ReadBack:
-    """What bytes past a committed end (or a whole unlisted object) read back as: ``ok``
-    when they are whole records, maybe ending in a torn one (a write cut short); ``records``
-    whole messages or units, ``good_bytes`` their bytes, ``torn_bytes`` what a last,
-    incomplete one left; ``reason`` why not ok."""
-
-    ok: bool
-    records: int
-    good_bytes: int
-    torn_bytes: int
-    reason: str | None = None
-
-    def describe(self) -> str:
-        torn = f" and a torn record of {self.torn_bytes} bytes" if self.torn_bytes else ""
-        return f"{self.records} whole record(s){torn}"
-
-    def facts(self) -> dict[str, Any]:
-        return {"read_back": "ok" if self.ok else self.reason, "records": self.records,
-                "good_bytes": self.good_bytes, "torn_bytes": self.torn_bytes}
-
-
-def read_back_messages(data: bytes, start: int, topic: str, queue_id: int,
-                       prop_crc: PropCrcPolicy = PropCrcPolicy.IF_PRESENT) -> ReadBack:
-    """Whether ``data`` (commit-log bytes of ``topic``/``queue_id`` from absolute offset
-    ``start``) is whole messages of that queue, each through the read checks and stored
-    at its own offset, maybe ending in the head of a torn one."""
-    pos, n, records = 0, len(data), 0
-    while pos < n:
-        if n - pos < MAGIC_END:
-            return ReadBack(True, records, pos, n - pos)
-        magic, total = peek_magic(data, pos), peek_total_size(data, pos)
-        if magic not in (MAGIC_V1, MAGIC_V2) or total <= MAGIC_END:
-            return ReadBack(False, records, pos, 0, f"no message at offset {start + pos} (magic {magic:#010x}, "
-                                                     f"total size {total})")
-        if pos + total > n:
-            return ReadBack(True, records, pos, n - pos)
-        try:
-            check_message(data, pos, commitlog_offset=start + pos, size=total, topic=topic, queue_id=queue_id,
-                          prop_crc=prop_crc)
-        except CorruptData as exc:
-            return ReadBack(False, records, pos, 0, f"the message at offset {start + pos}: {exc.message}")
-        pos += total
-        records += 1
-    return ReadBack(True, records, pos, 0)
-
-
-def read_back_units(data: bytes, commit_log_end: int | None = None) -> ReadBack:
-    """Whether ``data`` is whole consume-queue units pointing forward (size > 0, offset >=
-    0) and, when ``commit_log_end`` is given, inside the committed commit log; maybe ending
-    in a torn unit."""
-    whole = len(data) - len(data) % CQ_UNIT_SIZE
-    last_end = -1
-    for i, (offset, size, _tags) in enumerate(decode_units(data[:whole])):
-        why = None
-        if offset < 0 or size <= 0:
-            why = "is not a valid unit"
-        elif offset < last_end:
-            why = "points backwards"
-        elif commit_log_end is not None and offset + size > commit_log_end:
-            why = f"points past the committed commit log (which ends at {commit_log_end})"
-        if why is not None:
-            return ReadBack(False, i, i * CQ_UNIT_SIZE, 0, f"unit {i} (commit-log offset {offset}, size {size}) {why}")
-        last_end = offset + size
-    return ReadBack(True, whole // CQ_UNIT_SIZE, whole, len(data) - whole)
 
 
 def listing_subjects(findings: Iterable[Finding]) -> dict[str, Finding]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import abc
 import inspect
 import posixpath
+import re
 import typing
 from typing import Any, ClassVar, Iterator, Mapping
 
@@ -28,6 +29,57 @@ REDACTED = "***"
 def redact(options: Mapping[str, Any], secret: typing.Collection[str]) -> dict[str, Any]:
     """A copy of ``options`` with the values of ``secret`` keys replaced by ``***``."""
     return {k: (REDACTED if k in secret and v is not None else v) for k, v in options.items()}
+
+
+#: A nested library option (a driver's ``storage_options`` table) whose name contains one of
+#: these words (case-insensitive) holds a credential. Deliberately broad: hiding a harmless
+#: value costs less than showing a key.
+SECRET_WORDS = ("key", "secret", "token", "password", "passwd", "credential", "connection_string",
+                "sas", "signature", "auth", "cookie", "private")
+
+#: The password of a URL's user info (``scheme://user:PASSWORD@host``, a proxy's).
+_URL_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)([^/\s@]+)(@)")
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a nested option named ``name`` holds a credential (see :data:`SECRET_WORDS`)."""
+    low = str(name).lower()
+    return any(word in low for word in SECRET_WORDS)
+
+
+def redact_tree(value: Any) -> Any:
+    """``value`` with every secret-named entry of every nested mapping replaced by ``***``,
+    and the password of every URL in it too (a proxy's ``http://user:PASSWORD@host``)."""
+    if isinstance(value, Mapping):
+        return {k: (REDACTED if is_secret_name(k) and v is not None else redact_tree(v)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_tree(v) for v in value]
+    if isinstance(value, str):
+        return _URL_PASSWORD.sub(lambda m: m.group(1) + REDACTED + m.group(3), value)
+    return value
+
+
+def secret_values(value: Any) -> list[str]:
+    """The text of every secret in ``value`` (nested): secret-named values and URL
+    passwords, longest first, to scrub from messages."""
+    found: list[str] = []
+
+    def walk(node: Any, secret: bool) -> None:
+        if isinstance(node, Mapping):
+            for k, v in node.items():
+                walk(v, secret or is_secret_name(k))
+        elif isinstance(node, (list, tuple)):
+            for v in node:
+                walk(v, secret)
+        elif node is not None and not isinstance(node, bool):
+            text = str(node)
+            if secret and len(text) >= 3:
+                found.append(text)
+            elif isinstance(node, str):
+                found.extend(m.group(2) for m in _URL_PASSWORD.finditer(text) if len(m.group(2)) >= 3)
+
+    walk(value, False)
+    return sorted(set(found), key=len, reverse=True)
 
 
 class SegmentDriver(abc.ABC):

@@ -16,51 +16,14 @@ import urllib.parse
 from typing import Any, Iterable, Mapping
 
 from tiered_core.errors import InvalidOption
+from tiered_core.spi.driver import (  # noqa: F401  (re-exported)
+    REDACTED, SECRET_WORDS, is_secret_name, redact_tree, secret_values,
+)
 
-REDACTED = "***"
-
-#: A storage option whose name contains one of these words (case-insensitive) holds a
-#: credential. Deliberately broad: hiding a harmless value costs less than showing a key.
-SECRET_WORDS = ("key", "secret", "token", "password", "passwd", "credential", "connection_string",
-                "sas", "signature", "auth", "cookie", "private")
 
 #: The listing and instance caches would hide another writer's objects from a size or a
 #: listing (fsspec keeps listings without expiry): the driver always turns them off.
 FORCED_OPTIONS = {"use_listings_cache": False, "skip_instance_cache": True}
-
-
-def is_secret_name(name: str) -> bool:
-    low = str(name).lower()
-    return any(word in low for word in SECRET_WORDS)
-
-
-def redact_tree(value: Any) -> Any:
-    """``value`` with every secret-named entry of every nested mapping replaced by ``***``."""
-    if isinstance(value, Mapping):
-        return {k: (REDACTED if is_secret_name(k) and v is not None else redact_tree(v)) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [redact_tree(v) for v in value]
-    return value
-
-
-def secret_values(value: Any) -> list[str]:
-    """The text of every secret-named value in ``value`` (nested), longest first, to scrub."""
-    found: list[str] = []
-
-    def walk(node: Any, secret: bool) -> None:
-        if isinstance(node, Mapping):
-            for k, v in node.items():
-                walk(v, secret or is_secret_name(k))
-        elif isinstance(node, (list, tuple)):
-            for v in node:
-                walk(v, secret)
-        elif secret and node is not None and not isinstance(node, bool):
-            text = str(node)
-            if len(text) >= 3:
-                found.append(text)
-
-    walk(value, False)
-    return sorted(set(found), key=len, reverse=True)
 
 
 def scrub(text: str, secrets: Iterable[str]) -> str:

@@ -580,3 +580,26 @@ def test_a_store_pointed_at_another_s3_service_is_refused_and_writes_nothing_the
             assert list(drv.list("")) == []
     with TieredMessageStore.open(config) as store:  # the right service still opens it
         assert store.get_message("g", "orders", 0, 0, 1).messages[0].body == b"x"
+
+
+def test_credentials_nested_in_storage_options_are_never_shown(tmp_path, capsys):
+    """An SSE-C key and a proxy's password inside storage_options were printed by `tiered
+    drivers --config` and repr(StoreConfig): only key, secret and token were redacted."""
+    from tiered_core.cli import main
+
+    conf = tmp_path / "c.toml"
+    conf.write_text('[tiered]\ndriver = "s3"\n[tiered.options]\nbucket = "b"\nemulated = true\n'
+                    'endpoint_url = "http://127.0.0.1:9"\nstorage_options = { s3_additional_kwargs = '
+                    '{ SSECustomerKey = "SSEKEY789" }, config_kwargs = { proxies = '
+                    '{ http = "http://user:PROXYPASS@127.0.0.1:1" } } }\n')
+    config = StoreConfig.load(conf, environ={})
+    shown = repr(config) + json.dumps(config.describe())
+    shown += repr(S3Driver.redact_options(config.driver_options))
+    for argv in (["drivers", "--config", str(conf), "--json"], ["drivers", "--config", str(conf)]):
+        main(argv)
+        captured = capsys.readouterr()
+        shown += captured.out + captured.err
+    assert "SSEKEY789" not in shown and "PROXYPASS" not in shown
+    assert "http://user:***@127.0.0.1:1" in repr(S3Driver.redact_options(config.driver_options))
+    as_text = S3Driver.redact_options({"storage_options": '{"client_kwargs": {"aws_secret_access_key": "S3CR3T"}}'})
+    assert "S3CR3T" not in repr(as_text)

@@ -105,6 +105,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from tiered_core.errors import DriverError, InvalidOption, NotFound
 from tiered_core.spi import Capabilities, RetryPolicy
+from tiered_core.spi.driver import REDACTED, redact_tree, secret_values
 from tiered_core.spi.objectstore import (
     META_ID, META_SEALED, PART_MARK, ChainedObjectDriver, ObjectInfo, Part, SegmentView, new_segment_id,
     own_part_names, part_key,
@@ -223,6 +224,24 @@ class S3Driver(ChainedObjectDriver):
     secret_options = frozenset({"key", "secret", "token"})
     location_options = ("bucket", "prefix")
 
+    @classmethod
+    def redact_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
+        """:attr:`secret_options` and every credential nested in ``storage_options`` (any
+        secret-named key, a URL's password) as ``***``; JSON text that cannot be read is
+        hidden whole."""
+        out = super().redact_options(options)
+        value = out.get("storage_options")
+        if isinstance(value, str):
+            if not value.strip():
+                return out
+            try:
+                value = json.loads(value)
+            except ValueError:
+                value = REDACTED
+        if value is not None:
+            out["storage_options"] = redact_tree(value) if isinstance(value, Mapping) else REDACTED
+        return out
+
     can_consolidate = True
     #: One consolidation takes the whole chain (a multipart upload has 10,000 parts of up
     #: to 5 GiB; small pieces are concatenated).
@@ -266,7 +285,8 @@ class S3Driver(ChainedObjectDriver):
         self.endpoint_url = endpoint_url
         self.emulated = emulated
         self.retry_policy = RetryPolicy(retries=retries)
-        self._secrets = [v for v in (key, secret, token) if v]
+        # (and those nested in storage_options: an SSE-C key, a proxy URL's password)
+        self._secrets = sorted({*(v for v in (key, secret, token) if v), *secret_values(extra)}, key=len, reverse=True)
         _LOG_REDACTOR.add(self._secrets)
         if emulated and key is None:
             key, secret = "tiered-emulator-key", "tiered-emulator-secret"

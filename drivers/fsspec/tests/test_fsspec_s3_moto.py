@@ -79,6 +79,22 @@ def test_an_object_named_as_a_part_after_a_gap_survives_seal_and_delete(s3_optio
     assert raw.find(root) == [foreign]
 
 
+def test_only_a_missing_bucket_is_called_missing(s3_options):
+    """Every failure to look the bucket up read as "does not exist: create it" (exists() is
+    False for any error): an endpoint nobody listens on, a storage option the client refuses."""
+    from tiered_core.errors import DriverError, InvalidOption
+
+    with pytest.raises(DriverError, match="does not exist: create it"):
+        open_driver("fsspec", url="s3://no-such-bucket-here/x", storage_options=s3_options)
+    unreachable = {**s3_options, "endpoint_url": "http://127.0.0.1:9", "config_kwargs": {"retries": {"max_attempts": 1}}}
+    with pytest.raises(DriverError) as err:
+        open_driver("fsspec", url=f"s3://{BUCKET}/x", storage_options=unreachable)
+    assert "does not exist" not in str(err.value) and "connect" in str(err.value).lower()
+    with pytest.raises(InvalidOption) as err:
+        open_driver("fsspec", url=f"s3://{BUCKET}/x", storage_options={**s3_options, "profle": "prod"})
+    assert err.value.context["key"] == "profle"
+
+
 #: Why the suite's 1000-writes test does not run here: the part chain keeps every commit as a
 #: part (S3 cannot concatenate small objects), so each write lists a chain that grows by one
 #: part; against moto on this machine 506 of the 1000 writes were done after 6 min 43 s

@@ -7,6 +7,7 @@ import errno
 import json
 import logging
 import os
+import re
 from typing import Any, Callable, Iterator, Mapping
 
 from tiered_core.errors import DriverError, InvalidOption, InvalidPath, NotFound, TieredStoreError
@@ -129,9 +130,15 @@ class FsspecDriver(SegmentDriver):
         and fail at its first write, having made its directory (NOT_FOUND of an owner record,
         or a retried error on abfs://)."""
         bucket = self.root.split("/", 1)[0]
-        if bucket and not self._call("look up the bucket of", bucket, self.fs.exists, bucket):
+        if not bucket:
+            return
+        try:
+            # info, not exists: exists answers False for every failure (wrong credentials, an
+            # endpoint nobody listens on), which would all read as a missing bucket
+            self._call("look up the bucket of", bucket, self.fs.info, bucket)
+        except NotFound:
             raise DriverError(f"fsspec: the bucket (container) {bucket!r} of {self.url} does not exist: create it, "
-                              "or fix 'url'", retryable=False, url=self.url, bucket=bucket)
+                              "or fix 'url'", retryable=False, url=self.url, bucket=bucket) from None
 
     def _chain_layout(self) -> Any:
         from .chain_layout import FsspecChain  # the shared object-store layout, in the driver layer
@@ -203,6 +210,11 @@ class FsspecDriver(SegmentDriver):
             raise
         except FileNotFoundError:
             error: TieredStoreError = NotFound(path)
+        except TypeError as exc:  # the client, made at the first request, refuses a storage option
+            unknown = re.search(r"unexpected keyword argument '([^']+)'", str(exc))
+            error = self._error(exc, what, path) if unknown is None else InvalidOption(
+                f"option 'storage_options' of driver 'fsspec': {unknown.group(1)!r} is not an option the "
+                f"{self.protocol!r} filesystem or its client takes", option="storage_options", key=unknown.group(1))
         except Exception as exc:
             error = self._error(exc, what, path)
         # Raised here, outside the handler: the library's exception (whose text may hold a

@@ -603,3 +603,16 @@ def test_credentials_nested_in_storage_options_are_never_shown(tmp_path, capsys)
     assert "http://user:***@127.0.0.1:1" in repr(S3Driver.redact_options(config.driver_options))
     as_text = S3Driver.redact_options({"storage_options": '{"client_kwargs": {"aws_secret_access_key": "S3CR3T"}}'})
     assert "S3CR3T" not in repr(as_text)
+
+
+@pytest.mark.parametrize("options,option,shown", [
+    ({"storage_options": {"client_kwargs": {"regoin_name": "x"}}}, "storage_options", "regoin_name"),
+    ({"region": "us-east-1 "}, "region", "'us-east-1 '"),
+])
+def test_a_client_option_the_library_refuses_is_named(moto_s3, options, option, shown):
+    """They were DRIVER_ERROR (exit 5, "TypeError"/"InvalidRegionError"), naming nothing."""
+    from tiered_core.errors import InvalidOption
+
+    with pytest.raises(InvalidOption) as err:
+        S3Driver(**{**moto_s3.driver_options(S3_BUCKET, "p"), **options})
+    assert err.value.context["option"] == option and shown in str(err.value)

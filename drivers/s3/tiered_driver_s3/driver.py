@@ -99,6 +99,7 @@ import difflib
 import errno
 import json
 import logging
+import re
 import threading
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
@@ -321,10 +322,12 @@ class S3Driver(ChainedObjectDriver):
             fs.connect()
             fs.s3.meta.events.register("before-send.s3", self._before_send)
         except Exception as exc:  # never echo the library's message: it may quote a credential
-            raise DriverError(f"s3: cannot set up a client for bucket {self.bucket!r} ({type(exc).__name__}); "
-                              f"check 'region', 'endpoint_url' and 'storage_options'", retryable=False,
-                              bucket=self.bucket) from None
-        return fs
+            error = _option_refused(exc, self.region) or DriverError(
+                f"s3: cannot set up a client for bucket {self.bucket!r} ({type(exc).__name__}); check 'region', "
+                "'endpoint_url' and 'storage_options'", retryable=False, bucket=self.bucket)
+        else:
+            return fs
+        raise error  # outside the handler: the library's exception is not attached
 
     # -- requests ------------------------------------------------------------------------
 
@@ -868,6 +871,21 @@ def _check_bucket(bucket: Any) -> str:
         raise InvalidOption(f"option 'bucket' of driver 's3' must be a bucket name (3 to 63 characters, no '/'), "
                             f"got {bucket!r}", option="bucket")
     return bucket
+
+
+def _option_refused(exc: Exception, region: str | None) -> InvalidOption | None:
+    """The option a client set-up failure names, as InvalidOption, or None. Only what the
+    user wrote is quoted (a keyword's name, the region), never the library's message."""
+    if isinstance(exc, TypeError):
+        unknown = re.search(r"unexpected keyword argument '([^']+)'", str(exc))
+        if unknown is not None:
+            return InvalidOption(f"option 'storage_options' of driver 's3': {unknown.group(1)!r} is not an option of "
+                                 "the S3 client (a key of client_kwargs or config_kwargs?)", option="storage_options",
+                                 key=unknown.group(1))
+    if type(exc).__name__ == "InvalidRegionError":
+        return InvalidOption(f"option 'region' of driver 's3' is not a region name: {region!r}", option="region",
+                             value=region)
+    return None
 
 
 def _storage_options(value: Any) -> dict[str, Any]:

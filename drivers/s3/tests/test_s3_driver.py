@@ -616,3 +616,13 @@ def test_a_client_option_the_library_refuses_is_named(moto_s3, options, option, 
     with pytest.raises(InvalidOption) as err:
         S3Driver(**{**moto_s3.driver_options(S3_BUCKET, "p"), **options})
     assert err.value.context["option"] == option and shown in str(err.value)
+
+
+def test_a_missing_bucket_behind_an_endpoint_with_a_path_names_the_path(moto_s3):
+    """endpoint_url = http://host:port/x sends every request to /x/BUCKET: the bucket then
+    reads as missing, and the error named only option 'bucket'."""
+    options = moto_s3.driver_options(S3_BUCKET, "p")
+    with S3Driver(**{**options, "endpoint_url": options["endpoint_url"] + "/x", "retries": 0}) as drv:
+        with pytest.raises(DriverError) as err:
+            list(drv.list(""))
+    assert "does not exist" in str(err.value) and "'endpoint_url' has a path ('/x')" in str(err.value)

@@ -101,6 +101,7 @@ import json
 import logging
 import re
 import threading
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -372,8 +373,11 @@ class S3Driver(ChainedObjectDriver):
                                                                           "ConditionalRequestConflict"):
             return _Conflict(code or "PreconditionFailed")
         if code == "NoSuchBucket":
+            path_part = urllib.parse.urlsplit(self.endpoint_url or "").path.rstrip("/")
+            hint = (f"; option 'endpoint_url' has a path ({path_part!r}), which every request starts with: an S3 "
+                    "endpoint is usually scheme://host[:port] alone") if path_part else ""
             return DriverError(f"s3: bucket {self.bucket!r} does not exist (while trying to {what}); create it "
-                               f"or fix option 'bucket'", retryable=False, **ctx)
+                               f"or fix option 'bucket'{hint}", retryable=False, **ctx)
         if isinstance(exc, PermissionError) or code in _AUTH_CODES or status in (401, 403):
             return DriverError(f"s3: access denied ({code or status or 'PermissionError'}) to {what} in bucket "
                                f"{self.bucket!r}: check the credentials and the bucket policy", retryable=False,

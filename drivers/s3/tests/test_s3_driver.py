@@ -626,3 +626,15 @@ def test_a_missing_bucket_behind_an_endpoint_with_a_path_names_the_path(moto_s3)
         with pytest.raises(DriverError) as err:
             list(drv.list(""))
     assert "does not exist" in str(err.value) and "'endpoint_url' has a path ('/x')" in str(err.value)
+
+
+def test_a_misspelt_key_of_the_s3_client_configuration_is_named(moto_s3):
+    """config_kwargs.s3 = {adressing_style = "path"} was accepted and dropped by botocore."""
+    from tiered_core.errors import InvalidOption
+
+    options = moto_s3.driver_options(S3_BUCKET, "p")
+    with pytest.raises(InvalidOption) as err:
+        S3Driver(**options, storage_options={"config_kwargs": {"s3": {"adressing_style": "path"}}})
+    assert err.value.context["key"] == "config_kwargs.s3.adressing_style" and "'addressing_style'" in str(err.value)
+    with S3Driver(**options, storage_options={"config_kwargs": {"s3": {"addressing_style": "path"}}}) as drv:
+        assert drv.size("nothing") == 0

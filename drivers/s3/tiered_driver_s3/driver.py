@@ -937,6 +937,22 @@ def _refuse_unknown_storage_options(extra: Mapping[str, Any]) -> None:
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise InvalidOption(f"option 'storage_options' of driver 's3': {name!r} is not an option of s3fs or of "
                             f"its botocore session{hint}", option="storage_options", key=name)
+    s3_config = (extra.get("config_kwargs") or {}).get("s3") if isinstance(extra.get("config_kwargs"), Mapping) else None
+    if isinstance(s3_config, Mapping):
+        # botocore keeps any key of its s3 configuration and reads the ones it knows: a
+        # misspelt one is dropped silently (path-style addressing, an endpoint choice...)
+        for name in sorted(set(s3_config) - _BOTOCORE_S3_CONFIG):
+            close = difflib.get_close_matches(name, sorted(_BOTOCORE_S3_CONFIG), n=1, cutoff=0.85)
+            if close:
+                raise InvalidOption(f"option 'storage_options' of driver 's3': config_kwargs.s3 key {name!r} is not "
+                                    f"one botocore reads (did you mean {close[0]!r}?)", option="storage_options",
+                                    key=f"config_kwargs.s3.{name}")
+
+
+#: The keys of botocore's ``Config(s3={...})`` (botocore/config.py and its client args).
+_BOTOCORE_S3_CONFIG = frozenset({"use_accelerate_endpoint", "payload_signing_enabled", "addressing_style",
+                                 "us_east_1_regional_endpoint", "s3_disable_express_session_auth",
+                                 "use_arn_region", "use_dualstack_endpoint"})
 
 
 class _InjectedBody:

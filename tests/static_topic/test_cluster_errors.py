@@ -213,3 +213,41 @@ def test_a_renamed_broker_is_an_identity_mismatch_not_a_copied_mapping(configs):
     assert err.value.code is ErrorCode.IDENTITY_MISMATCH
     assert (err.value.context["field"], err.value.context["recorded"], err.value.context["configured"]) == (
         "broker", "'c'", "'c2'")
+
+
+def test_a_stale_undecided_generation_that_took_no_message_gives_way(configs, monkeypatch):
+    """A remap towards c cut short after its first step (c's file: gen 1 on c, logic offset
+    -1), then run again towards b while c was away: when c came back every command on the
+    topic failed with MAPPING, and none resolved it. c's item never took a message: the
+    decided one stands. (One that did take messages still refuses: it is not dropped.)"""
+    from tiered_core.static_topic import mapping_file
+
+    real_put = mapping_file.TopicQueueMappingStore.put
+
+    def crash_after_first(self, detail):
+        real_put(self, detail)
+        raise KeyboardInterrupt
+
+    with Cluster.open(configs) as cluster:
+        cluster.create_static_topic(TOPIC, 2, ["a", "b"])
+        sent = [cluster.put_message(msg(i), 0).queue_offset for i in range(3)]
+        monkeypatch.setattr(mapping_file.TopicQueueMappingStore, "put", crash_after_first)
+        with pytest.raises(KeyboardInterrupt):
+            cluster.remap_static_topic(TOPIC, ["c", "b"])
+        monkeypatch.setattr(mapping_file.TopicQueueMappingStore, "put", real_put)
+    with Cluster.open([c for c in configs if c.broker != "c"]) as cluster:
+        cluster.remap_static_topic(TOPIC, ["b"])
+        assert cluster.put_message(msg(3), 0).queue_offset == 3
+    with Cluster.open(configs) as cluster:
+        status = cluster.static_topic_status(TOPIC)
+        assert [q["leader"]["bname"] for q in status["queues"]] == ["b", "b"]
+        assert cluster.put_message(msg(4), 0).queue_offset == 4
+        assert cluster.put_message(msg(5), 1).queue_offset == 0
+        got = cluster.get_message("g", TOPIC, 0, 0, 16).messages
+        got += cluster.get_message("g", TOPIC, 0, len(got), 16).messages
+        assert [m.body for m in got][:3] == [b"m-%d" % i for i in sent]
+        # one that took messages (or whose broker is not open) is never dropped
+        from tiered_core.static_topic.topic_view import merge_items
+        items = {b: d.hostedQueues[0] for b, d in cluster._details(TOPIC).items() if 0 in d.hostedQueues}
+        with pytest.raises(MappingError):
+            merge_items(TOPIC, 0, list(items.items()), unused=lambda item: False)

@@ -14,7 +14,7 @@ import dataclasses
 import operator
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
 from tiered_core.config import StoreConfig
 from tiered_core.errors import IllegalParam, MappingError, StateConflict
@@ -56,17 +56,24 @@ class TopicView:
 _DATA_VERSION = operator.attrgetter("data_version")
 
 
-def merge_items(topic: str, queue: int, lists: Iterable[tuple[str, list[LogicQueueMappingItem]]]
-                 ) -> list[LogicQueueMappingItem]:
+def merge_items(topic: str, queue: int, lists: Iterable[tuple[str, list[LogicQueueMappingItem]]],
+                 unused: Callable[[LogicQueueMappingItem], bool] | None = None) -> list[LogicQueueMappingItem]:
     """Merge one logic queue's items as several brokers know them: one item per ``gen``;
     a decided ``logicOffset`` and a known ``endOffset`` win over -1. Two brokers naming a
-    different physical queue for the same gen is a :class:`MappingError`."""
+    different physical queue for the same gen is a :class:`MappingError` -- unless one of
+    them is undecided and ``unused`` says its physical queue never took a message (a remap
+    cut short after its first step, then run again towards another broker): that one is
+    dropped, the decided one stays."""
     by_gen: dict[int, LogicQueueMappingItem] = {}
     for broker, items in lists:
         for item in items:
             old = by_gen.get(item.gen)
             if old is None:
                 by_gen[item.gen] = item
+                continue
+            if (old.bname, old.queueId) != (item.bname, item.queueId) and unused is not None \
+                    and old.decided != item.decided and unused(item if old.decided else old):
+                by_gen[item.gen] = old if old.decided else item
                 continue
             if (old.bname, old.queueId) != (item.bname, item.queueId):
                 raise MappingError(f"static topic {topic!r} logic queue {queue}: gen {item.gen} is "
@@ -179,8 +186,18 @@ class MappingViews:
         queues: dict[int, list[LogicQueueMappingItem]] = {}
         for q in sorted({q for d in details.values() for q in d.hostedQueues}):
             queues[q] = merge_items(topic, q, [(b, d.hostedQueues[q]) for b, d in details.items()
-                                                 if q in d.hostedQueues])
+                                                 if q in d.hostedQueues],
+                                    unused=lambda item: self._never_used(topic, item))
         return TopicView(topic, totals.pop(), {b: d.epoch for b, d in details.items()}, queues)
+
+    def _never_used(self, topic: str, item: LogicQueueMappingItem) -> bool:
+        """Whether ``item``'s physical queue holds no message, in its broker's local store or
+        tier (False when its broker is not open: nothing tells)."""
+        store = self.stores.get(item.bname)
+        if store is None:
+            return False
+        store.local.reput()  # every acknowledged put is in a consume queue
+        return store.get_max_offset_in_queue(topic, item.queueId) <= 0
 
     def _unknown_topic(self, topic: str) -> UnknownStaticTopic:
         known = self._static_topics()

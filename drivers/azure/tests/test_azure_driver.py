@@ -494,3 +494,19 @@ def test_a_prefix_laid_out_by_the_fsspec_driver_is_refused_not_misread(driver):
     driver.write("t/0/COMMIT_LOG/seg#tiered-part/s/00000000000000000004", 0, b"more")
     with pytest.raises(StateConflict, match="another driver's layout"):
         list(driver.list(""))
+
+
+def test_the_fsspec_driver_with_a_wrong_account_key_says_access_denied_once(azurite):
+    """A cloud drill: a wrong key on fsspec abfs:// was retried (azure-core's status_code was
+    not read: the failure counted as transient) and the error quoted Azure's whole XML."""
+    import base64
+
+    from tiered_core.errors import DriverError
+
+    wrong = base64.b64encode(b"x" * 64).decode()
+    cs = azurite.connection_string.replace(AZURITE_KEY, wrong)
+    with pytest.raises(DriverError) as err:
+        open_driver("fsspec", url=f"abfs://{AZURE_CONTAINER}/p", storage_options={"connection_string": cs})
+    text = str(err.value)
+    assert err.value.retryable is False and "access denied" in text
+    assert "<?xml" not in text and "\n" not in text and wrong not in text

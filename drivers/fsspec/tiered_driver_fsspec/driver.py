@@ -222,10 +222,11 @@ class FsspecDriver(SegmentDriver):
         raise error
 
     def _error(self, exc: BaseException, what: str, path: str) -> DriverError:
-        detail = scrub(str(exc), self._secrets)
+        # the first line only: Azure's errors go on with request ids and the response's XML
+        detail = scrub(str(exc), self._secrets).strip().split("\n", 1)[0]
         where = f"{path!r} below {self.url}"
         text = f"fsspec: cannot {what} {where}: {type(exc).__name__}" + (f": {detail}" if detail else "")
-        if isinstance(exc, PermissionError):
+        if isinstance(exc, PermissionError) or _status(exc) in (401, 403):
             return DriverError(text + " (access denied: check the credentials in storage_options and the "
                                "permissions)", retryable=False, path=path, url=self.url)
         return DriverError(text, retryable=_retryable(exc), path=path, url=self.url)
@@ -277,11 +278,21 @@ class FsspecDriver(SegmentDriver):
             close()
 
 
+def _status(exc: BaseException) -> int | None:
+    """The HTTP status a library's exception carries (gcsfs ``code``, aiohttp ``status``,
+    azure-core ``status_code``), or None."""
+    for field in ("status", "code", "status_code"):
+        value = getattr(exc, field, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
 def _retryable(exc: BaseException) -> bool:
     """Whether the same call may succeed later (a timeout, a dropped connection, a 5xx)."""
     if isinstance(exc, (TimeoutError, asyncio.TimeoutError, ConnectionError)):
         return True
-    status = getattr(exc, "status", None) or getattr(exc, "code", None)
+    status = _status(exc)
     if isinstance(status, int) and 400 <= status < 600:
         return status >= 500 or status in (408, 429)
     if isinstance(exc, OSError):

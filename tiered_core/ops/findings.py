@@ -68,6 +68,7 @@ class FindingKind(str, enum.Enum):
     UNCOMMITTED_TAIL = "uncommitted_tail"
     BAD_TAIL = "bad_tail"
     SEALED_MISMATCH = "sealed_mismatch"
+    STRAY_OBJECT = "stray_object"
     # -- one queue's segments and messages -----------------------------------------------
     SEGMENT_GAP = "segment_gap"
     UNIT_OUTSIDE_COMMIT_LOG = "unit_outside_commit_log"
@@ -111,6 +112,10 @@ KINDS: dict[FindingKind, KindInfo] = {
     FindingKind.UNLISTED_OBJECT: KindInfo(
         Severity.ERROR, True, "repair adopts it into the metadata when it is a segment that continues its "
         "queue and passes the read-back check, else moves it into the quarantine", "listing"),
+    FindingKind.STRAY_OBJECT: KindInfo(
+        Severity.WARNING, False, "the store never reads, counts or deletes it: find out who wrote it (another "
+        "driver or tool writing below this prefix, or a writer that crashed), then remove it yourself or leave "
+        "it", "listing"),
     FindingKind.MISSING_OBJECT: KindInfo(
         Severity.CORRUPT, False, "the object is gone: restore it from a copy of the bucket; until then reads "
         "of the offsets it held answer as damaged", "listing"),

@@ -11,7 +11,10 @@ record of the metadata:
 * an object shorter than committed: LOST_BYTES;
 * an object longer than committed: UNCOMMITTED_TAIL when the extra bytes pass the read-back
   check (whole messages, or units, maybe ending in a torn one), else BAD_TAIL;
-* a sealed flag the backend and the record disagree on: SEALED_MISMATCH.
+* a sealed flag the backend and the record disagree on: SEALED_MISMATCH;
+* an object the driver's listing hides that holds no byte of any segment (e.g. named like a
+  part of a segment of the chained layout, but not one of its parts:
+  :meth:`~tiered_core.spi.driver.SegmentDriver.foreign_objects`): STRAY_OBJECT.
 
 No false positives beside a running store: the store writes the backend before the
 metadata (``FlatAppendFile.commit`` commits, then records the size; a seal is recorded
@@ -39,7 +42,7 @@ from tiered_core.codec.checks import PropCrcPolicy
 from tiered_core.codec.naming import INDEX_TOPIC, parse_segment_path, segment_path
 from tiered_core.common import FileSegmentType, SegmentStatus
 from tiered_core.errors import NotFound, TieredStoreError
-from tiered_core.flat.ownership import segment_objects, tier_prefix
+from tiered_core.flat.ownership import is_reserved_path, segment_objects, tier_prefix
 from tiered_core.flat.read_back import ReadBack, read_back_messages, read_back_units
 from tiered_core.ops.findings import Finding, FindingKind
 from tiered_core.ops.reconcile import backend_path
@@ -279,7 +282,38 @@ def check_listing(driver: SegmentDriver, metadata: TieredMetadataStore, cluster:
     suspects.extend(unlisted)
     result.findings.extend(_confirm(driver, suspects, segments, cluster, broker, prop_crc, fresh_metadata,
                                     result.listing))
+    result.findings.extend(stray_objects(driver, cluster, broker))
     return result
+
+
+def stray_objects(driver: SegmentDriver, cluster: str, broker: str) -> list[Finding]:
+    """STRAY_OBJECT for each object below the store's prefix that the driver's listing hides
+    (:meth:`~tiered_core.spi.driver.SegmentDriver.foreign_objects`) and that is still there,
+    of the same size, at every look of the :data:`SETTLE_S` rounds (a live store's seal or
+    expiry removes its own leftovers within moments)."""
+    prefix = tier_prefix(cluster, broker)
+
+    def look() -> dict[str, int]:
+        return {name: size for name, size in driver.foreign_objects(prefix) if not is_reserved_path(name)}
+
+    found = look()
+    for pause in SETTLE_S[1:]:
+        if not found:
+            break
+        time.sleep(pause)
+        again = look()
+        found = {name: size for name, size in found.items() if again.get(name) == size}
+    return [Finding(FindingKind.STRAY_OBJECT, name,
+                    f"an object of {size} bytes that the {driver.name} driver's listing hides and that holds no "
+                    f"byte of any segment (named like a piece of segment {_piece_of(name)!r}, it is not one of "
+                    "its pieces: another writer's, past a gap, or without its base)", None, None, None, None,
+                    {"size": size, "segment": _piece_of(name)})
+            for name, size in sorted(found.items())]
+
+
+def _piece_of(name: str) -> str:
+    """The segment path an object named ``<segment>#...`` claims to belong to."""
+    return name.split("#", 1)[0]
 
 
 #: Seal lookups of the first pass in flight at once: one request each on an object store,

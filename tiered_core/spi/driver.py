@@ -198,6 +198,16 @@ class SegmentDriver(abc.ABC):
         """Whether ``path`` is sealed. Drivers that can tell should override."""
         return False
 
+    def foreign_objects(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+        """``(object name, size)`` of every object below ``prefix`` that :meth:`list` hides
+        and that holds no byte of any segment it lists: e.g. objects named like parts of a
+        segment that are not its parts (another writer's, a part past a gap, a part whose
+        base is gone). Names are relative to the driver's root, sorted. The store never
+        reads, counts or deletes them; ``tiered verify`` reports them. Default: none (a
+        driver whose :meth:`list` shows every object). A driver whose layout hides objects
+        overrides this."""
+        return iter(())
+
     def write_if_absent(self, path: str, data: bytes) -> bool:
         """Create ``path`` holding ``data`` (non-empty) unless an object is already there.
 

@@ -126,6 +126,9 @@ class DriverLayer(SegmentDriver):
     def list(self, prefix: str = "") -> Iterator[tuple[str, int]]:
         return self._call("list", prefix, lambda: self.inner.list(prefix))
 
+    def foreign_objects(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+        return self._call("list", prefix, lambda: self.inner.foreign_objects(prefix))
+
     def close(self) -> None:
         self.inner.close()
 
@@ -246,6 +249,11 @@ class ValidatingLayer(DriverLayer):
         if self._closed:
             raise SegmentClosed(f"driver {self.name!r} is closed (while listing {prefix!r})", path=prefix)
         return self.inner.list(self.check_prefix(prefix))
+
+    def foreign_objects(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+        if self._closed:
+            raise SegmentClosed(f"driver {self.name!r} is closed (while listing {prefix!r})", path=prefix)
+        return self.inner.foreign_objects(self.check_prefix(prefix))
 
     def close(self) -> None:
         if not self._closed:

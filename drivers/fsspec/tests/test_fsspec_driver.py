@@ -291,3 +291,18 @@ def test_a_misspelt_storage_option_is_named_with_the_option_it_resembles(url, ty
     assert info.value.context["key"] == typo and f"did you mean {meant!r}?" in str(info.value)
     drv = open_driver("fsspec", url="memory://typo-ok", storage_options={"skip_instance_cache": True})
     drv.close()
+
+
+def test_the_part_chain_names_objects_its_listing_hides_but_not_its_own_markers():
+    """``foreign_objects`` (what verify reports as stray): another id's part and a part past
+    a gap, never a chain part or the seal's marker objects; the append layout hides none."""
+    drv = FsspecDriver(url=f"{OBJECTS}://b/{uuid.uuid4().hex}")
+    chain = drv._layout
+    drv.write("q/seg", 0, b"AAAA")
+    drv.write("q/seg", 4, b"BB")
+    drv.seal("q/seg")  # its markers: below the base's part mark too
+    key = chain._key("q/seg")
+    assert chain._create_object(key + "#tiered-part/s/00000000000000000100", b"zz", None, what="test") is not None
+    assert dict(drv.list("q/")) == {"q/seg": 6}
+    assert list(drv.foreign_objects("q/")) == [("q/seg#tiered-part/s/00000000000000000100", 2)]
+    assert list(FsspecDriver(url=_memory_url()).foreign_objects("")) == []

@@ -93,6 +93,9 @@ class FsspecChain(ChainedObjectDriver):
             out.append(ObjectInfo(name, int(info.get("size") or 0), _version(info) if is_base else "", meta))
         return out
 
+    def _is_marker(self, key: str, name: str) -> bool:
+        return name.startswith(key + META_MARK)
+
     def _metadata(self, key: str, items: Mapping[str, Mapping[str, Any]], what: str) -> dict[str, str]:
         """The base ``key``'s metadata, from the markers in the same listing."""
         meta = {META_ID: SEGMENT_ID}

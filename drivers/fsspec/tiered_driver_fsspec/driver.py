@@ -272,6 +272,10 @@ class FsspecDriver(SegmentDriver):
     def list(self, prefix: str = "") -> Iterator[tuple[str, int]]:
         return self._layout.list(prefix)
 
+    def foreign_objects(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+        foreign = getattr(self._layout, "foreign_objects", None)  # the chain layout's; the append one hides none
+        return foreign(prefix) if foreign is not None else iter(())
+
     def close(self) -> None:
         close = getattr(self._layout, "close", None)
         if close is not None:

@@ -583,3 +583,25 @@ def test_an_object_named_as_an_fsspec_part_below_a_gcs_segment_refuses_nothing(d
     assert driver.read("seg", 0, 10) == b"AAAABBBBCC"
     driver.delete("seg")
     assert [o.name for o in raw_objects(driver, "seg")] == [stray]
+
+
+def test_objects_the_listing_hides_are_named_by_foreign_objects(driver):
+    """``list`` hides every object named with the part mark; ``foreign_objects`` names those
+    that are not the store's own (a chain part, or its own garbage behind the chain's end,
+    which its seal removes), so that verify can report them (it could not see them)."""
+    driver.write("a/seg", 0, b"AAAA")
+    driver.write("a/seg", 4, b"BBBB")  # a part of the chain: the store's, not foreign
+    key = driver._key("a/seg")
+    own = driver._view(key, "a/seg").segment_id
+    strays = [part_key(key, "0ld", 8), part_key(key, own, 100), key + PART_MARK + "junk"]
+    for name in strays:
+        upload(driver, name, b"zz")
+    orphan = part_key(driver._key("a/gone"), "x1", 0)  # a part whose base is gone
+    upload(driver, orphan, b"yyy")
+    rel = {name: name[len(driver.root) + 1:] for name in [*strays, orphan]}
+    assert dict(driver.list("a/")) == {"a/seg": 8}
+    assert list(driver.foreign_objects("a/")) == sorted([(rel[n], 2) for n in strays] + [(rel[orphan], 3)])
+    assert list(driver.foreign_objects("b/")) == []
+    driver.seal("a/seg")
+    assert driver.read("a/seg", 0, 8) == b"AAAABBBB"  # ... and nothing of them was read, counted or removed
+    assert len(list(driver.foreign_objects("a/"))) == 4

@@ -498,19 +498,42 @@ class ChainedObjectDriver(SegmentDriver, abc.ABC):
                                    view.segment_id, path, self.name, end=view.size):
             self._delete_object(name, what=f"delete part of {path!r}")
 
-    def list(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+    def _groups(self, prefix: str) -> Iterator[tuple[str, list[ObjectInfo], bool]]:
+        """One listing below ``prefix``, grouped by segment key: ``(key, objects, has parts)``;
+        a group with parts carries its base's metadata (the chain needs its segment id)."""
         full = f"{self.root}/{prefix}" if self.root else prefix
-        items = self._list_objects(full, what=f"list prefix {prefix!r}")
-        out = []
-        for key, group in group_listing(items).items():
+        for key, group in group_listing(self._list_objects(full, what=f"list prefix {prefix!r}")).items():
             if self.root and not key.startswith(self.root + "/"):
                 continue
             has_parts = any(item.name != key for item in group)
-            if has_parts:  # only a chain needs the base's metadata (its segment id)
-                group = self._with_metadata(key, group, self._rel(key))
+            yield key, (self._with_metadata(key, group, self._rel(key)) if has_parts else group), has_parts
+
+    def list(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+        out = []
+        for key, group, _ in self._groups(prefix):
             view = self._refuse_another_layout(interpret(key, group), self._rel(key))
             if view.exists:
                 out.append((self._rel(key), view.size))
+        return iter(sorted(out))
+
+    def _is_marker(self, key: str, name: str) -> bool:
+        """Whether ``name`` is one of this layout's marker objects below base ``key`` (none
+        here: the base's metadata holds what markers would)."""
+        return False
+
+    def foreign_objects(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+        """Objects below ``prefix`` named with the part mark that are neither a part of their
+        segment's chain nor its own garbage (:meth:`SegmentView.own_garbage`, which its
+        seal removes): parts of another segment id, past a gap, without a base, or with a
+        name no part has. :meth:`list` hides them; nothing here reads or removes them."""
+        out = []
+        for key, group, has_parts in self._groups(prefix):
+            if not has_parts:
+                continue
+            view = interpret(key, group)
+            known = {p.name for p in view.chain} | {p.name for p in view.own_garbage()}
+            out.extend((self._rel(item.name), int(item.size)) for item in group
+                       if item.name != key and item.name not in known and not self._is_marker(key, item.name))
         return iter(sorted(out))
 
 

@@ -368,6 +368,33 @@ def test_a_rebuild_records_a_consume_queue_without_units_naming_no_message(tmp_p
         assert store.put_message(Message(topic=TOPIC, body=b"next"), 0).queue_offset == 30
 
 
+def test_a_failed_commit_is_reported_with_the_backends_error(tmp_path, monkeypatch):
+    """A commit the backend failed (a timeout: retryable) was counted as a failed commit with
+    no error, and ``put --dispatch`` said "no error was reported": the report names it now."""
+    from tiered_core.errors import DriverError
+
+    cfg = config_at(tmp_path)
+    with TieredMessageStore.open(cfg) as store:
+        put(store, "a", 4)
+        store.dispatch(force=True)
+        r = store.put_message(Message(topic=TOPIC, body=b"last"), 0)
+
+        def timed_out(*args, **kwargs):
+            raise DriverError("posix: write of 'x' timed out after 5 s", retryable=True)
+
+        flat = store.flat_files.get(TOPIC, 0)
+        monkeypatch.setattr(flat.commit_log.driver, "write", timed_out)
+        stats = store.dispatch(force=True)
+        assert stats.failed_commits >= 1
+        assert any("commit failed" in e and "timed out after 5 s" in e for e in stats.errors), stats.errors
+        failure = _dispatch_failure(store, stats, TOPIC, 0, r.queue_offset, {})
+        assert failure is not None and "timed out after 5 s" in failure.message
+        assert "no error was reported" not in failure.message
+        monkeypatch.undo()
+        again = store.dispatch(force=True)  # the next round uploads it, and says nothing of the old error
+        assert again.errors == [] and store.get_message("t", TOPIC, 0, r.queue_offset, 1).messages[0].body == b"last"
+
+
 def test_floor_recorded_before_its_gap(tmp_path):
     """A crash after the floor file was written but before its gap units: the next open fills
     the gap, so the queue still continues at the floor."""

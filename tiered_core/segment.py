@@ -111,6 +111,9 @@ class FileSegment:
         self._buffers: list[bytes] = []
         # The batch being uploaded, or the not-yet-landed rest of one that failed.
         self._pending: memoryview | None = None
+        #: Why the last commit attempt left bytes unuploaded (a retryable backend error);
+        #: None after a commit that uploaded everything.
+        self.last_error: TieredStoreError | None = None
         self._lock = threading.Lock()  # guards buffers, positions, flags
         self._commit_lock = threading.Lock()  # one commit in flight
         self._closed = False
@@ -240,10 +243,12 @@ class FileSegment:
                 if not exc.retryable:
                     raise
                 log.info("commit of %s at %d failed (%s); will retry", self.path, self._commit_position, exc)
+                self.last_error = exc
                 # A lost ack or a partial write: the size tells. If everything landed,
                 # the commit succeeded after all.
                 return self._reconcile() and self._pending is None
             self._advance(len(piece))
+        self.last_error = None
         return True
 
     def _reconcile(self) -> bool:
@@ -252,6 +257,7 @@ class FileSegment:
         except TieredStoreError as exc:
             if isinstance(exc, DriverError) and not exc.retryable:
                 raise
+            self.last_error = exc
             return False
         self._apply_size(size)
         return True

@@ -331,7 +331,7 @@ class MessageStoreDispatcher:
     def _commit_group(self, flat: CompositeAccess, stats: DispatchStats) -> bool:
         key = (flat.topic, flat.queue_id)
         if not flat.commit_commit_log():
-            stats.failed_commits += 1
+            self._failed(flat, stats)
             return False
         pending = self._pending_index.pop(key, None)
         if self.index is not None and pending is not None and pending.keys:
@@ -347,11 +347,20 @@ class MessageStoreDispatcher:
                 stats.failed_commits += 1
                 return False
         if not flat.commit():
-            stats.failed_commits += 1
+            self._failed(flat, stats)
             return False
         if self.index is not None:  # every message of the queue below the commit has its keys indexed
             self.index.coverage.mark(flat.topic, flat.queue_id, flat.consume_queue_commit_offset())
         return True
+
+    @staticmethod
+    def _failed(flat: CompositeAccess, stats: DispatchStats) -> None:
+        """Count a commit that left bytes unuploaded, with the backend's error when it gave one
+        (none when another commit of the queue was in flight)."""
+        stats.failed_commits += 1
+        why = flat.commit_error()
+        if why is not None:
+            stats.errors.append(f"{flat.topic}/{flat.queue_id}: commit failed, a later dispatch retries it: {why}")
 
     def untiered_local_offset(self) -> int | None:
         """The smallest local commit-log offset of a message not yet tiered (None: all are).

@@ -370,6 +370,12 @@ class FlatAppendFile:
             self.flush_metadata(last)
         return ok and not last.needs_commit()
 
+    def commit_error(self) -> Exception | None:
+        """Why the last segment's last commit left bytes unuploaded, or None."""
+        with self._lock:
+            last = self.segments[-1] if self.segments else None
+        return None if last is None else last.last_error
+
     # -- reading --------------------------------------------------------------------------
 
     def read(self, offset: int, length: int) -> bytes:

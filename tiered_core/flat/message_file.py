@@ -243,6 +243,9 @@ class FlatMessageFile(CompositeAccess):
         finally:
             self._commit_lock.release()
 
+    def commit_error(self) -> Exception | None:
+        return self.commit_log.commit_error() or self.consume_queue.commit_error()
+
     def _flush_queue_metadata(self) -> None:
         meta = self.queue_metadata
         lo, hi = self.consume_queue.min_queue_offset, self.consume_queue.commit_queue_offset

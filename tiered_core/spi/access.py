@@ -127,6 +127,10 @@ class CompositeAccess(abc.ABC):
     def commit(self, sync: bool = True) -> "bool | Future[bool]":
         """Commit the commit log, then (only if that succeeded) the consume queue."""
 
+    def commit_error(self) -> Exception | None:
+        """Why the last commit left bytes unuploaded (the backend's retryable error), or None."""
+        return None
+
     # -- reads -------------------------------------------------------------------------
 
     @abc.abstractmethod

@@ -306,3 +306,16 @@ def test_the_part_chain_names_objects_its_listing_hides_but_not_its_own_markers(
     assert dict(drv.list("q/")) == {"q/seg": 6}
     assert list(drv.foreign_objects("q/")) == [("q/seg#tiered-part/s/00000000000000000100", 2)]
     assert list(FsspecDriver(url=_memory_url()).foreign_objects("")) == []
+
+
+def test_only_an_http_status_decides_a_retry():
+    """A library error carrying ``code = 0`` beside an HTTP ``status_code`` (403) was read as
+    status 0 and retried; the response's status decides (403: not retryable)."""
+    from tiered_driver_fsspec.driver import _retryable, _status
+
+    class Refused(Exception):
+        code = 0
+        status_code = 403
+
+    assert _status(Refused()) == 403 and not _retryable(Refused())
+    assert _status(OSError(5, "io")) is None

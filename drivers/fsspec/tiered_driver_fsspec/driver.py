@@ -284,10 +284,11 @@ class FsspecDriver(SegmentDriver):
 
 def _status(exc: BaseException) -> int | None:
     """The HTTP status a library's exception carries (gcsfs ``code``, aiohttp ``status``,
-    azure-core ``status_code``), or None."""
+    azure-core ``status_code``), or None. Only a value in the HTTP range counts: a library's
+    ``code`` of 0 or an errno-like number says nothing of the response."""
     for field in ("status", "code", "status_code"):
         value = getattr(exc, field, None)
-        if isinstance(value, int) and not isinstance(value, bool):
+        if isinstance(value, int) and not isinstance(value, bool) and 100 <= value < 600:
             return value
     return None
 

@@ -108,3 +108,13 @@ def test_get_by_key_json_has_null_where_there_is_no_number(tmp_path, capsys):
     assert by_offset["tier"] == "local" and by_offset["next_begin_offset"] == 1
     assert main(["get", "--config", cfg, "--topic", "orders", "--key", "o-1"]) == 0
     assert capsys.readouterr().out.startswith("status=FOUND tier=- next_begin_offset=-")  # text: unchanged
+
+
+def test_get_with_an_empty_key_is_refused_not_read_by_offset(tmp_path, capsys):
+    """An operator drill: `get --key ""` printed the queue's messages by offset and exited 0."""
+    cfg = write_config(tmp_path)
+    assert main(["put", "--config", cfg, "--topic", "orders", "--key", "k1", "--body", "with-key-k1"]) == 0
+    capsys.readouterr()
+    assert main(["get", "--config", cfg, "--topic", "orders", "--key", ""]) == ExitCode.BAD_INPUT
+    captured = capsys.readouterr()
+    assert "ILLEGAL_PARAM" in captured.err and "key ''" in captured.err and "with-key-k1" not in captured.out

@@ -38,7 +38,7 @@ TOPIC = "topic0"
 def config_at(tmp_path: Path, store: str = "store", **overrides):
     """POSIX, 64 KiB local and tiered files; the tier outside every store_path."""
     return _small_config(tmp_path, "posix", {"root": str(tmp_path / "tier")}, store_path=str(tmp_path / store),
-                         local_commit_log_file_size=64 << 10, commit_log_max_size=64 << 10, **overrides)
+                         **{"local_commit_log_file_size": 64 << 10, "commit_log_max_size": 64 << 10, **overrides})
 
 
 def body(tag: str, queue_id: int, seq: int) -> bytes:
@@ -203,27 +203,80 @@ def test_restored_old_directory_after_tiered_expiry_reads_as_expired(tmp_path):
         assert all(s.damage and s.tiered_min == 0 for s in store.stat())
 
 
+def restored_after(cfg, tag: str, later):
+    """Put 3 messages (``tag``) on queue 0 and tier them, back the store directory up, call
+    ``later(store)`` and tier what it put, then put the backup back in place; returns what
+    ``later`` returned."""
+    with TieredMessageStore.open(cfg) as store:
+        put(store, tag, 3, queues=1)
+        store.dispatch(force=True)
+    backup = Path(cfg.store_path).with_name("backup")
+    shutil.copytree(cfg.store_path, backup)
+    with TieredMessageStore.open(cfg) as store:
+        result = later(store)
+        store.dispatch(force=True)
+    shutil.rmtree(cfg.store_path)
+    shutil.copytree(backup, cfg.store_path)
+    return result
+
+
 def test_restored_copy_finds_keys_of_a_queue_it_never_had(tmp_path):
     """A backup holding queue 0 only; queue 1 is first written (and tiered) after it. Restored
     (metadata rebuilt, the documented path), queue 1's keys are newer than every local message: lookups must still ask the tier.
     (Found by bench/offset_state_machine.py: ``key k6 of sm/0@0 finds []``.)"""
     cfg = config_at(tmp_path)
-    with TieredMessageStore.open(cfg) as store:
-        put(store, "a", 3, queues=1)
-        store.dispatch(force=True)
-    backup = tmp_path / "backup"
-    shutil.copytree(cfg.store_path, backup)
-    with TieredMessageStore.open(cfg) as store:
-        r = store.put_message(Message(topic=TOPIC, body=b"late", keys=["late-key"]), 1)
-        store.dispatch(force=True)
-    shutil.rmtree(cfg.store_path)
-    shutil.copytree(backup, cfg.store_path)
+    r = restored_after(cfg, "a", lambda store: store.put_message(Message(topic=TOPIC, body=b"late",
+                                                                         keys=["late-key"]), 1))
     with TieredMessageStore.open(cfg.replace(metadata_recovery="rebuild")) as store:
         assert store.local.get_earliest_message_time() >= 0  # the backup's queue 0 is still local
         assert not store.local.has_queue(TOPIC, 1)
         hits = store.query_message(TOPIC, "late-key").messages
         assert [(m.queue_id, m.queue_offset, m.body) for m in hits] == [(1, r.queue_offset, b"late")]
         assert [m.body for m in store.query_message(TOPIC, "a-0-1").messages] == [body("a", 0, 1)]
+
+
+def test_a_key_window_beginning_at_the_newest_tier_only_message_finds_it(tmp_path):
+    """An operator drill: after a restored backup and a metadata rebuild, a key lookup whose
+    window began exactly at the store time of the newest message only the tier holds found
+    nothing (the tier was asked only for windows beginning before that time)."""
+    cfg = config_at(tmp_path)
+    late = restored_after(cfg, "early", lambda store: [
+        store.put_message(Message(topic=TOPIC, body=b"late%d" % i, keys=[f"late{i}"]), 0) for i in range(3)])
+    with TieredMessageStore.open(cfg.replace(metadata_recovery="rebuild")) as store:
+        for i, r in enumerate(late):
+            ts = r.store_timestamp
+            for begin, end in ((ts - 1, ts), (ts, ts), (ts, None)):
+                hits = store.query_message(TOPIC, f"late{i}", 10, begin, end).messages
+                assert [(m.queue_offset, m.body) for m in hits] == [(r.queue_offset, b"late%d" % i)], (i, begin, end)
+
+
+def test_the_min_offset_after_tiered_expiry_and_a_lost_disk_is_the_tiers(tmp_path, capsys):
+    """An operator drill: after tiered expiry, a lost disk and `takeover --create`, the queue's
+    min offset answered 0 (the new, empty local queue's) until the first put; a consumer reset
+    to the earliest offset was then told 0 is too small."""
+    hour = 3_600_000
+    now = now_ms()
+    clock = [now - 5 * hour]
+    cfg = config_at(tmp_path, commit_log_max_size=2048, consume_queue_max_size=100, group_commit_count=4,
+                    local_commit_log_file_size=4096, file_reserved_hours=1)
+    with TieredMessageStore.open(cfg, clock=lambda: clock[0]) as store:
+        for i in range(50):
+            clock[0] = now - 5 * hour + i if i < 40 else now - 60_000 + i
+            store.put_message(Message(topic=TOPIC, body=b"m%d" % i), 0)
+        store.dispatch(force=True)
+        store.delete_expired_local(now_ms=now)
+        store.delete_expired_tiered(now_ms=now)
+        tier_min = store.flat_files.get(TOPIC, 0).consume_queue_min_offset()
+        assert tier_min > 0
+    shutil.rmtree(cfg.store_path)
+    toml = tmp_path / "t.toml"
+    toml.write_text(cfg.to_toml())
+    assert main(["takeover", "--config", str(toml), "--create"]) == 0
+    capsys.readouterr()
+    with TieredMessageStore.open(cfg, read_only=True) as store:
+        assert store.get_min_offset_in_queue(TOPIC, 0) == tier_min
+        got = store.get_message("g", TOPIC, 0, tier_min, 1)
+        assert got.status is GetMessageStatus.FOUND and got.messages[0].body == b"m%d" % tier_min
 
 
 def test_lost_metadata_rebuilt_then_lost_disk(tmp_path):

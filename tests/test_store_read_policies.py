@@ -16,6 +16,7 @@ from tiered_core.access.results import GetMessageStatus as S
 from tiered_core.access.results import StoreTier
 from tiered_core.access.tiered_store import TieredMessageStore
 from tiered_core.common import BoundaryType
+from tiered_core import Message
 
 FAR_FUTURE_MS = 1 << 50
 TOPIC = "orders"
@@ -200,13 +201,18 @@ def test_statuses_at_the_bounds(tmp_path, request):
                 assert (got.status, got.tier, got.next_begin_offset) == (S.NO_MATCHED_LOGIC_QUEUE, tier, 0)
 
 
+def one_millisecond(tmp_path, request, monkeypatch) -> tuple[int, object, Workload]:
+    """(the time, the config, a one-queue workload) of a store whose every message is stored
+    in the same millisecond (the local store's clock is frozen)."""
+    frozen = 1_700_000_000_000
+    monkeypatch.setattr(local_store_module, "now_ms", lambda: frozen)
+    return frozen, make_config(tmp_path, request), Workload(topics=(TOPIC,), queues=1)
+
+
 def test_time_lookup_at_the_local_boundary_within_one_millisecond(tmp_path, request, monkeypatch):
     """Messages stored in the same millisecond on both sides of the local copy's start:
     the lookup of that time must answer the first of them, which only the tiered store has."""
-    frozen = 1_700_000_000_000
-    monkeypatch.setattr(local_store_module, "now_ms", lambda: frozen)
-    config = make_config(tmp_path, request)
-    workload = Workload(topics=(TOPIC,), queues=1)
+    frozen, config, workload = one_millisecond(tmp_path, request, monkeypatch)
     with TieredMessageStore.open(config) as store:
         workload.put(store, 1000)
         store.dispatch(force=True)
@@ -296,3 +302,67 @@ def test_a_tags_filter_gives_the_same_messages_from_either_tier(tmp_path, reques
                 assert all(m.tags == "tag2" for m in got.messages)
                 offset = got.next_begin_offset
             assert seen == expected, level
+
+
+def test_upper_time_lookup_counts_the_local_messages_past_the_tiers_end(tmp_path, request, monkeypatch):
+    """An operator drill: 1000 messages in one millisecond, 600 of them tiered. UPPER of that
+    time answered 599, the last the tier holds, although the local copy serves 600..999."""
+    frozen, config, workload = one_millisecond(tmp_path, request, monkeypatch)
+    with TieredMessageStore.open(config) as store:
+        workload.put(store, 600)
+        store.dispatch(force=True)
+        tiered = tiered_commit(store, TOPIC, 0)
+        workload.put(store, 400)
+        store.local.reput()  # (the background reput may be behind: every put in the queue)
+        end = len(workload.sent[(TOPIC, 0)])
+        assert store.local.get_max_offset_in_queue(TOPIC, 0) == end
+        assert 0 < tiered < end and tiered_commit(store, TOPIC, 0) == tiered
+        assert store.get_offset_in_queue_by_time(TOPIC, 0, frozen, BoundaryType.LOWER) == 0
+        assert store.get_offset_in_queue_by_time(TOPIC, 0, frozen, BoundaryType.UPPER) == end - 1
+        assert store.get_offset_in_queue_by_time(TOPIC, 0, frozen + 1, BoundaryType.UPPER) == end
+
+
+def test_a_time_lookup_after_tiered_expiry_finds_what_only_the_local_copy_still_holds(tmp_path, request):
+    """An operator drill: the tier expired its oldest segments while the local copy still held
+    offsets 37..39 (served by reads). A lookup of any time before them answered the tier's first
+    offset, 40: a consumer seeking by time skipped three retained messages."""
+    hour = 3_600_000
+    now = 1_700_000_000_000
+    clock = [now - 5 * hour]
+    config = make_config(tmp_path, request, commit_log_max_size=2048, consume_queue_max_size=100,
+                         group_commit_count=4, local_commit_log_file_size=4096, file_reserved_hours=1)
+    with TieredMessageStore.open(config, clock=lambda: clock[0]) as store:
+        times = {}
+        for i in range(45):
+            clock[0] = now - 5 * hour + i if i < 40 else now - 10 + i
+            r = store.put_message(Message(topic=TOPIC, body=b"old%d" % i, keys=[f"k{i}"]), 0)
+            times[r.queue_offset] = r.store_timestamp
+        store.local.reput()
+        store.dispatch(force=True)
+        clock[0] = now
+        store.delete_expired_local(now_ms=now)
+        store.delete_expired_tiered(now_ms=now)
+        local_min = store.local.get_min_offset_in_queue(TOPIC, 0)
+        tier_min = store.flat_files.get(TOPIC, 0).consume_queue_min_offset()
+        assert local_min < tier_min, (local_min, tier_min)  # the situation of the drill
+        assert store.get_min_offset_in_queue(TOPIC, 0) == local_min
+        assert store.get_message("g", TOPIC, 0, local_min, 1).messages[0].body == b"old%d" % local_min
+        for t in (0, times[local_min] - 1, times[local_min]):
+            assert store.get_offset_in_queue_by_time(TOPIC, 0, t, BoundaryType.LOWER) == local_min, t
+        assert store.get_offset_in_queue_by_time(TOPIC, 0, times[local_min] + 1, BoundaryType.LOWER) == local_min + 1
+        assert store.get_offset_in_queue_by_time(TOPIC, 0, times[44], BoundaryType.UPPER) == 44
+
+
+@pytest.mark.parametrize("bad", ["2024-01-01T00:00:00Z", None, 1.5, True, float("nan")])
+def test_a_time_that_is_not_epoch_milliseconds_is_refused_naming_it(tmp_path, request, bad):
+    from tiered_core.errors import IllegalParam
+
+    with TieredMessageStore.open(make_config(tmp_path, request)) as store:
+        with pytest.raises(IllegalParam, match="timestamp must be epoch milliseconds"):
+            store.get_offset_in_queue_by_time(TOPIC, 0, bad)
+        with pytest.raises(IllegalParam, match="queue id must be an int >= 0, got -1"):
+            store.get_offset_in_queue_by_time(TOPIC, -1, 0)
+        with pytest.raises(IllegalParam, match="max_count must be an int > 0, got '5'"):
+            store.query_message(TOPIC, "k", max_count="5")
+        with pytest.raises(IllegalParam, match="holds a space"):
+            store.query_message(TOPIC, "a b")

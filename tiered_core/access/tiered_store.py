@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import operator
 import os
 import shutil
 import tempfile
@@ -496,6 +497,8 @@ class TieredMessageStore:
             return local
         if flat.consume_queue_commit_offset() <= tiered_min:
             return local
+        if self.local.get_max_offset_in_queue(topic, queue_id) <= local:
+            return tiered_min  # an empty local queue (e.g. after a take-over) holds no offset of its own
         return min(local, tiered_min)
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
@@ -518,8 +521,15 @@ class TieredMessageStore:
 
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int,
                                     boundary: BoundaryType = BoundaryType.LOWER) -> int:
-        """The queue offset of the first message stored at or after ``timestamp`` (see BoundaryType)."""
+        """The queue offset of the first message stored at or after ``timestamp`` (see
+        BoundaryType), over every offset either store serves: the tier and the local copy
+        may each hold offsets the other does not (the tier expired ahead of the local copy,
+        or the local copy is ahead of the tier)."""
         validate_topic(topic)
+        _checked_queue_id(queue_id)
+        timestamp = _checked_time(timestamp)
+        if not isinstance(boundary, BoundaryType):
+            raise IllegalParam(f"boundary must be a BoundaryType, got {boundary!r}", boundary=boundary)
         local_earliest = self.local.get_earliest_message_time(topic, queue_id)
         # <=: messages of the local copy's first millisecond may also precede it in the tiered store
         if self.policy is not ReadPolicy.DISABLE and (
@@ -527,10 +537,36 @@ class TieredMessageStore:
             flat = self.flat_files.get(topic, queue_id)
             try:
                 if flat is not None and flat.consume_queue_commit_offset() > flat.consume_queue_min_offset():
-                    return self.fetcher.get_offset_in_queue_by_time(topic, queue_id, timestamp, boundary)
+                    if self.policy is ReadPolicy.FORCE:
+                        return self.fetcher.get_offset_in_queue_by_time(topic, queue_id, timestamp, boundary)
+                    return self._offset_by_time_in_both(flat, topic, queue_id, timestamp, boundary)
             except TieredStoreError as exc:
                 log.warning("tiered time lookup of %s/%d failed (%s); asking the local store", topic, queue_id, exc)
         return self.local.get_offset_in_queue_by_time(topic, queue_id, timestamp, boundary)
+
+    def _offset_by_time_in_both(self, flat, topic: str, queue_id: int, timestamp: int,
+                                boundary: BoundaryType) -> int:
+        """The time lookup over the tier's offsets and the local copy's together (store times
+        grow with offsets): the first offset stored at or after a time is the smaller of the
+        two stores' answers that name a message; UPPER, when messages were stored exactly
+        at ``timestamp``, is the last of them: the first stored at or after the next ms, less one."""
+        tier_end = flat.consume_queue_commit_offset()
+        local_min = self.local.get_min_offset_in_queue(topic, queue_id)
+        local_end = self.local.get_max_offset_in_queue(topic, queue_id)
+
+        def first_at_or_after(ts: int) -> int:
+            found = [o for o in (self.fetcher.get_offset_in_queue_by_time(topic, queue_id, ts, BoundaryType.LOWER),)
+                     if o < tier_end]
+            if local_end > local_min:
+                found += [o for o in (self.local.get_offset_in_queue_by_time(topic, queue_id, ts, BoundaryType.LOWER),)
+                          if o < local_end]
+            return min(found) if found else max(tier_end, local_end)
+
+        lower = first_at_or_after(timestamp)
+        if boundary is BoundaryType.LOWER or timestamp >= LONG_MAX:
+            return lower
+        after = first_at_or_after(timestamp + 1)
+        return after - 1 if after > lower else lower
 
     # -- keys ---------------------------------------------------------------------------------
 
@@ -540,8 +576,15 @@ class TieredMessageStore:
         the local index first, then the tiered index for what is older than the local copy."""
         validate_topic(topic)
         end = LONG_MAX if end is None else end
-        if max_count <= 0:
-            raise IllegalParam(f"max_count must be > 0, got {max_count}", max_count=max_count)
+        if _int_or_refused(max_count, "max_count must be an int > 0", "max_count") <= 0:
+            raise IllegalParam(f"max_count must be an int > 0, got {max_count!r}", max_count=repr(max_count))
+        max_count = operator.index(max_count)
+        begin, end = _checked_time(begin), _checked_time(end)
+        if not isinstance(key, str) or not key:
+            raise IllegalParam(f"key {key!r} must be a non-empty string", key=repr(key))
+        if " " in key:
+            raise IllegalParam(f"key {key!r} holds a space, which separates a message's keys: no message has it "
+                               "(look each key up alone)", key=key)
         earliest = self.local.get_earliest_message_time()
         force = self.policy is ReadPolicy.FORCE
         found: list[MessageExt] = []
@@ -551,7 +594,7 @@ class TieredMessageStore:
         # a queue only the tier holds may be newer than every local message (a restored copy).
         tier_until = max(earliest, self.local.superseded_until_ms(), self._tier_only_until_ms)
         if self.policy is not ReadPolicy.DISABLE and len(found) < max_count and (
-                force or earliest < 0 or begin < tier_until):
+                force or earliest < 0 or begin <= tier_until):  # <=: a tier-only message may be stored at tier_until
             window_end = end if force or earliest < 0 else min(end, tier_until)
             seen = {(m.queue_id, m.queue_offset) for m in found}
             for m in self._query_tiered(topic, key, max_count - len(found), begin, window_end):
@@ -671,6 +714,30 @@ class TieredMessageStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _checked_time(timestamp: object) -> int:
+    """``timestamp`` (epoch ms, an int) or IllegalParam naming it: a string, None, a float or
+    a bool would compare as something else or fail deep in a lookup."""
+    return _int_or_refused(timestamp, "timestamp must be epoch milliseconds (an int)", "timestamp")
+
+
+def _int_or_refused(value: object, what: str, field: str) -> int:
+    """``value`` as an int (anything with ``__index__`` but a bool), else IllegalParam ``what``."""
+    if not isinstance(value, bool):
+        try:
+            return operator.index(value)  # type: ignore[arg-type]
+        except TypeError:
+            pass
+    raise IllegalParam(f"{what}, got {value!r}", **{field: repr(value)})
+
+
+def _checked_queue_id(queue_id: object) -> int:
+    """``queue_id`` (an int >= 0) or IllegalParam naming it."""
+    checked = _int_or_refused(queue_id, "queue id must be an int >= 0", "queue_id")
+    if checked < 0:
+        raise IllegalParam(f"queue id must be an int >= 0, got {queue_id!r}", queue_id=repr(queue_id))
+    return checked
 
 
 def _forget_expired_missing(flat_files: FlatFileStore, report: ReconcileReport, cluster: str, now: int) -> None:

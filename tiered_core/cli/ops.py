@@ -182,7 +182,7 @@ def get(args: argparse.Namespace) -> int:
     """``tiered get``: messages by offset or key; :class:`MessageNotFound` when there are none."""
     config = load_config(args.config)
     with open_store(config, create=False) as store:
-        if args.key:
+        if args.key is not None:
             messages = store.query_message(args.topic, args.key, args.count).messages
             status, tier, nxt = "FOUND", None, None  # several queues and tiers: no one answer
             if not messages:

@@ -448,6 +448,31 @@ def test_a_failed_commit_is_reported_with_the_backends_error(tmp_path, monkeypat
         assert again.errors == [] and store.get_message("t", TOPIC, 0, r.queue_offset, 1).messages[0].body == b"last"
 
 
+def test_local_retention_keeps_messages_whose_tiered_copy_a_commit_found_lost(tmp_path):
+    """A driver drill: the backend kept only part of each write and said it stored it all.
+    The next commit found the object shorter than committed (STATE_CONFLICT), yet local
+    retention deleted the local copies of those messages: their last copy. Now the commit
+    records the damage, retention holds those messages, and every offset reads back."""
+    cfg = config_at(tmp_path, local_commit_log_file_size=4096, group_commit_count=40)
+    with TieredMessageStore.open(cfg) as store:
+        sent = put(store, "a", 40, queues=1)
+        store.local.reput()
+        store.dispatch(force=True)
+        flat = store.flat_files.get(TOPIC, 0)
+        seg = flat.commit_log.segments[-1]
+        real = Path(cfg.driver_options["root"]) / seg.path
+        with open(real, "r+b") as fh:  # the backend "loses" the tail it acknowledged
+            fh.truncate(200)
+        sent.update(put(store, "b", 20, queues=1))
+        store.local.reput()
+        stats = store.dispatch(force=True)
+        assert any("holds" in e for e in stats.errors), stats.errors
+        store.delete_expired_local(FAR_FUTURE_MS)
+        assert_reads_back(store, sent)  # the lost range from its local copies, the rest from the tier
+        lost = flat.first_lost_queue_offset()
+        assert lost is not None and 0 < lost < 40 and store.local.get_min_offset_in_queue(TOPIC, 0) <= lost
+
+
 def test_floor_recorded_before_its_gap(tmp_path):
     """A crash after the floor file was written but before its gap units: the next open fills
     the gap, so the queue still continues at the floor."""

@@ -372,6 +372,9 @@ class MessageStoreDispatcher:
             flat = self.flat_files.get(topic, qid)
             start = flat.consume_queue_commit_offset() if flat is not None and flat.initialized \
                 else self.local.get_min_offset_in_queue(topic, qid)
+            lost = flat.first_lost_queue_offset() if flat is not None and flat.initialized else None
+            if lost is not None and lost < start:
+                start = lost  # the tier lost their copies: the local ones may be the last
             if start >= self.local.get_max_offset_in_queue(topic, qid):
                 continue
             start = max(start, self.local.get_min_offset_in_queue(topic, qid))

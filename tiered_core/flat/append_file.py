@@ -365,10 +365,27 @@ class FlatAppendFile:
             last = self.segments[-1]
         if not last.needs_commit():
             return True
-        ok = last.commit()
+        try:
+            ok = last.commit()
+        except StateConflict as exc:
+            self._lost_under(last, exc)
+            raise
         if last.commit_position:
             self.flush_metadata(last)
         return ok and not last.needs_commit()
+
+    def _lost_under(self, seg: FileSegment, exc: StateConflict) -> None:
+        """A commit found the backend holding fewer bytes than were committed (``exc`` names
+        the size): the segment is damaged, as an open would find it, and the file refuses
+        writes. So a reader, ``tiered stat`` and local retention know those bytes are not
+        in the tier (retention would otherwise delete their last copy)."""
+        size = exc.context.get("size")
+        if not isinstance(size, int) or size >= seg.commit_position:
+            return
+        damage = check_segment(self.file_path, self.file_type, seg.path, seg.base_offset, seg.commit_position, size)
+        if damage is not None:
+            self.damage[seg.base_offset] = damage
+        self.refused = exc
 
     def commit_error(self) -> Exception | None:
         """Why the last segment's last commit left bytes unuploaded, or None."""

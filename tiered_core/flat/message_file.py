@@ -391,6 +391,16 @@ class FlatMessageFile(CompositeAccess):
         found = self.consume_queue.check_damage(listing, recorded) + self.commit_log.check_damage(listing, recorded)
         return [dataclasses.replace(d, queue_offsets=self._lost_queue_offsets(d)) for d in found]
 
+    def first_lost_queue_offset(self) -> int | None:
+        """The first queue offset whose tiered copy is known lost (damage found by a read,
+        the open or a commit), None when none is; the queue's min offset when the consume
+        queue cannot tell."""
+        firsts = []
+        for damage in self.damaged_segments():
+            lost = self._lost_queue_offsets(damage)
+            firsts.append(lost[0] if lost is not None else self.consume_queue_min_offset())
+        return min(firsts) if firsts else None
+
     def committed_sizes(self) -> dict[str, int]:
         """Backend path -> committed bytes of every segment (taken before a listing)."""
         return {seg.path: seg.commit_position for file in (self.consume_queue, self.commit_log) for seg in file}

@@ -131,6 +131,10 @@ class CompositeAccess(abc.ABC):
         """Why the last commit left bytes unuploaded (the backend's retryable error), or None."""
         return None
 
+    def first_lost_queue_offset(self) -> int | None:
+        """The first queue offset whose tiered copy is known lost, or None."""
+        return None
+
     # -- reads -------------------------------------------------------------------------
 
     @abc.abstractmethod

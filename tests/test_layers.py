@@ -205,3 +205,50 @@ def _stack(driver):
         if not isinstance(driver, DriverLayer):
             return
         driver = driver.inner
+
+
+class _BackendWithAToken(MemoryDriver):
+    """A driver drill's broken drivers, in one: its errors quote its secret option, a read of
+    ``short`` returns fewer bytes than asked, a size of ``raw`` raises a bare KeyError."""
+
+    name = "layers-test-token"
+    secret_options = frozenset({"token"})
+
+    def __init__(self, *, namespace: str = "default", token: str = "") -> None:
+        super().__init__(namespace=namespace)
+        self.token = token
+
+    def read(self, path, position, length):
+        if path == "short":
+            return b"abc"
+        raise DriverError(f"HTTP 403 from https://backend/?token={self.token}: denied", retryable=False, path=path,
+                          url=f"https://backend/?token={self.token}")
+
+    def size(self, path):
+        if path == "raw":
+            raise KeyError(path)
+        return super().size(path)
+
+
+def test_a_secret_in_a_drivers_error_is_replaced_and_the_error_says_so():
+    """A driver drill: `tiered put --dispatch` printed a driver's error that quoted its
+    declared secret option, while `tiered drivers --config` showed it as ***."""
+    drv = layered(_BackendWithAToken(namespace=f"layers-{uuid.uuid4().hex}", token="SECRET-TOKEN-123"), QUICK)
+    with pytest.raises(DriverError) as info:
+        drv.read("seg", 0, 5)
+    text = f"{info.value} {info.value!r} {info.value.context}"
+    assert "SECRET-TOKEN-123" not in text and "token=***" in str(info.value)
+    assert info.value.secrets_redacted is True and info.value.__cause__ is None
+
+
+def test_a_short_read_and_a_raw_exception_are_named_as_the_drivers_bugs():
+    """A driver drill: a read returning fewer bytes than asked was blamed on another store
+    taking the prefix over, and a driver's KeyError was printed as a bug of tiered-store."""
+    drv = layered(_BackendWithAToken(namespace=f"layers-{uuid.uuid4().hex}"), QUICK)
+    with pytest.raises(DriverError, match=r"read of 'short' at 0 returned 3 of the 5 bytes asked") as info:
+        drv.read("short", 0, 5)
+    assert info.value.retryable is False
+    with pytest.raises(DriverError, match=r"driver 'layers-test-token': size of 'raw' raised KeyError: 'raw'") as info:
+        drv.size("raw")
+    assert info.value.retryable is False and "tiered conformance layers-test-token" in str(info.value)
+    assert drv.size("other") == 0  # the rest of the driver still answers

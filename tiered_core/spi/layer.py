@@ -46,9 +46,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, TypeVar
 
-from tiered_core.errors import DriverError, IllegalParam, SegmentClosed
+from tiered_core.errors import DriverError, IllegalParam, SegmentClosed, TieredStoreError
 from tiered_core.spi.capabilities import Capabilities
-from tiered_core.spi.driver import SegmentDriver
+from tiered_core.spi.driver import REDACTED, SegmentDriver, secret_values
 
 log = logging.getLogger(__name__)
 
@@ -189,18 +189,27 @@ def bytes_like(path: str, data: Any) -> bytes | bytearray | memoryview:
 
 
 class ValidatingLayer(DriverLayer):
-    """Checks every call's input before the driver sees it, and refuses calls after close.
+    """Checks every call's input before the driver sees it, and what the driver answers.
 
     Paths go through :meth:`SegmentDriver.check_path` (the driver gets the normalized
     path), prefixes through :meth:`~SegmentDriver.check_prefix`, positions and lengths
     through :meth:`~SegmentDriver.check_range`; written data must be bytes-like, and
     ``write_if_absent`` data non-empty. After :meth:`close` (idempotent) every call raises
     :class:`~tiered_core.errors.SegmentClosed`.
+
+    The driver's side of the contract is held too, so that a broken driver is named as
+    such instead of passing for a bug of the store or a failure of the backend: a read
+    returning another number of bytes than asked is a :class:`~tiered_core.errors.DriverError`
+    saying so; an exception that is not a :class:`~tiered_core.errors.TieredStoreError`
+    becomes a DriverError naming the driver, the call and the exception (not retryable);
+    and the value of a secret option in an error's text is replaced by ``***`` (the error
+    then carries ``secrets_redacted=True``, which the conformance suite fails on).
     """
 
     def __init__(self, inner: SegmentDriver) -> None:
         super().__init__(inner)
         self._closed = False
+        self._secrets = _secret_texts(backend_of(inner))
 
     def with_inner(self, inner: SegmentDriver) -> "ValidatingLayer":
         return ValidatingLayer(inner)
@@ -210,50 +219,81 @@ class ValidatingLayer(DriverLayer):
             raise SegmentClosed(f"driver {self.name!r} is closed (while accessing {path!r})", path=path)
         return self.check_path(path)
 
+    def _guard(self, op: str, target: str, call: Callable[[], Any]) -> Any:
+        try:
+            return call()
+        except TieredStoreError as exc:
+            if self._secrets and _scrub(exc, self._secrets):
+                raise exc.with_traceback(None) from None
+            raise
+        except Exception as exc:  # noqa: BLE001 - a driver broke the contract: named, not passed on raw
+            text = _scrubbed(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", self._secrets)
+            raise DriverError(
+                f"driver {self.name!r}: {op} of {target!r} raised {text} (a driver reports failures as "
+                "tiered_core.errors.DriverError: this is a bug of the driver, `tiered conformance "
+                f"{self.name}` shows which contract it breaks)", retryable=False, path=target, op=op,
+                exception=type(exc).__name__) from (None if self._secrets else exc)
+
     def size(self, path: str) -> int:
-        return self.inner.size(self._path(path))
+        path = self._path(path)
+        return self._guard("size", path, lambda: self.inner.size(path))
 
     def exists(self, path: str) -> bool:
-        return self.inner.exists(self._path(path))
+        path = self._path(path)
+        return self._guard("exists", path, lambda: self.inner.exists(path))
 
     def create(self, path: str) -> None:
-        self.inner.create(self._path(path))
+        path = self._path(path)
+        self._guard("create", path, lambda: self.inner.create(path))
 
     def write(self, path: str, position: int, data: bytes | memoryview) -> None:
         path = self._path(path)
         self.check_range(path, position)
-        self.inner.write(path, position, bytes_like(path, data))
+        data = bytes_like(path, data)
+        self._guard("write", path, lambda: self.inner.write(path, position, data))
 
     def write_if_absent(self, path: str, data: bytes) -> bool:
         path = self._path(path)
         data = bytes_like(path, data)
         if not len(data):
             raise IllegalParam(f"write_if_absent of {path!r} needs data", path=path)
-        return self.inner.write_if_absent(path, data)
+        return self._guard("write_if_absent", path, lambda: self.inner.write_if_absent(path, data))
 
     def read(self, path: str, position: int, length: int) -> bytes:
         path = self._path(path)
         self.check_range(path, position, length)
-        return self.inner.read(path, position, length)
+        data = self._guard("read", path, lambda: self.inner.read(path, position, length))
+        if len(data) != length:
+            raise DriverError(
+                f"driver {self.name!r}: read of {path!r} at {position} returned {len(data)} of the {length} bytes "
+                "asked (a driver returns exactly the bytes asked, or raises: a bug of the driver, or a backend "
+                "that answered short)", retryable=False, path=path, position=position, length=length,
+                returned=len(data))
+        return data
 
     def seal(self, path: str) -> None:
-        self.inner.seal(self._path(path))
+        path = self._path(path)
+        self._guard("seal", path, lambda: self.inner.seal(path))
 
     def is_sealed(self, path: str) -> bool:
-        return self.inner.is_sealed(self._path(path))
+        path = self._path(path)
+        return self._guard("is_sealed", path, lambda: self.inner.is_sealed(path))
 
     def delete(self, path: str) -> None:
-        self.inner.delete(self._path(path))
+        path = self._path(path)
+        self._guard("delete", path, lambda: self.inner.delete(path))
 
     def list(self, prefix: str = "") -> Iterator[tuple[str, int]]:
         if self._closed:
             raise SegmentClosed(f"driver {self.name!r} is closed (while listing {prefix!r})", path=prefix)
-        return self.inner.list(self.check_prefix(prefix))
+        prefix = self.check_prefix(prefix)
+        return self._guard("list", prefix, lambda: self.inner.list(prefix))
 
     def foreign_objects(self, prefix: str = "") -> Iterator[tuple[str, int]]:
         if self._closed:
             raise SegmentClosed(f"driver {self.name!r} is closed (while listing {prefix!r})", path=prefix)
-        return self.inner.foreign_objects(self.check_prefix(prefix))
+        prefix = self.check_prefix(prefix)
+        return self._guard("list", prefix, lambda: self.inner.foreign_objects(prefix))
 
     def close(self) -> None:
         if not self._closed:
@@ -263,6 +303,37 @@ class ValidatingLayer(DriverLayer):
     @property
     def closed(self) -> bool:
         return self._closed
+
+
+def _secret_texts(driver: SegmentDriver) -> list[str]:
+    """The values of ``driver``'s secret options (declared, or secret by name, nested), longest first."""
+    options = getattr(driver, "options", None) or {}
+    declared = [str(options[k]) for k in getattr(driver, "secret_options", ()) if options.get(k) not in (None, "")]
+    return sorted({t for t in [*declared, *secret_values(options)] if len(t) >= 4}, key=len, reverse=True)
+
+
+def _scrubbed(text: str, secrets: list[str]) -> str:
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+def _scrub(exc: TieredStoreError, secrets: list[str]) -> bool:
+    """Replace every secret in ``exc``'s message and text context by ``***``; whether any was there."""
+    changed = False
+    message = _scrubbed(exc.message, secrets)
+    if message != exc.message:
+        exc.message, exc.args, changed = message, (message, *exc.args[1:]), True
+    for key, value in list(exc.context.items()):
+        if isinstance(value, str) and (clean := _scrubbed(value, secrets)) != value:
+            exc.context[key] = clean
+            setattr(exc, key, clean)
+            changed = True
+    if changed:
+        exc.context["secrets_redacted"] = True
+        exc.secrets_redacted = True  # type: ignore[attr-defined]
+    return changed
 
 
 # -- retry -----------------------------------------------------------------------------

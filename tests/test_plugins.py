@@ -324,14 +324,60 @@ def test_an_alias_never_shadows_a_real_driver_name():
     assert registry.driver_class("sneaky-alias") is sneaky
 
 
-def test_a_second_driver_with_a_taken_name_is_reported_not_swapped_in():
+def test_a_driver_name_two_plugins_claim_is_refused_for_both():
+    """A driver drill: a package whose class was named ``posix`` took the name over when it
+    came first on sys.path (the real driver was the one refused). The name is refused for
+    both, whatever the order, and both are reported."""
     registry = Registry(strict=False).load()  # not TIERED_STRICT_PLUGINS, which CI sets
-    posix = registry.drivers["posix"].cls
     impostor = _memory_subclass("posix")
     with pytest.warns(PluginLoadWarning, match="impostor-dist"):
         registry.register_plugin(_Plugin(impostor), name="impostor", distribution="impostor-dist")
-    assert registry.driver_class("posix") is posix
-    assert "tiered-driver-posix" in registry.failures[-1].error
+    with pytest.raises(UnknownDriver, match="no driver named 'posix'.*tiered-driver-posix.*impostor-dist"):
+        registry.driver_class("posix")
+    assert {f.distribution for f in registry.failures} >= {"tiered-driver-posix", "impostor-dist"}
+    assert all("refused for both" in f.error for f in registry.failures[-2:])
+
+
+def test_an_alias_two_plugins_claim_is_refused_for_both():
+    """A driver drill: a package declaring RocketMQ's ``PosixFileSegment`` as an alias took it
+    over silently (the last loaded won), so a broker.conf selected the package's driver."""
+    registry = Registry(strict=False).load()
+    alias = "org.apache.rocketmq.tieredstore.provider.PosixFileSegment"
+    grabber = _memory_subclass("grabber", aliases=(alias,))
+    with pytest.warns(PluginLoadWarning, match="grabber-dist"):
+        registry.register_plugin(_Plugin(grabber), name="grabber", distribution="grabber-dist")
+    with pytest.raises(UnknownDriver):
+        registry.driver_class(alias)
+    assert "grabber" not in registry.drivers and "posix" not in registry.drivers
+
+
+def test_an_abstract_driver_class_is_refused_naming_what_it_lacks():
+    """A driver drill: a class missing ``list`` was listed by `tiered drivers` and failed at
+    open with a TypeError traceback reported as a bug of tiered-store."""
+    registry = Registry(strict=False).load()
+
+    class Partial(SegmentDriver):
+        name = "partial"
+
+        def size(self, path): return 0
+
+    with pytest.warns(PluginLoadWarning, match=r"does not implement .*list"):
+        registry.register_plugin(_Plugin(Partial), name="partial", distribution="partial-dist")
+    assert "partial" not in registry.drivers
+
+
+def test_a_plugin_that_registers_nothing_is_reported():
+    """A driver drill: a hook that returned its class instead of calling register loaded
+    silently, even in strict mode; the config then met only "no driver named ..."."""
+    registry = Registry(strict=False).load()
+
+    class Returns:
+        @hookimpl
+        def tiered_register_drivers(self, register):
+            return [_memory_subclass("returned")]
+
+    with pytest.warns(PluginLoadWarning, match="registered no class: call register"):
+        registry.register_plugin(Returns(), name="returns", distribution="returns-dist")
 
 
 def test_unknown_driver_lists_installed_drivers():
@@ -615,3 +661,18 @@ def test_real_drivers_convert_their_options(tmp_path):
     with pytest.raises(InvalidOption) as err:
         open_driver("sqlite", database=str(tmp_path / "s.db"), chunk_size="4k")
     assert err.value.option == "chunk_size"
+
+
+def test_an_entry_point_name_two_distributions_declare_loads_neither(plugin_dir, monkeypatch):
+    """A driver drill: a package whose entry point was named ``posix`` (the line copied from
+    an example) hid the real posix driver without a word, even in strict mode (or was hidden
+    by it: whichever came first on sys.path won)."""
+    make_dist(plugin_dir, "acme-clash", GOOD_DRIVER.format(cls="Acme", name="acme", alias="AcmeSegment"),
+              ep_name="posix")
+    with pytest.warns(PluginLoadWarning, match="declared by distributions"):
+        registry = Registry().load()
+    assert "acme" not in registry.drivers and "posix" not in registry.drivers
+    assert {f.distribution for f in registry.failures if f.plugin == "posix"} == {"acme-clash", "tiered-driver-posix"}
+    monkeypatch.setenv("TIERED_STRICT_PLUGINS", "1")
+    with pytest.raises(PluginLoadError, match="declared by distributions"):
+        Registry().load()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata as md
+import inspect
 import logging
 import os
 import threading
@@ -94,6 +95,8 @@ class Registry:
         self.pm.add_hookspecs(hookspecs)
         # kind -> alias -> registered name; filled from each class's ``aliases``.
         self._aliases: dict[_Kind, dict[str, str]] = {_DRIVER: {}, _METADATA_STORE: {}}
+        # kind -> a name or alias two classes claimed -> their distributions (refused for all)
+        self._contested: dict[_Kind, dict[str, set[str]]] = {_DRIVER: {}, _METADATA_STORE: {}}
         self._origin: dict[str, tuple[str, str]] = {}  # plugin name -> (distribution, version)
         self._loaded = False
         self._load_error: PluginLoadError | None = None
@@ -145,15 +148,20 @@ class Registry:
     def _load_entry_points(self) -> None:
         blocked = {n.strip() for n in os.environ.get("TIERED_DISABLE_PLUGINS", "").split(",") if n.strip()}
         builtin_modules = set(BUILTIN_PLUGINS.values())
-        seen: set[str] = set()
+        seen: dict[str, str] = {}  # entry point name -> the distribution that declared it
         for dist in md.distributions():
             for ep in dist.entry_points:
-                if ep.group != hookspecs.PROJECT or ep.name in seen or ep.name in blocked:
+                if ep.group != hookspecs.PROJECT or ep.name in blocked:
                     continue
                 if ep.value in builtin_modules:  # a stale entry point of an older tiered-core
                     continue
-                seen.add(ep.name)
                 dist_name = dist.metadata["Name"] or "?"
+                if ep.name in seen:
+                    if seen[ep.name] != dist_name:  # (the same distribution found twice on sys.path: one)
+                        self._refuse_entry_point(ep.name, seen[ep.name], dist_name)
+                        blocked.add(ep.name)
+                    continue
+                seen[ep.name] = dist_name
                 try:
                     plugin = ep.load()
                     self._register(plugin, ep.name)
@@ -161,6 +169,17 @@ class Registry:
                     self._fail(ep.name, dist_name, exc)
                     continue
                 self._origin[ep.name] = (dist_name, dist.version)
+
+    def _refuse_entry_point(self, name: str, first: str, second: str) -> None:
+        """Two distributions declare entry point ``name``: neither is loaded (which one won
+        would depend on the order of sys.path), and both are reported."""
+        if self.pm.get_plugin(name) is not None:
+            self.pm.unregister(name=name)
+        self._origin.pop(name, None)
+        why = ValueError(f"entry point {name!r} (group {hookspecs.PROJECT!r}) is declared by distributions "
+                         f"{first!r} and {second!r}: neither is loaded; rename one of them")
+        self._fail(name, first, why)
+        self._fail(name, second, why)
 
     def _register(self, plugin: Any, name: str) -> None:
         """Register ``plugin``; one implementing a hook we do not define (a typo) is refused.
@@ -190,6 +209,7 @@ class Registry:
         log.warning("%s; skipped", message)
 
     def _collect(self, only: str | None = None) -> None:
+        registered: dict[str, int] = {}
         for hook, kind in (
             (self.pm.hook.tiered_register_drivers, _DRIVER),
             (self.pm.hook.tiered_register_metadata_stores, _METADATA_STORE),
@@ -198,32 +218,96 @@ class Registry:
                 if only is not None and impl.plugin_name != only:
                     continue
                 dist, version = self._origin.get(impl.plugin_name, ("(in-process)", ""))
+                registered.setdefault(impl.plugin_name, 0)
                 try:
-                    impl.function(register=self._registrar(kind, impl.plugin_name, dist, version))
+                    impl.function(register=self._registrar(kind, impl.plugin_name, dist, version, registered))
                 except Exception as exc:
                     self._fail(impl.plugin_name, dist, exc)
+        self._report_idle(only, registered)
 
-    def _registrar(self, kind: _Kind, plugin: str, dist: str, version: str) -> Callable[[type], None]:
+    def _report_idle(self, only: str | None, registered: dict[str, int]) -> None:
+        """A plugin of an entry point that registers nothing is reported: a register hook that
+        returned classes instead of calling ``register``, or a module without ``@hookimpl``."""
+        for name, plugin in self.pm.list_name_plugin():
+            if (only is not None and name != only) or name in BUILTIN_PLUGINS or name not in self._origin:
+                continue
+            dist = self._origin[name][0]
+            if dist == "(in-process)" or any(f.plugin == name for f in self.failures):
+                continue
+            if name in registered and registered[name] == 0:
+                self._fail(name, dist, ValueError(
+                    "its register hook registered no class: call register(cls) for each driver or metadata "
+                    "store (a hook's return value is ignored)"))
+            elif name not in registered and not self.pm.get_hookcallers(plugin):
+                self._fail(name, dist, ValueError(
+                    f"it implements no {hookspecs.PROJECT} hook: are its functions marked with "
+                    "tiered_core.spi.hookspecs.hookimpl?"))
+
+    def _registrar(self, kind: _Kind, plugin: str, dist: str, version: str,
+                   registered: dict[str, int]) -> Callable[[type], None]:
         """The ``register(cls)`` callable handed to one plugin's register hook."""
         table = self._table(kind)
         aliases = self._aliases[kind]
+        contested = self._contested[kind]
 
         def register(cls: type) -> None:
             if not (isinstance(cls, type) and issubclass(cls, kind.base)):
                 raise TypeError(f"{cls!r} is not a {kind.base.__name__} subclass")
+            where = f"{cls.__module__}.{cls.__qualname__}"
             name = getattr(cls, "name", None)
             if not isinstance(name, str) or not name:
-                raise TypeError(f"{kind.label} class {cls.__module__}.{cls.__qualname__} declares no `name`")
-            taken = table.get(name)
-            if taken is not None and taken.cls is not cls:
-                # Never let one package silently replace another's driver or store.
-                raise ValueError(f"{kind.label} name {name!r} is already registered by distribution "
+                raise TypeError(f"{kind.label} class {where} declares no `name`")
+            if inspect.isabstract(cls):
+                raise TypeError(f"{kind.label} class {where} ({name!r}) does not implement "
+                                f"{', '.join(sorted(cls.__abstractmethods__))}")
+            # Never let one package silently replace another's driver or store: a name (or
+            # alias) two classes claim is refused for both, whichever was loaded first.
+            for claimed in (name, *cls.aliases):
+                if claimed in contested and dist not in contested[claimed]:
+                    raise ValueError(f"{kind.label} name {claimed!r} is claimed by several distributions "
+                                     f"({', '.join(sorted(contested[claimed]))}): refused for all of them")
+            clash = self._clash(kind, cls, name)
+            if clash is not None and clash[0].distribution == _CORE_DISTRIBUTION:
+                taken, claimed = clash  # the core's own (loaded first, always): it keeps the name
+                raise ValueError(f"{kind.label} name {claimed!r} is already registered by distribution "
                                  f"{taken.distribution!r} ({taken.cls.__module__}.{taken.cls.__qualname__})")
+            if clash is not None:
+                taken, claimed = clash
+                contested[claimed] = {taken.distribution, dist}
+                self._withdraw(kind, taken)
+                why = (f"{kind.label} name {claimed!r} is claimed by distribution {taken.distribution!r} "
+                       f"({taken.cls.__module__}.{taken.cls.__qualname__}) and by distribution {dist!r} ({where}): "
+                       "refused for both")
+                # (the second plugin's failure, raised below, names both; the first's is noted)
+                self.failures.append(PluginFailure(taken.plugin, taken.distribution, f"ValueError: {why}"))
+                raise ValueError(why)
             table[name] = PluginEntry(name, cls, plugin, dist, version, tuple(cls.aliases))
             for alias in cls.aliases:
                 aliases[alias] = name
+            registered[plugin] = registered.get(plugin, 0) + 1
 
         return register
+
+    def _clash(self, kind: _Kind, cls: type, name: str) -> tuple[PluginEntry, str] | None:
+        """The entry of another class registered under ``name``, or with one of ``cls``'s
+        aliases as its own alias, and the contested name; None when there is none. (An alias
+        that is another class's name is no clash: a real name always wins, whatever the order.)"""
+        table, aliases = self._table(kind), self._aliases[kind]
+        owner = table.get(name)
+        if owner is not None and owner.cls is not cls:
+            return owner, name
+        for alias in cls.aliases:
+            owner = table.get(aliases.get(alias, ""))
+            if owner is not None and owner.cls is not cls:
+                return owner, alias
+        return None
+
+    def _withdraw(self, kind: _Kind, entry: PluginEntry) -> None:
+        """Take ``entry`` (its name and aliases) out of the tables."""
+        self._table(kind).pop(entry.name, None)
+        aliases = self._aliases[kind]
+        for alias in [a for a, n in aliases.items() if n == entry.name]:
+            del aliases[alias]
 
     # -- lookup -------------------------------------------------------------------
 

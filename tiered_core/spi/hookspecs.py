@@ -48,8 +48,9 @@ def tiered_register_drivers(register: "Callable[[type[SegmentDriver]], None]") -
 
     :param register: call ``register(DriverClass)`` for each driver this plugin provides.
         The class's ``name`` and ``aliases`` are what config and ``open_driver`` select.
-        A name already registered by another class is refused (the plugin is reported
-        as broken), so one package can never silently replace another's driver.
+        A name (or alias) two plugins' classes claim is refused for both, whichever was
+        loaded first, and both are reported as broken: one package can never silently
+        replace another's driver. The core's own classes keep their names.
     """
 
 

@@ -73,7 +73,9 @@ KEYS = Keys(
     Key("broker", COMPONENT, "broker-a", maximum=255, rocketmq="brokerName",
         doc="Broker name: the second component of every tiered path."),
     Key("storage_level", STORAGE_LEVEL, "NOT_IN_DISK", rocketmq="tieredStorageLevel",
-        doc="Read policy: which tier serves a read; a miss in the tiered store falls back to the local one."),
+        doc="Read policy: which tier serves a read; a miss in the tiered store falls back to the local one, "
+            "except under FORCE, which serves only what the tier has committed (past its end: "
+            "OFFSET_OVERFLOW_ONE at the tier's max, as RocketMQ does)."),
     # -- the container layer ----------------------------------------------------------------------
     Key("commit_log_max_size", SIZE, 1 << 30, unit="bytes", minimum=128,
         why="a tiered segment must hold one whole message", maximum=SEGMENT_MAX, why_max=WHY_SEGMENT_MAX,

@@ -608,3 +608,23 @@ def test_disk_cache_path_needs_diskcache_at_load(tmp_path, monkeypatch):
     assert "diskcache" in str(err.value)
     _diskcache_spec(True, monkeypatch)
     assert StoreConfig.load(conf, environ={}).read_ahead_disk_cache_path == str(tmp_path / "cache")
+
+
+class RootedDriver(__import__("tiered_driver_memory").MemoryDriver):
+    """A third party's driver that requires an option named ``root`` (not the posix driver)."""
+
+    name = "rooted-test"
+
+    def __init__(self, *, root: str, namespace: str = "default") -> None:
+        super().__init__(namespace=namespace)
+        self.root = root
+
+
+def test_only_the_posix_driver_gets_a_root_in_the_store_path(tmp_path):
+    """A driver drill: a third-party driver's required ``root`` was filled in silently with
+    ``{store_path}/tiered`` (documented for posix only), so a config that left it out
+    worked, with the tier inside the store directory."""
+    cfg = StoreConfig(store_path=str(tmp_path / "s"), driver="tests.test_config:RootedDriver")
+    assert cfg.effective_driver_options() == {}
+    posix_like = StoreConfig(store_path=str(tmp_path / "s"), driver="tests.broken_drivers:LosesTailDriver")
+    assert posix_like.effective_driver_options()["root"] == os.path.join(str(tmp_path / "s"), "tiered")

@@ -280,9 +280,11 @@ class StoreConfig:
         return os.path.join(self.store_path, f"tiered-metadata.{self.metadata}")
 
     def effective_driver_options(self) -> dict[str, Any]:
-        """``driver_options`` with defaults filled in (a ``root`` option defaults to ``{store_path}/tiered``)."""
+        """``driver_options`` with defaults filled in: the posix driver's ``root`` defaults to
+        ``{store_path}/tiered`` (the embedded default). Another driver's options are its own:
+        one it requires stays required, whatever its name."""
         options = dict(self.driver_options)
-        if "root" not in options and "root" in _driver_option_names(self.driver):
+        if "root" not in options and _is_posix(self.driver):
             options["root"] = os.path.join(self.store_path, "tiered")
         return options
 
@@ -392,6 +394,16 @@ def _driver_class(name: str) -> type:
         # importlib would raise ValueError/TypeError for "", ".rel" or "a..b", not ImportError
         raise ConfigError("module:Class must be a dotted module path, ':' and a class name", key="driver")
     return driver_class(name)
+
+
+def _is_posix(driver: str) -> bool:
+    """Whether ``driver`` names the posix driver or a class derived from it (its name, an
+    alias, or ``module:Class``)."""
+    try:
+        cls = _driver_class(driver)
+    except TieredStoreError:
+        return False
+    return any(vars(c).get("name") == "posix" for c in getattr(cls, "__mro__", ()))
 
 
 def _driver_option_names(driver: str) -> list[str]:

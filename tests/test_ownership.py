@@ -147,3 +147,15 @@ def test_an_unusable_store_path_is_a_config_error_for_library_users(tmp_path):
         with pytest.raises(ConfigError) as info:
             TieredMessageStore.open(config)
         assert info.value.key == "store_path" and str(path) in str(info.value)
+
+
+def test_a_listing_that_misses_the_owner_record_is_named_as_the_drivers_fault(driver, monkeypatch):
+    """A driver drill: a driver whose list omitted objects made the first claim fail with
+    "changed owner 5 times" (PREFIX_OWNED), as if stores raced; the record was there all along."""
+    from tiered_core.errors import DriverError
+
+    ownership = PrefixOwnership(driver, "c", "b", "store-a", "/data/a")
+    monkeypatch.setattr(driver, "list", lambda prefix="": iter(()))
+    with pytest.raises(DriverError, match="exists, but listing .* does not show it") as info:
+        ownership.claim()
+    assert "tiered conformance memory" in str(info.value) and info.value.retryable is False

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 from typing import Iterator
 
 from tiered_core.codec.naming import cluster_dir, parse_segment_path
-from tiered_core.errors import Fenced, IdentityMismatch, IllegalParam, PrefixOwned, StateConflict, TieredStoreError
+from tiered_core.errors import DriverError, Fenced, IdentityMismatch, IllegalParam, PrefixOwned, StateConflict, TieredStoreError
 from tiered_core.spi.driver import SegmentDriver
 from tiered_core.spi.layer import DriverLayer
 from tiered_core.common import now_ms
@@ -240,6 +240,14 @@ class PrefixOwnership:
             raise PrefixOwned(f"another store took tier prefix {self.prefix!r} over at the same time "
                               f"(epoch {record.epoch}); nothing was changed", prefix=self.prefix,
                               store_id=self.store_id)
+        first = self._path(1)
+        if self.current() is None and self.driver.exists(first):
+            # Not a race: the record is there, and the listing does not show it.
+            raise DriverError(
+                f"driver {self.driver.name!r}: owner record {first!r} exists, but listing {self.prefix!r} does "
+                "not show it: a driver whose list misses objects cannot hold a tier (`tiered conformance "
+                f"{self.driver.name}` shows which contract it breaks)", retryable=False, path=first,
+                prefix=self.prefix)
         raise PrefixOwned(f"tier prefix {self.prefix!r} changed owner {_CLAIM_ATTEMPTS} times while "
                           "this store tried to claim it", prefix=self.prefix, store_id=self.store_id)
 

@@ -154,8 +154,8 @@ def test_a_listing_that_misses_the_owner_record_is_named_as_the_drivers_fault(dr
     "changed owner 5 times" (PREFIX_OWNED), as if stores raced; the record was there all along."""
     from tiered_core.errors import DriverError
 
-    ownership = PrefixOwnership(driver, "c", "b", "store-a", "/data/a")
     monkeypatch.setattr(driver, "list", lambda prefix="": iter(()))
+    assert PrefixOwnership(driver, "c", "b", "store-a", "/data/a").claim().epoch == 1
     with pytest.raises(DriverError, match="exists, but listing .* does not show it") as info:
-        ownership.claim()
+        PrefixOwnership(driver, "c", "b", "store-a", "/data/a").claim()  # the store's next open
     assert "tiered conformance memory" in str(info.value) and info.value.retryable is False

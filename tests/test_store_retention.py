@@ -57,3 +57,72 @@ def test_retention_keeps_every_untiered_message(tmp_path):
         assert store.delete_expired_local(FAR_FUTURE_MS) > 0
     with TieredMessageStore.open(config.replace(storage_level="FORCE")) as store:
         assert_exactly_once(store, workload, tier=StoreTier.TIERED)
+
+
+def test_a_failed_delete_of_an_expired_file_loses_nothing(tmp_path, monkeypatch):
+    """A load drill: local retention met an unwritable commit-log directory once. The files
+    whose delete failed stayed on disk, off the list; later runs deleted the files after
+    them, and the next open saw a gap and dropped the NEWEST file: acknowledged messages
+    that were not tiered yet were lost and their offsets handed out again. Now a failed
+    delete is retried at the next run, and an open never drops the newest files."""
+    import errno
+    import os
+
+    import tiered_core.local.mapped_file as mapped_file
+    from tiered_core import Message
+
+    config = small_config(tmp_path, "posix", {"root": str(tmp_path / "tiered")}, local_commit_log_file_size=4096,
+                          group_commit_count=16)
+    sent = {}
+
+    def put(store, n, tag):
+        for i in range(n):
+            body = f"{tag}-{i}-".encode() + b"z" * 300
+            sent[store.put_message(Message(topic="t", body=body), 0).queue_offset] = body
+
+    real_unlink = os.unlink
+
+    def refused(path, *args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", path)
+
+    with TieredMessageStore.open(config) as store:
+        put(store, 40, "a")
+        store.local.reput()
+        store.dispatch(force=True)
+        commitlog = os.path.join(config.store_path, "commitlog")
+        before = sorted(os.listdir(commitlog))
+        monkeypatch.setattr(mapped_file.os, "unlink", refused)
+        assert store.delete_expired_local(FAR_FUTURE_MS) > 0
+        assert sorted(os.listdir(commitlog)) == before  # nothing could be deleted
+        monkeypatch.setattr(mapped_file.os, "unlink", real_unlink)
+        put(store, 40, "b")
+        store.local.reput()
+        store.dispatch(force=True)
+        store.delete_expired_local(FAR_FUTURE_MS)
+        assert not set(before[:-1]) & set(os.listdir(commitlog))  # the failed deletes were retried
+        put(store, 5, "c")  # acknowledged, not tiered
+    with TieredMessageStore.open(config) as store:
+        for offset, body in sorted(sent.items()):
+            got = store.get_message("g", "t", 0, offset, 1)
+            assert got.found and got.messages[0].body == body, (offset, got.status)
+        assert store.put_message(Message(topic="t", body=b"new"), 0).queue_offset == len(sent)
+
+
+def test_an_open_keeps_the_newest_files_after_a_gap(tmp_path):
+    """A head file whose delete failed (left before a gap) is not loaded and stays on disk;
+    the files after the gap, the newest, are the log (they were dropped instead)."""
+    import os
+
+    from tiered_core.local.mapped_file import MappedFileQueue
+
+    queue = MappedFileQueue(str(tmp_path / "log"), 64)
+    for i in range(4):
+        queue.create_file(i * 64).append(bytes([i]) * 64)
+    queue.close()
+    names = sorted(os.listdir(tmp_path / "log"))
+    assert len(names) == 4
+    os.unlink(tmp_path / "log" / names[1])  # the gap
+    reopened = MappedFileQueue(str(tmp_path / "log"), 64)
+    assert [os.path.basename(f.path) for f in reopened.files] == names[2:]
+    assert os.path.exists(tmp_path / "log" / names[0])  # kept: nothing deleted at open
+    reopened.close()

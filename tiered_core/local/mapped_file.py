@@ -149,6 +149,11 @@ class MappedFile:
                 os.unlink(self.path)
             except FileNotFoundError:
                 pass
+            except OSError as exc:
+                # Left on disk: its queue retries the delete (MappedFileQueue.delete_head), and
+                # an open skips it (a head file before a gap is one retention did not finish).
+                log.error("%s; it stays on disk and is deleted at the next retention run",
+                          local_io_error("deleting the expired file", self.path, exc).message)
 
     def close(self, destroy: bool = False) -> None:
         """Drop the owner's reference; the descriptor closes when readers are done.
@@ -375,6 +380,8 @@ class MappedFileQueue:
         self._lock = threading.RLock()
         self._files: list[MappedFile] = []
         self._starts: list[int] = []
+        # Expired head files whose delete failed (or was deferred to a reader): retried.
+        self._leftovers: list[str] = []
         self._flushed = 0
         try:
             if not private:
@@ -400,8 +407,18 @@ class MappedFileQueue:
                     path=path, file_size=self.file_size,
                 )
             if self._files and start != self._files[-1].limit:
-                log.warning("gap in %s before %s: later files are dropped from the list", self.directory, name)
-                break
+                # Retention deletes head files oldest first, so the files before a gap are ones
+                # whose delete failed, never the newest, which hold what was acknowledged last:
+                # those before it are not loaded. Nothing is deleted here (a gap made otherwise
+                # may leave messages before it that are not tiered): the operator removes them.
+                stale = [f.path for f in self._files]
+                log.warning("gap in %s before %s: %d older file(s) before it are not loaded, and kept on disk "
+                            "(most likely a local retention delete of them failed: remove them once `tiered "
+                            "verify` is clean): %s", self.directory, name, len(stale),
+                            ", ".join(os.path.basename(p) for p in stale))
+                for mf in self._files:
+                    mf.close()
+                self._files, self._starts = [], []
             mf = MappedFile(path, start, self.file_size, private=self.private)
             if mf.write_position > self.file_size:
                 mf.close()
@@ -556,10 +573,19 @@ class MappedFileQueue:
                 mf = self._files.pop(0)
                 self._starts.pop(0)
                 removed.append(mf)
+            leftovers, self._leftovers = self._leftovers, []
+        if not self.private:
+            still = [path for path in leftovers if not _unlinked(path)]
+        else:
+            still = leftovers
         for mf in removed:
             log.info("deleting expired file %s", mf.path)
             mf.close(destroy=True)
-        if removed:
+            if not self.private and os.path.exists(mf.path):
+                still.append(mf.path)  # its delete failed, or waits for a reader: retried next time
+        with self._lock:
+            self._leftovers.extend(still)
+        if removed or len(still) < len(leftovers):
             self._sync_dir()
         return removed
 
@@ -568,6 +594,18 @@ class MappedFileQueue:
             files, self._files, self._starts = self._files, [], []
         for mf in files:
             mf.close()
+
+
+def _unlinked(path: str) -> bool:
+    """Delete ``path`` (a file retention already took off its queue); whether it is gone."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return True
+    except OSError as exc:
+        log.error("%s; retried at the next retention run", local_io_error("deleting the expired file", path, exc).message)
+        return False
+    return True
 
 
 __all__ = [

@@ -57,6 +57,18 @@ class PosixDriver(SegmentDriver):
         # behind): the root and its directories are made by the first write.
         if os.path.exists(self.root) and not os.path.isdir(self.root):
             raise InvalidPath(f"option 'root' of driver 'posix' is not a directory: {self.root!r}", path=self.root)
+        # Once the root was seen, its disappearance is an outage (an unmounted share, a
+        # moved directory), never an empty tier: nothing re-creates it, and a missing object
+        # under it is not reported as absent (a size of 0 would read as lost bytes).
+        self._root_seen = os.path.isdir(self.root)
+
+    def _root_gone(self, path: str) -> DriverError | None:
+        """A retryable DriverError when the root this driver saw is gone; None otherwise."""
+        if self._root_seen and not os.path.isdir(self.root):
+            return DriverError(f"posix: the tier root {self.root!r} is gone (an unmounted share, a moved "
+                               f"directory?) while accessing {path!r}: the tier is unavailable until it is "
+                               "back; nothing was written", retryable=True, path=path, root=self.root)
+        return None
 
     @classmethod
     def location(cls, options):
@@ -87,27 +99,41 @@ class PosixDriver(SegmentDriver):
         try:
             return os.stat(full).st_size
         except FileNotFoundError:
+            if (gone := self._root_gone(path)) is not None:
+                raise gone from None
             return 0
         except OSError as exc:
             raise _error(exc, "stat", path) from exc
 
     def exists(self, path: str) -> bool:
-        return os.path.isfile(self._full(path))
+        if os.path.isfile(self._full(path)):
+            return True
+        if (gone := self._root_gone(path)) is not None:
+            raise gone
+        return False
 
     def create(self, path: str) -> None:
         full = self._full(path)
         if os.path.isfile(full):
             return
         try:
-            self._open_for_write(full).close()
+            self._open_for_write(full, path).close()
         except OSError as exc:
             raise _error(exc, "create", path) from exc
 
-    def _open_for_write(self, full: str):
+    def _open_for_write(self, full: str, path: str, *, create: bool = True):
+        """The file ``full`` opened for writing; created (with its directories) when
+        ``create``, else PositionMismatch(0) when it does not exist (a write past 0 to a
+        missing object stores nothing, as the contract says)."""
         created = not os.path.exists(full)
         if created:
+            if (gone := self._root_gone(path)) is not None:
+                raise gone
+            if not create:
+                raise _Missing()
             os.makedirs(os.path.dirname(full), exist_ok=True)
-        fd = os.open(full, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, _FILE_MODE)
+            self._root_seen = True
+        fd = os.open(full, os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0), _FILE_MODE)
         if created and self.fsync:
             fsync_dir(os.path.dirname(full))
         return _Fd(fd)
@@ -116,7 +142,7 @@ class PosixDriver(SegmentDriver):
         full = self._full(path)
         view = memoryview(data).cast("B")
         try:
-            with self._open_for_write(full) as fd:
+            with self._open_for_write(full, path, create=position == 0) as fd:
                 fcntl.flock(fd.fd, fcntl.LOCK_EX)
                 st = os.fstat(fd.fd)
                 if _is_sealed_mode(st.st_mode):
@@ -128,6 +154,10 @@ class PosixDriver(SegmentDriver):
                     done += os.pwrite(fd.fd, view[done:], position + done)
                 if self.fsync:
                     os.fdatasync(fd.fd)
+        except (_Missing, FileNotFoundError):
+            if (gone := self._root_gone(path)) is not None:
+                raise gone from None
+            raise PositionMismatch(path, position, 0) from None
         except OSError as exc:
             raise _error(exc, "write", path, position=position) from exc
 
@@ -137,8 +167,11 @@ class PosixDriver(SegmentDriver):
         full = self._full(path)
         scratch_dir = os.path.join(self.root, _SCRATCH)
         scratch = os.path.join(scratch_dir, uuid.uuid4().hex)
+        if (gone := self._root_gone(path)) is not None:
+            raise gone
         try:
             os.makedirs(scratch_dir, exist_ok=True)
+            self._root_seen = True
             with _Fd(os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, _FILE_MODE)) as fd:
                 view = memoryview(data).cast("B")
                 done = 0
@@ -165,7 +198,7 @@ class PosixDriver(SegmentDriver):
         try:
             fd = os.open(full, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
-            raise NotFound(path) from None
+            raise self._root_gone(path) or NotFound(path) from None
         except OSError as exc:
             raise _error(exc, "open", path) from exc
         with _Fd(fd):
@@ -193,7 +226,7 @@ class PosixDriver(SegmentDriver):
         try:
             fd = os.open(full, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
-            raise NotFound(path, "cannot be sealed: it does not exist") from None
+            raise self._root_gone(path) or NotFound(path, "cannot be sealed: it does not exist") from None
         except OSError as exc:
             raise _error(exc, "seal", path) from exc
         with _Fd(fd):
@@ -225,6 +258,8 @@ class PosixDriver(SegmentDriver):
         # Walk only below the deepest directory the prefix names.
         base_dir = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
         start = os.path.join(self.root, base_dir) if base_dir else self.root
+        if (gone := self._root_gone(prefix)) is not None:
+            raise gone  # (an empty listing would read as a tier that lost everything)
         out = []
         for dirpath, dirnames, filenames in os.walk(start):
             if dirpath == self.root and _SCRATCH in dirnames:
@@ -243,6 +278,10 @@ class PosixDriver(SegmentDriver):
     @classmethod
     def conformance_environment(cls, workdir: str):
         return contextlib.nullcontext({"root": os.path.join(workdir, "posix-root")})
+
+
+class _Missing(Exception):
+    """A write past position 0 to an object that does not exist (internal)."""
 
 
 class _Fd:

@@ -72,6 +72,7 @@ def _digest(root: str) -> dict[str, str]:
             if f == "checkpoint.json":
                 j = json.loads(data)
                 j.pop("written_at", None)
+                j.pop("index_newest", None)  # (a file name, added after the digest was computed)
                 data = json.dumps(j, sort_keys=True).encode()
             out[os.path.relpath(p, root)] = hashlib.sha256(data).hexdigest()
     return out

@@ -247,6 +247,9 @@ class LocalGroup(NamedTuple):
 class _Checkpoint(NamedTuple):
     commitlog_flushed: int
     reput_offset: int
+    #: The key index's newest file when the checkpoint was written (retention never deletes
+    #: it): gone at the next open, the index lost items the reput offset says are there.
+    index_newest: str | None = None
 
 
 def acquire_store_lock(root: str) -> int:
@@ -423,6 +426,18 @@ class LocalMessageStore:
                        if cfg.message_index_enable else None)
         if not cfg.read_only:
             fsync_dir(self.root)  # the directories just created
+        if self._index is not None and cp is not None and cp.index_newest and \
+                not os.path.exists(os.path.join(self.root, "index", cp.index_newest)):
+            # The key index lost files (its directory was emptied, a file removed): every
+            # local message's keys are indexed again, or key lookups would miss them for good.
+            if cfg.read_only:
+                log.warning("the key index file %r that the checkpoint names is gone from %s: key lookups miss "
+                            "local messages until the store's next writable open indexes them again",
+                            cp.index_newest, os.path.join(self.root, "index"))
+            else:
+                log.warning("the key index file %r that the checkpoint names is gone from %s: indexing the keys "
+                            "of every local message again", cp.index_newest, os.path.join(self.root, "index"))
+                self._reput_offset = cl_min
         if self._index is not None:
             # Messages before the replay start are indexed; items past it may be partial
             # (killed mid-reput) or stale (bytes recovery cut): undo them, then replay.
@@ -465,7 +480,9 @@ class LocalMessageStore:
         try:
             with open(path, encoding="utf-8") as f:
                 data = json.load(f)
-            cp = _Checkpoint(int(data["commitlog_flushed"]), int(data["reput_offset"]))
+            newest = data.get("index_newest")
+            cp = _Checkpoint(int(data["commitlog_flushed"]), int(data["reput_offset"]),
+                             newest if isinstance(newest, str) and newest else None)
             if cp.commitlog_flushed < 0 or cp.reput_offset < 0:
                 raise ValueError("negative offset")
             return cp
@@ -481,7 +498,8 @@ class LocalMessageStore:
         path = os.path.join(self.root, CHECKPOINT_FILE)
         tmp = path + ".tmp"
         body = json.dumps({"version": 1, "commitlog_flushed": cp.commitlog_flushed,
-                           "reput_offset": cp.reput_offset, "written_at": now_ms()})
+                           "reput_offset": cp.reput_offset, "index_newest": cp.index_newest,
+                           "written_at": now_ms()})
         try:
             with open(tmp, "w", encoding="utf-8") as f:
                 f.write(body)
@@ -972,9 +990,12 @@ class LocalMessageStore:
             for cq in list(self._cqs.values()):
                 if cq.dirty:
                     cq.flush()
+            newest = None
             if self._index is not None:
                 self._index.flush()
-            self._write_checkpoint(_Checkpoint(flushed, reput))
+                files = self._index.files
+                newest = os.path.basename(files[-1].path) if files else None
+            self._write_checkpoint(_Checkpoint(flushed, reput, newest))
             return flushed
 
     def commit_point(self) -> int:

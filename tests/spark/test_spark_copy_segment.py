@@ -61,9 +61,23 @@ def test_a_target_that_does_not_match_is_never_overwritten(drivers):
     source, target = drivers
     fill(source, DATA, sealed=True)
     fill(target, b"\xff" * 5000, sealed=False)  # bytes this migration did not write
-    with pytest.raises(StateConflict, match="refusing to overwrite"):
+    with pytest.raises(StateConflict, match="not the source's: it is another store's data") as info:
         copy_segment(source, target, CopyTask(0, PATH, True, len(DATA)), chunk=4096)
+    assert "remove" not in str(info.value) and "will not help" in str(info.value)
     assert target.size(PATH) == 5000 and target.read(PATH, 0, 5000) == b"\xff" * 5000
+
+
+def test_a_target_that_went_on_past_the_source_is_a_store_in_service(drivers):
+    """A Spark drill: migrated, then the target took its own message, then migrated again:
+    the error said the target's bytes were "not the source's first 2000" (they were), to
+    "run again to resume" (it never would) and to "remove it yourself" (its own message)."""
+    source, target = drivers
+    fill(source, DATA[:2000], sealed=False)
+    fill(target, DATA[:2000] + b"own message", sealed=False)
+    with pytest.raises(StateConflict, match="the source's 2000 and 11 more that the target store wrote") as info:
+        copy_segment(source, target, CopyTask(0, PATH, False, 2000), chunk=1000)
+    assert "remove" not in str(info.value) and "will not help" in str(info.value)
+    assert target.read(PATH, 0, 2011) == DATA[:2000] + b"own message"
 
 
 def test_a_source_shorter_than_its_metadata_is_a_conflict(drivers):
@@ -71,3 +85,24 @@ def test_a_source_shorter_than_its_metadata_is_a_conflict(drivers):
     fill(source, DATA[:100], sealed=False)
     with pytest.raises(StateConflict, match="metadata records 200"):
         copy_segment(source, target, CopyTask(0, PATH, False, 200))
+
+
+def test_a_migration_into_a_store_in_service_is_refused_without_advising_removal(tmp_path):
+    """A Spark drill: `spark migrate` into a live store holding other topics said the
+    target's metadata did not list its own segments and told the operator to remove them."""
+    from tiered_core import Message, StoreConfig, TieredMessageStore
+    from tiered_core.access.writer_session import WriterSession
+    from tiered_core.spark.jobs.migrate import check_target_objects
+
+    config = StoreConfig(store_path=str(tmp_path / "dst"), driver="posix",
+                         driver_options={"root": str(tmp_path / "tier"), "fsync": False})
+    with TieredMessageStore.open(config) as store:
+        store.put_message(Message(topic="TZ", body=b"the target's own"), 0)
+        store.local.reput()
+        store.dispatch(force=True)
+    with WriterSession(config, writer="test migrate", appends=True) as session:
+        with pytest.raises(StateConflict, match=r"the target \(dst.toml\) is a store of its own") as info:
+            check_target_objects(session, {"not/a/path/of/the/target"}, "dst.toml")
+    assert "remove" not in str(info.value)
+    with TieredMessageStore.open(config, read_only=True) as store:
+        assert store.get_message("g", "TZ", 0, 0, 1).messages[0].body == b"the target's own"

@@ -118,13 +118,14 @@ def test_migrate_posix_to_gcs_resumes_after_a_failed_task(spark, source, tmp_pat
         # Spark task fails (typed, through the task error), the others copy, no metadata.
         gcs.create(failing.path)
         gcs.write(failing.path, 0, b"\xff" * 100)
-        with pytest.raises(StateConflict, match="refusing to overwrite"):
+        with pytest.raises(StateConflict, match="not the source's: it is another store's data, which a migration "
+                                                 "never overwrites"):
             migrate(spark, source, target, chunk=1024)
         meta = target_config.open_metadata()
         assert list(meta.iterate_file_segments()) == []  # written only at the very end
         meta.close()
         assert gcs.size(failing.path) == 100  # never overwritten
-        gcs.delete(failing.path)  # the operator removes the stale object, as the error says
+        gcs.delete(failing.path)  # the operator, who knows it is a stale copy, removes it
 
         # A copy of that segment dies half-way (a torn write at the backend: half of it landed).
         posix = source_config.open_driver()

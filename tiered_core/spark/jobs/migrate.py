@@ -158,13 +158,21 @@ def copy_segment(source: SegmentDriver, target: SegmentDriver, task: CopyTask, *
                             f"{task.metadata_size}", path=task.path, size=size, expected=task.metadata_size)
     sealed = task.sealed or (size > 0 and source.is_sealed(task.path))
     target_size = target.size(task.path)
-    if target_size > size or (target_size and target.is_sealed(task.path) and target_size != size) or (
-            target_size and _sha256(target, task.path, target_size, chunk)
-            != _sha256(source, task.path, target_size, chunk)):
+    same_start = not target_size or (_sha256(target, task.path, min(target_size, size), chunk)
+                                     == _sha256(source, task.path, min(target_size, size), chunk))
+    if target_size > size and same_start:
+        # The source's bytes and more: the target store wrote to it since (it is in service).
         raise StateConflict(
-            f"target object {task.path!r} already holds {target_size} bytes that are not the source's first "
-            f"{min(target_size, size)}: refusing to overwrite what this migration did not write (remove it "
-            "yourself if it is a stale copy)", path=task.path, size=target_size, source_size=size)
+            f"target object {task.path!r} holds {target_size} bytes, the source's {size} and {target_size - size} "
+            "more that the target store wrote since: the target is in service, and a migration never writes "
+            "into a store in service (running it again will not help). Migrate to an empty target",
+            path=task.path, size=target_size, source_size=size)
+    if not same_start or target_size > size or (target_size and target.is_sealed(task.path)
+                                                and target_size != size):
+        raise StateConflict(
+            f"target object {task.path!r} holds {target_size} bytes that are not the source's: it is another "
+            "store's data, which a migration never overwrites (running it again will not help). Migrate to an "
+            "empty target", path=task.path, size=target_size, source_size=size)
     resumed_at, copied, source_hash = _append_from(source, target, task, size, chunk)
     if source_hash is None:
         source_hash = _sha256(source, task.path, size, chunk)
@@ -236,7 +244,7 @@ def migrate(spark, config: str | os.PathLike, to_config: str | os.PathLike, *,
     try:
         tasks = plan_copies(source_cfg, source_meta)
         with WriterSession(target_cfg, writer="tiered spark migrate", appends=True) as target:
-            check_target_objects(target, {t.path for t in tasks})
+            check_target_objects(target, {t.path for t in tasks}, to_config)
             results: list[CopyResult] = []
             if tasks:
                 rdd = spark.sparkContext.parallelize(tasks, min(len(tasks), 4096))
@@ -244,8 +252,8 @@ def migrate(spark, config: str | os.PathLike, to_config: str | os.PathLike, *,
                 try:
                     results = rdd.mapPartitions(copy).collect()
                 except Exception as exc:  # a Spark job failure wraps the task's error in Java's
-                    raise task_error(exc, "migration incomplete (target metadata not written; run again to "
-                                          "resume)") from None
+                    raise task_error(exc, "migration incomplete (the target's metadata was not written; after a "
+                                          "backend failure or a kill, running it again resumes)") from None
             by_path = {r.path: r for r in results}
             if len(by_path) != len(tasks):
                 raise StateConflict(f"migration copied {len(by_path)} of {len(tasks)} segments",
@@ -281,21 +289,39 @@ def check_migration(source_cfg, target_cfg, to_config: str | os.PathLike) -> Non
     check_separate_stores(target_cfg, [source_cfg], option="--to-config")
 
 
-def check_target_objects(target: WriterSession, planned: set[str]) -> None:
+def check_target_objects(target: WriterSession, planned: set[str], to_config: str | os.PathLike = "") -> None:
     """Refuse a target prefix (owned by the target store through ``target``, so the store
     opened on the target config later is its owner, and a re-run is the same owner) that
-    holds objects this migration does not plan to write
-    (:class:`~tiered_core.errors.UnknownObjects`)."""
+    holds objects this migration does not plan to write: :class:`StateConflict` when the
+    target's own metadata lists them (the target is a store in service), else
+    :class:`~tiered_core.errors.UnknownObjects`. Neither advises removing anything: they
+    are someone's data."""
+    from tiered_core.errors import UnknownObjects
     from tiered_core.flat.ownership import segment_objects, tier_prefix
-    from tiered_core.ops.reconcile import ReconcileReport
+    from tiered_core.ops.reconcile import backend_path
 
     config = target.config
-    report = ReconcileReport(tier_prefix(config.cluster, config.broker))
-    report.unknown = [(p, n) for p, n in segment_objects(target.driver, config.cluster, config.broker)
-                      if n and p not in planned]
-    if report.unknown:
-        raise report.refusal("", "They are not this migration's to overwrite: remove them, or migrate "
-                                 "to another cluster or broker name")
+    prefix = tier_prefix(config.cluster, config.broker)
+    unknown = [(p, n) for p, n in segment_objects(target.driver, config.cluster, config.broker)
+               if n and p not in planned]
+    if not unknown:
+        return
+    listed = {backend_path(config.cluster, meta) for meta in target.metadata.iterate_file_segments()
+              if meta.status != SegmentStatus.DELETED}
+    own = [p for p, _ in unknown if p in listed]
+    where = os.fspath(to_config) or "the target config"
+    if own:
+        raise StateConflict(
+            f"the target ({where}) is a store of its own: its metadata lists {len(own)} segment(s) under {prefix!r} "
+            f"that the source does not have (e.g. {own[0]!r}). A migration fills an empty target or resumes its "
+            "own run; it never writes into another store. Nothing was read or changed: migrate to an empty "
+            "target (another store_path and backend location)", prefix=prefix, examples=own[:3], count=len(own))
+    raise UnknownObjects(
+        f"the target backend holds {len(unknown)} object(s) under {prefix!r} that neither the source nor the "
+        f"target's metadata lists (e.g. {unknown[0][0]!r}): someone's data, which a migration never overwrites. "
+        f"Nothing was read or changed. `tiered verify --config {where}` lists whose each object looks like; "
+        "migrate to an empty target", count=len(unknown), prefix=prefix, examples=[p for p, _ in unknown[:3]],
+        fix=f"tiered verify --config {where}")
 
 
 def _copy_job(source: ConfigSource, target: ConfigSource, chunk: int):

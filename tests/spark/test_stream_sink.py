@@ -418,3 +418,30 @@ def test_keys_the_sink_indexed_are_found_by_a_read_only_lookup(target, capsys):
     assert main(["get", "--config", target, "--topic", "orders", "--key", "k17", "--json"]) == 0
     assert "orders/0/17" in capsys.readouterr().out
     assert changes(before, snapshot(store_path)) == {}
+
+
+def test_a_checkpoint_that_mirrored_into_another_target_is_refused(tmp_path, target, capsys, monkeypatch):
+    """A Spark drill: a mirror checkpoint reused with a new, empty target mirrored only the
+    source's tail into it (exit 0), and the first pipeline then failed for good with advice
+    to restart it. A checkpoint is checked against the target's ledger before Spark starts."""
+    from tiered_core.cli import main
+    from tiered_core.spark.jobs.mirror import check_checkpoint_target
+
+    monkeypatch.setattr("tiered_core.spark.get_session", lambda *a, **k: pytest.fail("Spark must not start"))
+    checkpoint = tmp_path / "ckpt"
+    (checkpoint / "commits").mkdir(parents=True)
+    for batch_id in (0, 1):
+        (checkpoint / "commits" / str(batch_id)).write_text("v1\n{}")
+    fresh = write_config(tmp_path / "c.toml", tmp_path / "c")
+    source = write_config(tmp_path / "a.toml", tmp_path / "a")
+    code = main(["spark", "stream", "--config", source, "--to-config", fresh, "--checkpoint", str(checkpoint),
+                 "--json"])
+    error = __import__("json").loads(capsys.readouterr().out)["error"]
+    assert code != 0 and error["code"] == "STATE_CONFLICT"
+    assert "committed micro-batches up to 1" in error["message"] and "new --checkpoint" in error["message"]
+    # the checkpoint's own target, whose ledger holds its batches, is accepted
+    own = SinkOptions(ConfigSource.from_file(target),
+                      parse_sink_options({"config": target, "checkpointLocation": str(checkpoint)}).sink_id, 5)
+    commit_batch(own, 0, batch(0, [rows("orders", 0, 0, 2)]))
+    commit_batch(own, 1, batch(1, [rows("orders", 0, 2, 2)]))
+    check_checkpoint_target(target, checkpoint)

@@ -74,6 +74,38 @@ def check_mirror(source_config: str | os.PathLike, target_config: str | os.PathL
     a, b = StoreConfig.load(source_config), StoreConfig.load(target_config)
     check_separate_stores(b, [a], option="--to-config")
     check_output_path(checkpoint, [a, b], option="--checkpoint", what="checkpoint")
+    check_checkpoint_target(target_config, checkpoint)
+
+
+def check_checkpoint_target(target_config: str | os.PathLike, checkpoint: str | os.PathLike | None) -> None:
+    """Refuse a checkpoint that committed micro-batches into another target: the sink records
+    each batch in the target's ledger before Spark writes the checkpoint's commit of it, so a
+    target whose ledger for this checkpoint is behind the checkpoint's last commit never got
+    those batches (:class:`StateConflict` naming both). A query resumed there would start past
+    what that target holds: a silent partial mirror, and the first target's pipeline broken."""
+    from tiered_core.errors import StateConflict
+    from tiered_core.spark.sink import parse_sink_options, read_ledger
+
+    if checkpoint is None or "://" in os.fspath(checkpoint):
+        return
+    commits = os.path.join(os.fspath(checkpoint), "commits")
+    try:
+        done = [int(name) for name in os.listdir(commits) if name.isdigit()]
+    except OSError:
+        return  # a new checkpoint
+    if not done:
+        return
+    sink_id = parse_sink_options({"config": os.fspath(target_config),
+                                  "checkpointLocation": os.path.abspath(os.fspath(checkpoint))}).sink_id
+    ledger = read_ledger(target_config, sink_id)
+    if ledger.committed < max(done):
+        held = "no record of it" if ledger.committed < 0 else f"a record up to micro-batch {ledger.committed} only"
+        raise StateConflict(
+            f"checkpoint {os.fspath(checkpoint)!r} committed micro-batches up to {max(done)} into a target, and "
+            f"{os.fspath(target_config)} holds {held}: it is not the target this checkpoint mirrored into (or it "
+            "lost them). Resumed here, the query would start past what it holds. Give a new target a new "
+            "--checkpoint, or run this one against its own target", checkpoint=os.fspath(checkpoint),
+            target=os.fspath(target_config), committed=max(done), ledger=ledger.committed)
 
 
 def check_stores(source_config: str | os.PathLike, target_config: str | os.PathLike) -> None:

@@ -95,3 +95,14 @@ def test_names_match_in_any_case(store):
     assert parse_read_options({"MAX_UNITS_PER_PARTITION": "7"}).max_units_per_partition == 7
     _, settings = parse_stream_options({"config": store, "maxmessagespertrigger": "9", "FAILONDATALOSS": "false"})
     assert (settings.max_messages, settings.fail_on_data_loss) == (9, False)
+
+
+@pytest.mark.parametrize("options", [{}, {"startingOffsets": "earliest"}], ids=["defaults", "a stream option"])
+def test_a_missing_config_file_is_refused_where_the_read_is_defined(tmp_path, options):
+    """A Spark drill: readStream with a config file that does not exist passed load(); the
+    query started, wrote its checkpoint, and only then failed."""
+    from tiered_core.errors import ConfigError
+    from tiered_core.spark.tiered_format import check_source_options
+
+    with pytest.raises(ConfigError, match="nope.toml"):
+        check_source_options({"config": str(tmp_path / "nope.toml"), **options})

@@ -110,6 +110,9 @@ def check_source_options(options: Mapping[str, Any]) -> None:
 
             StaticTopicStreamReader(*parse_static_stream_options(options))
         return  # otherwise a static-topic batch read (or a stream with defaults): its reader checks its options
+    # The config itself (a missing or bad file is a ConfigError here, not after a query started
+    # and wrote its checkpoint); the store it names may not exist yet, which a stream allows.
+    config_source(options).load()
     if not is_stream_only(options):
         try:
             parse_read_options(options)

@@ -106,3 +106,20 @@ def test_a_missing_config_file_is_refused_where_the_read_is_defined(tmp_path, op
 
     with pytest.raises(ConfigError, match="nope.toml"):
         check_source_options({"config": str(tmp_path / "nope.toml"), **options})
+
+
+def test_a_jvm_failure_is_told_by_its_cause_not_by_the_py4j_call():
+    """A Spark drill (disk full during `spark import`): the error said "An error occurred
+    while calling o257.javaToPython." and "fix the input"; the cause was in stderr only."""
+    from tiered_core.spark.failures import task_error
+
+    class Py4JLike(Exception):
+        pass
+
+    text = ("An error occurred while calling o257.javaToPython.\n"
+            ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 3.0 failed\n"
+            "\tat org.apache.spark.scheduler.DAGScheduler.failJobAndIndependentStages(DAGScheduler.scala:2856)\n"
+            "Caused by: java.io.IOException: No space left on device\n"
+            "\tat java.base/java.io.FileOutputStream.writeBytes(Native Method)\n")
+    err = task_error(Py4JLike(text), "import failed")
+    assert "o257.javaToPython" in err.message and "cause: java.io.IOException: No space left on device" in err.message

@@ -161,7 +161,24 @@ def task_error(exc: BaseException, what: str, *, fallback: bool = True) -> Tiere
     if not fallback:
         return None
     first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
-    return DriverError(f"{what}: {first[:500]}", retryable=True)
+    cause = _root_cause(text)
+    shown = first[:500] + (f" (cause: {cause[:500]})" if cause and cause not in first else "")
+    return DriverError(f"{what}: {shown}", retryable=True)
+
+
+_CAUSED_BY = re.compile(r"Caused by: ([\w.$]+(?:Exception|Error)\b[^\n]*)")
+_JAVA_ERROR = re.compile(r"^[\s:]*((?:java|org|scala|py4j)\.[\w.$]+(?:Exception|Error)\b[^\n]*)", re.M)
+
+
+def _root_cause(text: str) -> str | None:
+    """The innermost cause a JVM failure's text names (its last ``Caused by:``), else its
+    first Java exception line: "An error occurred while calling o257.javaToPython" says
+    nothing, "java.io.IOException: No space left on device" does."""
+    causes = _CAUSED_BY.findall(text)
+    if causes:
+        return causes[-1].strip()
+    found = _JAVA_ERROR.search(text)
+    return found.group(1).strip() if found else None
 
 
 __all__ = ["SPARK_METHODS", "TaggedTaskError", "decode_tag", "encode_tag", "spark_facing", "tagged", "tagged_iter",

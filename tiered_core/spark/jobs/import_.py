@@ -202,7 +202,7 @@ def _import(spark, session: WriterSession, df, groups, path, source, partitions,
     try:
         outcome = [json.loads(r) for r in ordered.rdd.map(lambda row: row.asDict()).mapPartitions(run).collect()]
     except Exception as exc:  # a Spark job failure wraps the task's error in Java's
-        raise task_error(exc, "import failed (metadata not committed; fix the input and run again)") from None
+        raise task_error(exc, "import failed (metadata not committed; once the cause is fixed, running it again resumes)") from None
     with metadata.transaction():
         segments = record_outcome(metadata, outcome)
     appended = sum(i["appended"] for i in outcome)

@@ -167,8 +167,7 @@ def copy_segment(source: SegmentDriver, target: SegmentDriver, task: CopyTask, *
             "more that the target store wrote since: the target is in service, and a migration never writes "
             "into a store in service (running it again will not help). Migrate to an empty target",
             path=task.path, size=target_size, source_size=size)
-    if not same_start or target_size > size or (target_size and target.is_sealed(task.path)
-                                                and target_size != size):
+    if not same_start or (target_size and target.is_sealed(task.path) and target_size != size):
         raise StateConflict(
             f"target object {task.path!r} holds {target_size} bytes that are not the source's: it is another "
             "store's data, which a migration never overwrites (running it again will not help). Migrate to an "

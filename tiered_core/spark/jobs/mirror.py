@@ -77,6 +77,14 @@ def check_mirror(source_config: str | os.PathLike, target_config: str | os.PathL
     check_checkpoint_target(target_config, checkpoint)
 
 
+def mirror_sink_id(target_config: str | os.PathLike, checkpoint: str | os.PathLike) -> str:
+    """The sink id the mirror's sink records its ledger under in the target (its checkpoint's)."""
+    from tiered_core.spark.sink import parse_sink_options
+
+    return parse_sink_options({"config": os.fspath(target_config),
+                               "checkpointLocation": os.path.abspath(os.fspath(checkpoint))}).sink_id
+
+
 def check_checkpoint_target(target_config: str | os.PathLike, checkpoint: str | os.PathLike | None) -> None:
     """Refuse a checkpoint that committed micro-batches into another target: the sink records
     each batch in the target's ledger before Spark writes the checkpoint's commit of it, so a
@@ -84,7 +92,7 @@ def check_checkpoint_target(target_config: str | os.PathLike, checkpoint: str | 
     those batches (:class:`StateConflict` naming both). A query resumed there would start past
     what that target holds: a silent partial mirror, and the first target's pipeline broken."""
     from tiered_core.errors import StateConflict
-    from tiered_core.spark.sink import parse_sink_options, read_ledger
+    from tiered_core.spark.sink import read_ledger
 
     if checkpoint is None or "://" in os.fspath(checkpoint):
         return
@@ -95,9 +103,7 @@ def check_checkpoint_target(target_config: str | os.PathLike, checkpoint: str | 
         return  # a new checkpoint
     if not done:
         return
-    sink_id = parse_sink_options({"config": os.fspath(target_config),
-                                  "checkpointLocation": os.path.abspath(os.fspath(checkpoint))}).sink_id
-    ledger = read_ledger(target_config, sink_id)
+    ledger = read_ledger(target_config, mirror_sink_id(target_config, checkpoint))
     if ledger.committed < max(done):
         held = "no record of it" if ledger.committed < 0 else f"a record up to micro-batch {ledger.committed} only"
         raise StateConflict(
@@ -186,12 +192,11 @@ def run_mirror(spark, source_config: str | os.PathLike, target_config: str | os.
     stopped cleanly before returning. A failed query raises the typed error its task or
     commit raised (:func:`~tiered_core.spark.failures.task_error`).
     """
-    from tiered_core.spark.sink import parse_sink_options, read_ledger
+    from tiered_core.spark.sink import read_ledger
 
     started = time.perf_counter()
     check_mirror(source_config, target_config, checkpoint)
-    sink_id = parse_sink_options({"config": os.fspath(target_config),
-                                  "checkpointLocation": os.path.abspath(os.fspath(checkpoint))}).sink_id
+    sink_id = mirror_sink_id(target_config, checkpoint)
     before = read_ledger(target_config, sink_id)
     stop = stop or threading.Event()
     signals = stop_on_signals(stop) if handle_signals else contextlib.nullcontext([])

@@ -30,12 +30,10 @@ from tiered_core.common import fsync_dir, now_ms
 from tiered_core.errors import TieredStoreError
 from tiered_core.flat.file_store import FlatFileStore
 from tiered_core.flat.message_file import FlatMessageFile
+from tiered_core.flat.ownership import HISTORY_EPOCH_FILE, read_history_epoch
 from tiered_core.local.local_store import LocalMessageStore
 
 log = logging.getLogger(__name__)
-
-#: The ownership epoch the local history is in step with (see the module docstring).
-HISTORY_EPOCH_FILE = "tiered-history-epoch"
 
 
 def tier_end(flat_files: FlatFileStore, topic: str, queue_id: int) -> tuple[int, int]:
@@ -64,16 +62,6 @@ def newest_store_time(flat: FlatMessageFile) -> int:
     except TieredStoreError as exc:
         log.warning("%s: store time of the last tiered message unreadable (%s); using its metadata", flat, exc)
         return known
-
-
-def read_history_epoch(store_path: str) -> int | None:
-    """The epoch recorded by :func:`write_history_epoch`; None when there is none (a store
-    made before it was recorded, or a new one) or it is unreadable."""
-    try:
-        with open(os.path.join(store_path, HISTORY_EPOCH_FILE), encoding="ascii") as f:
-            return int(f.read().strip())
-    except (OSError, ValueError):
-        return None
 
 
 def write_history_epoch(store_path: str, epoch: int) -> None:

@@ -14,9 +14,14 @@ refused (:class:`~tiered_core.errors.PrefixOwned`, naming both). A deliberate fa
 *takes over*: it creates the record of the next epoch (again create-if-absent, so two
 racing take-overs cannot both win), then seals the last segment of every flat file,
 so that a write of the old owner either landed before the seal (and is adopted) or
-fails. The old owner is *fenced*: :class:`FencedDriver` looks for the next epoch's
-record before every write, seal, create and delete, and from the first sighting on
-refuses them all with :class:`~tiered_core.errors.Fenced`.
+fails. The old owner is *fenced*: :class:`FencedDriver` lists the owner records
+before every write, seal, create and delete, and from the first sighting of a newer
+epoch -- or of its own record gone -- refuses them all with :class:`~tiered_core.errors.Fenced`.
+
+A prefix that holds data but no owner record (the records were deleted) is claimed again
+by the store whose local history names its epoch; any other store claims it only by a
+take-over, at an epoch above any a lost record can have held (the time in ms): a store
+still writing there is fenced by it, and never shares an epoch with another.
 
 The ``.tiered-owner`` directory cannot collide with a topic: topic names never hold a dot.
 Nor can ``.quarantine`` (where ``tiered repair`` keeps the objects it moved aside, with a
@@ -51,7 +56,12 @@ QUARANTINE_DIR = ".quarantine"
 RESERVED_DIRS = (OWNER_DIR, QUARANTINE_DIR)
 #: File in the local store directory holding the store's id (created at first open).
 STORE_ID_FILE = "tiered-store-id"
+#: File in the local store directory holding the ownership epoch its local history is in
+#: step with (written at each writable open, ``tiered_core/access/continuity.py``).
+HISTORY_EPOCH_FILE = "tiered-history-epoch"
 _CLAIM_ATTEMPTS = 5
+#: The store id of the previous owner a take-over of a prefix without owner records names.
+_NO_RECORD = "(none: the prefix had no owner record)"
 
 
 def tier_prefix(cluster: str, broker: str) -> str:
@@ -124,6 +134,16 @@ def read_store_id(store_path: str) -> str | None:
         return None
     except (OSError, UnicodeDecodeError) as exc:
         raise IllegalParam(f"cannot read the store id file {path!r}: {exc}", path=path) from None
+
+
+def read_history_epoch(store_path: str) -> int | None:
+    """The epoch recorded in :data:`HISTORY_EPOCH_FILE`; None when there is none (a store
+    made before it was recorded, or a new one) or it is unreadable."""
+    try:
+        with open(os.path.join(store_path, HISTORY_EPOCH_FILE), encoding="ascii") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
 
 
 def load_store_id(store_path: str, restore: str | None = None) -> str:
@@ -222,6 +242,28 @@ class PrefixOwnership:
         for _ in range(_CLAIM_ATTEMPTS):
             current = self.current()
             self.check_driver(current)
+            if current is None and self.holds_data():
+                # Its owner records were deleted (by hand, a lifecycle rule). The store that
+                # claimed it before (its local history names the epoch) claims that epoch
+                # again; any other store only by a take-over, at an epoch above any the lost
+                # records can have held, so a store still writing here is fenced by it.
+                epoch = self.own_lost_epoch()
+                if epoch is not None and not take_over:
+                    record = self._new_record(epoch)
+                    if self.driver.write_if_absent(self._path(epoch), record.encode()):
+                        log.warning("tier prefix %s had data but no owner record: this store, which claimed it at "
+                                    "epoch %d before, wrote its record again", self.prefix, epoch)
+                        return self._own(record)
+                    continue
+                if not take_over:
+                    raise self._no_owner_record()
+                record = self._new_record(max(now_ms(), 2))
+                if self.driver.write_if_absent(self._path(record.epoch), record.encode()):
+                    self.took_over_from = OwnerRecord(_NO_RECORD, 0)
+                    log.warning("took tier prefix %s over: it held data but no owner record (epoch %d)",
+                                self.prefix, record.epoch)
+                    return self._own(record)
+                continue
             if current is None:
                 record = self._new_record(1)
                 if self.driver.write_if_absent(self._path(1), record.encode()):
@@ -260,6 +302,26 @@ class PrefixOwnership:
             prefix=self.prefix, owner=current.describe(), owner_id=current.store_id,
             store_id=self.store_id, store_path=self.store_path)
 
+    def own_lost_epoch(self) -> int | None:
+        """The epoch this store claimed the prefix at before, as its local history records
+        it (:data:`HISTORY_EPOCH_FILE` in its store_path); None for a store without one."""
+        return read_history_epoch(self.store_path) if self.store_path and self.store_id else None
+
+    def holds_data(self) -> bool:
+        """Whether the prefix holds any object outside its reserved directories (one listing,
+        stopped at the first such object)."""
+        return any(not is_reserved_path(path) for path, _size in self.driver.list(self.prefix))
+
+    def _no_owner_record(self) -> PrefixOwned:
+        return PrefixOwned(
+            f"tier prefix {self.prefix!r} holds data but no owner record ({OWNER_DIR}/ was deleted, or is "
+            f"not visible): the store that wrote it may still be writing, and a claim here would let two "
+            f"stores hand out the same offsets. Nothing was written. If that store is stopped or lost, take "
+            f"the prefix over: `tiered takeover --config FILE` (the store at {self.store_path!r} becomes its "
+            "owner, at an epoch that fences any other; the store that claimed it before claims it again at "
+            "its next open)", prefix=self.prefix, store_id=self.store_id,
+            store_path=self.store_path)
+
     def check_claimable(self, current: OwnerRecord | None, *, take_over: bool = False) -> None:
         """Raise :class:`PrefixOwned` when :meth:`claim` would refuse because of ``current``
         (the newest owner record, from :meth:`current`): it writes nothing, so an open can
@@ -268,6 +330,8 @@ class PrefixOwnership:
         self.check_driver(current)
         if current is not None and current.store_id != self.store_id and not take_over:
             raise self._owned_by(current)
+        if current is None and not take_over and self.own_lost_epoch() is None and self.holds_data():
+            raise self._no_owner_record()
 
     def check_driver(self, current: OwnerRecord | None) -> None:
         """Raise :class:`IdentityMismatch` when ``current`` (the newest owner record) was
@@ -302,23 +366,34 @@ class PrefixOwnership:
         return self._fenced
 
     def check(self) -> None:
-        """Raise :class:`Fenced` if a newer epoch than ours exists (one ``exists`` call)."""
+        """Raise :class:`Fenced` if a newer epoch than ours exists, or our own record is gone
+        (one listing of the owner records)."""
         if self._fenced is not None:
             raise self._fenced
         record = self.record
         if record is None:
             raise Fenced(f"tier prefix {self.prefix!r} was never claimed by this store", prefix=self.prefix,
                          store_id=self.store_id)
-        nxt = self._path(record.epoch + 1)
-        if not self.driver.exists(nxt):
+        newest, mine = 0, False
+        for path, _size in self.driver.list(owner_prefix(self.cluster, self.broker)):
+            name = path.rsplit("/", 1)[-1]
+            if name.isdigit():
+                newest, mine = max(newest, int(name)), mine or int(name) == record.epoch
+        if mine and newest <= record.epoch:
             return
-        try:
-            newer = self._read(record.epoch + 1, nxt).describe()
-        except TieredStoreError:
-            newer = f"epoch {record.epoch + 1}"
-        error = Fenced(f"tier prefix {self.prefix!r} was taken over by {newer}; this store (epoch "
-                       f"{record.epoch}) stops writing to the tier", prefix=self.prefix,
-                       epoch=record.epoch, store_id=self.store_id)
+        if newest > record.epoch:
+            try:
+                newer = self._read(newest, self._path(newest)).describe()
+            except TieredStoreError:
+                newer = f"epoch {newest}"
+            why = f"was taken over by {newer}"
+        else:
+            # Without its record a take-over cannot be told from the prefix alone: stop.
+            why = (f"lost this store's owner record {self._path(record.epoch)!r} (deleted by hand or by a "
+                   "lifecycle rule); another store may have claimed the prefix meanwhile. Restart this store: "
+                   "its open claims the prefix again when no other store did")
+        error = Fenced(f"tier prefix {self.prefix!r} {why}; this store (epoch {record.epoch}) stops writing "
+                       "to the tier", prefix=self.prefix, epoch=record.epoch, store_id=self.store_id)
         with self._lock:
             if self._fenced is None:
                 log.error("%s", error.message)
@@ -367,7 +442,8 @@ class FencedDriver(DriverLayer):
     """Refuses every write, create, seal and delete once the store is fenced.
 
     Before each of those calls it asks :meth:`PrefixOwnership.check` whether a newer
-    owner exists (one ``exists`` call on the backend); reads are not checked.
+    owner exists or its own record is gone (one listing of the owner records); reads
+    are not checked.
     """
 
     def __init__(self, inner: SegmentDriver, ownership: PrefixOwnership) -> None:

@@ -1,0 +1,84 @@
+"""A tier prefix whose owner records were deleted (metadata drill, round 12).
+
+The owner records of a live store N were deleted (by hand, a lifecycle rule). A second store
+B with the same prefix and an empty store_path rebuilt its metadata from N's tier and claimed
+epoch 1 again, the epoch N held: N's fence (it looked only for epoch 2) never fired, both
+handed out offsets 10..14, and the tier came to serve B's messages at offsets N had
+acknowledged. Now a prefix holding data without an owner record is claimed only by a
+take-over, at an epoch above any lost one, and a store whose own record is gone is fenced.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from tiered_core import Message, TieredMessageStore
+from tiered_core.cli import main
+from tiered_core.config import StoreConfig
+from tiered_core.errors import Fenced, PrefixOwned
+from tiered_core.flat.ownership import OWNER_DIR
+
+
+def _config(tmp_path, name: str) -> tuple[StoreConfig, str]:
+    conf = tmp_path / f"{name}.toml"
+    conf.write_text(f'[tiered]\nstore_path = "{tmp_path / name}"\ngroup_commit_interval_ms = 0\n'
+                    f'[tiered.options]\nroot = "{tmp_path / "tier"}"\n')
+    return StoreConfig.load(str(conf), environ={}), str(conf)
+
+
+def _owner_dir(tmp_path) -> str:
+    found = list((tmp_path / "tier").rglob(OWNER_DIR))
+    assert len(found) == 1, found
+    return str(found[0])
+
+
+def test_a_second_store_cannot_claim_a_prefix_whose_owner_records_were_deleted(tmp_path, capsys):
+    n_config, _ = _config(tmp_path, "n")
+    b_config, b_conf = _config(tmp_path, "b")
+    with TieredMessageStore.open(n_config) as n:
+        for i in range(10):
+            n.put_message(Message(topic="t", body=b"n-%d" % i), 0)
+        assert n.dispatch(force=True).errors == []
+        shutil.rmtree(_owner_dir(tmp_path))
+
+        # B (copy-pasted config, empty store_path) is refused, also after rebuilding its metadata.
+        with pytest.raises(PrefixOwned, match="holds data but no owner record"):
+            TieredMessageStore.open(b_config)
+        assert main(["metadata", "rebuild", "--config", b_conf, "--force"]) == 0
+        with pytest.raises(PrefixOwned, match="tiered takeover"):
+            TieredMessageStore.open(b_config)
+
+        # N, its record gone, stops writing to the tier: its next dispatch is fenced.
+        assert n.put_message(Message(topic="t", body=b"n-10"), 0).queue_offset == 10
+        with pytest.raises(Fenced, match="lost this store's owner record"):
+            n.dispatch(force=True)
+
+        # The deliberate take-over claims an epoch above any the lost records held.
+        assert main(["takeover", "--config", b_conf]) == 0
+        with TieredMessageStore.open(b_config) as b:
+            assert b.ownership.record.epoch > 1
+            assert [m.body for m in b.get_message("g", "t", 0, 0, 20).messages] == [b"n-%d" % i for i in range(10)]
+            assert b.put_message(Message(topic="t", body=b"b-10"), 0).queue_offset == 10
+            assert b.dispatch(force=True).errors == []
+        with pytest.raises(Fenced):
+            n.dispatch(force=True)
+    capsys.readouterr()
+    with TieredMessageStore.open(b_config, read_only=True) as b:
+        assert [m.body for m in b.get_message("g", "t", 0, 0, 20).messages] == \
+            [b"n-%d" % i for i in range(10)] + [b"b-10"]
+
+
+def test_the_store_that_lost_its_owner_record_claims_its_epoch_again_at_its_next_open(tmp_path):
+    config, _ = _config(tmp_path, "n")
+    with TieredMessageStore.open(config) as store:
+        store.put_message(Message(topic="t", body=b"a"), 0)
+        assert store.dispatch(force=True).errors == []
+        store.put_message(Message(topic="t", body=b"b"), 0)  # local only: must not be given up
+    shutil.rmtree(_owner_dir(tmp_path))
+    with TieredMessageStore.open(config) as store:
+        assert store.ownership.record.epoch == 1 and store.given_up_history is None
+        assert [m.body for m in store.get_message("g", "t", 0, 0, 5).messages] == [b"a", b"b"]
+        assert store.put_message(Message(topic="t", body=b"c"), 0).queue_offset == 2
+        assert store.dispatch(force=True).errors == []

@@ -235,8 +235,9 @@ class OffsetConflict(StateConflict):
 class IdentityMismatch(TieredStoreError):
     """A store was opened with another identity than the one it was created with.
 
-    ``field`` names what changed (``cluster``, ``broker``, ``driver`` or ``tier``),
-    ``recorded`` and ``configured`` the old and the new value, ``fix`` what to do.
+    ``field`` names what changed (``cluster``, ``broker``, ``driver`` or ``tier``; or
+    ``store_id`` for a metadata database of another store), ``recorded`` and
+    ``configured`` the old and the new value, ``fix`` what to do.
     Nothing was written anywhere.
     """
 

@@ -78,8 +78,8 @@ class OpenChecks:
         ``metadata`` where it is missing or out of date."""
         if self.local != self.identity:
             ids.write_local(store_path, self.identity, store_id)
-        if ids.read_metadata(metadata) != self.identity:
-            ids.write_metadata(metadata, self.identity)
+        if ids.read_metadata(metadata) != self.identity or ids.metadata_store_id(metadata) != store_id:
+            ids.write_metadata(metadata, self.identity, store_id)
 
 
 def prefix_owner(config: "StoreConfig") -> "OwnerRecord | None":
@@ -123,7 +123,7 @@ def check_before_open(config: "StoreConfig", driver: SegmentDriver, *, take_over
     try:
         metadata = open_metadata_read_only(config.metadata, metadata_path)
     except MetadataError as exc:
-        if not rebuild:
+        if not rebuild or exc.context.get("cause"):  # (one in use or out of reach is not rebuilt)
             raise metadata_refusal(exc, metadata_path, rebuild_fix(config)) from exc
         metadata = None  # the writable open sets it aside and rebuilds it
     checks = OpenChecks(identity, store_id, metadata, None, local)
@@ -144,6 +144,9 @@ def check_before_open(config: "StoreConfig", driver: SegmentDriver, *, take_over
                 ownership = PrefixOwnership(driver, config.cluster, config.broker, store_id, config.store_path)
         if read_only and store_id is not None and owner is not None and owner.store_id != store_id:
             raise _taken_over(config, store_id, owner, ownership.prefix)
+        recorded_id = ids.metadata_store_id(metadata) if metadata is not None else None
+        if store_id is not None and recorded_id is not None and recorded_id != store_id and not take_over:
+            raise ids.another_stores_metadata(config, store_id, recorded_id, meta_where)
         if metadata is not None:
             checks.report = reconcile(driver, metadata, config.cluster, config.broker)
         report = checks.report

@@ -126,6 +126,9 @@ def run_rebuild(args: argparse.Namespace) -> int:
     from tiered_core.local.local_store import acquire_store_lock, release_store_lock
     from tiered_core.metadata import set_aside
     from tiered_core.ops.rebuild import rebuild_metadata
+    from tiered_core.flat.ownership import read_store_id
+    from tiered_core.ops import identity as ids
+    from tiered_core.ops.reconcile import metadata_refusal
 
     config = StoreConfig.load(args.config)
     target = config.effective_metadata_path()
@@ -142,6 +145,8 @@ def run_rebuild(args: argparse.Namespace) -> int:
         try:
             metadata = config.open_metadata()
         except MetadataError as exc:
+            if exc.context.get("cause"):  # in use or out of reach: not damaged, never set aside
+                raise metadata_refusal(exc, target, "") from exc
             if not args.force:
                 raise MetadataError(f"{exc.message}; with --force it is moved aside (kept, never deleted) "
                                     "and rebuilt from the backend", path=target) from exc
@@ -153,6 +158,9 @@ def run_rebuild(args: argparse.Namespace) -> int:
             stats = rebuild_metadata(driver, metadata, cluster=config.cluster, broker=config.broker,
                                      force=args.force, timestamps=args.timestamps, progress=progress,
                                      progress_every=args.progress_every)
+            # The records now describe this store's tier: so does its identity (the config was
+            # checked against the directory's above), whatever store's database this was.
+            ids.write_metadata(metadata, ids.StoreIdentity.of(config), read_store_id(config.store_path))
     finally:
         release_store_lock(lock)
     args.result = stats

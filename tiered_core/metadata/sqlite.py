@@ -100,6 +100,23 @@ _PAGE = 1000  # rows per query while iterating
 _SYNC_MODES = ("NORMAL", "FULL", "EXTRA")
 
 
+
+#: SQLite's primary result codes that mean the database is in use or out of reach, not damaged.
+_IN_USE = {5, 6}  # SQLITE_BUSY, SQLITE_LOCKED
+_NO_ACCESS = {3, 8, 14, 23}  # SQLITE_PERM, SQLITE_READONLY, SQLITE_CANTOPEN, SQLITE_AUTH
+
+
+def failure_cause(exc: BaseException) -> str:
+    """``"in_use"`` (another process holds the database), ``"access"`` (permissions, a
+    read-only path) or ``""`` for ``exc``: a :class:`MetadataError`'s ``cause``. The first two
+    never mean a damaged database, so nothing may set it aside or rebuild it over them."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:
+        return "access" if isinstance(exc, PermissionError) else ""
+    code &= 0xFF
+    return "in_use" if code in _IN_USE else "access" if code in _NO_ACCESS else ""
+
+
 class SqliteMetadataStore(TieredMetadataStore):
     """:class:`TieredMetadataStore` in a SQLite database file (WAL, synchronous=FULL).
 
@@ -129,12 +146,12 @@ class SqliteMetadataStore(TieredMetadataStore):
             os.makedirs(parent, exist_ok=True)
         except OSError as exc:
             raise MetadataError(f"cannot create the directory of metadata store {self.path!r}: {exc}",
-                                path=self.path) from exc
+                                path=self.path, cause=failure_cause(exc)) from exc
         try:
             conn = sqlite3.connect(self.path, timeout=float(opts["busy_timeout"]), isolation_level=None,
                                    check_same_thread=False)
         except sqlite3.Error as exc:
-            raise MetadataError(f"cannot open metadata store {self.path!r}: {exc}", path=self.path) from exc
+            raise MetadataError(f"cannot open metadata store {self.path!r}: {exc}", path=self.path, cause=failure_cause(exc)) from exc
         try:
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if str(mode).lower() != "wal":
@@ -146,7 +163,7 @@ class SqliteMetadataStore(TieredMetadataStore):
         except sqlite3.Error as exc:
             conn.close()
             self._conn = None
-            raise MetadataError(f"cannot open metadata store {self.path!r}: {exc}", path=self.path) from exc
+            raise MetadataError(f"cannot open metadata store {self.path!r}: {exc}", path=self.path, cause=failure_cause(exc)) from exc
         except BaseException:
             conn.close()
             self._conn = None
@@ -187,13 +204,13 @@ class SqliteMetadataStore(TieredMetadataStore):
         try:
             conn = _snapshot(self.path, float(opts["busy_timeout"]))
         except (OSError, sqlite3.Error) as exc:
-            raise MetadataError(f"cannot read metadata store {self.path!r}: {exc}", path=self.path) from exc
+            raise MetadataError(f"cannot read metadata store {self.path!r}: {exc}", path=self.path, cause=failure_cause(exc)) from exc
         self._conn = conn
         try:
             self._migrate()  # on the copy: checks the schema (and gives an empty copy one)
         except sqlite3.Error as exc:
             self.close()
-            raise MetadataError(f"cannot read metadata store {self.path!r}: {exc}", path=self.path) from exc
+            raise MetadataError(f"cannot read metadata store {self.path!r}: {exc}", path=self.path, cause=failure_cause(exc)) from exc
         except BaseException:
             self.close()
             raise
@@ -235,7 +252,7 @@ class SqliteMetadataStore(TieredMetadataStore):
         try:
             st = os.stat(self.path)
         except OSError as exc:
-            raise MetadataError(f"metadata store {self.path!r} cannot be read: {exc}", path=self.path) from exc
+            raise MetadataError(f"metadata store {self.path!r} cannot be read: {exc}", path=self.path, cause=failure_cause(exc)) from exc
         return st.st_mtime_ns, st.st_size, os.path.exists(self.path + "-wal")
 
     def _connect_readonly(self) -> None:
@@ -252,7 +269,7 @@ class SqliteMetadataStore(TieredMetadataStore):
             self._conn = sqlite3.connect(uri, uri=True, timeout=self._busy_timeout, isolation_level=None,
                                          check_same_thread=False)
         except sqlite3.Error as exc:
-            raise MetadataError(f"cannot open metadata store {self.path!r}: {exc}", path=self.path) from exc
+            raise MetadataError(f"cannot open metadata store {self.path!r}: {exc}", path=self.path, cause=failure_cause(exc)) from exc
 
     def _refuse_write(self, operation: str) -> None:
         if self._writes_refused:
@@ -639,7 +656,7 @@ class SqliteMetadataStore(TieredMetadataStore):
                     conn.close()
                 except sqlite3.Error as exc:
                     raise MetadataError(f"closing metadata store {self.path!r} failed: {exc}",
-                                        path=self.path) from exc
+                                        path=self.path, cause=failure_cause(exc)) from exc
 
     def destroy(self) -> None:
         if self.read_only:

@@ -168,13 +168,39 @@ def read_metadata(metadata: TieredMetadataStore) -> StoreIdentity | None:
                                          f"(property {IDENTITY_PROPERTY!r})")
 
 
-def write_metadata(metadata: TieredMetadataStore, identity: StoreIdentity) -> None:
-    """Record ``identity`` in ``metadata`` (a store that keeps no properties is skipped, logged)."""
+def write_metadata(metadata: TieredMetadataStore, identity: StoreIdentity, store_id: str | None = None) -> None:
+    """Record ``identity`` (and the id of the store it belongs to) in ``metadata`` (a store
+    that keeps no properties is skipped, logged)."""
     if not keeps_properties(metadata):
         log.warning("metadata store %r keeps no store properties: the store identity is recorded only "
                     "in the store directory", getattr(metadata, "path", metadata))
         return
-    metadata.set_property(IDENTITY_PROPERTY, identity.to_json())
+    metadata.set_property(IDENTITY_PROPERTY, identity.to_json(**({"store_id": store_id} if store_id else {})))
+
+
+def metadata_store_id(metadata: TieredMetadataStore) -> str | None:
+    """The id of the store whose identity ``metadata`` records (None: none recorded, as in
+    metadata written before the id was recorded there)."""
+    if not keeps_properties(metadata):
+        return None
+    try:
+        value = json.loads(metadata.get_property(IDENTITY_PROPERTY) or "{}").get("store_id")
+    except (ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) and value else None
+
+
+def another_stores_metadata(config: Any, store_id: str, recorded_id: str, where: str) -> IdentityMismatch:
+    """The refusal of a metadata database that records another store's id than the store
+    directory's: one store's database put in another's place (a copied file, a wrong
+    metadata_path). Rebuilding it from this store's tier is the fix."""
+    fix = (f"put this store's own metadata database back (from a backup), or rebuild it from the tier with "
+           f"`tiered metadata rebuild --config {config.source or 'FILE'} --force`")
+    return IdentityMismatch(
+        f"{where} belongs to store {recorded_id}, but the store at store_path {config.store_path!r} is store "
+        f"{store_id}: a metadata database of another store was put in this store's place. Its segment records "
+        f"describe that store's tier, not this one. Nothing was written. Fix: {fix}", field="store_id",
+        recorded=recorded_id, configured=store_id, record=where, store_path=config.store_path, fix=fix)
 
 
 def keeps_properties(metadata: TieredMetadataStore) -> bool:
@@ -256,9 +282,9 @@ def tier_proves_move(store_id: str | None, owner: "OwnerRecord | None",
     """Whether the configured tier location proves the data moved there (module doc): it
     holds the owner record of this store (``store_id``, from the store directory) and the
     reconcile of its listing against the metadata (``report``) found every listed segment,
-    at least one. Used by a store's open and by a writer job's prefix claim alike."""
+    at least one, none shorter than the metadata records. Used by a store's open and by a writer job's prefix claim alike."""
     return (store_id is not None and owner is not None and owner.store_id == store_id
-            and report is not None and report.known > 0 and not report.missing)
+            and report is not None and report.known > 0 and not report.missing and not report.short)
 
 
 def _shown(identity: StoreIdentity, field: str) -> str:
@@ -275,6 +301,8 @@ __all__ = [
     "identity_path",
     "keeps_properties",
     "metadata_brokers",
+    "metadata_store_id",
+    "another_stores_metadata",
     "mismatches",
     "read_local",
     "read_metadata",

@@ -39,6 +39,8 @@ class ReconcileReport:
     unknown: list[tuple[str, int]] = field(default_factory=list)
     #: Non-empty segments the metadata lists (not DELETED) that the backend does not hold.
     missing: list[str] = field(default_factory=list)
+    #: Segments the backend holds shorter than the metadata records, ``(path, size held)``.
+    short: list[tuple[str, int]] = field(default_factory=list)
 
     @property
     def unknown_bytes(self) -> int:
@@ -99,8 +101,12 @@ def reconcile(driver: SegmentDriver, metadata: TieredMetadataStore, cluster: str
     for path, size in segment_objects(driver, cluster, broker):
         report.listed += 1
         listed.add(path)
-        if size and path not in known:
-            report.unknown.append((path, size))
+        meta = known.get(path)
+        if meta is None:
+            if size:
+                report.unknown.append((path, size))
+        elif size < meta.size and meta.status != SegmentStatus.DELETED:
+            report.short.append((path, size))
     live = [path for path, meta in known.items() if meta.size and meta.status != SegmentStatus.DELETED]
     report.known = len(live)
     report.missing = sorted(path for path in live if path not in listed)
@@ -108,7 +114,18 @@ def reconcile(driver: SegmentDriver, metadata: TieredMetadataStore, cluster: str
 
 
 def metadata_refusal(exc: MetadataError, metadata_path: str, fix: str) -> MetadataError:
-    """The error that stops an open over a metadata store that cannot be opened."""
+    """The error that stops an open over a metadata store that cannot be opened: one in use
+    by another process or out of reach (its ``cause``) is not damaged, and is not to be
+    rebuilt."""
+    cause = exc.context.get("cause", "")
+    if cause == "in_use":
+        return MetadataError(f"{exc.message}. Another process holds the metadata database (another store, a "
+                             "`sqlite3` shell, a backup tool): stop it, then retry. The database is not damaged: "
+                             "do not rebuild it. Nothing was changed", path=metadata_path, cause=cause)
+    if cause == "access":
+        return MetadataError(f"{exc.message}. Check that this user may read and write the file and its directory "
+                             "(and that the disk is not mounted read-only). The database is not damaged: do not "
+                             "rebuild it. Nothing was changed", path=metadata_path, cause=cause)
     return MetadataError(f"{exc.message}. Nothing was changed. To rebuild it from the backend "
                          f"(the damaged file is kept aside), run `{fix}`, or set "
                          "metadata_recovery = \"rebuild\"", path=metadata_path, fix=fix)
@@ -133,7 +150,7 @@ def open_checked_metadata(open_metadata: Callable[[], TieredMetadataStore], meta
     try:
         metadata = open_metadata()
     except MetadataError as exc:
-        if not rebuild:
+        if not rebuild or exc.context.get("cause"):
             raise metadata_refusal(exc, metadata_path, fix) from exc
         moved = set_aside(metadata_path)
         log.error("metadata store %r cannot be opened (%s); moved to %s and rebuilding it from the backend",

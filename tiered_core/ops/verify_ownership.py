@@ -87,6 +87,15 @@ def identity_findings(config: Any, driver: SegmentDriver, metadata: TieredMetada
     configured = identity.StoreIdentity.of(config)
     records = [(repr(identity.identity_path(config.store_path)), identity.read_local(config.store_path)),
                (f"metadata store {getattr(metadata, 'path', '?')!r}", identity.read_metadata(metadata))]
+    recorded_id = identity.metadata_store_id(metadata)
+    if store_id is not None and recorded_id is not None and recorded_id != store_id:
+        where = f"metadata store {getattr(metadata, 'path', '?')!r}"
+        err = identity.another_stores_metadata(config, store_id, recorded_id, where)
+        return [Finding(FindingKind.IDENTITY_MISMATCH, config.store_path,
+                        f"{where} belongs to store {recorded_id}, not to this store ({store_id}): its segment records "
+                        "describe another store's tier", facts={"field": "store_id", "recorded": recorded_id,
+                                                                 "configured": store_id, "record": where},
+                        fix_text=err.context.get("fix"))]
     found = identity.mismatches(configured, records, identity.metadata_brokers(metadata),
                                 f"the queue records of metadata store {getattr(metadata, 'path', '?')!r}")
     if found and all(m.field == "tier" for m in found):

@@ -6,7 +6,14 @@ Runs the conformance suite (the ``tiered-conformance`` distribution) against dri
 contract, FileSegment, faults, stateful) with passed / failed / skipped counts.
 
 Exit status: 0 when nothing failed, 1 when a test failed (or none ran), 2 for bad
-input (unknown driver, unknown option, suite not installed, a bad ``-k`` expression).
+input (unknown driver, unknown option, suite not installed, a bad ``-k`` expression, a
+location that holds a store).
+
+The suite writes its test objects into the location ``--option`` names, so a location that
+holds a store (an owner record ``.tiered-owner/`` at or below it, or in a parent location:
+the location lies inside a store's tier prefix) is refused before anything runs
+(:func:`refuse_a_store_location`).
+
 The user's own pytest configuration is not read: the run uses an empty ini file in a
 scratch directory. With ``--json`` pytest's own output goes to stderr and stdout holds
 one JSON object (driver, per-area counts, failed tests, result).
@@ -19,12 +26,13 @@ import contextlib
 import os
 import sys
 import tempfile
+import urllib.parse
 from pathlib import Path
 from typing import Any, Callable
 
 from tiered_core.cli.shared import CheckFailed, add_json_option, int_arg, print_json
 from tiered_core.cli.exit_codes import ExitCode
-from tiered_core.errors import IllegalParam, PluginLoadError
+from tiered_core.errors import IllegalParam, InvalidOption, InvalidPath, PluginLoadError, TieredStoreError
 
 #: Row for tests outside the four areas (none today).
 OTHER = "other"
@@ -118,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
                                 option_flag="--option")
     collector = ReportCollector()
     with tempfile.TemporaryDirectory(prefix="tiered-conformance-") as scratch:
+        refuse_a_store_location(args.name, settings, scratch)
         ini = Path(scratch) / "pytest.ini"
         ini.write_text("[pytest]\n")
         argv = ["--pyargs", "tiered_conformance", "--tiered-driver", args.name,
@@ -168,6 +177,93 @@ def run(args: argparse.Namespace) -> int:
         return int(_error_exit(code))
     print(f"result: {result}")
     return int(ExitCode.OK if result == "PASS" else ExitCode.FAILURE)
+
+
+def refuse_a_store_location(name: str, settings: Any, workdir: str) -> None:
+    """Refuse (:class:`InvalidPath`, exit 2, nothing written) a location given with
+    ``--option`` that holds a store: an owner record (``.tiered-owner/``) anywhere at or
+    below it, or directly in one of its parent locations (it lies inside a store's tier
+    prefix). Looked at through the driver's ``list`` behind a read-only layer, with the
+    options the suite will use (the driver's test environment, the user's options over it).
+    Without ``--option`` the suite runs on the driver's own throw-away location."""
+    if not settings.options:
+        return
+    from tiered_core.flat.ownership import OWNER_DIR
+    from tiered_core.plugins import conformance_environment
+
+    cls = settings.driver_cls
+    with conformance_environment(name, workdir) as env:
+        options = cls.coerce_options({**dict(env), **settings.options})
+        where = {k: options[k] for k in cls.location_options if options.get(k) is not None}
+        try:
+            found = _owner_record(cls, options, "")
+        except InvalidOption:
+            raise  # a bad option is named as such
+        except TieredStoreError as exc:
+            raise InvalidPath(f"--option: cannot check that the conformance location {where} holds no store "
+                              f"(listing it failed: {exc}); the suite writes its test objects there, so it runs "
+                              "only on a location it can check", option="--option", location=where) from None
+        if found is not None:
+            raise _refusal(where, f"holds a store's owner record {found!r}", where)
+        for parent in _parent_locations(cls, options):
+            try:
+                found = _owner_record(cls, parent, f"{OWNER_DIR}/")
+            except TieredStoreError:
+                continue  # a parent the credentials may not list (the location itself was listed)
+            if found is not None:
+                above = {k: parent[k] for k in cls.location_options if parent.get(k) is not None}
+                raise _refusal(where, f"lies inside the tier prefix of a store (owner record {found!r} in {above})",
+                               where)
+
+
+def _refusal(where: dict[str, Any], what: str, location: dict[str, Any]) -> InvalidPath:
+    return InvalidPath(f"--option: the conformance location {where} {what}; the suite writes (and deletes) test "
+                       "objects there, which would land in the store's tier. Give an empty location of its own "
+                       "(or no --option for the driver's throw-away one); nothing was written",
+                       option="--option", location=location)
+
+
+def _owner_record(cls: Any, options: dict[str, Any], prefix: str) -> str | None:
+    """The first owner record path the driver opened with ``options`` lists under ``prefix``."""
+    from tiered_core.flat.ownership import OWNER_DIR, ReadOnlyDriver
+
+    driver = ReadOnlyDriver(cls(**options), why="tiered conformance only looks for a store before it runs")
+    try:
+        for path, _size in driver.list(prefix):
+            if path.startswith(f"{OWNER_DIR}/") or f"/{OWNER_DIR}/" in path:
+                return path
+        return None
+    finally:
+        driver.close()
+
+
+def _parent_locations(cls: Any, options: dict[str, Any]) -> list[dict[str, Any]]:
+    """``options`` with the location moved to each parent of it, nearest first: a local
+    ``root``'s parent directories, a ``prefix``'s parent prefixes (up to the bucket or
+    container), a ``url``'s parent paths."""
+    out: list[dict[str, Any]] = []
+    names = cls.location_options
+    root = options.get("root")
+    if "root" in names and isinstance(root, str) and root:
+        current = os.path.realpath(os.path.abspath(os.path.expanduser(root)))
+        while os.path.dirname(current) != current:
+            current = os.path.dirname(current)
+            out.append({**options, "root": current})
+    prefix = options.get("prefix")
+    if "prefix" in names and isinstance(prefix, str):
+        parts = [p for p in prefix.split("/") if p]
+        out += [{**options, "prefix": "/".join(parts[:n])} for n in range(len(parts) - 1, -1, -1)]
+    url = options.get("url")
+    if "url" in names and isinstance(url, str) and "://" in url:
+        parts = urllib.parse.urlsplit(url)
+        segments = [p for p in parts.path.split("/") if p]
+        lead = "/" if parts.path.startswith("/") else ""
+        for n in range(len(segments) - 1, -1, -1):
+            path = "/".join(segments[:n])
+            path = lead + path if path or not parts.netloc else ""  # s3://bkt, file:///
+            if path or parts.netloc:
+                out.append({**options, "url": urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))})
+    return out
 
 
 def _error_exit(code: Any) -> ExitCode:

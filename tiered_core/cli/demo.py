@@ -8,8 +8,11 @@
 5. run key and time lookups;
 6. on the embedded default, a static topic over three brokers (:mod:`tiered_core.cli.demo_static`);
 then print a summary. Without ``--config`` it runs on the embedded default: POSIX
-driver and SQLite metadata under ``./demo-data`` (recreated), and writes the config it
-used to ``./demo-data/tiered.toml``.
+driver and SQLite metadata under ``./demo-data``, and writes the config it used to
+``./demo-data/tiered.toml``. A rerun recreates ``./demo-data``, but only when the store
+in it holds nothing but what the demo put there (:data:`DEMO_RECORD`, beside the output
+marker, records the demo's topics and per-queue message counts): a store an operator put
+other topics or more messages into through that config is refused, nothing deleted.
 
 The three rates it prints are defined as in ``bench/store.py``: *put* is
 ``put_message`` with the background local reput, ending when the reput has consumed
@@ -23,8 +26,10 @@ read-ahead cache (``cold_read_api_msgs_per_s``; verifying the bytes is not timed
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
+import re
 import sys
 import time
 
@@ -43,13 +48,20 @@ from tiered_core.cli.shared import (
 from tiered_core.cli.progress import Progress
 from tiered_core.codec.message import Message
 from tiered_core.config import StoreConfig
-from tiered_core.errors import IllegalParam
+from tiered_core.errors import IllegalParam, InvalidPath, TieredStoreError
 from tiered_core.common import BoundaryType
 from tiered_core.ops.output_paths import create_output_dir, remove_output_dir
 
 
 #: Messages built per chunk before their puts are timed (bounds the memory they take).
 PUT_CHUNK = 4096
+
+#: What the demo put into ./demo-data (topics and per-queue message counts), beside the
+#: output marker: a rerun deletes the directory only when its store holds no more than that.
+DEMO_RECORD = ".tiered-demo.json"
+
+#: The demo's own topics (what a directory of an older demo, without the record, may hold).
+DEMO_TOPIC = re.compile(r"demo-\d+")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -119,10 +131,14 @@ def run(args: argparse.Namespace) -> int:
     else:
         root = os.path.abspath("demo-data")
         check_store_path(default_config(root))  # e.g. a read-only working directory: name it
-        # Recreated on every run, but only a directory an earlier demo made (its output marker).
+        # Recreated on every run, but only a directory an earlier demo made (its output marker)
+        # whose store holds nothing but what that demo put.
         if os.path.lexists(root):
+            refuse_operator_data(root)
             remove_output_dir(root, option="./demo-data")
         create_output_dir(root, "tiered demo", option="./demo-data")
+        # Recorded before the first put: a demo that stops half way leaves fewer messages.
+        write_demo_record(root, planned_counts(topics, args.queues, args.messages))
         # Local files small enough that retention has several to delete, whatever the volume.
         local_file = max(1 << 20, min(32 << 20, args.messages * (args.size + 200) // 6))
         config = default_config(root).replace(local_commit_log_file_size=local_file)
@@ -309,6 +325,78 @@ def run(args: argparse.Namespace) -> int:
     if not success:
         raise CheckFailed(f"verification failed: {'; '.join(reasons)}", summary=summary, reasons=reasons)
     return 0
+
+
+def planned_counts(topics: list[str], queues: int, messages: int) -> dict[str, list[int]]:
+    """Messages the demo puts into each queue of each topic (round robin over the queues)."""
+    slots = len(topics) * queues
+    return {topic: [messages // slots + (t * queues + q < messages % slots) for q in range(queues)]
+            for t, topic in enumerate(topics)}
+
+
+def write_demo_record(root: str, counts: dict[str, list[int]]) -> None:
+    """Write :data:`DEMO_RECORD` into ``root`` (atomically, fsynced)."""
+    path = os.path.join(root, DEMO_RECORD)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump({"created_by": "tiered demo", "messages": counts}, fh, sort_keys=True)
+        fh.write("\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def read_demo_record(root: str) -> dict[str, list[int]] | None:
+    """The per-queue counts :data:`DEMO_RECORD` holds; None when there is none (an older
+    demo). Raises ValueError or OSError when it cannot be read."""
+    path = os.path.join(root, DEMO_RECORD)
+    if not os.path.lexists(path):
+        return None
+    with open(path) as fh:
+        counts = json.load(fh)["messages"]
+    if not isinstance(counts, dict) or not all(
+            isinstance(v, list) and all(isinstance(n, int) and not isinstance(n, bool) for n in v)
+            for v in counts.values()):
+        raise ValueError(f"{DEMO_RECORD} has no per-queue message counts")
+    return counts
+
+
+def refuse_operator_data(root: str) -> None:
+    """Refuse (:class:`InvalidPath`, nothing deleted) to recreate ``root`` (./demo-data) when
+    the store in it holds what the demo did not put: a topic the demo's record does not
+    name, or more messages in a queue than it recorded (without a record, from an older
+    demo: a topic other than ``demo-N``), or when that cannot be checked. The store is
+    opened read-only with the config the demo wrote there (the one operators use)."""
+    shown = "./demo-data"
+    config_file = os.path.join(root, "tiered.toml")
+    try:
+        counts = read_demo_record(root)
+        config = StoreConfig.load(config_file) if os.path.isfile(config_file) else default_config(root)
+        if os.path.realpath(config.store_path) != os.path.realpath(root):  # a directory moved here
+            config = default_config(root)
+        if not store_exists(config):
+            return
+        with open_store(config, create=False) as store:
+            held = {(r.topic, r.queue_id): max(r.local_max, r.tiered_commit) for r in store.stat(check_damage=False)}
+    except (TieredStoreError, OSError, ValueError, KeyError, TypeError) as exc:
+        raise InvalidPath(f"{shown}: refusing to delete {root!r}: cannot check that its store holds only what an "
+                          f"earlier demo put there ({type(exc).__name__}: {exc}). Move it away (or delete it "
+                          "yourself if it is disposable), or run the demo on another store with --config",
+                          path=root, option=shown) from None
+    if counts is None:
+        extra = {key: n for key, n in held.items() if n > 0 and not DEMO_TOPIC.fullmatch(key[0])}
+    else:
+        extra = {key: n for key, n in held.items()
+                 if n > (counts[key[0]][key[1]] if key[0] in counts and 0 <= key[1] < len(counts[key[0]]) else 0)}
+    if extra:
+        listed = sorted(extra.items())
+        what = ", ".join(f"{t}/{q}: {n:,} message(s)" for (t, q), n in listed[:5]) + (" ..." if len(listed) > 5 else "")
+        recorded = "beyond what the demo recorded putting" if counts is not None else "topics other than the demo-N ones"
+        raise InvalidPath(f"{shown}: refusing to delete {root!r}: its store holds messages the demo did not put "
+                          f"({recorded}; {len(listed)} queue(s): {what}), e.g. put through {config_file!r}. Move "
+                          "the directory away to keep them, or run the demo on another store with --config "
+                          "(nothing was deleted)", path=root, option=shown,
+                          queues=[f"{t}/{q}" for t, q in sorted(extra)])
 
 
 def refuse_a_used_store(config: StoreConfig, topics: list[str], *, force: bool) -> None:

@@ -8,6 +8,7 @@ import contextlib
 import inspect
 import logging
 import os
+import urllib.parse
 from typing import Any, Callable, Iterator
 
 from tiered_core.errors import (
@@ -122,7 +123,11 @@ class AzureDriver(SegmentDriver):
         self.max_block_size = max_block_size
         #: Every HTTP request passes it (tests and benchmarks install their probe there).
         self.transport = RequestHookPoint()
+        #: Texts scrubbed from a cause shown in an error (a key, a SAS, a client secret).
+        self._secrets = _secret_texts(auth)
         self._fs = self._open_fs(auth, account_name, endpoint, anon)
+        #: scheme://host[:port] of the blob service, the only part of its URL errors show.
+        self.endpoint_shown = _endpoint_shown(self._fs.service_client.url)
 
     @contextlib.contextmanager
     def _built_from(self, option: str, *, secret: bool = False) -> Iterator[None]:
@@ -199,8 +204,20 @@ class AzureDriver(SegmentDriver):
                                container=self.container, path=path, status=status)
         retryable = _transient(exc, status)
         detail = f"HTTP {status} {code}".strip() if status else type(_cause(exc)).__name__
+        if not status and retryable:  # no answer: say which endpoint, and why (refused, no such host, timeout)
+            why, host = _why_unreachable(exc)
+            where = f"endpoint {self.endpoint_shown}"
+            if host and host != _host_port(self._fs.service_client.url):  # e.g. the credential's token authority
+                where = f"{host} (the blob endpoint is {self.endpoint_shown})"
+            detail += f": no answer from {where}: {self._scrub(why)}"
+            ctx.setdefault("endpoint", self.endpoint_shown)
         return DriverError(f"azure: cannot {action} {target}: {detail}", retryable=retryable,
                            container=self.container, path=path, status=status, **ctx)
+
+    def _scrub(self, text: str) -> str:
+        for value in self._secrets:
+            text = text.replace(value, "***")
+        return text
 
     def _call(self, action: str, path: str | None, fn: Callable[[], Any],
               handle: Callable[[BaseException, int, str], Any] | None = None) -> Any:
@@ -581,6 +598,71 @@ def _is_auth_error(exc: BaseException) -> bool:
     except ImportError:  # pragma: no cover - azure-identity is a dependency
         CredentialUnavailableError = ClientAuthenticationError
     return isinstance(_cause(exc), (ClientAuthenticationError, CredentialUnavailableError))
+
+
+def _secret_texts(auth: dict[str, Any]) -> list[str]:
+    """The secret texts of ``auth`` (a connection string's key and signature parts too),
+    longest first."""
+    found = set()
+    for name, value in auth.items():
+        if name in AzureDriver.secret_options and isinstance(value, str) and value:
+            found.add(value)
+    text = auth.get("connection_string")
+    if isinstance(text, str):
+        for part in text.split(";"):
+            key, _, value = part.partition("=")
+            if key.strip().lower() in ("accountkey", "sharedaccesssignature") and value.strip():
+                found.add(value.strip())
+    return sorted(found, key=len, reverse=True)
+
+
+def _endpoint_shown(url: str) -> str:
+    """``scheme://host[:port]`` of ``url``: no path, query (a SAS) or user info."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host, port = parts.hostname or "", parts.port
+    except ValueError:
+        return "(unparsable account URL)"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{parts.scheme}://{host}" + (f":{port}" if port else "")
+
+
+def _host_port(url: str) -> str | None:
+    """``host:port`` (the scheme's default port when none is given) of ``url``."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme.lower())
+    except ValueError:
+        return None
+    return f"{parts.hostname}:{port}"
+
+
+def _why_unreachable(exc: BaseException) -> tuple[str, str | None]:
+    """``(cause, host:port)`` of a request that got no answer, as an operator reads it: the OS
+    error behind it ("Connection refused", "Name or service not known") or the deepest
+    message, and the host the connection was for when the HTTP library says (else None)."""
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in chain and len(chain) < 10:
+        chain.append(current)
+        current = (getattr(current, "inner_exception", None) or current.__cause__ or current.__context__)
+    host = None
+    for err in chain:  # aiohttp's ClientConnectorError knows the host and port it tried
+        if isinstance(getattr(err, "host", None), str) and isinstance(getattr(err, "port", None), int):
+            host = f"{err.host}:{err.port}"
+            break
+    for err in reversed(chain):
+        if isinstance(err, OSError) and not isinstance(err, (FileNotFoundError, FileExistsError)):
+            if isinstance(err.errno, int) and err.errno > 0:
+                return os.strerror(err.errno), host
+            if err.strerror:
+                return str(err.strerror), host
+    for err in reversed(chain):
+        text = str(err).strip()
+        if text:
+            return text[:300], host
+    return type(chain[-1]).__name__, host
 
 
 def _transient(exc: BaseException, status: int) -> bool:

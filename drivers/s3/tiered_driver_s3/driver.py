@@ -242,6 +242,8 @@ class S3Driver(ChainedObjectDriver):
                 value = REDACTED
         if value is not None:
             out["storage_options"] = redact_tree(value) if isinstance(value, Mapping) else REDACTED
+        if isinstance(out.get("endpoint_url"), str):  # refused at open, but listings show options unopened
+            out["endpoint_url"] = redact_tree(out["endpoint_url"])
         return out
 
     can_consolidate = True
@@ -265,9 +267,8 @@ class S3Driver(ChainedObjectDriver):
             if value is not None and (not isinstance(value, str) or not value.strip()):
                 raise InvalidOption(f"option {option!r} of driver 's3' must be a non-empty string, got {value!r}",
                                     option=option)
-        if endpoint_url is not None and "://" not in endpoint_url:
-            raise InvalidOption(f"option 'endpoint_url' of driver 's3' must be a URL such as "
-                                f"'https://s3.example.com', got {endpoint_url!r}", option="endpoint_url")
+        if endpoint_url is not None:
+            _check_endpoint_url(endpoint_url)
         for option, value in (("key", key), ("secret", secret), ("token", token)):
             if value is not None and (not isinstance(value, str) or not value):
                 raise InvalidOption(f"option {option!r} of driver 's3' must be a non-empty string "
@@ -875,6 +876,33 @@ def _check_bucket(bucket: Any) -> str:
         raise InvalidOption(f"option 'bucket' of driver 's3' must be a bucket name (3 to 63 characters, no '/'), "
                             f"got {bucket!r}", option="bucket")
     return bucket
+
+
+def _check_endpoint_url(url: str) -> None:
+    """Refuse an ``endpoint_url`` that is not a URL, or that carries user info
+    (``http://KEY:PASSWORD@host``): it is shown as the store's endpoint, and credentials
+    belong in ``key``/``secret`` (redacted) instead."""
+    if "://" not in url:
+        raise InvalidOption(f"option 'endpoint_url' of driver 's3' must be a URL such as "
+                            f"'https://s3.example.com', got {url!r}", option="endpoint_url")
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError as exc:
+        raise InvalidOption(f"option 'endpoint_url' of driver 's3' is not a valid URL "
+                            f"({redact_tree(url)}): {exc}", option="endpoint_url") from None
+    if parts.username is not None or parts.password is not None:
+        shown = redact_tree(url)
+        if parts.password is not None and parts.password in shown:  # what the pattern does not catch
+            shown = shown.replace(parts.password, REDACTED)
+        raise InvalidOption(f"option 'endpoint_url' of driver 's3' carries user info ({shown}): the endpoint is "
+                            "shown wherever the store's options are, so give the credentials in options 'key' "
+                            "and 'secret' (or the AWS credential chain) and leave them out of the URL, e.g. "
+                            f"{_without_user_info(parts)!r}", option="endpoint_url")
+
+
+def _without_user_info(parts: urllib.parse.SplitResult) -> str:
+    host = parts.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
 
 
 def _option_refused(exc: Exception, region: str | None) -> InvalidOption | None:

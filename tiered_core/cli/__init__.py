@@ -8,7 +8,9 @@ Exit status (:mod:`tiered_core.cli.exit_codes`): 0 only for success; a typed err
 to a code by its :class:`~tiered_core.errors.ErrorCode`. Errors go to stderr as one line
 ``tiered CMD: [CODE] message``; with ``--json`` stdout additionally holds exactly one JSON
 document: the result, or ``{"error": {"code", "exit_code", "type", "message", ...context}}``.
-Ctrl-C prints ``interrupted`` (code ``INTERRUPTED``, exit 130), no traceback. A local disk
+Ctrl-C prints ``interrupted`` (code ``INTERRUPTED``, exit 130), no traceback, from the moment
+``main`` runs (building the parser included); one while a JSON document is written is held
+until it is out, and no error document follows it. A local disk
 failure is ``LOCAL_IO`` (exit 5) naming the file; SIGXFSZ is ignored so that a write past
 ``ulimit -f`` fails with that error instead of killing the process.
 """
@@ -23,10 +25,9 @@ import traceback
 from typing import NoReturn
 
 from tiered_core import __version__
-from tiered_core.cli.shared import USAGE, error_payload, print_json
+from tiered_core.cli.shared import USAGE, error_payload, json_on_stdout, print_json, reset_json_on_stdout
 from tiered_core.cli.exit_codes import ExitCode, exit_code_for, table
 from tiered_core.errors import TieredStoreError
-from tiered_core.local.io_errors import DISK_ERRNOS, local_io_error
 
 #: Subcommand modules, in the order ``tiered --help`` lists them.
 COMMANDS = [
@@ -100,14 +101,22 @@ def command_name(args: argparse.Namespace | None) -> str:
 
 
 def _fail(exc: BaseException, args: argparse.Namespace | None, want_json: bool) -> int:
-    """Report ``exc`` (stderr; and stdout as JSON with ``--json``) and return its exit code."""
-    if isinstance(exc, OSError) and exc.errno in DISK_ERRNOS:
-        # a local disk failure that escaped untyped: still LOCAL_IO (exit 5), naming the file
-        exc = local_io_error("accessing", exc.filename, exc)
+    """Report ``exc`` (stderr; and stdout as JSON with ``--json``) and return its exit code.
+
+    No error document follows a document already on stdout (a Ctrl-C after the result was
+    written): stdout holds one.
+    """
+    if isinstance(exc, OSError):
+        # (imported here: tiered_core.local is heavy, and imports before main's try cannot report a Ctrl-C)
+        from tiered_core.local.io_errors import DISK_ERRNOS, local_io_error
+
+        if exc.errno in DISK_ERRNOS:
+            # a local disk failure that escaped untyped: still LOCAL_IO (exit 5), naming the file
+            exc = local_io_error("accessing", exc.filename, exc)
     code = exit_code_for(exc)
     name = command_name(args)
     if isinstance(exc, KeyboardInterrupt):
-        print(f"{name}: interrupted", file=sys.stderr)
+        print(f"{name}: {getattr(exc, 'message', 'interrupted')}", file=sys.stderr)
     elif isinstance(exc, TieredStoreError):
         print(f"{name}: {exc}", file=sys.stderr)
     elif isinstance(exc, OSError):
@@ -115,31 +124,46 @@ def _fail(exc: BaseException, args: argparse.Namespace | None, want_json: bool) 
     else:
         print(f"{name}: unexpected error (a bug; please report it with this traceback):", file=sys.stderr)
         traceback.print_exception(exc, file=sys.stderr)
-    if want_json:
-        print_json(error_payload(exc, exit_code=code))
+    if want_json and not json_on_stdout():
+        print_json(error_payload(exc, exit_code=code), last=True)
     return int(code)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``tiered`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    reset_json_on_stdout()
+    parsed: list[argparse.Namespace] = []  # the parsed command line, once there is one
+    try:
+        return _run(argv, parsed)
+    except KeyboardInterrupt as exc:  # anywhere: building the parser (imports), the command, reporting its error
+        args = parsed[0] if parsed else None
+        want_json = bool(getattr(args, "json", False)) if args is not None else "--json" in argv
+        try:
+            return _fail(exc, args, want_json)
+        except KeyboardInterrupt:  # a second Ctrl-C while the first is reported
+            return int(ExitCode.INTERRUPTED)
+
+
+def _run(argv: list[str], parsed: list[argparse.Namespace]) -> int:
+    """``main`` but for Ctrl-C, which ``main`` reports; appends the parsed arguments to ``parsed``."""
     want_json = "--json" in argv
     if hasattr(signal, "SIGXFSZ") and _in_main_thread():
         # A write past the file size limit (ulimit -f) must fail with EFBIG, which the store
         # reports as a LOCAL_IO error naming the file, not kill the process (the default).
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     parser = build_parser()
-    args: argparse.Namespace | None = None
     try:
         args = parser.parse_args(argv)
     except UsageError as exc:
         sys.stderr.write(exc.usage)
         print(f"{exc.prog}: error: {exc}", file=sys.stderr)
         if want_json:
-            print_json(error_payload(exc, code=USAGE, exit_code=ExitCode.BAD_INPUT))
+            print_json(error_payload(exc, code=USAGE, exit_code=ExitCode.BAD_INPUT), last=True)
         return int(ExitCode.BAD_INPUT)
     except SystemExit as exc:  # --help, --version
         return int(exc.code or 0) if not isinstance(exc.code, str) else int(ExitCode.BAD_INPUT)
+    parsed.append(args)
     want_json = bool(getattr(args, "json", False))
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
@@ -149,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head`
         sys.stderr.close()
         return int(ExitCode.OK)
-    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - every failure gets its exit code
+    except Exception as exc:  # noqa: BLE001 - every failure gets its exit code (Ctrl-C: main)
         return _fail(exc, args, want_json)
 
 

@@ -12,11 +12,14 @@ fetcher's record of what failed) is a CorruptData. ``stat`` names damaged tiered
 from __future__ import annotations
 
 import argparse
+import base64
 import sys
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from tiered_core.cli.shared import (
     DispatchFailed,
+    Interrupted,
     MessageNotFound,
     add_json_option,
     int_arg,
@@ -27,6 +30,9 @@ from tiered_core.cli.shared import (
 from tiered_core.common import INT_MAX, LONG_MAX
 from tiered_core.errors import CorruptData, IllegalParam, LocalIOError, StateConflict, TieredStoreError
 from tiered_core.local.io_errors import DISK_ERRNOS, local_io_error, with_stored
+
+if TYPE_CHECKING:
+    from tiered_core.config import StoreConfig
 
 _queue_id = int_arg(0, "a queue id", INT_MAX)
 _offset = int_arg(0, "a queue offset", LONG_MAX)
@@ -58,20 +64,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     _queue_arguments(p, "topic of the message")
     p.add_argument("--key", action="append", default=[], help="index key (repeatable)")
     p.add_argument("--tags", help="message tags")
-    p.add_argument("--body", help="message body (default: read stdin)")
+    p.add_argument("--body", help="message body (default: read stdin; an empty stdin is refused, "
+                                   "--body '' puts an empty message)")
     p.add_argument("--dispatch", action="store_true",
                    help="dispatch to the tiered store before exiting; exit 5 if the dispatch failed")
 
-    g = _store_command(sub, "get", get, "the status and the messages",
+    g = _store_command(sub, "get", get, "the status and the messages (each with \"body\", its text, and "
+                                        "\"body_base64\", its exact bytes)",
                        help="read messages of a queue (from whichever tier holds them)",
                        description="Read messages by queue offset, or by key with --key. "
                                    "Exit 3 when no message is found or the store does not exist; exit 4 "
                                    "when the message at the offset is damaged in the tiered store and no "
-                                   "local copy serves it.")
+                                   "local copy serves it. The text listing shows a body that is not "
+                                   "UTF-8 as Python bytes (b'\\xff...'); --json gives every body's exact "
+                                   "bytes in body_base64.")
     _queue_arguments(g, "topic to read")
-    g.add_argument("--offset", type=_offset, default=0, help="first queue offset to read (default 0)")
-    g.add_argument("--count", type=_count, default=10, help="most messages to return (default 10)")
-    g.add_argument("--key", help="look up by key instead of offset (all queues of the topic)")
+    where = g.add_mutually_exclusive_group()
+    where.add_argument("--offset", type=_offset, default=None, help="first queue offset to read (default 0)")
+    where.add_argument("--key", help="look up by key instead of offset (all queues of the topic)")
+    g.add_argument("--count", type=_count, default=10,
+                   help="most messages to return (default 10); fewer may come back: a read from the tiered "
+                        "store returns at most 4096 messages (16 MiB); continue from next_begin_offset")
 
     _store_command(sub, "stat", stat, "a list of per-queue objects (with their damaged segments)",
                    help="per-queue offsets in each tier, and damaged tiered segments",
@@ -88,11 +101,50 @@ def put(args: argparse.Namespace) -> int:
     the message was stored: not when the store could not open or the commit-log append failed;
     stored (with its offsets, under ``put``) when it came after the append (consume queue, key
     index, flush, dispatch, close), so a retry would store it twice.
+    A Ctrl-C after the put returned says so the same way (``stored``, ``put``; exit 130).
     """
+    config = load_config(args.config)
+    body = _body(args)
+    done = _PutDone()
+    try:
+        return _put(args, config, body, done)
+    except KeyboardInterrupt:
+        if done.result is None:
+            raise  # before the put returned: nothing to tell
+        if not args.json and not done.printed:
+            _print_put(done.result)
+        raise Interrupted(f"interrupted; the message WAS stored ({_where_stored(done.result)}): do not put it "
+                          "again", stored=True, put=done.result) from None
+
+
+@dataclass
+class _PutDone:
+    """How far a put got: its result once the store returned it, and whether it was printed."""
+
+    result: dict[str, Any] | None = None
+    printed: bool = False
+
+
+def _body(args: argparse.Namespace) -> bytes:
+    """The body of ``put``: ``--body``, else stdin, which must not be empty (an empty pipe is
+    more likely a mistake than a message; ``--body ''`` puts an empty one)."""
+    if args.body is not None:
+        return args.body.encode()
+    body = sys.stdin.buffer.read()
+    if not body:
+        raise IllegalParam("the body read from stdin is empty; to put an empty message, pass --body ''",
+                           source="stdin")
+    return body
+
+
+def _where_stored(result: dict[str, Any]) -> str:
+    return f"{result['topic']}/{result['queue_id']}@{result['queue_offset']}"
+
+
+def _put(args: argparse.Namespace, config: "StoreConfig", body: bytes, done: _PutDone) -> int:
+    """:func:`put` once the body is read; ``done`` records the put's result as soon as it is known."""
     from tiered_core.codec.message import Message
 
-    config = load_config(args.config)
-    body = args.body.encode() if args.body is not None else sys.stdin.buffer.read()
     failure: DispatchFailed | None = None
     dispatch: dict[str, Any] | None = None
     result: dict[str, Any] | None = None
@@ -102,14 +154,13 @@ def put(args: argparse.Namespace) -> int:
             refuse_direct_puts(store, args.topic)  # a static topic's physical queues take the cluster's puts only
             res = store.put_message(Message(topic=args.topic, body=body, keys=args.key, tags=args.tags),
                                     args.queue)
-            result = {"status": res.status.name, "topic": args.topic, "queue_id": args.queue,
-                      "queue_offset": res.queue_offset, "commitlog_offset": res.commitlog_offset,
-                      "store_timestamp": res.store_timestamp}
             if not res.ok:
-                result = None
                 kind = IllegalParam if res.status.name == "MESSAGE_ILLEGAL" else StateConflict
                 raise kind(f"put to {args.topic}/{args.queue} answered {res.status.name}", topic=args.topic,
                            queue_id=args.queue, status=res.status.name)
+            result = done.result = {"status": res.status.name, "topic": args.topic, "queue_id": args.queue,
+                                    "queue_offset": res.queue_offset, "commitlog_offset": res.commitlog_offset,
+                                    "store_timestamp": res.store_timestamp}
             if args.dispatch:
                 stats = store.dispatch(force=True)
                 dispatch = {"messages": stats.messages, "bytes": stats.bytes, "groups": stats.groups,
@@ -125,15 +176,18 @@ def put(args: argparse.Namespace) -> int:
             raise with_stored(exc, False) from None
         if not args.json:
             _print_put(result)  # the message is stored: say where, then fail
-        raise with_stored(exc, True, f"{args.topic}/{args.queue}@{result['queue_offset']}", put=result) from None
+            done.printed = True
+        raise with_stored(exc, True, _where_stored(result), put=result) from None
     if failure is not None:
         if not args.json:
             _print_put(result)  # the message is stored locally: say so, then fail
+            done.printed = True
         raise failure
     if args.json:
         print_json({**result, "dispatch": dispatch})
     else:
         _print_put(result)
+        done.printed = True
     return 0
 
 
@@ -173,14 +227,29 @@ def _dispatch_failure(store, stats, topic: str, queue_id: int, queue_offset: int
 
 
 def _row(m) -> dict:
+    """A message as ``get --json`` prints it: ``body`` is its text (bytes that are not UTF-8
+    replaced by U+FFFD), ``body_base64`` its exact bytes."""
     return {"topic": m.topic, "queue_id": m.queue_id, "queue_offset": m.queue_offset,
             "commitlog_offset": m.commitlog_offset, "store_timestamp": m.store_timestamp,
-            "keys": m.keys, "tags": m.tags, "body": m.body.decode("utf-8", "replace")}
+            "keys": m.keys, "tags": m.tags, "body": m.body.decode("utf-8", "replace"),
+            "body_base64": base64.b64encode(m.body).decode("ascii")}
+
+
+def _shown_body(body: bytes, limit: int = 60) -> str:
+    """The body as the text listing shows it: its text's repr when it is UTF-8, else its
+    bytes' (``b'\\xff\\xfe'``), so that different bodies never print alike; cut after ``limit``
+    characters (bytes) with ``...``."""
+    try:
+        text: str | bytes = body.decode("utf-8")
+    except UnicodeDecodeError:
+        text = body
+    return f"{text[:limit]!r}{'...' if len(text) > limit else ''}"
 
 
 def get(args: argparse.Namespace) -> int:
     """``tiered get``: messages by offset or key; :class:`MessageNotFound` when there are none."""
     config = load_config(args.config)
+    offset = 0 if args.offset is None else args.offset  # (None: not given, which --key requires)
     with open_store(config, create=False) as store:
         if args.key is not None:
             messages = store.query_message(args.topic, args.key, args.count).messages
@@ -189,16 +258,16 @@ def get(args: argparse.Namespace) -> int:
                 raise MessageNotFound(f"no message of topic {args.topic!r} has key {args.key!r}",
                                       topic=args.topic, key=args.key)
         else:
-            res = store.get_message("tiered-cli", args.topic, args.queue, args.offset, args.count)
+            res = store.get_message("tiered-cli", args.topic, args.queue, offset, args.count)
             messages, status = res.messages, res.status.name
             tier, nxt = (res.tier.value if res.tier else None), res.next_begin_offset
             if not messages and res.error is not None:
-                raise _unserved(args.topic, args.queue, args.offset, status, res.error)
+                raise _unserved(args.topic, args.queue, offset, status, res.error)
             if not messages:
                 raise MessageNotFound(
-                    f"no message in {args.topic}/{args.queue} at offset {args.offset}: {status} "
+                    f"no message in {args.topic}/{args.queue} at offset {offset}: {status} "
                     f"(queue offsets {res.min_offset}..{res.max_offset}, next {res.next_begin_offset})",
-                    topic=args.topic, queue_id=args.queue, offset=args.offset, status=status,
+                    topic=args.topic, queue_id=args.queue, offset=offset, status=status,
                     min_offset=res.min_offset, max_offset=res.max_offset,
                     next_begin_offset=res.next_begin_offset)
     if args.json:
@@ -207,9 +276,8 @@ def get(args: argparse.Namespace) -> int:
         return 0
     print(f"status={status} tier={tier or '-'} next_begin_offset={'-' if nxt is None else nxt}")
     for m in messages:
-        body = m.body[:60].decode("utf-8", "replace")
         print(f"  {m.topic}/{m.queue_id}@{m.queue_offset} ts={m.store_timestamp} keys={','.join(m.keys)} "
-              f"tags={m.tags or ''} body={body!r}{'...' if len(m.body) > 60 else ''}")
+              f"tags={m.tags or ''} body={_shown_body(m.body)}")
     return 0
 
 

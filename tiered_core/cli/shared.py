@@ -16,7 +16,9 @@ import json
 import logging
 import os
 import re
+import signal
 import sys
+import threading
 import warnings
 from typing import IO, TYPE_CHECKING, Any, Callable
 
@@ -93,6 +95,19 @@ class MessageNotFound(TieredStoreError, LookupError):
     """``tiered get`` found no message; ``context`` says where it looked and what the store answered."""
 
     code = ErrorCode.NOT_FOUND
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (code ``INTERRUPTED``, exit 130) after the command did something its caller must
+    know, e.g. a put that stored its message: ``message`` and ``context`` say what (they go
+    into the error document, as a typed error's do)."""
+
+    code = INTERRUPTED
+
+    def __init__(self, message: str, **context: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.context = context
 
 
 class CheckFailed(TieredStoreError):
@@ -179,11 +194,62 @@ def print_section(out: IO[str], title: str, items: list[tuple[str, list[str]]]) 
             print(f"    {line}", file=out)
 
 
-def print_json(obj: Any, stream: IO[str] | None = None) -> None:
-    """Print ``obj`` as one indented JSON document (non-JSON values as strings)."""
+#: Whether :func:`print_json` began writing a document to stdout in this run (``main``
+#: then adds no error document after it: stdout holds one).
+_json_on_stdout = False
+
+
+def reset_json_on_stdout() -> None:
+    """Forget earlier documents (``main`` calls it first: tests run several commands in one process)."""
+    global _json_on_stdout
+    _json_on_stdout = False
+
+
+def json_on_stdout() -> bool:
+    """Whether a JSON document was written to stdout since :func:`reset_json_on_stdout`."""
+    return _json_on_stdout
+
+
+def print_json(obj: Any, stream: IO[str] | None = None, *, last: bool = False) -> None:
+    """Print ``obj`` as one indented JSON document (non-JSON values as strings).
+
+    The whole text is built first and written in one write, then flushed; a Ctrl-C while it
+    is written is held back until it is out (never a cut document), then raised, or dropped
+    with ``last`` (the error document, the run's last output).
+    """
+    text = json.dumps(obj, indent=2, default=_jsonable) + "\n"
     stream = stream or sys.stdout
-    stream.write(json.dumps(obj, indent=2, default=_jsonable) + "\n")
-    stream.flush()
+    if _write_whole(stream, text) and not last:
+        raise KeyboardInterrupt
+
+
+def _write_whole(stream: IO[str], text: str) -> bool:
+    """Write ``text`` to ``stream`` and flush it with SIGINT held back; whether one came meanwhile."""
+    global _json_on_stdout
+    held: list[int] = []
+    swap = (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler)  # not a command's own handler
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum)) if swap else None
+    try:
+        if stream is sys.stdout:
+            _json_on_stdout = True
+        buffer = getattr(stream, "buffer", None)
+        if buffer is None:
+            stream.write(text)
+        else:
+            # A signal handler run mid-write cuts a buffered write short (it returns the count
+            # written) and TextIOWrapper.write then drops the rest: write the bytes until all are out.
+            stream.flush()
+            data = memoryview(text.encode(stream.encoding or "utf-8"))
+            done = 0
+            while done < len(data):
+                done += buffer.write(data[done:])
+            stream = buffer
+        stream.flush()
+    finally:
+        if swap:
+            signal.signal(signal.SIGINT, previous)
+    return bool(held)
 
 
 def _jsonable(value: Any) -> Any:
@@ -235,7 +301,9 @@ def error_payload(exc: BaseException, *, code: str | None = None, exit_code: int
     if isinstance(exc, CheckFailed):
         code = code or CHECK_FAILED
     if isinstance(exc, KeyboardInterrupt):
-        code, message, context = code or INTERRUPTED, "interrupted", {}
+        code, message = code or INTERRUPTED, getattr(exc, "message", "interrupted")
+        # (secrets by name pattern only: no plugin loading after a Ctrl-C)
+        context = redact_context(getattr(exc, "context", {}), set())
     elif isinstance(exc, TieredStoreError):
         code = code or (exc.code.value if isinstance(exc.code, ErrorCode) else str(exc.code))
         message = exc.message
@@ -304,6 +372,7 @@ def open_store(config: "StoreConfig", *, create: bool) -> "TieredMessageStore":
     return TieredMessageStore.open(config, read_only=not create)
 
 
-__all__ = ["StoreNotFound", "MessageNotFound", "CheckFailed", "DispatchFailed", "add_json_option",
-           "int_arg", "print_json", "redact_context", "error_payload", "check_store_path", "store_exists",
-           "load_config", "open_store", "USAGE", "CHECK_FAILED", "INTERRUPTED", "INTERNAL"]
+__all__ = ["StoreNotFound", "MessageNotFound", "Interrupted", "CheckFailed", "DispatchFailed", "add_json_option",
+           "int_arg", "print_json", "json_on_stdout", "reset_json_on_stdout", "redact_context", "error_payload",
+           "check_store_path", "store_exists", "load_config", "open_store", "USAGE", "CHECK_FAILED", "INTERRUPTED",
+           "INTERNAL"]

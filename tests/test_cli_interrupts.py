@@ -1,0 +1,172 @@
+"""Ctrl-C at any moment of a `tiered` command (an operator drill): exit 130 with one line
+``interrupted`` and, with ``--json``, exactly one JSON document on stdout; a put interrupted
+after it stored its message says so (``stored``, its offsets), as a LOCAL_IO failure does."""
+
+from __future__ import annotations
+
+import json
+import platform
+import signal
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+import pytest
+
+import tiered_core.cli as cli
+from tiered_core.access.tiered_store import TieredMessageStore
+from tiered_core.cli import main
+from tiered_core.cli.exit_codes import ExitCode
+from tiered_core.codec.message import Message
+from tiered_core.config import StoreConfig
+
+TIERED = Path(sys.executable).with_name("tiered")
+#: The number of the write(2) system call, as /proc/PID/syscall shows it.
+WRITE_SYSCALL = {"x86_64": "1", "aarch64": "64"}.get(platform.machine())
+
+
+def write_config(tmp_path) -> str:
+    path = tmp_path / "tiered.toml"
+    path.write_text(f'[tiered]\nstore_path = "{tmp_path / "store"}"\ndriver = "posix"\n'
+                    f'local_commit_log_file_size = "1MiB"\n'
+                    f'[tiered.options]\nroot = "{tmp_path / "tiered"}"\n')
+    return str(path)
+
+
+def run_main(argv: list[str]) -> int:
+    """``main(argv)``; a Ctrl-C escaping it fails the test (rather than stopping pytest)."""
+    try:
+        return main(argv)
+    except KeyboardInterrupt:
+        pytest.fail("KeyboardInterrupt escaped main: a traceback and death by SIGINT")
+
+
+def local_max(cfg: str, topic: str) -> int:
+    with TieredMessageStore.open(StoreConfig.load(cfg)) as store:
+        return store.local.get_max_offset_in_queue(topic, 0)
+
+
+def interrupt(*args, **kwargs):
+    raise KeyboardInterrupt
+
+
+# -- a put interrupted after it stored its message ----------------------------------------------------
+
+def test_ctrl_c_during_dispatch_says_the_message_was_stored(tmp_path, capsys, monkeypatch):
+    """The drill: `put --dispatch` interrupted after the put exited 130 "interrupted" with no
+    word that the message was stored, and a retry stored it twice."""
+    cfg = write_config(tmp_path)
+    monkeypatch.setattr(TieredMessageStore, "dispatch", interrupt)
+    assert run_main(["put", "--config", cfg, "--topic", "orders", "--body", "x", "--dispatch",
+                     "--json"]) == ExitCode.INTERRUPTED
+    captured = capsys.readouterr()
+    error = json.loads(captured.out)["error"]
+    assert (error["code"], error["exit_code"], error["stored"]) == ("INTERRUPTED", 130, True)
+    assert (error["put"]["status"], error["put"]["queue_offset"]) == ("PUT_OK", 0)
+    assert "do not put it again" in error["message"]
+    assert captured.err.strip() == ("tiered put: interrupted; the message WAS stored (orders/0@0): "
+                                    "do not put it again")
+    # text: the put's line on stdout, as the LOCAL_IO case prints it
+    assert run_main(["put", "--config", cfg, "--topic", "orders", "--body", "y",
+                     "--dispatch"]) == ExitCode.INTERRUPTED
+    captured = capsys.readouterr()
+    assert captured.out.startswith("PUT_OK topic=orders queue=0 queue_offset=1 ")
+    assert "the message WAS stored (orders/0@1)" in captured.err
+    monkeypatch.undo()
+    assert local_max(cfg, "orders") == 2  # both stored, once each
+
+
+def test_ctrl_c_before_the_put_returned_claims_nothing(tmp_path, capsys, monkeypatch):
+    cfg = write_config(tmp_path)
+    monkeypatch.setattr(TieredMessageStore, "put_message", interrupt)
+    assert run_main(["put", "--config", cfg, "--topic", "orders", "--body", "x", "--json"]) == 130
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["error"] == {"code": "INTERRUPTED", "exit_code": 130,
+                                                 "type": "KeyboardInterrupt", "message": "interrupted"}
+    assert captured.err.strip() == "tiered put: interrupted"
+
+
+# -- Ctrl-C while the parser is built (the subcommands' imports) -------------------------------------
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_ctrl_c_while_the_parser_is_built(capsys, monkeypatch, as_json):
+    """The drill: SIGINT in the first ~0.5 s (importing the subcommands) gave a traceback."""
+    monkeypatch.setattr(cli, "importlib", types.SimpleNamespace(import_module=interrupt))
+    argv = ["get", "--config", "x.toml", "--topic", "t"] + (["--json"] if as_json else [])
+    assert run_main(argv) == ExitCode.INTERRUPTED
+    captured = capsys.readouterr()
+    assert captured.err.strip() == "tiered: interrupted"  # one line, no traceback
+    if as_json:
+        error = json.loads(captured.out)["error"]
+        assert (error["code"], error["exit_code"], error["message"]) == ("INTERRUPTED", 130, "interrupted")
+    else:
+        assert captured.out == ""
+
+
+def test_ctrl_c_while_an_error_is_reported_is_still_130(capsys, monkeypatch):
+    """A second Ctrl-C while the first one's error document is built."""
+    monkeypatch.setattr(cli, "importlib", types.SimpleNamespace(import_module=interrupt))
+    monkeypatch.setattr(cli, "error_payload", interrupt)
+    assert run_main(["stat", "--config", "x.toml", "--json"]) == ExitCode.INTERRUPTED
+
+
+# -- Ctrl-C while the --json result is printed -------------------------------------------------------
+
+def test_ctrl_c_before_the_result_is_written_prints_only_the_error(tmp_path, capsys, monkeypatch):
+    cfg = write_config(tmp_path)
+    assert run_main(["put", "--config", cfg, "--topic", "orders", "--body", "x"]) == 0
+    capsys.readouterr()
+    dumps = json.dumps
+    calls = []
+
+    def interrupt_once(*args, **kwargs):  # while the result is built; not the error document after it
+        calls.append(args)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return dumps(*args, **kwargs)
+
+    monkeypatch.setattr("tiered_core.cli.shared.json.dumps", interrupt_once)
+    assert run_main(["stat", "--config", cfg, "--json"]) == ExitCode.INTERRUPTED
+    monkeypatch.undo()
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["error"]["code"] == "INTERRUPTED"  # that one document only
+    assert captured.err.strip() == "tiered stat: interrupted"
+
+
+def _writing_stdout(pid: int) -> bool:
+    """Whether process ``pid`` is blocked in write(1, ...)."""
+    try:
+        return Path(f"/proc/{pid}/syscall").read_text().split()[:2] == [WRITE_SYSCALL, "0x1"]
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(WRITE_SYSCALL is None or not Path("/proc/self/syscall").exists(),
+                    reason="needs /proc/PID/syscall (Linux, x86_64 or aarch64)")
+def test_ctrl_c_while_the_result_is_written_leaves_it_whole(tmp_path):
+    """The drill: Ctrl-C while `get --json` printed left a cut document and then the error
+    document on stdout. The pipe is not read until the command is blocked writing to it."""
+    cfg = write_config(tmp_path)
+    bodies = [bytes([i]) * 2000 for i in range(100)]  # ~270 KB of JSON: more than a pipe holds
+    with TieredMessageStore.open(StoreConfig.load(cfg)) as store:
+        for body in bodies:
+            assert store.put_message(Message(topic="orders", body=body), 0).ok
+    proc = subprocess.Popen([str(TIERED), "get", "--config", cfg, "--topic", "orders", "--count", "100", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not _writing_stdout(proc.pid):
+            assert proc.poll() is None and time.monotonic() < deadline, "tiered get never blocked writing"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
+        time.sleep(0.2)  # (let the handler run while the write is still blocked)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == ExitCode.INTERRUPTED, err
+    result = json.loads(out)  # one document: the whole result, no error document after it
+    assert len(result["messages"]) == 100 and result["next_begin_offset"] == 100
+    assert err.decode().strip() == "tiered get: interrupted"

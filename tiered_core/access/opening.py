@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -139,7 +138,7 @@ def check_before_open(config: "StoreConfig", driver: SegmentDriver, *, take_over
         owner = ownership.current()
         ownership.check_driver(owner)  # before any listing reads the prefix as this driver's segments
         if store_id is None and store_dir:
-            store_id = checks.store_id = _lost_id_file(config, owner)
+            store_id = checks.store_id = ids.lost_id_file(config, owner)
             if store_id is not None:
                 ownership = PrefixOwnership(driver, config.cluster, config.broker, store_id, config.store_path)
         if read_only and store_id is not None and owner is not None and owner.store_id != store_id:
@@ -187,26 +186,6 @@ def _taken_over(config: "StoreConfig", store_id: str, owner: "OwnerRecord", pref
         "Read the tier through the owner's config (its store_path is named above); do not take the prefix back "
         "while the owner runs (a take-over fences it)", prefix=prefix, owner=owner.describe(),
         owner_id=owner.store_id, store_id=store_id, store_path=config.store_path, read_only=True)
-
-
-def _lost_id_file(config: "StoreConfig", owner: "OwnerRecord | None") -> str | None:
-    """The id of the store whose directory lost only its id file: its identity record names
-    the store the tier prefix's owner record names, claimed from this directory on this host
-    (None otherwise). A writable open writes
-    the id file again; without it the directory would pass for a new store, and following
-    the take-over that error suggests would set its untiered messages aside and hand their
-    offsets out again."""
-    remembered = ids.recorded_store_id(config.store_path)
-    if remembered is None or owner is None or owner.store_id != remembered:
-        return None
-    # ...and claimed it from this very directory on this host: a replica of the directory
-    # (a failover to another store_path) is another store, which takes the prefix over
-    if owner.host != socket.gethostname() or os.path.abspath(owner.store_path) != os.path.abspath(config.store_path):
-        return None
-    log.warning("store %s: the store id file is missing, but its identity record and the owner record of the tier "
-                "prefix both name store %s: this is that store (a writable open writes its id file again)",
-                config.store_path, remembered)
-    return remembered
 
 
 def _nothing_there(config: "StoreConfig", identity: ids.StoreIdentity, report: ReconcileReport,

@@ -36,8 +36,16 @@ def claim_store_prefix(config: Any, driver: Any) -> OwnerRecord:
         log.warning("store %s: the tier moved from %s to %s (it holds this store's owner record and every "
                     "segment its metadata lists): recording the new location", config.store_path,
                     found[0].recorded, found[0].configured)
+    # Whether the claim can succeed is known before the directory gets an id: a refused job
+    # must not leave a new id behind (the directory would pass for another store for good).
+    store_id = read_store_id(config.store_path) if os.path.isdir(config.store_path) else None
+    probe = PrefixOwnership(driver, config.cluster, config.broker, store_id or "", config.store_path)
+    owner = probe.current()
+    if store_id is None:
+        store_id = ids.lost_id_file(config, owner)  # the id file alone was lost: the same store
+    PrefixOwnership(driver, config.cluster, config.broker, store_id or "", config.store_path).check_claimable(owner)
     os.makedirs(config.store_path, exist_ok=True)
-    store_id = load_store_id(config.store_path)
+    store_id = load_store_id(config.store_path, restore=store_id)
     ownership = PrefixOwnership(driver, config.cluster, config.broker, store_id, config.store_path)
     record = ownership.claim()
     if recorded is None or found:

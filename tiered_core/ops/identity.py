@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable
@@ -287,6 +288,26 @@ def tier_proves_move(store_id: str | None, owner: "OwnerRecord | None",
             and report is not None and report.known > 0 and not report.missing and not report.short)
 
 
+def lost_id_file(config: Any, owner: "OwnerRecord | None") -> str | None:
+    """The id of the store whose directory lost only its id file: its identity record names
+    the store the tier prefix's owner record names, claimed from this directory on this host
+    (None otherwise). A writable open writes
+    the id file again; without it the directory would pass for a new store, and following
+    the take-over that error suggests would set its untiered messages aside and hand their
+    offsets out again."""
+    remembered = recorded_store_id(config.store_path)
+    if remembered is None or owner is None or owner.store_id != remembered:
+        return None
+    # ...and claimed it from this very directory on this host: a replica of the directory
+    # (a failover to another store_path) is another store, which takes the prefix over
+    if owner.host != socket.gethostname() or os.path.abspath(owner.store_path) != os.path.abspath(config.store_path):
+        return None
+    log.warning("store %s: the store id file is missing, but its identity record and the owner record of the tier "
+                "prefix both name store %s: this is that store (a writable open writes its id file again)",
+                config.store_path, remembered)
+    return remembered
+
+
 def _shown(identity: StoreIdentity, field: str) -> str:
     value = identity.value(field)
     return value if field == "tier" else repr(value)
@@ -300,6 +321,7 @@ __all__ = [
     "StoreIdentity",
     "identity_path",
     "keeps_properties",
+    "lost_id_file",
     "metadata_brokers",
     "metadata_store_id",
     "another_stores_metadata",

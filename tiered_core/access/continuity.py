@@ -85,7 +85,7 @@ def history_trusted(store_path: str, *, epoch: int, took_over: bool) -> bool:
 
 
 #: What a local store directory holds of its history (LocalMessageStore's layout).
-_HISTORY_ENTRIES = ("commitlog", "consumequeue", "index", "checkpoint.json")
+LOCAL_HISTORY_ENTRIES = ("commitlog", "consumequeue", "index", "checkpoint.json")
 GIVEN_UP_DIR = "given-up-history"
 
 
@@ -94,7 +94,7 @@ def set_aside_local_history(store_path: str, epoch: int) -> str | None:
     ``{store_path}/given-up-history/epoch-{epoch}-{ms}/`` and return that directory (None
     when there was nothing to move). Nothing is deleted: an operator may read it, and
     delete it when no longer needed."""
-    present = [name for name in _HISTORY_ENTRIES if os.path.exists(os.path.join(store_path, name))]
+    present = [name for name in LOCAL_HISTORY_ENTRIES if os.path.exists(os.path.join(store_path, name))]
     if not present:
         return None
     target = os.path.join(store_path, GIVEN_UP_DIR, f"epoch-{epoch}-{now_ms()}")
@@ -146,5 +146,5 @@ def tier_only_until_ms(local: LocalMessageStore, flat_files: FlatFileStore) -> i
                 if not local.has_queue(f.topic, f.queue_id)), default=-1)
 
 
-__all__ = ["GIVEN_UP_DIR", "HISTORY_EPOCH_FILE", "continue_after_tier", "history_trusted", "read_history_epoch",
+__all__ = ["GIVEN_UP_DIR", "LOCAL_HISTORY_ENTRIES", "HISTORY_EPOCH_FILE", "continue_after_tier", "history_trusted", "read_history_epoch",
            "set_aside_local_history", "tier_end", "tier_only_until_ms", "write_history_epoch"]

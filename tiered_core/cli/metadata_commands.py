@@ -60,12 +60,63 @@ def _register_convert(actions: argparse._SubParsersAction) -> None:
 
 
 def run_convert(args: argparse.Namespace) -> int:
-    stats = convert(args.source, args.target, source_format=args.source_format,
-                    target_format=args.target_format, force=args.force)
+    from tiered_core.local.local_store import acquire_store_lock, release_store_lock
+
+    store_dir = _store_directory_of(args.target)
+    # A target in a store's directory is written only while that store is closed (its lock).
+    lock = acquire_store_lock(store_dir) if store_dir is not None else None
+    try:
+        _refuse_another_stores_metadata(args)
+        stats = convert(args.source, args.target, source_format=args.source_format,
+                        target_format=args.target_format, force=args.force)
+    finally:
+        if lock is not None:
+            release_store_lock(lock)
     args.result = stats
     print(f"converted {stats.topics} topic(s), {stats.queues} queue(s), {stats.segments} file segment(s) "
           f"from {args.source!r} to {args.target!r} (max topic id {stats.max_topic_id})")
     return 0
+
+
+def _store_directory_of(path: str) -> str | None:
+    """The store directory ``path`` lies directly in (it holds a store id file), or None."""
+    from tiered_core.flat.ownership import STORE_ID_FILE
+
+    directory = os.path.dirname(os.path.abspath(path))
+    return directory if os.path.exists(os.path.join(directory, STORE_ID_FILE)) else None
+
+
+def _refuse_another_stores_metadata(args: argparse.Namespace) -> None:
+    """Refuse (IDENTITY_MISMATCH, nothing written) to replace a metadata database that records
+    one store's id with one that records another's: the target store would describe another
+    store's tier (a copy-pasted path, not a restore of its own backup)."""
+    from tiered_core.errors import IdentityMismatch, TieredStoreError
+    from tiered_core.metadata import open_metadata_read_only
+    from tiered_core.metadata.convert import format_for_path
+    from tiered_core.ops import identity as ids
+
+    if not os.path.exists(args.target):
+        return
+
+    def store_id(path: str, explicit: str | None) -> str | None:
+        try:
+            metadata = open_metadata_read_only(format_for_path(path, explicit), path)
+        except TieredStoreError:
+            return None  # the conversion names what is wrong with it
+        try:
+            return ids.metadata_store_id(metadata)
+        finally:
+            metadata.close()
+
+    target_id = store_id(args.target, args.target_format)
+    source_id = store_id(args.source, args.source_format)
+    if target_id is not None and source_id is not None and target_id != source_id:
+        raise IdentityMismatch(
+            f"{args.target!r} is the metadata of store {target_id}, and {args.source!r} that of store {source_id}: "
+            "converting one over the other would make the first store describe the second one's tier. Nothing "
+            "was written. To restore a store's metadata, convert a backup of its own; to rebuild it from its "
+            "tier, run `tiered metadata rebuild --config FILE --force`", field="store_id", recorded=target_id,
+            configured=source_id, record=args.target, path=args.target)
 
 
 def _register_rebuild(actions: argparse._SubParsersAction) -> None:

@@ -24,6 +24,7 @@ from tiered_core.access.continuity import (
 from tiered_core.access.key_repair import KeyIndexRepair, key_index_gap, repair_ranges
 from tiered_core.access.opening import check_before_open, rebuild_fix
 from tiered_core.access.paths import check_store_path, make_store_dir
+from tiered_core.access.tail_witness import local_witness
 from tiered_core.access.dispatcher import DispatchConfig, DispatchStats, MessageStoreDispatcher
 from tiered_core.access.fetcher import MessageFilter
 from tiered_core.access.key_query import tiered_key_hits
@@ -150,8 +151,10 @@ class TieredMessageStore:
                     self.ownership.seal_tails(listed_segment_paths(self.metadata, config.cluster))
             # the tiered read stack (flat files, read-ahead cache, fetcher), built in one place;
             # from here on it owns the driver and the metadata and closes them
-            self.view = view = TierReadView(config, self.driver, self.metadata, owns_driver=True,
-                                            owns_metadata=True)
+            # (a commit-log tail past the metadata's end is adopted only when the local disk,
+            # where it still holds those offsets, holds the same messages)
+            self.view = view = TierReadView(config, self.driver, self.metadata, witness=local_witness(self.local),
+                                            owns_driver=True, owns_metadata=True)
             self.flat_files, self.cache, self.fetcher = view.flat_files, view.cache, view.fetcher
             if report is not None and report.missing:
                 _forget_expired_missing(self.flat_files, report, config.cluster, (clock or now_ms)())

@@ -27,6 +27,7 @@ from tiered_core.access.cache import ReadAheadCache
 from tiered_core.access.fetcher import MessageStoreFetcher
 from tiered_core.codec.checks import PropCrcPolicy
 from tiered_core.flat.file_store import FlatFileStore
+from tiered_core.flat.read_back import TailWitness
 from tiered_core.flat.message_file import FlatMessageFile
 from tiered_core.flat.ownership import ReadOnlyDriver
 from tiered_core.metadata import open_metadata_read_only
@@ -67,14 +68,14 @@ class TierReadView:
     """
 
     def __init__(self, config: "StoreConfig", driver: SegmentDriver, metadata: TieredMetadataStore, *,
-                 disk_cache_path: str | None = None,
+                 disk_cache_path: str | None = None, witness: TailWitness | None = None,
                  owns_driver: bool = False, owns_metadata: bool = False) -> None:
         self.config = config
         self.driver = driver
         self.metadata = metadata
         self.owns_driver = owns_driver
         self.owns_metadata = owns_metadata
-        self.flat_files = FlatFileStore(driver, metadata, config.flat_config())
+        self.flat_files = FlatFileStore(driver, metadata, config.flat_config(), witness=witness)
         #: Queues whose flat files could not be recovered at build, with the reason.
         self.unrecoverable: dict[tuple[str, int], str] = {}
         if not self.flat_files.load():

@@ -23,7 +23,7 @@ from tiered_core.codec.message import QUEUE_OFFSET_END, rewrite_physical_offset
 from tiered_core.codec.prop_crc import stored_prop_crc, upload_crc_error, write_prop_crc
 from tiered_core.errors import CorruptData, IllegalOffset, IllegalParam, TieredStoreError
 from tiered_core.flat.append_file import FlatAppendFile
-from tiered_core.flat.read_back import read_back_messages
+from tiered_core.flat.read_back import TailWitness, read_back_messages, tail_messages
 from tiered_core.common import AppendResult, FileSegmentType
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,9 @@ class FlatCommitLogFile(FlatAppendFile):
     Raises :class:`~tiered_core.errors.IllegalParam` for a buffer too short to be a message.
     """
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args, witness: TailWitness | None = None, **kwargs) -> None:
+        #: Asked about the messages of a tail before it is adopted (set before the recovery).
+        self.witness = witness
         super().__init__(*args, file_type=FileSegmentType.COMMIT_LOG, **kwargs)
         self.init_offset(0)
         self._first_queue_offset = -1
@@ -46,7 +48,11 @@ class FlatCommitLogFile(FlatAppendFile):
         _broker, topic, queue = self.file_path.split("/")
         data = self.driver.read(last.path, last.commit_position, size - last.commit_position)
         found = read_back_messages(data, last.base_offset + last.commit_position, topic, int(queue))
-        return None if found.ok else found.reason
+        if not found.ok:
+            return found.reason
+        if self.witness is not None and found.records:
+            return self.witness(topic, int(queue), tail_messages(data, found.good_bytes))
+        return None
 
     def append_message(self, message: bytes | bytearray, timestamp: int) -> AppendResult:
         """Append one whole message, rewriting its physical offset to the tiered append offset.

@@ -12,6 +12,7 @@ from tiered_core.flat.settings import FlatFileConfig
 from tiered_core.flat.damage import SegmentDamage
 from tiered_core.flat.message_file import FlatMessageFile
 from tiered_core.flat.ownership import segment_objects
+from tiered_core.flat.read_back import TailWitness
 from tiered_core.spi.driver import SegmentDriver
 from tiered_core.spi.metadata import TieredMetadataStore, now_ms
 
@@ -29,7 +30,10 @@ class FlatFileStore:
     """
 
     def __init__(self, driver: SegmentDriver, metadata: TieredMetadataStore,
-                 config: FlatFileConfig | None = None, executor: ThreadPoolExecutor | None = None) -> None:
+                 config: FlatFileConfig | None = None, executor: ThreadPoolExecutor | None = None,
+                 witness: TailWitness | None = None) -> None:
+        #: Asked before a commit-log tail past the metadata's end is adopted (None: not asked).
+        self.witness = witness
         self.driver = driver
         self.metadata = metadata
         self.config = config or FlatFileConfig()
@@ -64,7 +68,8 @@ class FlatFileStore:
         if existing is not None:
             return existing
         # Built outside the store lock: recovery of one queue talks to the backend.
-        created = FlatMessageFile(self.driver, self.metadata, topic, queue_id, self.config, self.executor)
+        created = FlatMessageFile(self.driver, self.metadata, topic, queue_id, self.config, self.executor,
+                                  witness=self.witness)
         with self._lock:
             return self._files.setdefault(key, created)
 

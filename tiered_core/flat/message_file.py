@@ -16,6 +16,7 @@ from tiered_core.flat.commit_log_file import FlatCommitLogFile
 from tiered_core.flat.settings import FlatFileConfig
 from tiered_core.flat.consume_queue_file import FlatConsumeQueueFile
 from tiered_core.flat.damage import DAMAGE_REASONS, SegmentDamage
+from tiered_core.flat.read_back import TailWitness
 from tiered_core.segment import default_executor
 from tiered_core.codec.checks import PropCrcPolicy
 from tiered_core.codec.message_batch import MessageBatch
@@ -42,6 +43,7 @@ class FlatMessageFile(CompositeAccess):
         queue_id: int,
         config: FlatFileConfig | None = None,
         executor: ThreadPoolExecutor | None = None,
+        witness: TailWitness | None = None,
     ) -> None:
         validate_topic(topic)
         if not isinstance(queue_id, int) or queue_id < 0:
@@ -60,7 +62,7 @@ class FlatMessageFile(CompositeAccess):
 
         self.commit_log = FlatCommitLogFile(
             driver, metadata, self.file_path, segment_path=path_of(FileSegmentType.COMMIT_LOG),
-            max_size=cfg.commit_log_max_size, max_buffer_count=cfg.max_group_commit_count)
+            max_size=cfg.commit_log_max_size, max_buffer_count=cfg.max_group_commit_count, witness=witness)
         self.consume_queue = FlatConsumeQueueFile(
             driver, metadata, self.file_path, segment_path=path_of(FileSegmentType.CONSUME_QUEUE),
             max_size=cfg.consume_queue_max_size, max_buffer_count=cfg.max_group_commit_count,

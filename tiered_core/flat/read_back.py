@@ -10,13 +10,32 @@ Both the open (:meth:`FlatAppendFile._recover_last_size
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from tiered_core.codec.checks import PropCrcPolicy, check_message
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
-from tiered_core.codec.message import MAGIC_END, MAGIC_V1, MAGIC_V2, peek_magic, peek_total_size
+from tiered_core.codec.message import MAGIC_END, MAGIC_V1, MAGIC_V2, lazy_message_ext, peek_magic, peek_total_size
 from tiered_core.errors import CorruptData
 from tiered_core.flat.batch_check import decode_units
+
+
+#: ``witness(topic, queue_id, messages)`` asks whoever else holds this store's messages (its
+#: local disk) about whole messages read past a committed end, ``(queue offset, body, store
+#: time)`` each, in order: why they are not the messages this store acknowledged at those
+#: offsets, or None (the same ones, or offsets it holds no more).
+TailWitness = Callable[[str, int, "list[tuple[int, bytes, int]]"], "str | None"]
+
+
+def tail_messages(data: bytes, good_bytes: int) -> list[tuple[int, bytes, int]]:
+    """``(queue offset, body, store time)`` of the whole messages in ``data[:good_bytes]``
+    (bytes :func:`read_back_messages` passed)."""
+    out, pos = [], 0
+    while pos < good_bytes:
+        total = peek_total_size(data, pos)
+        m = lazy_message_ext(bytes(data[pos:pos + total]))
+        out.append((m.queue_offset, bytes(m.body), m.store_timestamp))
+        pos += total
+    return out
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,7 @@ def _digest(root: str) -> dict[str, str]:
                 j = json.loads(data)
                 j.pop("written_at", None)
                 j.pop("index_newest", None)  # (a file name, added after the digest was computed)
+                j.pop("queues", None)  # (the queue list, added after it too)
                 data = json.dumps(j, sort_keys=True).encode()
             out[os.path.relpath(p, root)] = hashlib.sha256(data).hexdigest()
     return out

@@ -43,8 +43,12 @@ def tier_end(flat_files: FlatFileStore, topic: str, queue_id: int) -> tuple[int,
     flat = flat_files.get(topic, queue_id)
     if flat is None:
         return 0, -1
-    end = max(flat.consume_queue_max_offset() if flat.initialized else 0, flat.queue_metadata.max_offset)
-    return end, newest_store_time(flat)
+    return tier_max_offset(flat), newest_store_time(flat)
+
+
+def tier_max_offset(flat: FlatMessageFile) -> int:
+    """The first queue offset past everything the tier holds for ``flat``'s queue (see :func:`tier_end`)."""
+    return max(flat.consume_queue_max_offset() if flat.initialized else 0, flat.queue_metadata.max_offset)
 
 
 def newest_store_time(flat: FlatMessageFile) -> int:
@@ -115,6 +119,16 @@ def continue_after_tier(local: LocalMessageStore, flat_files: FlatFileStore, *, 
     :class:`~tiered_core.errors.LocalIOError` or ``OSError`` on a failing disk) before
     recording the epoch, so a retry redoes it.
     """
+    # A local queue ending below the tier may have lost consume-queue units (files deleted or
+    # cut) whose messages the local commit log still holds: they are rebuilt first, so the
+    # queue continues after them instead of handing their offsets out again. (Not a queue
+    # without a local consume queue: a tiered queue that never had one -- imported, mirrored
+    # -- would make every open scan the whole local commit log.)
+    behind = [(f.topic, f.queue_id) for f in flat_files.files()
+              if local.has_queue(f.topic, f.queue_id)
+              and tier_max_offset(f) > local.get_max_offset_in_queue(f.topic, f.queue_id)]
+    if behind:
+        local.rebuild_queues(behind)
     raised = 0
     for topic, queue_id in local.list_queues():
         end, until_ms = tier_end(flat_files, topic, queue_id)
@@ -147,4 +161,4 @@ def tier_only_until_ms(local: LocalMessageStore, flat_files: FlatFileStore) -> i
 
 
 __all__ = ["GIVEN_UP_DIR", "LOCAL_HISTORY_ENTRIES", "HISTORY_EPOCH_FILE", "continue_after_tier", "history_trusted", "read_history_epoch",
-           "set_aside_local_history", "tier_end", "tier_only_until_ms", "write_history_epoch"]
+           "set_aside_local_history", "tier_end", "tier_max_offset", "tier_only_until_ms", "write_history_epoch"]

@@ -232,6 +232,7 @@ class ConsumeQueue:
 
     def _fill_gap(self, expected: int, queue_offset: int, log_missing: bool = True) -> None:
         empty = self._files.is_empty()
+        nothing_readable = self._min_offset >= expected  # (its units expired, or none)
         if not empty and log_missing:
             log.warning("consume queue %s/%d: units %d..%d are missing; filled with invalid units",
                         self.topic, self.queue_id, expected, queue_offset - 1)
@@ -245,8 +246,8 @@ class ConsumeQueue:
             n = min(target - pos, mf.limit - mf.end)
             mf.append(bytes(n))
             pos += n
-        if empty:
-            self._min_offset = queue_offset
+        if empty or nothing_readable:
+            self._min_offset = queue_offset  # (gap units are never readable)
 
     # ---- reading -------------------------------------------------------------------
     def get_unit(self, queue_offset: int) -> ConsumeQueueUnit:

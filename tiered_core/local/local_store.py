@@ -43,7 +43,7 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -79,6 +79,7 @@ from tiered_core.local.commit_log import END_FILE_MIN_BLANK_LENGTH, CommitLog
 from tiered_core.local.local_consume_queue import ConsumeQueue
 from tiered_core.local.index_file import IndexService
 from tiered_core.local.io_errors import local_io_error, with_stored
+from tiered_core.local.mapped_file import parse_offset_file_name
 from tiered_core.common import INT_MAX, LONG_MAX, BoundaryType, fsync_dir, now_ms, offset_by_time
 from tiered_core.configdef import HOUR_MS, KEYS
 
@@ -250,6 +251,9 @@ class _Checkpoint(NamedTuple):
     #: The key index's newest file when the checkpoint was written (retention never deletes
     #: it): gone at the next open, the index lost items the reput offset says are there.
     index_newest: str | None = None
+    #: Every queue with a local consume queue when it was written (None: an older checkpoint):
+    #: one gone at the next open lost its directory, and is rebuilt from the commit log.
+    queues: tuple[tuple[str, int], ...] | None = None
 
 
 def acquire_store_lock(root: str) -> int:
@@ -358,10 +362,14 @@ class LocalMessageStore:
         self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
         self._queue_offsets: dict[tuple[str, int], int] = {}
         self._floor_provider: FloorProvider | None = None
+        #: While consume queues are rebuilt (:meth:`rebuild_queues`): the reput writes units of
+        #: these queues only, and no keys, no listeners.
+        self._rebuild_only: set[tuple[str, int]] | None = None
         self._last_store_ts = 0
         self._opening = True
         self._valid_topics: set[str] = set()
         self._last_checkpoint: _Checkpoint | None = None
+        self._checkpoint_queues: tuple[tuple[str, int], ...] = ()
         self._reput_error: TieredStoreError | None = None
         self._background_errors: dict[str, str] = {}  # what -> the last error logged for it
         self._stop = threading.Event()
@@ -413,7 +421,9 @@ class LocalMessageStore:
         self.recovery = rec
         self._commit_log.flush()
         cl_min, cl_max = self._commit_log.min_offset, self._commit_log.max_offset
-        self._load_consume_queues(cl_min, cl_max)
+        lost = self._load_consume_queues(cl_min, cl_max)
+        if cp is not None and cp.queues:
+            lost += [key for key in cp.queues if key not in self._cqs]
         start = cp.reput_offset if cp else cl_min
         # Consume queues lost since the checkpoint (e.g. their directory was removed)
         # are rebuilt: replay from the newest message any queue still knows.
@@ -421,6 +431,9 @@ class LocalMessageStore:
         if cq_end < start:
             start = max(cq_end, cl_min)
         self._reput_offset = min(max(start, cl_min), cl_max)
+        if lost:
+            # Before the replay past the checkpoint: a queue's units are only ever appended.
+            self._rebuild(lost, "its consume-queue files are gone", files_lost=True)
         self._index = (IndexService(os.path.join(self.root, "index"), cfg.index_hash_slots,
                                     cfg.index_max_items, clock=self._clock, read_only=cfg.read_only)
                        if cfg.message_index_enable else None)
@@ -451,7 +464,11 @@ class LocalMessageStore:
         self._opening = False
         self.flush()
 
-    def _load_consume_queues(self, cl_min: int, cl_max: int) -> None:
+    def _load_consume_queues(self, cl_min: int, cl_max: int) -> list[tuple[str, int]]:
+        """Open every consume queue; returns those whose directory holds no unit file (their
+        files were lost: a queue's directory is made with its first unit, and retention keeps
+        its last file)."""
+        lost: list[tuple[str, int]] = []
         base = os.path.join(self.root, "consumequeue")
         if not self.config.read_only:
             os.makedirs(base, exist_ok=True)
@@ -469,11 +486,15 @@ class LocalMessageStore:
                     log.warning("ignoring %s: not a queue id", os.path.join(tdir, qname))
                     continue
                 qid = int(qname)
+                qdir = os.path.join(tdir, qname)
+                if os.path.isdir(qdir) and not any(parse_offset_file_name(n) is not None for n in os.listdir(qdir)):
+                    lost.append((topic, qid))
                 cq = ConsumeQueue(os.path.join(tdir, qname), topic, qid,
                                   self.config.consume_queue_units_per_file, private=self.config.read_only)
                 cq.recover(cl_max)
                 cq.correct_min_offset(cl_min)
                 self._cqs[(topic, qid)] = cq
+        return lost
 
     def _read_checkpoint(self) -> _Checkpoint | None:
         path = os.path.join(self.root, CHECKPOINT_FILE)
@@ -481,8 +502,10 @@ class LocalMessageStore:
             with open(path, encoding="utf-8") as f:
                 data = json.load(f)
             newest = data.get("index_newest")
+            queues = data.get("queues")
             cp = _Checkpoint(int(data["commitlog_flushed"]), int(data["reput_offset"]),
-                             newest if isinstance(newest, str) and newest else None)
+                             newest if isinstance(newest, str) and newest else None,
+                             tuple((str(t), int(q)) for t, q in queues) if isinstance(queues, list) else None)
             if cp.commitlog_flushed < 0 or cp.reput_offset < 0:
                 raise ValueError("negative offset")
             return cp
@@ -499,7 +522,7 @@ class LocalMessageStore:
         tmp = path + ".tmp"
         body = json.dumps({"version": 1, "commitlog_flushed": cp.commitlog_flushed,
                            "reput_offset": cp.reput_offset, "index_newest": cp.index_newest,
-                           "written_at": now_ms()})
+                           "queues": [list(key) for key in cp.queues or ()], "written_at": now_ms()})
         try:
             with open(tmp, "w", encoding="utf-8") as f:
                 f.write(body)
@@ -705,6 +728,73 @@ class LocalMessageStore:
         lookups of older messages must ask that tier, whatever this store's earliest time is."""
         return max((cq.floor_until_ms for cq in list(self._cqs.values()) if cq.floor), default=-1)
 
+    def rebuild_queues(self, queues: Iterable[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
+        """Add to the consume queues of ``queues`` the units of their messages the commit log
+        holds past their end (a queue whose files were lost or cut while the checkpoint says
+        everything was dispatched): the commit log is replayed, in groups, from the end of each
+        queue's last valid unit (from its first file when a queue has none), the units a queue
+        holds already are skipped, and nothing else -- other queues, keys, listeners -- is
+        touched. Returns ``{queue: (first, end)}`` for the queues that got units (each logged).
+
+        For a store being opened, before its queues are continued past another tier (a tiered
+        store asks for the queues that end below what its tier holds) and before it serves.
+        """
+        self._check_open()
+        keys = set(queues)
+        if not keys:
+            return {}
+        with self._flush_lock, self._put_lock, self._reput_lock:
+            self._check_open()
+            self.reput()
+            done = self._rebuild(keys, "it ends below what the tier holds")
+            for key, (_first, end) in done.items():
+                if self._queue_offsets.get(key, end) < end:
+                    self._queue_offsets[key] = end
+            return done
+
+    def _rebuild(self, keys: Iterable[tuple[str, int]], why: str, *,
+                 files_lost: bool = False) -> dict[tuple[str, int], tuple[int, int]]:
+        """Replay ``[start, reput offset)`` of the commit log into the consume queues of ``keys``
+        only (see :meth:`rebuild_queues`); reput lock held (or opening). ``files_lost``: the
+        queues' files are known to be gone (a queue the log holds nothing of is logged too)."""
+        keys = set(keys)
+        cl_min = self._commit_log.min_offset
+        end = self._reput_offset
+        before: dict[tuple[str, int], int] = {}
+        start = end
+        for key in keys:
+            cq = self._cqs.get(key)
+            before[key] = cq.max_offset if cq is not None else 0
+            last_end = cq.last_unit_end() if cq is not None else -1
+            start = min(start, max(last_end, cl_min))
+        if start < end:
+            # The reput machinery walks the commit log at the reput offset: lend it the range
+            # (the flush lock is held, so no checkpoint records the lowered offset).
+            self._rebuild_only = keys
+            self._reput_offset = start
+            try:
+                self._reput_to(end, [0])
+            except CorruptData as exc:
+                log.error("local store %s: rebuilding consume queues stopped at commit-log offset %d: %s",
+                          self.root, self._reput_offset, exc)
+            finally:
+                self._rebuild_only = None
+                self._reput_offset = end
+        done: dict[tuple[str, int], tuple[int, int]] = {}
+        for key in sorted(keys):
+            cq = self._cqs.get(key)
+            if cq is None or cq.max_offset <= before[key]:
+                if files_lost:
+                    log.warning("consume queue %s/%d: %s and the local commit log holds none of its messages "
+                                "past them", key[0], key[1], why)
+                continue
+            first = max(before[key], cq.min_offset)
+            done[key] = (first, cq.max_offset)
+            log.warning("consume queue %s/%d ended at offset %d (%s) but the local commit log holds more of its "
+                        "messages: rebuilt units %d..%d from commit-log offset %d on", key[0], key[1], before[key],
+                        why, first, cq.max_offset - 1, start)
+        return done
+
     # ----------------------------------------------------------------- reput ----
     def add_dispatch_listener(self, listener: DispatchListener) -> None:
         """Call ``listener(DispatchRequest)`` for every message dispatched from now on,
@@ -841,8 +931,11 @@ class LocalMessageStore:
         topic_names = self._topic_names
         runs: list[list] = []  # [cq key, first queue offset, next queue offset, units]
         open_runs: dict[tuple[str, int], list] = {}
-        index_entries: list[tuple[str, list[str], int, int]] | None = [] if self._index is not None else None
-        requests: list[DispatchRequest] | None = [] if self._listeners else None
+        only = self._rebuild_only
+        rebuilding = only is not None
+        index_entries: list[tuple[str, list[str], int, int]] | None = (
+            [] if self._index is not None and not rebuilding else None)
+        requests: list[DispatchRequest] | None = [] if self._listeners and not rebuilding else None
         opening = self._opening
         pack_unit = _CQ_UNIT.pack
         done = 0
@@ -854,6 +947,10 @@ class LocalMessageStore:
                     topic = self._topic_of(topic_raw)
                     if topic is None:
                         break
+                if rebuilding and (topic, queue_id) not in only:
+                    done += 1
+                    reput_end = base + pos + size
+                    continue
                 try:
                     text = props_raw.decode("utf-8")
                 except UnicodeDecodeError:
@@ -897,7 +994,7 @@ class LocalMessageStore:
                 self._index.put_batch(index_entries)
             self._reput_offset = reput_end
             count[0] += done
-        if self._queue_listeners:
+        if self._queue_listeners and not rebuilding:
             self._announce_queues([run[0] for run in runs])
         if requests:
             self._notify(requests)
@@ -958,9 +1055,14 @@ class LocalMessageStore:
                 raise CorruptData(f"message at commit-log offset {offset} has an invalid topic "
                                   f"{msg.topic!r}", offset=offset, reason="bad_topic") from None
             self._valid_topics.add(msg.topic)
+        only = self._rebuild_only
+        if only is not None and (msg.topic, msg.queue_id) not in only:
+            return
         cq = self._consume_queue(msg.topic, msg.queue_id, create=True)
         tags_code = tags_hash_code(msg.tags)
         cq.put(msg.queue_offset, offset, size, tags_code)
+        if only is not None:
+            return  # (a rebuild: the unit only)
         uniq = msg.properties.get(PROPERTY_UNIQ_KEY) or None
         req = DispatchRequest(
             topic=msg.topic, queue_id=msg.queue_id, queue_offset=msg.queue_offset,
@@ -995,7 +1097,9 @@ class LocalMessageStore:
                 self._index.flush()
                 files = self._index.files
                 newest = os.path.basename(files[-1].path) if files else None
-            self._write_checkpoint(_Checkpoint(flushed, reput, newest))
+            if len(self._checkpoint_queues) != len(self._cqs):  # queues are only ever added
+                self._checkpoint_queues = tuple(sorted(self._cqs))
+            self._write_checkpoint(_Checkpoint(flushed, reput, newest, self._checkpoint_queues))
             return flushed
 
     def commit_point(self) -> int:

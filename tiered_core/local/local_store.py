@@ -245,6 +245,10 @@ class LocalGroup(NamedTuple):
 
 
 
+#: How far ahead of the clock the newest store time may be before an open warns.
+_CLOCK_AHEAD_WARN_MS = 60_000
+
+
 class _Checkpoint(NamedTuple):
     commitlog_flushed: int
     reput_offset: int
@@ -456,6 +460,14 @@ class LocalMessageStore:
             # (killed mid-reput) or stale (bytes recovery cut): undo them, then replay.
             self._index.truncate_from(self._reput_offset)
         self._last_store_ts = self._commit_log.last_store_timestamp
+        ahead = self._last_store_ts - _time_ns() // 1_000_000  # (an injected clock is never asked here)
+        if self._default_clock and ahead > _CLOCK_AHEAD_WARN_MS:
+            # Store times never go backwards (time lookups and the time index need them in
+            # order): until the clock passes that time, every message gets it.
+            log.warning("local store %s: its newest message was stored at %d, %.1f h ahead of this machine's clock "
+                        "(a clock that ran fast, or a store from a machine with one): every new message gets that "
+                        "store time until the clock passes it; check the clock", self.root,
+                        self._last_store_ts, ahead / 3_600_000)
         self.reput()
         if self._reput_error is not None:
             raise self._reput_error

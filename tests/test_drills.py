@@ -86,7 +86,6 @@ def test_index_faults_need_an_uploaded_index(tmp_path):
 #: Listing-based faults planted side by side, each in a queue of its own (queue -> faults).
 SIDE_BY_SIDE = [
     ("extra_object", None, None),
-    ("stale_owner", None, None),
     ("index_deleted", None, None),
     ("truncated_segment", "orders", 0),
     ("deleted_object", "orders", 1),
@@ -99,8 +98,9 @@ SIDE_BY_SIDE = [
 
 @pytest.mark.parametrize("driver", ["posix", "gcs", "azure", "s3"])
 def test_listing_faults_side_by_side_on_every_driver(request, tmp_path, capsys, driver):
-    """One store per driver, nine faults planted in it through the raw driver: verify finds
-    each with its kind at its subject, and nothing else of warning or worse."""
+    """One store per driver, eight faults planted in it through the raw driver: verify finds
+    each with its kind at its subject, and nothing else of warning or worse. Then another
+    store's owner record: verify names it, and compares nothing else (another store's prefix)."""
     config = small_config(tmp_path, driver, backend_options(request, driver, tmp_path),
                           commit_log_max_size=16 << 10, consume_queue_max_size=20 * 25)
     workload = Workload(topics=("orders", "audit"), queues=3, max_size=400, seed=4)
@@ -123,3 +123,7 @@ def test_listing_faults_side_by_side_on_every_driver(request, tmp_path, capsys, 
     unlisted = next(p for p in planted if p.fault == "unlisted_segment")
     assert by_subject[unlisted.subject]["facts"]["adoptable"] is True
     assert Path(config.store_path).exists()
+    plant(config, "stale_owner", seed=2)
+    main(["verify", "--config", write_conf(config, tmp_path), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert [(f["kind"], f["facts"].get("compared")) for f in serious(report)] == [("owner_other", False)]

@@ -90,7 +90,9 @@ def run(args: argparse.Namespace) -> int:
         raise IllegalParam("give one of --apply, --list-quarantine, --purge-quarantine", option="--apply")
     config = load_config(args.config)
     if not store_exists(config):
-        raise StoreNotFound(config)
+        from tiered_core.cli.verify_commands import lost_disk_hint
+
+        raise StoreNotFound(config, hint=lost_disk_hint(config))
     if args.list_quarantine:
         return _list(config, args)
     if args.purge_quarantine:
@@ -137,6 +139,7 @@ def _apply(config: Any, args: argparse.Namespace) -> int:
                 ("NOT DONE (manual step)",
                  [s for s in plan.steps if s.skipped is not None and s.manual is not None], lambda s: s.manual),
                 ("FAILED", [s for s in plan.steps if s.error is not None], lambda s: s.error),
+                ("MENDED BY THE STEPS ABOVE", result.mended, lambda s: s.done),
                 ("CANNOT MEND (manual step)", plan.manual, lambda s: s.manual)]
     for title, steps, what in sections:
         _section(out, title, steps, what)
@@ -165,6 +168,9 @@ def print_plan(plan: Any, stream: Any = None) -> None:
                                        for s in plan.manual])
     print_section(out, "NOTHING TO DO", [(f"{s.finding.kind.value}: {s.finding.subject}: {s.detail}", [])
                                          for s in plan.nothing])
+    print_section(out, "EARLIER RUNS' UNFINISHED MOVES", [
+        (f"{e.original} ({e.then}; copy at {e.copy})",
+         ["would: finish it first" if why is None else f"would leave it: {why}"]) for e, why in plan.pending])
     held = sum(len(r.entries) for r in plan.quarantine)
     if plan.quarantine:
         print(f"quarantine: {len(plan.quarantine)} repair run(s), {held} object(s) held "

@@ -56,13 +56,34 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     topics = topics_arg(args.topics)
     if not store_exists(config):
-        raise StoreNotFound(config)
+        raise StoreNotFound(config, hint=lost_disk_hint(config))
     report = verify_store(config, deep=args.deep, topics=topics, progress=Progress)
     if args.json:
         print_json(report.as_dict())
     else:
         print_report(report)
     return report.exit_code
+
+
+def lost_disk_hint(config: Any) -> str | None:
+    """When ``store_path`` holds neither a local store nor metadata but the tier prefix
+    holds a store's owner record (a lost disk; the tier root may live in ``store_path``):
+    `tiered takeover --create` recovers it (`tiered metadata rebuild` refuses a prefix whose
+    owner record names a store id the directory no longer holds). None otherwise."""
+    from tiered_core.access.opening import prefix_owner
+    from tiered_core.errors import TieredStoreError
+    from tiered_core.flat.ownership import tier_prefix
+
+    try:
+        owner = prefix_owner(config)
+    except (TieredStoreError, OSError):
+        return None  # the default hint stands
+    if owner is None:
+        return None
+    return (f"its tier prefix {tier_prefix(config.cluster, config.broker)!r} holds the data of {owner.describe()}: "
+            "if this machine lost its disk, or this is a failover to a new store_path, stop the old store and run "
+            f"`tiered takeover --config {config.source or 'FILE'} --create` (it rebuilds the metadata from the tier "
+            "and continues every queue after it)")
 
 
 def print_report(report: VerifyReport, stream: Any = None) -> None:

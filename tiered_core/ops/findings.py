@@ -134,8 +134,9 @@ KINDS: dict[FindingKind, KindInfo] = {
         Severity.CORRUPT, False, "the queue's segments do not join: the bytes between them are lost; restore the "
         "missing segment from a copy of the bucket", "queue"),
     FindingKind.UNIT_OUTSIDE_COMMIT_LOG: KindInfo(
-        Severity.CORRUPT, False, "a consume-queue unit points past the commit log: the message it names is lost; "
-        "restore the commit-log segment from a copy of the bucket", "queue"),
+        Severity.CORRUPT, False, "a consume-queue unit points past the commit log: the commit-log bytes it names "
+        "are lost (restore the commit-log segment from a copy of the bucket), or the unit is damaged (restore the "
+        "consume-queue object)", "queue"),
     FindingKind.CORRUPT_MESSAGE: KindInfo(
         Severity.CORRUPT, False, "the message fails the read checks: restore the segment from a copy of the "
         "bucket (reads of the other messages are unaffected)", "queue"),

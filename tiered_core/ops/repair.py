@@ -40,10 +40,11 @@ from tiered_core.errors import IllegalParam, TieredStoreError
 from tiered_core.flat.ownership import PrefixOwnership, ReadOnlyDriver, load_store_id, tier_prefix
 from tiered_core.metadata import open_metadata_read_only
 from tiered_core.ops.findings import Finding, FindingKind, Severity, VerifyReport
-from tiered_core.ops.quarantine import REMOVED, Quarantine, QuarantineEntry, QuarantineRun, list_quarantine
+from tiered_core.ops.quarantine import COPIED, REMOVED, Quarantine, QuarantineEntry, QuarantineRun, list_quarantine
 from tiered_core.ops.repair_actions import (
     act,
     assume,
+    decide_queue_row,
     decide_sealed,
     decide_tail,
     decide_times,
@@ -122,6 +123,9 @@ class RepairPlan:
     manual: list[RepairStep] = field(default_factory=list)
     nothing: list[RepairStep] = field(default_factory=list)
     quarantine: list[QuarantineRun] = field(default_factory=list)
+    #: Moves earlier runs left unfinished (copied, not yet removed or rewritten), each with
+    #: why ``--apply`` would leave it (None: ``--apply`` finishes it first).
+    pending: list[tuple[QuarantineEntry, str | None]] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -132,7 +136,9 @@ class RepairPlan:
         return {"prefix": self.report.prefix, "deep": self.report.deep, "exit_code": self.exit_code,
                 "verify": self.report.summary(), "actions": [s.as_dict() for s in self.steps],
                 "manual": [s.as_dict() for s in self.manual], "nothing": [s.as_dict() for s in self.nothing],
-                "quarantine": [r.as_dict() for r in self.quarantine]}
+                "quarantine": [r.as_dict() for r in self.quarantine],
+                "unfinished_from_earlier_runs": [{**e.as_dict(), "would_finish": why is None, "why": why}
+                                                 for e, why in self.pending]}
 
 
 @dataclass
@@ -150,6 +156,8 @@ class RepairResult:
     unfinished: list[tuple[QuarantineEntry, str, bool]] = field(default_factory=list)
     moved: list[QuarantineEntry] = field(default_factory=list)
     keys_indexed: int = 0
+    #: Findings planned as manual that the steps mended (a verify after them no longer finds them).
+    mended: list[RepairStep] = field(default_factory=list)
 
     @property
     def done(self) -> list[RepairStep]:
@@ -174,7 +182,8 @@ class RepairResult:
                 "finished_from_earlier_runs": [e.as_dict() for e in self.finished],
                 "unfinished_from_earlier_runs": [{**e.as_dict(), "why": why, "failed": failed}
                                                  for e, why, failed in self.unfinished],
-                "moved": [e.as_dict() for e in self.moved], "keys_indexed": self.keys_indexed}
+                "moved": [e.as_dict() for e in self.moved], "keys_indexed": self.keys_indexed,
+                "mended": [s.as_dict() for s in self.mended]}
 
 
 # -- deciding ----------------------------------------------------------------------------------
@@ -210,6 +219,8 @@ def decide(ctx: RepairContext, finding: Finding) -> Decision:
     if kind in (FindingKind.UNCOMMITTED_TAIL, FindingKind.BAD_TAIL):
         return decide_tail(ctx, finding)
     if kind is FindingKind.UNLISTED_OBJECT:
+        if finding.facts.get("missing") == "queue_row":
+            return decide_queue_row(ctx, finding)
         if is_index_path(ctx, finding.subject):
             return decide_unlisted_index(ctx, finding)
         return decide_unlisted(ctx, finding)
@@ -221,7 +232,14 @@ def decide(ctx: RepairContext, finding: Finding) -> Decision:
 
 
 def _decide_all(ctx: RepairContext, plan: RepairPlan, findings: Iterable[Finding]) -> None:
+    findings = list(findings)
+    owned_by_other = any(f.kind is FindingKind.OWNER_OTHER for f in findings)
     for finding in sorted(findings, key=_order):
+        if owned_by_other and finding.mendable:
+            # the prefix's objects are the other store's: nothing of them is adopted or moved
+            why = "another store owns the prefix: repair does not act on its objects (see the owner_other finding)"
+            plan.manual.append(RepairStep(finding, None, why, manual=why))
+            continue
         if not finding.mendable:
             step = RepairStep(finding, None, finding.fix, manual=finding.fix)
             (plan.nothing if finding.severity is Severity.INFO else plan.manual).append(step)
@@ -255,8 +273,11 @@ def plan_repair(config: Any, *, deep: bool = True, topics: Iterable[str] | None 
         try:
             prefix = tier_prefix(config.cluster, config.broker)
             plan = RepairPlan(config, report, quarantine=list_quarantine(driver, prefix))
-            _decide_all(RepairContext(config, driver, metadata, prefix, prop_crc_policy(config)), plan,
-                        report.findings)
+            ctx = RepairContext(config, driver, metadata, prefix, prop_crc_policy(config))
+            # what --apply finishes before its steps (the same re-check as it makes)
+            plan.pending = [(entry, _still_to_finish(ctx, entry)) for run in plan.quarantine
+                            for entry in run.entries if entry.state == COPIED]
+            _decide_all(ctx, plan, report.findings)
         finally:
             metadata.close()
     finally:
@@ -334,7 +355,29 @@ def apply(plan: RepairPlan, session: WriterSessionLike, *, progress: ProgressFac
                 if step.action == REINDEX and step.done is not None:
                     step.error = problem
     result.moved = list(quarantine.moved)
+    if plan.manual and any(step.done is not None for step in plan.steps):
+        _recheck_manual(config, plan, result)
     return result
+
+
+def _recheck_manual(config: Any, plan: RepairPlan, result: RepairResult) -> None:
+    """After steps were done: verify the queues of the findings left as manual again (as
+    deep as the plan's verify) and take those it no longer finds out of ``plan.manual`` into
+    ``result.mended`` (adopting a lost segment mends the units that pointed into it)."""
+    from tiered_core.ops.verify import verify_store
+
+    topics = {s.finding.topic for s in plan.manual}
+    try:
+        report = verify_store(config, deep=plan.report.deep, topics=None if None in topics else topics)
+    except TieredStoreError as exc:
+        log.warning("repair: the findings left as manual could not be verified again: %s", exc)
+        return
+    still = {(f.kind, f.subject) for f in report.findings}
+    for step in list(plan.manual):
+        if (step.finding.kind, step.finding.subject) not in still:
+            step.done = "mended by the steps above: verify no longer finds it"
+            plan.manual.remove(step)
+            result.mended.append(step)
 
 
 def _apply_step(ctx: RepairContext, step: RepairStep, windows: list[tuple[int, int]], epoch: int) -> None:

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import logging
 
-from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
-from tiered_core.codec.naming import queue_path
+from tiered_core.codec._impl import peek_physical_offset, peek_total_size
+from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, decode_cq_unit
+from tiered_core.codec.message import PHYSICAL_OFFSET_POS
+from tiered_core.codec.naming import queue_path, segment_path
 from tiered_core.common import NO_TIMESTAMP, FileSegmentType, SegmentStatus, now_ms
 from tiered_core.errors import CorruptData, IllegalParam, NotFound
 from tiered_core.ops.findings import Finding
@@ -24,6 +26,7 @@ from tiered_core.ops.repair_context import (
     ADOPT,
     ADOPT_TAIL,
     QUARANTINE,
+    RECORD_QUEUE,
     RECORD_SEALED,
     RECORD_TIMES,
     REWRITE,
@@ -33,7 +36,7 @@ from tiered_core.ops.repair_context import (
     record_of,
     segment_of,
 )
-from tiered_core.ops.repair_readback import check_extension
+from tiered_core.ops.repair_readback import check_consume_queue_span, check_extension, commit_log_prefix
 from tiered_core.spi.metadata import FileSegmentMetadata, QueueMetadata
 
 log = logging.getLogger(__name__)
@@ -45,8 +48,10 @@ log = logging.getLogger(__name__)
 def decide_unlisted(ctx: RepairContext, finding: Finding) -> Decision:
     """An object no metadata lists: adopt it when it is a segment of this store that
     continues its file at exactly the committed end (an empty file: at 0) and reads back
-    whole; refuse when its file has no record and it does not start at 0 (lost metadata:
-    rebuild it); else quarantine it."""
+    whole (a commit-log segment: its head of whole messages, when only garbage follows);
+    refuse when its file has no record and it does not start at 0 (lost metadata: rebuild
+    it), and when it lies outside the committed range but begins as this store's segment (it
+    may hold messages the tier holds nowhere else); else quarantine it."""
     path = finding.subject
     try:
         size = ctx.driver.size(path)
@@ -76,6 +81,8 @@ def decide_unlisted(ctx: RepairContext, finding: Finding) -> Decision:
                                             torn_ok=True)
         except CorruptData as exc:
             why = f"it continues its file but fails the read-back check ({exc.message})"
+            if file_type is FileSegmentType.COMMIT_LOG:
+                return _decide_commit_log_prefix(ctx, path, topic, queue_id, base, size, sealed, why)
         else:
             return Decision(ADOPT, f"adopt it into the metadata: {file_type.name} segment of {topic}/{queue_id} "
                                    f"at {base}, {size} bytes, continuing the committed end",
@@ -86,7 +93,74 @@ def decide_unlisted(ctx: RepairContext, finding: Finding) -> Decision:
         if base < records[0].base_offset:
             why += ("; it lies before the file's first recorded segment: if the metadata lost it, `tiered "
                     "metadata rebuild --config FILE --force` recovers it instead")
+    if (base >= end or base < records[0].base_offset) and _begins_with_its_record(ctx, topic, queue_id, file_type,
+                                                                                   path, base, size):
+        # Outside the committed range and this store's by its head: it may hold messages the
+        # tier holds nowhere else, so it is never moved on a guess.
+        return Decision.refuse(f"{why}; it begins with a record of this store, so repair does not move it: restore "
+                               "the metadata (`tiered metadata rebuild --config FILE --force` rebuilds it from the "
+                               "listing) or the object from a copy of the bucket")
     return Decision(QUARANTINE, f"move it into the quarantine ({size} bytes; {why})", {"path": path, "size": size})
+
+
+def _decide_commit_log_prefix(ctx: RepairContext, path: str, topic: str, queue_id: int, base: int, size: int,
+                              sealed: bool, why: str) -> Decision:
+    """An unlisted commit-log segment that continues its file but fails the read-back
+    check: adopt its head of whole valid messages and cut the rest when no message starts
+    there (a garbage or torn tail; a copy of the object goes into the quarantine), as the
+    metadata rebuild keeps it; refuse when a message there fails the checks (a damaged
+    message of this store) or a later segment continues the file past it."""
+    keep, times, garbage, stop = commit_log_prefix(ctx, topic, queue_id, path, base, size)
+    good = keep - base
+    if good > 0 and garbage:
+        later = segment_path(ctx.cluster, ctx.broker, topic, queue_id, FileSegmentType.COMMIT_LOG, base + size)
+        if not ctx.driver.exists(later):
+            return Decision(ADOPT, f"adopt its {good} bytes of whole messages into the metadata: COMMIT_LOG segment "
+                                   f"of {topic}/{queue_id} at {base}, continuing the committed end; cut the "
+                                   f"{size - good} bytes after them ({stop}; a copy of the object goes into the "
+                                   "quarantine)",
+                            {"path": path, "topic": topic, "queue_id": queue_id,
+                             "type": int(FileSegmentType.COMMIT_LOG), "base": base, "size": good, "sealed": sealed, "times": times})
+        return Decision.refuse(f"{why}; its first {good} bytes are whole messages of this store and the segment at "
+                               f"{base + size} continues the file past the rest: restore the object from a copy of "
+                               "the bucket")
+    if good > 0 or _begins_with_its_record(ctx, topic, queue_id, FileSegmentType.COMMIT_LOG, path, base, size):
+        return Decision.refuse(f"{why}; it holds messages of this store (stopped at: {stop}) the tier holds nowhere "
+                               "else, so repair does not move it: restore the object from a copy of the bucket, or "
+                               "rebuild the metadata (`tiered metadata rebuild --config FILE --force`)")
+    return Decision(QUARANTINE, f"move it into the quarantine ({size} bytes; {why})", {"path": path, "size": size})
+
+
+def _begins_with_its_record(ctx: RepairContext, topic: str, queue_id: int, file_type: FileSegmentType, path: str,
+                            base: int, size: int) -> bool:
+    """Whether the object begins as a segment of this store does: a commit-log segment with
+    a message whose physical offset is its base offset (as the rebuild tells its own); a
+    consume-queue segment with a valid unit that names its message in the committed commit
+    log, or commit-log bytes the metadata does not list (in doubt: this store's)."""
+    try:
+        if file_type is FileSegmentType.COMMIT_LOG:
+            if size < PHYSICAL_OFFSET_POS + 8:
+                return False
+            head = ctx.driver.read(path, 0, PHYSICAL_OFFSET_POS + 8)
+            return peek_physical_offset(head, 0) == base and peek_total_size(head, 0) >= PHYSICAL_OFFSET_POS + 8
+        if size < CQ_UNIT_SIZE:
+            return False
+        unit = decode_cq_unit(ctx.driver.read(path, 0, CQ_UNIT_SIZE))
+    except (CorruptData, NotFound):
+        return False
+    if not unit.is_valid:
+        return False
+    cl = ctx.records(topic, queue_id, FileSegmentType.COMMIT_LOG)
+    committed = cl[-1].base_offset + cl[-1].size if cl else 0
+    if unit.commitlog_offset + unit.size > committed:
+        return True
+    first = base // CQ_UNIT_SIZE
+    one = FileSegmentMetadata(queue_path(ctx.broker, topic, queue_id), file_type, base, CQ_UNIT_SIZE)
+    try:
+        check_consume_queue_span(ctx, topic, queue_id, [one], first, first + 1)
+    except CorruptData:
+        return False
+    return True
 
 
 def decide_tail(ctx: RepairContext, finding: Finding) -> Decision:
@@ -134,6 +208,24 @@ def decide_tail(ctx: RepairContext, finding: Finding) -> Decision:
     return Decision(REWRITE, f"copy the object into the quarantine, then rewrite it with its {meta.size} committed "
                              f"bytes (the {size - meta.size} bytes past them {why})",
                     {"path": path, "keep": meta.size, "size": size})
+
+
+def decide_queue_row(ctx: RepairContext, finding: Finding) -> Decision:
+    """A queue whose consume-queue segments the metadata lists without a row for the queue:
+    record the row, its offsets from the segments (as the metadata rebuild does)."""
+    topic, queue_id = finding.topic, finding.queue_id
+    if topic is None or queue_id is None:
+        return Decision.refuse("the finding names no queue")
+    if ctx.metadata.get_queue(topic, queue_id) is not None:
+        return Decision.moot("the metadata holds the queue's row now")
+    cq = ctx.records(topic, queue_id, FileSegmentType.CONSUME_QUEUE)
+    if not cq:
+        return Decision.refuse("the metadata lists no consume-queue segment of the queue: rebuild the metadata "
+                               "(`tiered metadata rebuild --config FILE --force`)")
+    lo = cq[0].base_offset // CQ_UNIT_SIZE
+    hi = max(lo, (cq[-1].base_offset + cq[-1].size) // CQ_UNIT_SIZE)
+    return Decision(RECORD_QUEUE, f"record the queue's row: offsets {lo}..{hi - 1} (from its {len(cq)} consume-queue "
+                                  "segment(s))", {"topic": topic, "queue_id": queue_id, "min": lo, "max": hi})
 
 
 def decide_sealed(ctx: RepairContext, finding: Finding) -> Decision:
@@ -231,6 +323,13 @@ def act(ctx: RepairContext, finding: Finding, decision: Decision) -> str:
         entry = ctx.quarantine.move(d["path"], reason=finding.detail, kind=finding.kind.value,
                                     keep=d.get("keep"))
         return f"{entry.then}; copy at {entry.copy}"
+    if decision.action == RECORD_QUEUE:
+        with md.transaction():
+            if md.get_topic(d["topic"]) is None:
+                md.add_topic(d["topic"])
+            md.update_queue(QueueMetadata(d["topic"], d["queue_id"], d["min"], d["max"], now_ms(), ctx.broker))
+        md.flush()
+        return f"recorded the queue's row (offsets {d['min']}..{d['max'] - 1})"
     if decision.action == RECORD_SEALED:
         meta = record_of(ctx, d["path"])
         assert meta is not None
@@ -275,4 +374,4 @@ def assume(ctx: RepairContext, decision: Decision) -> None:
         ctx.sizes[d["path"]] = d["size"]
 
 
-__all__ = ["act", "assume", "decide_sealed", "decide_tail", "decide_times", "decide_unlisted"]
+__all__ = ["act", "assume", "decide_queue_row", "decide_sealed", "decide_tail", "decide_times", "decide_unlisted"]

@@ -28,6 +28,7 @@ RECORD_SEALED = "record_sealed"  # record the segment sealed (the backend object
 RECORD_TIMES = "record_times"  # record the segment's times read from its messages
 REINDEX = "reindex"  # quarantine / drop an index file, index its messages' keys again
 CLAIM = "claim"  # write this store's owner record
+RECORD_QUEUE = "record_queue"  # record a lost queue row from the queue's consume-queue segments
 
 _TYPES = {FileSegmentType.COMMIT_LOG, FileSegmentType.CONSUME_QUEUE}
 
@@ -119,6 +120,7 @@ def record_of(ctx: RepairContext, path: str) -> FileSegmentMetadata | None:
 
 
 __all__ = [
-    "ADOPT", "ADOPT_TAIL", "CLAIM", "QUARANTINE", "RECORD_SEALED", "RECORD_TIMES", "REINDEX", "REWRITE",
+    "ADOPT", "ADOPT_TAIL", "CLAIM", "QUARANTINE", "RECORD_QUEUE", "RECORD_SEALED", "RECORD_TIMES", "REINDEX",
+    "REWRITE",
     "SEAL_OBJECT", "Decision", "RepairContext", "record_of", "segment_of",
 ]

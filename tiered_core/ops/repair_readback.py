@@ -55,6 +55,42 @@ def check_commit_log_span(ctx: RepairContext, topic: str, queue_id: int, path: s
     return start + pos, (peek_store_timestamp(data, 0), peek_store_timestamp(data, units[-1][0] - start))
 
 
+def commit_log_prefix(ctx: RepairContext, topic: str, queue_id: int, path: str, base: int,
+                      size: int) -> tuple[int, tuple[int, int], bool, str]:
+    """The longest run of whole, valid messages of ``topic``/``queue_id`` at the head of the
+    commit-log segment at ``path`` (file offset ``base``, ``size`` bytes). Returns where it
+    ends, its (first, last) store time, whether what follows it is no message at all (no
+    message starts there: a garbage or torn tail) rather than a message that fails the checks
+    (a damaged message), and why the run stops ("" when it covers the whole object)."""
+    data = ctx.driver.read(path, 0, size) if size else b""
+    units, pos = [], 0
+    garbage, why = False, ""
+    while pos < len(data):
+        if len(data) - pos < MAGIC_END:
+            garbage, why = True, f"a message cut short at file offset {base + pos}"
+            break
+        total = peek_total_size(data, pos)
+        if peek_magic(data, pos) not in (MAGIC_V1, MAGIC_V2) or total <= MAGIC_END:
+            garbage, why = True, f"no message starts at file offset {base + pos}"
+            break
+        if pos + total > len(data):
+            garbage, why = True, f"the message at file offset {base + pos} declares {total} bytes, " \
+                                 f"{len(data) - pos} are left"
+            break
+        units.append((base + pos, total, 0))
+        pos += total
+    if units:
+        batch = check_batch(units, data, base, topic=topic, queue_id=queue_id, queue_offset=None,
+                            prop_crc=ctx.prop_crc, check_tags=False)
+        if batch.error is not None:
+            units = units[:len(batch.units)]
+            garbage, why = False, str(batch.error)
+    if not units:
+        return base, (NO_TIMESTAMP, NO_TIMESTAMP), garbage, why
+    end = units[-1][0] + units[-1][1]
+    return end, (peek_store_timestamp(data, 0), peek_store_timestamp(data, units[-1][0] - base)), garbage, why
+
+
 def check_consume_queue_span(ctx: RepairContext, topic: str, queue_id: int, cq: list[FileSegmentMetadata],
                              start: int, end: int) -> tuple[int, int]:
     """Check that the units of queue offsets ``[start, end)`` of the consume queue ``cq``
@@ -98,4 +134,4 @@ def check_extension(ctx: RepairContext, topic: str, queue_id: int, file_type: Fi
     return whole, check_consume_queue_span(ctx, topic, queue_id, cq, start // CQ_UNIT_SIZE, whole // CQ_UNIT_SIZE)
 
 
-__all__ = ["check_commit_log_span", "check_consume_queue_span", "check_extension"]
+__all__ = ["check_commit_log_span", "commit_log_prefix", "check_consume_queue_span", "check_extension"]

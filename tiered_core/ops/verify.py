@@ -11,7 +11,8 @@ and tier location it was created with): when it does not, that IDENTITY_MISMATCH
 whole report. Then the areas, in order, each its own module:
 
 1. ownership (:mod:`tiered_core.ops.verify_ownership`): the owner record and whether this
-   store owns the prefix;
+   store owns the prefix; when another store does (OWNER_OTHER), nothing else is compared:
+   its objects are not this store's;
 2. metadata against one listing of the backend (:mod:`tiered_core.ops.verify_listing`):
    unlisted, missing and short objects, tails past the committed end, sealed flags;
 3. every queue (:mod:`tiered_core.ops.verify_queue`): segments that join, units inside the
@@ -31,6 +32,7 @@ prefix's as a whole).
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 import time
 from typing import Any, Callable, ContextManager, Iterable, Protocol
 
@@ -109,7 +111,14 @@ def verify_store(config: Any, *, deep: bool = False, topics: Iterable[str] | Non
                 report.stats.elapsed_s = round(time.monotonic() - started, 3)
                 return report
             # 1. ownership
-            report.extend(ownership_findings(driver, cluster, broker, store_id))
+            owned = ownership_findings(driver, cluster, broker, store_id)
+            if any(f.kind is FindingKind.OWNER_OTHER for f in owned):
+                # The prefix's objects are another store's now: compared with this store's
+                # metadata they would read as its own (adoptable, wrong seals).
+                report.extend(_not_compared(f) for f in owned)
+                report.stats.elapsed_s = round(time.monotonic() - started, 3)
+                return report
+            report.extend(owned)
             # 2. metadata <-> backend
             n_segments = len(metadata_segments(metadata, cluster, broker))
             with _bar(progress, "listing", n_segments) as bar:
@@ -118,6 +127,7 @@ def verify_store(config: Any, *, deep: bool = False, topics: Iterable[str] | Non
             report.stats.objects_listed = len(listing.listing)
             # 3. every queue
             works = queue_works(metadata, cluster, broker, topic_list)
+            report.extend(_queue_row_findings(metadata, works))
             run = walk or walk_queues
             with _bar(progress, "deep walk" if deep else "walk", total_units(works)) as bar:
                 walked = run(driver, works, deep=deep, prop_crc=prop_crc, progress=bar.update)
@@ -144,6 +154,33 @@ def verify_store(config: Any, *, deep: bool = False, topics: Iterable[str] | Non
     report.findings.sort(key=_order)
     report.stats.elapsed_s = round(time.monotonic() - started, 3)
     return report
+
+
+def _queue_row_findings(metadata: TieredMetadataStore, works: list[QueueWork]) -> list[Finding]:
+    """A queue whose consume-queue segments the metadata lists but which has no queue row:
+    reads of it find no offset at all (OFFSET_TOO_SMALL), while its units are all there.
+    Reported as an unlisted object (the row is what is missing); repair records the row."""
+    out = []
+    for work in works:
+        if not work.consume_queue or metadata.get_queue(work.topic, work.queue_id) is not None:
+            continue
+        out.append(Finding(
+            FindingKind.UNLISTED_OBJECT, f"{work.topic}/{work.queue_id}",
+            f"the metadata lists {len(work.consume_queue)} consume-queue segment(s) of the queue (offsets "
+            f"{work.min_offset}..{work.max_offset - 1}) but holds no row for the queue: reads of it find none of them",
+            work.topic, work.queue_id, (work.min_offset, work.max_offset), None,
+            {"missing": "queue_row", "min_offset": work.min_offset, "max_offset": work.max_offset},
+            fix_text="repair records the queue's row from its consume-queue segments"))
+    return out
+
+
+def _not_compared(finding: Finding) -> Finding:
+    """An OWNER_OTHER finding saying what verify left unchecked because of it."""
+    if finding.kind is not FindingKind.OWNER_OTHER:
+        return finding
+    return replace(finding, detail=f"{finding.detail}; the listing, the queues and the key index were not compared "
+                                   "with this store's metadata: another store owns the prefix",
+                   facts={**finding.facts, "compared": False})
 
 
 def _log_of(work: QueueWork) -> tuple[tuple, int]:

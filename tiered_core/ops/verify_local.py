@@ -9,7 +9,9 @@ named by the 20-digit offset of their first byte, each as long as what was writt
 length, in 20-byte units.
 
 * LOCAL_PENDING (info), per queue: messages the local store holds past the tier's end
-  (local max > tiered max): the dispatcher has not copied them yet.
+  (local max > tiered max): the dispatcher has not copied them yet. The local min is the
+  first message the local commit log still holds (retention deletes commit-log files, not
+  the units pointing into them).
 * LOCAL_RETENTION_HELD (info): commit-log files older than ``local_retention_hours`` that
   local retention keeps because they hold messages not tiered yet (it never deletes those),
   naming the queue that holds them back.
@@ -63,8 +65,26 @@ def _offset_files(directory: str) -> list[tuple[int, str, int, int]]:
     return out
 
 
+def _first_live_offset(directory: str, lo: int, hi: int, commit_log_min: int) -> int:
+    """The first queue offset in ``[lo, hi)`` whose local unit points at or past
+    ``commit_log_min`` (the first byte the local commit log still holds): retention deletes
+    commit-log files, not the consume-queue units that point into them. ``hi`` when none."""
+    queue = LocalQueue("", 0, directory, lo, hi)
+    while lo < hi:  # units point into the commit log in order: a binary search
+        mid = (lo + hi) // 2
+        phy = _unit_commit_offset(queue, mid)
+        if phy is not None and phy >= commit_log_min:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
 def local_queues(store_path: str, topics: Iterable[str] | None = None) -> list[LocalQueue]:
-    """Every local consume queue under ``store_path`` (only of ``topics`` when given)."""
+    """Every local consume queue under ``store_path`` (only of ``topics`` when given); its
+    min offset is that of the first message the local commit log still holds."""
+    commit_log = _offset_files(os.path.join(store_path, "commitlog"))
+    commit_log_min = commit_log[0][0] if commit_log else None
     base = os.path.join(store_path, "consumequeue")
     wanted = None if topics is None else set(topics)
     out = []
@@ -86,8 +106,10 @@ def local_queues(store_path: str, topics: Iterable[str] | None = None) -> list[L
             if not files:
                 continue
             start, _path, size, _mtime = files[-1]
-            out.append(LocalQueue(topic, int(queue), qdir, files[0][0] // CQ_UNIT_SIZE,
-                                  (start + size) // CQ_UNIT_SIZE))
+            lo, hi = files[0][0] // CQ_UNIT_SIZE, (start + size) // CQ_UNIT_SIZE
+            if commit_log_min is not None:
+                lo = _first_live_offset(qdir, lo, hi, commit_log_min)
+            out.append(LocalQueue(topic, int(queue), qdir, lo, hi))
     return out
 
 
@@ -125,9 +147,11 @@ def local_findings(store_path: str, tiered_max: dict[tuple[str, int], int], *, r
             continue
         first = max(tiered, q.min_offset)
         count = q.max_offset - first
+        # offsets between the tier's end and the local min exist nowhere: not pending
+        lost = f"; offsets {tiered}..{q.min_offset - 1} are neither tiered nor local" if q.min_offset > tiered else ""
         out.append(Finding(FindingKind.LOCAL_PENDING, f"{q.topic}/{q.queue_id}",
                            f"{count} message(s) in the local store are not tiered yet (local offsets "
-                           f"{first}..{q.max_offset - 1}; the tier ends at {tiered})",
+                           f"{first}..{q.max_offset - 1}; the tier ends at {tiered}{lost})",
                            q.topic, q.queue_id, (first, q.max_offset), None,
                            {"local_min": q.min_offset, "local_max": q.max_offset, "tiered_max": tiered,
                             "pending": count}))

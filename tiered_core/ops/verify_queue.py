@@ -251,8 +251,20 @@ RUN_KINDS = (FindingKind.UNIT_OUTSIDE_COMMIT_LOG, FindingKind.MISSING_OBJECT, Fi
 def outside_finding(work_subject: str, topic: str, queue_id: int, q0: int, q1: int, facts: dict) -> Finding:
     """UNIT_OUTSIDE_COMMIT_LOG for the units of queue offsets ``[q0, q1)`` (``facts``: the
     first one's ``commitlog_offset`` and ``size``, and ``commit_log_end``: where the segment
-    it points into, or the commit log, ends)."""
+    it points into, or the commit log, ends). With ``unit_object`` in ``facts`` the units do
+    not decode as units: the finding names that consume-queue object, and says it is damaged."""
     n = q1 - q0
+    unit_object = facts.get("unit_object")
+    if unit_object is not None:
+        # the unit itself does not decode: the consume-queue object is damaged, not the commit log
+        what = "a consume-queue unit is" if n == 1 else f"{n} consume-queue units are"
+        return Finding(FindingKind.UNIT_OUTSIDE_COMMIT_LOG, unit_object,
+                       f"{what} damaged: {facts.get('why', 'not a valid unit')} (it reads as commit-log offset "
+                       f"{facts.get('commitlog_offset')}, {facts.get('size')} bytes); the messages of these queue "
+                       f"offsets of {topic}/{queue_id} cannot be found through the queue",
+                       topic, queue_id, (q0, q1), (q0 * CQ_UNIT_SIZE, q1 * CQ_UNIT_SIZE), dict(facts, units=n),
+                       fix_text="the consume-queue unit is damaged (not the commit log it points into): restore the "
+                                "consume-queue object from a copy of the bucket")
     what = "a unit points" if n == 1 else f"{n} units point"
     return Finding(FindingKind.UNIT_OUTSIDE_COMMIT_LOG, work_subject,
                    f"{what} outside the commit log (the first at commit-log offset {facts.get('commitlog_offset')}, "

@@ -236,9 +236,20 @@ class RangeWalker:
         return resume
 
     def outside(self, q0: int, q1: int, off: int, size: int, why: str) -> None:
+        facts: dict = {"commitlog_offset": off, "size": size, "why": why}
+        if why.startswith("not a valid unit"):
+            holder = self.unit_object(q0)
+            if holder is not None:
+                facts["unit_object"] = holder
         self.result.findings.append(outside_finding(
-            self.work.subject, self.work.topic, self.work.queue_id, q0, q1,
-            {"commitlog_offset": off, "size": size, "why": why}))
+            self.work.subject, self.work.topic, self.work.queue_id, q0, q1, facts))
+
+    def unit_object(self, q: int) -> str | None:
+        """The consume-queue object holding the unit of queue offset ``q`` (None: none)."""
+        pos = q * CQ_UNIT_SIZE
+        refs = self.work.consume_queue
+        i = bisect.bisect_right([r.base_offset for r in refs], pos) - 1
+        return refs[i].path if i >= 0 else None
 
     # -- shallow: every unit inside the commit log -----------------------------------------------
 

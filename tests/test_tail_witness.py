@@ -73,3 +73,29 @@ def test_this_stores_own_tail_is_adopted(tmp_path):
         assert store.unrecoverable == {}
         assert store.flat_files.get("t", 0).consume_queue.commit_offset // 20 == 15
         assert [m.body for m in store.get_message("g", "t", 0, 0, 20).messages] == [b"a-%04d" % i for i in range(15)]
+
+
+def test_verify_and_repair_ask_the_local_disk_too(tmp_path, capsys):
+    """`tiered verify` names such a tail bad (the store's open refuses it), and `tiered
+    repair --apply` cuts it back, a copy in the quarantine: the store then tiers its own."""
+    import json
+
+    from tiered_core.cli import main
+
+    a, b = _stores(tmp_path)
+    mine, theirs = _commit_log(a), _commit_log(b)
+    committed = mine.stat().st_size
+    with open(mine, "ab") as fh:
+        fh.write(theirs.read_bytes()[committed:])
+    conf = str(tmp_path / "a.toml")
+    assert main(["verify", "--config", conf, "--json"]) == 1
+    kinds = {f["kind"]: f for f in json.loads(capsys.readouterr().out)["findings"]}
+    assert "uncommitted_tail" not in kinds and "another writer" in kinds["bad_tail"]["detail"]
+    assert main(["repair", "--config", conf, "--apply"]) == 0
+    capsys.readouterr()
+    assert mine.stat().st_size == committed
+    with TieredMessageStore.open(a) as store:
+        assert store.unrecoverable == {}
+        assert store.dispatch(force=True).errors == []
+    with TieredMessageStore.open(a.replace(storage_level="FORCE"), read_only=True) as store:
+        assert [m.body for m in store.get_message("g", "t", 0, 0, 20).messages] == [b"a-%04d" % i for i in range(15)]

@@ -60,6 +60,7 @@ from tiered_core.ops.repair_index import (
 )
 from tiered_core.ops.reconcile import backend_path
 from tiered_core.ops.repair_context import CLAIM, REINDEX, Decision, RepairContext
+from tiered_core.ops.verify_local import local_witness
 from tiered_core.spi.metadata import TieredMetadataStore
 
 log = logging.getLogger(__name__)
@@ -273,7 +274,8 @@ def plan_repair(config: Any, *, deep: bool = True, topics: Iterable[str] | None 
         try:
             prefix = tier_prefix(config.cluster, config.broker)
             plan = RepairPlan(config, report, quarantine=list_quarantine(driver, prefix))
-            ctx = RepairContext(config, driver, metadata, prefix, prop_crc_policy(config))
+            ctx = RepairContext(config, driver, metadata, prefix, prop_crc_policy(config),
+                                witness=local_witness(config.store_path))
             # what --apply finishes before its steps (the same re-check as it makes)
             plan.pending = [(entry, _still_to_finish(ctx, entry)) for run in plan.quarantine
                             for entry in run.entries if entry.state == COPIED]
@@ -322,7 +324,8 @@ def apply(plan: RepairPlan, session: WriterSessionLike, *, progress: ProgressFac
     driver = ownership.guard(session.driver)
     quarantine = Quarantine(driver, prefix, repair_id)
     metadata = session.metadata
-    ctx = RepairContext(config, driver, metadata, prefix, prop_crc_policy(config), quarantine)
+    ctx = RepairContext(config, driver, metadata, prefix, prop_crc_policy(config), quarantine,
+                        witness=local_witness(config.store_path))
     result = RepairResult(plan, quarantine.repair_id, quarantine.root, record.epoch)
     log.warning("repair %s of %s: %d step(s) planned, quarantine %s", quarantine.repair_id, prefix,
                 len(plan.steps), quarantine.root)

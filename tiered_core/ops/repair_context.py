@@ -12,6 +12,7 @@ from tiered_core.codec.checks import PropCrcPolicy
 from tiered_core.codec.naming import parse_segment_path, queue_path
 from tiered_core.common import FileSegmentType, SegmentStatus
 from tiered_core.errors import IllegalParam
+from tiered_core.flat.read_back import TailWitness
 from tiered_core.flat.segment_ref import SegmentRef
 from tiered_core.ops.quarantine import Quarantine
 from tiered_core.ops.reconcile import backend_path
@@ -71,6 +72,8 @@ class RepairContext:
     quarantine: Quarantine | None = None
     extra: dict[tuple[str, int, FileSegmentType], list[FileSegmentMetadata]] = field(default_factory=dict)
     sizes: dict[str, int] = field(default_factory=dict)
+    #: The local disk as witness of a commit-log tail about to be adopted (None: no local store).
+    witness: TailWitness | None = None
 
     @property
     def cluster(self) -> str:

@@ -13,6 +13,7 @@ from tiered_core.codec.message import MAGIC_END, MAGIC_V1, MAGIC_V2, peek_magic,
 from tiered_core.common import NO_TIMESTAMP, FileSegmentType
 from tiered_core.errors import CorruptData
 from tiered_core.flat.batch_check import check_batch
+from tiered_core.flat.read_back import tail_messages
 from tiered_core.flat.segment_reader import SegmentReader
 from tiered_core.ops.repair_context import RepairContext
 from tiered_core.spi.metadata import FileSegmentMetadata
@@ -52,6 +53,10 @@ def check_commit_log_span(ctx: RepairContext, topic: str, queue_id: int, path: s
                         prop_crc=ctx.prop_crc, check_tags=False)
     if batch.error is not None:
         raise batch.error
+    if ctx.witness is not None:  # (as the store's open asks its local disk before it adopts a tail)
+        why = ctx.witness(topic, queue_id, tail_messages(data, pos))
+        if why is not None:
+            raise CorruptData(f"{path!r}: {why}", path=path, offset=start)
     return start + pos, (peek_store_timestamp(data, 0), peek_store_timestamp(data, units[-1][0] - start))
 
 

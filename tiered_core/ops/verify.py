@@ -46,7 +46,7 @@ from tiered_core.metadata import open_metadata_read_only
 from tiered_core.ops.findings import Finding, FindingKind, Severity, VerifyReport
 from tiered_core.ops.verify_index import check_index
 from tiered_core.ops.verify_listing import check_listing, metadata_segments
-from tiered_core.ops.verify_local import local_findings
+from tiered_core.ops.verify_local import local_findings, local_witness
 from tiered_core.ops.verify_ownership import identity_findings, ownership_findings
 from tiered_core.ops.verify_queue import QueueWalk, QueueWork, Walk, queue_works, total_units
 from tiered_core.ops.verify_range import walk_queues
@@ -123,7 +123,8 @@ def verify_store(config: Any, *, deep: bool = False, topics: Iterable[str] | Non
             n_segments = len(metadata_segments(metadata, cluster, broker))
             with _bar(progress, "listing", n_segments) as bar:
                 listing = check_listing(driver, metadata, cluster, broker, fresh_metadata=fresh_metadata,
-                                        prop_crc=prop_crc, progress=bar.update)
+                                        prop_crc=prop_crc, progress=bar.update,
+                                        witness=local_witness(config.store_path))
             report.stats.objects_listed = len(listing.listing)
             # 3. every queue
             works = queue_works(metadata, cluster, broker, topic_list)

@@ -43,7 +43,7 @@ from tiered_core.codec.naming import INDEX_TOPIC, parse_segment_path, segment_pa
 from tiered_core.common import FileSegmentType, SegmentStatus
 from tiered_core.errors import NotFound, TieredStoreError
 from tiered_core.flat.ownership import is_reserved_path, segment_objects, tier_prefix
-from tiered_core.flat.read_back import ReadBack, read_back_messages, read_back_units
+from tiered_core.flat.read_back import ReadBack, TailWitness, read_back_messages, read_back_units, tail_messages
 from tiered_core.ops.findings import Finding, FindingKind
 from tiered_core.ops.reconcile import backend_path
 from tiered_core.codec.tiered_index import compacted_file_problem
@@ -109,7 +109,8 @@ class _Checker:
     """The comparison for one metadata snapshot (the first pass, then the re-check)."""
 
     def __init__(self, driver: SegmentDriver, segments: dict[str, Segment], cluster: str, broker: str,
-                 prop_crc: PropCrcPolicy, listing: dict[str, int]) -> None:
+                 prop_crc: PropCrcPolicy, listing: dict[str, int], witness: TailWitness | None = None) -> None:
+        self.witness = witness
         self.driver, self.segments = driver, segments
         self.cluster, self.broker, self.prop_crc = cluster, broker, prop_crc
         self.seal_known = driver.capabilities.seal
@@ -196,7 +197,13 @@ class _Checker:
 
     def read_back(self, ftype: int, topic: str, queue_id: int, start: int, data: bytes) -> "ReadBack":
         if ftype == int(FileSegmentType.COMMIT_LOG):
-            return read_back_messages(data, start, topic, queue_id, self.prop_crc)
+            found = read_back_messages(data, start, topic, queue_id, self.prop_crc)
+            if found.ok and found.records and self.witness is not None:
+                # (as the store's open asks its local disk before it adopts a tail)
+                why = self.witness(topic, queue_id, tail_messages(data, found.good_bytes))
+                if why is not None:
+                    return ReadBack(False, 0, 0, 0, why)
+            return found
         if ftype == int(FileSegmentType.CONSUME_QUEUE):
             return read_back_units(data, self.commit_log_end.get((topic, queue_id)))
         problem = compacted_file_problem(data)
@@ -256,7 +263,8 @@ class _Checker:
 def check_listing(driver: SegmentDriver, metadata: TieredMetadataStore, cluster: str, broker: str, *,
                   fresh_metadata: Callable[[], TieredMetadataStore],
                   prop_crc: PropCrcPolicy = PropCrcPolicy.IF_PRESENT,
-                  progress: Callable[[int], None] | None = None) -> ListingCheck:
+                  progress: Callable[[int], None] | None = None,
+                  witness: TailWitness | None = None) -> ListingCheck:
     """Compare ``metadata`` with one listing of the store's prefix (module doc). Each
     mismatch is checked again (:func:`_confirm`: fresh looks at the object, fresh reads of
     the metadata through ``fresh_metadata()``); only what still holds is reported. Reads
@@ -265,7 +273,7 @@ def check_listing(driver: SegmentDriver, metadata: TieredMetadataStore, cluster:
     segments = metadata_segments(metadata, cluster, broker, expiring)
     result = ListingCheck(segments=segments)
     result.listing = dict(segment_objects(driver, cluster, broker))
-    first = _Checker(driver, segments, cluster, broker, prop_crc, result.listing)
+    first = _Checker(driver, segments, cluster, broker, prop_crc, result.listing, witness)
     seals = _seal_flags(driver, [p for p in segments if result.listing.get(p) is not None])
     suspects: list[str] = []
     for path, seg in segments.items():
@@ -281,7 +289,7 @@ def check_listing(driver: SegmentDriver, metadata: TieredMetadataStore, cluster:
                       key=_chain_order)
     suspects.extend(unlisted)
     result.findings.extend(_confirm(driver, suspects, segments, cluster, broker, prop_crc, fresh_metadata,
-                                    result.listing))
+                                    result.listing, witness))
     result.findings.extend(stray_objects(driver, cluster, broker))
     return result
 
@@ -342,7 +350,7 @@ def _seal_flags(driver: SegmentDriver, paths: list[str]) -> dict[str, bool]:
 
 def _confirm(driver: SegmentDriver, suspects: list[str], segments: dict[str, Segment], cluster: str, broker: str,
              prop_crc: PropCrcPolicy, fresh_metadata: Callable[[], TieredMetadataStore],
-             listing: dict[str, int]) -> list[Finding]:
+             listing: dict[str, int], witness: TailWitness | None = None) -> list[Finding]:
     """The findings of ``suspects`` that still hold when looked at again: in each round a
     fresh look at each object, a pause (:data:`SETTLE_S`) for a running store to finish the
     step it was in, then a fresh read of the metadata; what a round clears is dropped, what
@@ -362,7 +370,7 @@ def _confirm(driver: SegmentDriver, suspects: list[str], segments: dict[str, Seg
             after = metadata_segments(fresh, cluster, broker, expiring)
         finally:
             fresh.close()
-        checker = _Checker(driver, after, cluster, broker, prop_crc, listing)
+        checker = _Checker(driver, after, cluster, broker, prop_crc, listing, witness)
         chained: dict[tuple[str, int, int], int] = {}
         found, still = [], []
         for path in pending:

@@ -27,7 +27,11 @@ import time
 from dataclasses import dataclass
 from typing import Iterable
 
+from tiered_core.codec.checks import check_message
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, decode_cq_units
+from tiered_core.codec.message import lazy_message_ext
+from tiered_core.errors import CorruptData
+from tiered_core.flat.read_back import TailWitness
 from tiered_core.ops.findings import Finding, FindingKind
 
 _HOUR_MS = 3_600_000
@@ -115,6 +119,12 @@ def local_queues(store_path: str, topics: Iterable[str] | None = None) -> list[L
 
 def _unit_commit_offset(queue: LocalQueue, queue_offset: int) -> int | None:
     """The commit-log offset the local unit ``queue_offset`` points at (None: none there)."""
+    unit = _unit(queue, queue_offset)
+    return None if unit is None else unit[0]
+
+
+def _unit(queue: LocalQueue, queue_offset: int) -> tuple[int, int] | None:
+    """``(commit-log offset, size)`` of the local unit ``queue_offset`` (None: none there)."""
     pos = queue_offset * CQ_UNIT_SIZE
     for start, path, size, _mtime in reversed(_offset_files(queue.directory)):
         if start <= pos < start + size:
@@ -127,8 +137,58 @@ def _unit_commit_offset(queue: LocalQueue, queue_offset: int) -> int | None:
             if len(raw) < CQ_UNIT_SIZE:
                 return None
             unit = decode_cq_units(raw)[0]
-            return unit.commitlog_offset if unit.is_valid else None
+            return (unit.commitlog_offset, unit.size) if unit.is_valid else None
     return None
+
+
+#: Tail messages a file witness compares at most (another writer's tail differs at its first).
+_WITNESSED = 64
+
+
+def local_witness(store_path: str) -> TailWitness | None:
+    """The local disk of ``store_path`` as witness of a tiered commit-log tail (as a store's
+    open asks its local store, ``tiered_core/access/tail_witness.py``), read from its files
+    without the lock: a message it holds at a tail message's queue offset with another body
+    or store time makes the tail another writer's. None without a local store."""
+    queues = {(q.topic, q.queue_id): q for q in local_queues(store_path)}
+    if not queues:
+        return None
+    commit_log = _offset_files(os.path.join(store_path, "commitlog"))
+
+    def local_message(queue: LocalQueue, offset: int) -> bytes | None:
+        unit = _unit(queue, offset)
+        if unit is None:
+            return None
+        phy, size = unit
+        for start, path, length, _mtime in commit_log:
+            if start <= phy and phy + size <= start + length:
+                try:
+                    with open(path, "rb") as fh:
+                        fh.seek(phy - start)
+                        raw = fh.read(size)
+                    check_message(raw, 0, commitlog_offset=phy, size=size, topic=queue.topic,
+                                  queue_id=queue.queue_id)
+                except (OSError, CorruptData):
+                    return None  # changed or damaged meanwhile: no evidence
+                return raw
+        return None
+
+    def witness(topic: str, queue_id: int, messages: list[tuple[int, bytes, int]]) -> str | None:
+        queue = queues.get((topic, queue_id))
+        if queue is None:
+            return None
+        held = [m for m in messages if queue.min_offset <= m[0] < queue.max_offset][:_WITNESSED]
+        for offset, body, stored_at in held:
+            raw = local_message(queue, offset)
+            if raw is None:
+                continue
+            own = lazy_message_ext(raw)
+            if own.queue_offset == offset and (bytes(own.body) != body or own.store_timestamp != stored_at):
+                return (f"the message at queue offset {offset} is not the one this store acknowledged there "
+                        "(its local disk holds another body or store time): another writer's")
+        return None
+
+    return witness
 
 
 def local_findings(store_path: str, tiered_max: dict[tuple[str, int], int], *, retention_hours: int,

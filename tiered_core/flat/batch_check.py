@@ -110,6 +110,12 @@ def read_batch(read_consume_queue: Callable[[int, int], bytes], read_commit_log:
     if not units:  # (cq_span: decode_units, trim_units and span_end in one pass)
         return MessageBatch(topic, queue_id, queue_offset, b"", 0, [])
     first = units[0][0]
+    if first < 0 or units[0][1] <= 0:
+        # No unit a store writes looks like this: the consume queue is damaged here (reading
+        # the commit log at such an offset would blame the reader's offset instead).
+        return MessageBatch(topic, queue_id, queue_offset, b"", 0, [], unit_error(
+            units[0], 0, "bad_unit", "is not a valid consume-queue unit: the consume queue is damaged there",
+            topic=topic, queue_id=queue_id, queue_offset=queue_offset))
     data = read_commit_log(first, end - first) if end > first else b""
     return check_batch(units, data, first, topic=topic, queue_id=queue_id, queue_offset=queue_offset,
                        prop_crc=prop_crc, verify_crc=verify_crc, check_tags=check_tags)

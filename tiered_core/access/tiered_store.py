@@ -166,12 +166,9 @@ class TieredMessageStore:
                 log.error("%d tiered queue(s) cannot be recovered; puts to them are refused and only their "
                           "intact tiered data is served (the other queues are open): %s", len(self.unrecoverable),
                           "; ".join(f"{t}/{q}: {why}" for (t, q), why in self.unrecoverable.items()))
-            had_local = bool(self.local.list_queues())
-            recovered = 0
             if not read_only:  # (a read-only open routes past the local end to the tier instead)
-                recovered = continue_after_tier(self.local, self.flat_files, store_path=config.store_path,
-                                                epoch=self.ownership.record.epoch)
-                recovered += self.given_up_history is not None
+                continue_after_tier(self.local, self.flat_files, store_path=config.store_path,
+                                    epoch=self.ownership.record.epoch)
             #: Key lookups ask the tiered index up to this time at least (see tier_only_until_ms).
             self._tier_only_until_ms = tier_only_until_ms(self.local, self.flat_files)
             # (A read-only open reads the store's own local index files, such as the keys a
@@ -182,7 +179,7 @@ class TieredMessageStore:
             #: see :attr:`key_index_gap_since`); None: nothing to repair.
             self.key_repair: KeyIndexRepair | None = None
             if not read_only:
-                self.key_repair = self._plan_key_repair(recovered, had_local, take_over, checks)
+                self.key_repair = self._plan_key_repair()
                 if self.key_repair is not None and not background:
                     self.key_repair.run()
             self.dispatcher = MessageStoreDispatcher(self.local, self.flat_files, self.index,
@@ -218,20 +215,16 @@ class TieredMessageStore:
                                                           name=f"local-retention:{config.broker}")
                 self._retention_thread.start()
 
-    def _plan_key_repair(self, recovered: int, had_local: bool, take_over: bool,
-                         checks) -> KeyIndexRepair | None:
+    def _plan_key_repair(self) -> KeyIndexRepair | None:
         """What the key index must index again (:mod:`tiered_core.access.key_repair`): past its
         coverage marks; without them (a lost disk) and after a recovery path, by time."""
         coverage = self.index.coverage
         since = None
         if not coverage.known:
-            # Without marks only a recovery path can have lost keys: a floor raised, a history
-            # given up, a queue only the tier holds, a take-over, metadata rebuilt, adopted bytes.
-            rebuilt = checks is not None and checks.report is not None and bool(checks.report.unknown)
-            suspect = (recovered or not had_local or take_over or rebuilt
-                       or any(not self.local.has_queue(f.topic, f.queue_id) or f.commit_log.adopted
-                              or f.consume_queue.adopted for f in self.flat_files.files()))
-            since = key_index_gap(self.index, self.flat_files) if suspect else None
+            # Without marks (a lost disk, a lost local index directory, a store from before
+            # the marks) the index's own files bound what it may miss: none when they cover
+            # the tier's newest message (a new store, an intact one), else by time.
+            since = key_index_gap(self.index, self.flat_files)
             if since is None:
                 coverage.declare_known()  # a new store, or one whose index covers its tier
                 coverage.save()

@@ -145,7 +145,14 @@ def verify_store(config: Any, *, deep: bool = False, topics: Iterable[str] | Non
             report.extend(index.findings)
             report.stats.add(index.stats)
             # 5. the local store
-            report.extend(local_findings(config.store_path, {(w.topic, w.queue_id): w.max_offset for w in works},
+            # (the tier's end counts an adoptable consume-queue tail, as the store's open and `stat` do)
+            tier_end = {(w.topic, w.queue_id): w.max_offset for w in works}
+            for f in listing.findings:
+                if f.kind is FindingKind.UNCOMMITTED_TAIL and f.topic is not None and f.file_offsets is not None \
+                        and "/CONSUME_QUEUE/" in f.subject:
+                    key = (f.topic, f.queue_id)
+                    tier_end[key] = max(tier_end.get(key, 0), f.file_offsets[1] // CQ_UNIT_SIZE)
+            report.extend(local_findings(config.store_path, tier_end,
                                          retention_hours=int(getattr(config, "local_retention_hours", 0)),
                                          topics=topic_list))
         finally:

@@ -46,7 +46,8 @@ def test_a_second_store_cannot_claim_a_prefix_whose_owner_records_were_deleted(t
         # B (copy-pasted config, empty store_path) is refused, also after rebuilding its metadata.
         with pytest.raises(PrefixOwned, match="holds data but no owner record"):
             TieredMessageStore.open(b_config)
-        assert main(["metadata", "rebuild", "--config", b_conf, "--force"]) == 0
+        assert main(["metadata", "rebuild", "--config", b_conf, "--force"]) == 5
+        assert "no owner record" in capsys.readouterr().err
         with pytest.raises(PrefixOwned, match="tiered takeover"):
             TieredMessageStore.open(b_config)
 
@@ -56,7 +57,7 @@ def test_a_second_store_cannot_claim_a_prefix_whose_owner_records_were_deleted(t
             n.dispatch(force=True)
 
         # The deliberate take-over claims an epoch above any the lost records held.
-        assert main(["takeover", "--config", b_conf]) == 0
+        assert main(["takeover", "--config", b_conf, "--create"]) == 0
         with TieredMessageStore.open(b_config) as b:
             assert b.ownership.record.epoch > 1
             assert [m.body for m in b.get_message("g", "t", 0, 0, 20).messages] == [b"n-%d" % i for i in range(10)]
@@ -82,3 +83,35 @@ def test_the_store_that_lost_its_owner_record_claims_its_epoch_again_at_its_next
         assert [m.body for m in store.get_message("g", "t", 0, 0, 5).messages] == [b"a", b"b"]
         assert store.put_message(Message(topic="t", body=b"c"), 0).queue_offset == 2
         assert store.dispatch(force=True).errors == []
+
+
+def test_a_store_taken_over_before_the_records_were_deleted_does_not_claim_its_old_epoch(tmp_path, capsys):
+    """N was taken over by B (epoch 2), then the records were deleted: N's local history still
+    names epoch 1, but the prefix holds B's segments, which N's metadata does not list, so N
+    is refused (a take-over is its way back, at an epoch that fences B); its metadata is not
+    rebuilt from B's data either (repair drill round 2, N1)."""
+    n_config, n_conf = _config(tmp_path, "n")
+    b_config, b_conf = _config(tmp_path, "b")
+    with TieredMessageStore.open(n_config) as n:
+        for i in range(3):
+            n.put_message(Message(topic="t", body=b"n-%d" % i), 0)
+        assert n.dispatch(force=True).errors == []
+    assert main(["takeover", "--config", b_conf, "--create"]) == 0
+    with TieredMessageStore.open(b_config) as b:
+        for i in range(3, 6):
+            assert b.put_message(Message(topic="t", body=b"b-%d" % i), 0).queue_offset == i
+        assert b.dispatch(force=True).errors == []
+        b.put_message(Message(topic="t", body=b"b-6"), 0)  # acknowledged, local only
+    shutil.rmtree(_owner_dir(tmp_path))
+    capsys.readouterr()
+    with pytest.raises(PrefixOwned, match="no owner record"):
+        TieredMessageStore.open(n_config)
+    assert main(["metadata", "rebuild", "--config", n_conf, "--force"]) == 5
+    assert main(["repair", "--config", n_conf, "--apply"]) != 0
+    capsys.readouterr()
+    with TieredMessageStore.open(b_config) as b:  # B, whose metadata lists it all, claims epoch 2 again
+        assert b.ownership.record.epoch == 2
+        assert [m.body for m in b.get_message("g", "t", 0, 0, 6).messages] == \
+            [b"n-0", b"n-1", b"n-2", b"b-3", b"b-4", b"b-5"]
+        assert [m.body for m in b.get_message("g", "t", 0, 6, 5).messages] == [b"b-6"]
+        assert b.put_message(Message(topic="t", body=b"b-7"), 0).queue_offset == 7

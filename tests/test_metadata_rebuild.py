@@ -15,6 +15,7 @@ from tiered_core.codec.message import Message, decode_message, encode_message
 from tiered_core.codec.naming import cluster_dir, index_path
 from tiered_core.flat import FlatFileStore, FlatMessageFile
 from tiered_core.ops.rebuild import rebuild_metadata
+from tiered_core.flat.ownership import PrefixOwnership, load_store_id
 from tiered_core.common import NO_TIMESTAMP, AppendResult, FileSegmentType, SegmentStatus, now_ms
 from tiered_core.spi.access import ConsumeQueueRequest
 
@@ -51,6 +52,10 @@ def put(flat: FlatMessageFile, queue_offset: int, store_ts: int) -> None:
 
 def populate(cfg: StoreConfig) -> None:
     driver, metadata = cfg.open_driver(), cfg.open_metadata()
+    # the prefix is claimed as a store claims it before writing (a prefix with data and no owner
+    # record is not rebuilt: whose data it is cannot be told)
+    os.makedirs(cfg.store_path, exist_ok=True)
+    PrefixOwnership(driver, cfg.cluster, cfg.broker, load_store_id(cfg.store_path), cfg.store_path).claim()
     store = FlatFileStore(driver, metadata, cfg.flat_config())
     store.load()
     ts = 1_700_000_000_000
@@ -275,6 +280,8 @@ def test_topic_ids_are_recovered_from_the_uploaded_key_index(tmp_path, capsys):
     order = ["zeta", "alpha", "mid", "unindexed"]  # ids 0, 1, 2, 3
     probes: dict[str, tuple[int, int, int]] = {}
     with cfg.open_driver() as driver, cfg.open_metadata() as metadata:
+        os.makedirs(cfg.store_path, exist_ok=True)  # (claimed as a store claims it)
+        PrefixOwnership(driver, cfg.cluster, cfg.broker, load_store_id(cfg.store_path), cfg.store_path).claim()
         index = IndexStoreService(driver, metadata, cfg.store_path, cluster=cfg.cluster, broker=cfg.broker,
                                   config=index_config)
         ts = now_ms() - 60_000

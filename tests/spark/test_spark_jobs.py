@@ -114,7 +114,12 @@ def test_migrate_posix_to_gcs_resumes_after_a_failed_task(spark, source, tmp_pat
 
     gcs = target_config.open_driver()
     try:
-        # The target already holds bytes at one planned path that are not the source's: its
+        # A first run claimed the target's prefix (as every run does before it writes)...
+        from tiered_core.access.writer_session import WriterSession
+
+        with WriterSession(target_config, writer="tiered spark migrate", appends=True):
+            pass
+        # ...and the target holds bytes at one planned path that are not the source's: its
         # Spark task fails (typed, through the task error), the others copy, no metadata.
         gcs.create(failing.path)
         gcs.write(failing.path, 0, b"\xff" * 100)

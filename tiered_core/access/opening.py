@@ -66,6 +66,9 @@ class OpenChecks:
     local: ids.StoreIdentity | None = None
     #: Mismatches the tier proved to be moves (recorded anew by a writable open).
     moved: list[ids.Mismatch] = field(default_factory=list)
+    #: Whether the metadata lists everything the prefix holds: proof that a prefix whose owner
+    #: records were deleted was written by no other store since (``PrefixOwnership.claim``).
+    reclaim: bool = False
 
     def close(self) -> None:
         if self.metadata is not None:
@@ -163,9 +166,10 @@ def check_before_open(config: "StoreConfig", driver: SegmentDriver, *, take_over
         elif report is not None and owner is None and report.known and report.listed == 0 and not take_over:
             raise _another_backend(config, identity, report, meta_where)
         ownership.check_driver(owner)  # also for reads: another driver misreads the segments
+        checks.reclaim = report is not None and not report.unknown
         if not read_only:
             try:
-                ownership.check_claimable(owner, take_over=take_over)
+                ownership.check_claimable(owner, take_over=take_over, reclaim=checks.reclaim)
             except PrefixOwned as exc:
                 raise _with_takeover_fix(exc, config, lost=store_id is None) from None
         if report is not None and report.unknown and not rebuild:

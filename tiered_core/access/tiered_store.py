@@ -125,7 +125,7 @@ class TieredMessageStore:
                 store_id = load_store_id(config.store_path, restore=checks.store_id)
                 # Own the tier prefix before touching it; every later write checks the fence.
                 self.ownership = PrefixOwnership(driver, config.cluster, config.broker, store_id, config.store_path)
-                self.ownership.claim(take_over=take_over)
+                self.ownership.claim(take_over=take_over, reclaim=checks.reclaim)
                 self.driver = self.ownership.guard(driver)
                 epoch, took_over = self.ownership.record.epoch, self.ownership.took_over_from is not None
                 if not history_trusted(config.store_path, epoch=epoch, took_over=took_over) \

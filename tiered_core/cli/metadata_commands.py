@@ -155,6 +155,7 @@ def _refuse_a_prefix_of_another_store(config) -> None:
         ownership = PrefixOwnership(driver, config.cluster, config.broker, store_id or "", config.store_path)
         owner = ownership.current()
         ownership.check_driver(owner)
+        orphaned = owner is None and ownership.holds_data()
     # A config that names another store than the directory records (a renamed broker or
     # cluster, another driver) would rebuild the directory's metadata from another prefix. A
     # moved tier location is one when the prefix there holds this store's owner record.
@@ -162,6 +163,15 @@ def _refuse_a_prefix_of_another_store(config) -> None:
     for found in ids.mismatches(ids.StoreIdentity.of(config), [(repr(ids.identity_path(config.store_path)), local)]):
         if found.field != "tier" or owner is None or owner.store_id != store_id:
             raise found.error(config)
+    if orphaned:
+        # Rebuilt from the tier, the metadata would list what another store may have written
+        # since the records were deleted: the proof a reclaim of the prefix needs would be lost.
+        raise PrefixOwned(
+            f"tier prefix {ownership.prefix!r} holds data but no owner record (.tiered-owner/ was deleted): "
+            "whose data it is cannot be told, so its metadata is not rebuilt from it. Nothing was created. Take "
+            f"the prefix over instead: `tiered takeover --config {config.source or 'FILE'}` (add --create for a "
+            "store_path that holds no store); it rebuilds the metadata, at an epoch that fences any other store",
+            prefix=ownership.prefix, store_path=config.store_path)
     if owner is not None and owner.store_id != store_id:
         raise PrefixOwned(
             f"tier prefix {ownership.prefix!r} is owned by {owner.describe()}, not by the store at "

@@ -19,9 +19,11 @@ before every write, seal, create and delete, and from the first sighting of a ne
 epoch -- or of its own record gone -- refuses them all with :class:`~tiered_core.errors.Fenced`.
 
 A prefix that holds data but no owner record (the records were deleted) is claimed again
-by the store whose local history names its epoch; any other store claims it only by a
-take-over, at an epoch above any a lost record can have held (the time in ms): a store
-still writing there is fenced by it, and never shares an epoch with another.
+by a store whose metadata lists everything it holds (no other store wrote there since: a
+take-over seals the old owner's segments, so a later owner writes new ones), at the epoch
+its local history names or else above any a lost record can have held (the time in ms);
+any other store claims it only by a take-over, at such an epoch. A store still writing
+there is fenced by it, and two stores never share an epoch.
 
 The ``.tiered-owner`` directory cannot collide with a topic: topic names never hold a dot.
 Nor can ``.quarantine`` (where ``tiered repair`` keeps the objects it moved aside, with a
@@ -230,11 +232,14 @@ class PrefixOwnership:
 
     # -- claiming ---------------------------------------------------------------------
 
-    def claim(self, *, take_over: bool = False) -> OwnerRecord:
+    def claim(self, *, take_over: bool = False, reclaim: bool = False) -> OwnerRecord:
         """Own the prefix: first claim, re-open by the owner, or (``take_over``) a take-over.
 
         Raises :class:`PrefixOwned` when another store owns it and ``take_over`` is False,
-        or when another take-over won a race.
+        or when another take-over won a race. A prefix that holds data but no owner record
+        is claimed by a take-over, or -- with ``reclaim``, the caller's proof that its
+        metadata lists everything the prefix holds -- at the epoch this store's local history
+        names (:meth:`own_lost_epoch`), else at one above any a lost record can have held.
         """
         if not self.driver.capabilities.create_if_absent:
             log.warning("driver %r cannot create objects atomically (capability create_if_absent): two "
@@ -243,16 +248,17 @@ class PrefixOwnership:
             current = self.current()
             self.check_driver(current)
             if current is None and self.holds_data():
-                # Its owner records were deleted (by hand, a lifecycle rule). The store that
-                # claimed it before (its local history names the epoch) claims that epoch
-                # again; any other store only by a take-over, at an epoch above any the lost
-                # records can have held, so a store still writing here is fenced by it.
-                epoch = self.own_lost_epoch()
-                if epoch is not None and not take_over:
+                # Its owner records were deleted (by hand, a lifecycle rule), or a writer that
+                # claims nothing wrote it. With the caller's proof that its metadata lists it
+                # all (``reclaim``), the store claims it again: at the epoch its local history
+                # names, else at one above any the lost records can have held (so a store
+                # still writing here is fenced by it). Without, only a take-over claims it.
+                if reclaim and not take_over:
+                    epoch = self.own_lost_epoch() or max(now_ms(), 2)
                     record = self._new_record(epoch)
                     if self.driver.write_if_absent(self._path(epoch), record.encode()):
-                        log.warning("tier prefix %s had data but no owner record: this store, which claimed it at "
-                                    "epoch %d before, wrote its record again", self.prefix, epoch)
+                        log.warning("tier prefix %s had data but no owner record, all of it listed by this store's "
+                                    "metadata: claimed it (epoch %d)", self.prefix, epoch)
                         return self._own(record)
                     continue
                 if not take_over:
@@ -304,7 +310,11 @@ class PrefixOwnership:
 
     def own_lost_epoch(self) -> int | None:
         """The epoch this store claimed the prefix at before, as its local history records
-        it (:data:`HISTORY_EPOCH_FILE` in its store_path); None for a store without one."""
+        it (:data:`HISTORY_EPOCH_FILE` in its store_path); None for a store without one.
+        Proof that no other store wrote the prefix since is the caller's (``reclaim``): a
+        store taken over at a later epoch has that epoch's objects in its prefix that its
+        metadata does not list (a take-over seals the old owner's last segments, so the new
+        owner writes new ones)."""
         return read_history_epoch(self.store_path) if self.store_path and self.store_id else None
 
     def holds_data(self) -> bool:
@@ -322,7 +332,8 @@ class PrefixOwnership:
             "its next open)", prefix=self.prefix, store_id=self.store_id,
             store_path=self.store_path)
 
-    def check_claimable(self, current: OwnerRecord | None, *, take_over: bool = False) -> None:
+    def check_claimable(self, current: OwnerRecord | None, *, take_over: bool = False,
+                        reclaim: bool = False) -> None:
         """Raise :class:`PrefixOwned` when :meth:`claim` would refuse because of ``current``
         (the newest owner record, from :meth:`current`): it writes nothing, so an open can
         be refused before it writes anything. (The claim itself decides: another store may
@@ -330,7 +341,7 @@ class PrefixOwnership:
         self.check_driver(current)
         if current is not None and current.store_id != self.store_id and not take_over:
             raise self._owned_by(current)
-        if current is None and not take_over and self.own_lost_epoch() is None and self.holds_data():
+        if current is None and not take_over and not reclaim and self.holds_data():
             raise self._no_owner_record()
 
     def check_driver(self, current: OwnerRecord | None) -> None:

@@ -43,14 +43,30 @@ def claim_store_prefix(config: Any, driver: Any) -> OwnerRecord:
     owner = probe.current()
     if store_id is None:
         store_id = ids.lost_id_file(config, owner)  # the id file alone was lost: the same store
-    PrefixOwnership(driver, config.cluster, config.broker, store_id or "", config.store_path).check_claimable(owner)
+    reclaim = owner is None and _lists_everything(config, driver)
+    PrefixOwnership(driver, config.cluster, config.broker, store_id or "", config.store_path).check_claimable(
+        owner, reclaim=reclaim)
     os.makedirs(config.store_path, exist_ok=True)
     store_id = load_store_id(config.store_path, restore=store_id)
     ownership = PrefixOwnership(driver, config.cluster, config.broker, store_id, config.store_path)
-    record = ownership.claim()
+    record = ownership.claim(reclaim=reclaim)
     if recorded is None or found:
         ids.write_local(config.store_path, identity, store_id)
     return record
+
+
+def _lists_everything(config: Any, driver: Any) -> bool:
+    """Whether the store's metadata lists every object its prefix holds: the proof a claim
+    of a prefix whose owner records were deleted needs (no other store wrote it since).
+    Reads only."""
+    try:
+        metadata = open_metadata_read_only(config.metadata, config.effective_metadata_path())
+    except TieredStoreError:
+        return False
+    try:
+        return not reconcile(driver, metadata, config.cluster, config.broker).unknown
+    finally:
+        metadata.close()
 
 
 def moved_here(config: Any, driver: Any, found: list[ids.Mismatch]) -> bool:

@@ -76,7 +76,8 @@ def _tiered_store_with_local_tail(tmp_path):
     return config
 
 
-@pytest.mark.parametrize("damage", ["file_deleted", "truncated_mid_file", "queue_dir_removed"])
+@pytest.mark.parametrize("damage", ["file_deleted", "truncated_mid_file", "queue_dir_removed",
+                                    "truncated_past_the_tier"])
 def test_a_lost_local_consume_queue_does_not_hand_out_acknowledged_offsets_again(tmp_path, caplog, damage):
     config = _tiered_store_with_local_tail(tmp_path)
     qdir = os.path.join(config.store_path, "consumequeue", "t1", "0")
@@ -89,6 +90,9 @@ def test_a_lost_local_consume_queue_does_not_hand_out_acknowledged_offsets_again
             if os.path.join(qdir, name) != first:
                 os.remove(os.path.join(qdir, name))
         os.truncate(first, (int(os.path.basename(first)) // CQ_UNIT_SIZE + 5) * CQ_UNIT_SIZE)
+    elif damage == "truncated_past_the_tier":  # (re-drill N4: cut above what the tier holds)
+        last = os.path.join(qdir, sorted(n for n in os.listdir(qdir) if n.isdigit())[-1])
+        os.truncate(last, (TIERED + 10) * CQ_UNIT_SIZE - int(os.path.basename(last)) + 7)
     else:
         shutil.rmtree(qdir)
 

@@ -255,9 +255,10 @@ class _Checkpoint(NamedTuple):
     #: The key index's newest file when the checkpoint was written (retention never deletes
     #: it): gone at the next open, the index lost items the reput offset says are there.
     index_newest: str | None = None
-    #: Every queue with a local consume queue when it was written (None: an older checkpoint):
-    #: one gone at the next open lost its directory, and is rebuilt from the commit log.
-    queues: tuple[tuple[str, int], ...] | None = None
+    #: Every queue with a local consume queue when it was written, with its max offset then
+    #: (None: an older checkpoint): one gone at the next open, or ending before that offset,
+    #: lost consume-queue files or units, and is rebuilt from the commit log.
+    queues: tuple[tuple[tuple[str, int], int], ...] | None = None
 
 
 def acquire_store_lock(root: str) -> int:
@@ -373,7 +374,6 @@ class LocalMessageStore:
         self._opening = True
         self._valid_topics: set[str] = set()
         self._last_checkpoint: _Checkpoint | None = None
-        self._checkpoint_queues: tuple[tuple[str, int], ...] = ()
         self._reput_error: TieredStoreError | None = None
         self._background_errors: dict[str, str] = {}  # what -> the last error logged for it
         self._stop = threading.Event()
@@ -427,7 +427,8 @@ class LocalMessageStore:
         cl_min, cl_max = self._commit_log.min_offset, self._commit_log.max_offset
         lost = self._load_consume_queues(cl_min, cl_max)
         if cp is not None and cp.queues:
-            lost += [key for key in cp.queues if key not in self._cqs]
+            lost += [key for key, recorded in cp.queues if key not in lost and
+                     (key not in self._cqs or self._cqs[key].max_offset < recorded)]
         start = cp.reput_offset if cp else cl_min
         # Consume queues lost since the checkpoint (e.g. their directory was removed)
         # are rebuilt: replay from the newest message any queue still knows.
@@ -437,7 +438,7 @@ class LocalMessageStore:
         self._reput_offset = min(max(start, cl_min), cl_max)
         if lost:
             # Before the replay past the checkpoint: a queue's units are only ever appended.
-            self._rebuild(lost, "its consume-queue files are gone", files_lost=True)
+            self._rebuild(lost, "its consume-queue files are gone or cut", files_lost=True)
         self._index = (IndexService(os.path.join(self.root, "index"), cfg.index_hash_slots,
                                     cfg.index_max_items, clock=self._clock, read_only=cfg.read_only)
                        if cfg.message_index_enable else None)
@@ -517,7 +518,8 @@ class LocalMessageStore:
             queues = data.get("queues")
             cp = _Checkpoint(int(data["commitlog_flushed"]), int(data["reput_offset"]),
                              newest if isinstance(newest, str) and newest else None,
-                             tuple((str(t), int(q)) for t, q in queues) if isinstance(queues, list) else None)
+                             tuple(((str(e[0]), int(e[1])), int(e[2])) for e in queues if len(e) == 3)
+                             if isinstance(queues, list) else None)
             if cp.commitlog_flushed < 0 or cp.reput_offset < 0:
                 raise ValueError("negative offset")
             return cp
@@ -534,7 +536,7 @@ class LocalMessageStore:
         tmp = path + ".tmp"
         body = json.dumps({"version": 1, "commitlog_flushed": cp.commitlog_flushed,
                            "reput_offset": cp.reput_offset, "index_newest": cp.index_newest,
-                           "queues": [list(key) for key in cp.queues or ()], "written_at": now_ms()})
+                           "queues": [[t, q, m] for (t, q), m in cp.queues or ()], "written_at": now_ms()})
         try:
             with open(tmp, "w", encoding="utf-8") as f:
                 f.write(body)
@@ -1099,6 +1101,9 @@ class LocalMessageStore:
         with self._flush_lock:
             if self.config.read_only:
                 return self._commit_log.flushed_offset  # nothing of a reader's is written
+            # (each queue's max offset before the commit log's flush: the units it counts
+            # point at bytes this flush makes durable)
+            maxes = tuple(sorted((key, cq.max_offset) for key, cq in list(self._cqs.items())))
             flushed = self._commit_log.flush()
             reput = self._reput_offset
             for cq in list(self._cqs.values()):
@@ -1109,9 +1114,7 @@ class LocalMessageStore:
                 self._index.flush()
                 files = self._index.files
                 newest = os.path.basename(files[-1].path) if files else None
-            if len(self._checkpoint_queues) != len(self._cqs):  # queues are only ever added
-                self._checkpoint_queues = tuple(sorted(self._cqs))
-            self._write_checkpoint(_Checkpoint(flushed, reput, newest, self._checkpoint_queues))
+            self._write_checkpoint(_Checkpoint(flushed, reput, newest, maxes))
             return flushed
 
     def commit_point(self) -> int:

@@ -27,10 +27,10 @@ import logging
 import os
 
 from tiered_core.common import fsync_dir, now_ms
-from tiered_core.errors import TieredStoreError
+from tiered_core.errors import StateConflict, TieredStoreError
 from tiered_core.flat.file_store import FlatFileStore
 from tiered_core.flat.message_file import FlatMessageFile
-from tiered_core.flat.ownership import HISTORY_EPOCH_FILE, read_history_epoch
+from tiered_core.flat.ownership import HISTORY_EPOCH_FILE, OWNER_DIR, read_history_epoch
 from tiered_core.local.local_store import LocalMessageStore
 
 log = logging.getLogger(__name__)
@@ -101,6 +101,14 @@ def set_aside_local_history(store_path: str, epoch: int) -> str | None:
     present = [name for name in LOCAL_HISTORY_ENTRIES if os.path.exists(os.path.join(store_path, name))]
     if not present:
         return None
+    for name in present:
+        found = _tier_inside(os.path.join(store_path, name))
+        if found is not None:
+            raise StateConflict(
+                f"cannot set the local history of {store_path!r} aside: {os.path.join(store_path, name)!r} holds "
+                f"another store's tier (owner records in {found!r}), which would move with it. Nothing was moved. "
+                "Move that tier out of this store's directory (and point its store's driver root at the new place) "
+                "first", path=found, store_path=store_path)
     target = os.path.join(store_path, GIVEN_UP_DIR, f"epoch-{epoch}-{now_ms()}")
     os.makedirs(target)
     for name in present:
@@ -108,6 +116,14 @@ def set_aside_local_history(store_path: str, epoch: int) -> str | None:
     fsync_dir(target)
     fsync_dir(store_path)
     return target
+
+
+def _tier_inside(path: str) -> str | None:
+    """The first owner-record directory (a tier root's mark) found below ``path``, or None."""
+    for directory, subdirs, _files in os.walk(path):
+        if OWNER_DIR in subdirs:
+            return os.path.join(directory, OWNER_DIR)
+    return None
 
 
 def continue_after_tier(local: LocalMessageStore, flat_files: FlatFileStore, *, store_path: str,

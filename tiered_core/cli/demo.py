@@ -369,6 +369,12 @@ def refuse_operator_data(root: str) -> None:
     opened read-only with the config the demo wrote there (the one operators use)."""
     shown = "./demo-data"
     config_file = os.path.join(root, "tiered.toml")
+    foreign = _foreign_tier(root)
+    if foreign is not None:
+        raise InvalidPath(f"{shown}: refusing to delete {root!r}: it holds the tier of a store the demo did not make "
+                          f"(owner records in {foreign!r}). Move that tier out (and point its store's driver root at "
+                          "the new place), or run the demo on another store with --config (nothing was deleted)",
+                          path=root, option=shown, tier=foreign)
     try:
         counts = read_demo_record(root)
         config = StoreConfig.load(config_file) if os.path.isfile(config_file) else default_config(root)
@@ -397,6 +403,27 @@ def refuse_operator_data(root: str) -> None:
                           "the directory away to keep them, or run the demo on another store with --config "
                           "(nothing was deleted)", path=root, option=shown,
                           queues=[f"{t}/{q}" for t, q in sorted(extra)])
+
+
+def _foreign_tier(root: str) -> str | None:
+    """An owner-record directory below ``root`` whose newest record names a store_path
+    outside ``root`` (a tier another store keeps there), or None."""
+    from tiered_core.flat.ownership import OWNER_DIR
+
+    inside = os.path.realpath(root) + os.sep
+    for directory, subdirs, _files in os.walk(root):
+        if OWNER_DIR not in subdirs:
+            continue
+        owners = os.path.join(directory, OWNER_DIR)
+        records = sorted(n for n in os.listdir(owners) if n.isdigit())
+        try:
+            with open(os.path.join(owners, records[-1]), encoding="utf-8") as fh:
+                store_path = str(json.load(fh).get("store_path", ""))
+        except (IndexError, OSError, ValueError, AttributeError):
+            return owners  # unreadable: not the demo's to delete
+        if not (os.path.realpath(store_path) + os.sep).startswith(inside):
+            return owners
+    return None
 
 
 def refuse_a_used_store(config: StoreConfig, topics: list[str], *, force: bool) -> None:

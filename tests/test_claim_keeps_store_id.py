@@ -50,3 +50,15 @@ def test_a_refused_repair_writes_no_new_id(tmp_path, capsys):
     assert main(["repair", "--config", str(copy_conf), "--apply"]) == 5
     assert "PREFIX_OWNED" in capsys.readouterr().err
     assert read_store_id(copy.store_path) is None
+
+
+def test_a_copy_without_its_id_file_is_told_what_it_is(tmp_path, capsys):
+    """Its refusal said "store_path holds no store" and named `takeover --create` (re-drill N6)."""
+    config, _ = _store(tmp_path)
+    copy = copy_store(config, str(tmp_path / "copy"))
+    os.remove(os.path.join(copy.store_path, STORE_ID_FILE))
+    copy_conf = tmp_path / "copy.toml"
+    copy_conf.write_text(copy.to_toml())
+    assert main(["put", "--config", str(copy_conf), "--topic", "t", "--body", "x"]) == 5
+    err = capsys.readouterr().err
+    assert "holds a store without its id file" in err and "holds no store" not in err and "--create" not in err

@@ -98,12 +98,20 @@ def _with_takeover_fix(exc: PrefixOwned, config: "StoreConfig", *, lost: bool) -
     """``exc`` with the take-over command for ``config`` spelled out (``--create`` when its
     store_path holds no store: a lost disk, or a failover to a new path)."""
     member = cluster_member(config)
+    copied = lost and os.path.isdir(os.path.join(config.store_path, "commitlog"))
     if member is not None:
         command = f"tiered static-topic takeover --cluster {member[0]} --broker {member[1]}"
     else:
-        command = f"tiered takeover --config {config.source or 'FILE'}" + (" --create" if lost else "")
+        command = f"tiered takeover --config {config.source or 'FILE'}" + (" --create" if lost and not copied else "")
     message = exc.message.replace("`tiered takeover --config FILE`", f"`{command}`")
-    if lost:
+    if copied:
+        # a store directory without its id file whose owner record names another directory
+        # or host: a copy or a move, which is another store (lost_id_file)
+        message += (f". store_path {config.store_path!r} holds a store without its id file (tiered-store-id), "
+                    "copied or moved from where the owner record says the owner lives: that makes it another "
+                    "store. Take the prefix over only if the original is gone for good; its messages not yet "
+                    "tiered are then set aside (kept under given-up-history/), not served")
+    elif lost:
         message += (f". store_path {config.store_path!r} holds no store: if it lost its disk, or this is a "
                     "failover to a new store_path, that command makes this the prefix's owner")
     return PrefixOwned(message, **{**exc.context, "fix": command})

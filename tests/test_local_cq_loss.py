@@ -6,6 +6,7 @@ next put was handed an offset an acknowledged local message already had."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -77,7 +78,7 @@ def _tiered_store_with_local_tail(tmp_path):
 
 
 @pytest.mark.parametrize("damage", ["file_deleted", "truncated_mid_file", "queue_dir_removed",
-                                    "truncated_past_the_tier"])
+                                    "truncated_past_the_tier", "truncated_past_the_tier_queue_list_garbled"])
 def test_a_lost_local_consume_queue_does_not_hand_out_acknowledged_offsets_again(tmp_path, caplog, damage):
     config = _tiered_store_with_local_tail(tmp_path)
     qdir = os.path.join(config.store_path, "consumequeue", "t1", "0")
@@ -90,9 +91,16 @@ def test_a_lost_local_consume_queue_does_not_hand_out_acknowledged_offsets_again
             if os.path.join(qdir, name) != first:
                 os.remove(os.path.join(qdir, name))
         os.truncate(first, (int(os.path.basename(first)) // CQ_UNIT_SIZE + 5) * CQ_UNIT_SIZE)
-    elif damage == "truncated_past_the_tier":  # (re-drill N4: cut above what the tier holds)
+    elif damage.startswith("truncated_past_the_tier"):  # (re-drill N4: cut above what the tier holds)
         last = os.path.join(qdir, sorted(n for n in os.listdir(qdir) if n.isdigit())[-1])
         os.truncate(last, (TIERED + 10) * CQ_UNIT_SIZE - int(os.path.basename(last)) + 7)
+        if damage.endswith("garbled"):  # a queue list it cannot use: as no checkpoint (re-drill 2, F4)
+            path = os.path.join(config.store_path, "checkpoint.json")
+            with open(path) as fh:
+                doc = json.load(fh)
+            doc["queues"] = [[t, q] for t, q, _m in doc["queues"]]
+            with open(path, "w") as fh:
+                json.dump(doc, fh)
     else:
         shutil.rmtree(qdir)
 
@@ -109,5 +117,8 @@ def test_a_lost_local_consume_queue_does_not_hand_out_acknowledged_offsets_again
         got = store.get_message("g", "t1", 0, TIERED + LOCAL_ONLY, 1).messages
         assert [bytes(m.body) for m in got] == [b"NEW"]
     rebuilt = [r.getMessage() for r in caplog.records if "rebuilt units" in r.getMessage()]
-    assert len(rebuilt) == 1 and "t1/0" in rebuilt[0] and f"..{TIERED + LOCAL_ONLY - 1}" in rebuilt[0]
+    if damage.endswith("garbled"):  # the whole commit log is validated and replayed instead
+        assert any("unreadable" in r.getMessage() for r in caplog.records)
+    else:
+        assert len(rebuilt) == 1 and "t1/0" in rebuilt[0] and f"..{TIERED + LOCAL_ONLY - 1}" in rebuilt[0]
     assert not any("continues at" in r.getMessage() for r in caplog.records)  # no floor at the tier's end

@@ -85,11 +85,10 @@ def test_the_store_that_lost_its_owner_record_claims_its_epoch_again_at_its_next
         assert store.dispatch(force=True).errors == []
 
 
-def test_a_store_taken_over_before_the_records_were_deleted_does_not_claim_its_old_epoch(tmp_path, capsys):
-    """N was taken over by B (epoch 2), then the records were deleted: N's local history still
-    names epoch 1, but the prefix holds B's segments, which N's metadata does not list, so N
-    is refused (a take-over is its way back, at an epoch that fences B); its metadata is not
-    rebuilt from B's data either (repair drill round 2, N1)."""
+def _taken_over_then_records_deleted(tmp_path, capsys, b_tiered: int, b_local: int):
+    """N tiers n-0..n-2; B takes the prefix over (epoch 2), tiers ``b_tiered`` messages and
+    keeps ``b_local`` more local only; then the owner records are deleted. N is refused --
+    its open, its rebuild, its repair -- and B claims epoch 2 again. Returns B's config."""
     n_config, n_conf = _config(tmp_path, "n")
     b_config, b_conf = _config(tmp_path, "b")
     with TieredMessageStore.open(n_config) as n:
@@ -98,10 +97,11 @@ def test_a_store_taken_over_before_the_records_were_deleted_does_not_claim_its_o
         assert n.dispatch(force=True).errors == []
     assert main(["takeover", "--config", b_conf, "--create"]) == 0
     with TieredMessageStore.open(b_config) as b:
-        for i in range(3, 6):
+        for i in range(3, 3 + b_tiered):
             assert b.put_message(Message(topic="t", body=b"b-%d" % i), 0).queue_offset == i
         assert b.dispatch(force=True).errors == []
-        b.put_message(Message(topic="t", body=b"b-6"), 0)  # acknowledged, local only
+        for i in range(3 + b_tiered, 3 + b_tiered + b_local):  # acknowledged, local only
+            assert b.put_message(Message(topic="t", body=b"b-%d" % i), 0).queue_offset == i
     shutil.rmtree(_owner_dir(tmp_path))
     capsys.readouterr()
     with pytest.raises(PrefixOwned, match="no owner record"):
@@ -109,9 +109,28 @@ def test_a_store_taken_over_before_the_records_were_deleted_does_not_claim_its_o
     assert main(["metadata", "rebuild", "--config", n_conf, "--force"]) == 5
     assert main(["repair", "--config", n_conf, "--apply"]) != 0
     capsys.readouterr()
+    return b_config
+
+
+def test_a_store_taken_over_before_the_records_were_deleted_does_not_claim_its_old_epoch(tmp_path, capsys):
+    """N was taken over by B (epoch 2), then the records were deleted: N's local history still
+    names epoch 1, but the prefix holds B's segments, which N's metadata does not list, so N
+    is refused (a take-over is its way back, at an epoch that fences B); its metadata is not
+    rebuilt from B's data either (repair drill round 2, N1)."""
+    b_config = _taken_over_then_records_deleted(tmp_path, capsys, b_tiered=3, b_local=1)
     with TieredMessageStore.open(b_config) as b:  # B, whose metadata lists it all, claims epoch 2 again
         assert b.ownership.record.epoch == 2
         assert [m.body for m in b.get_message("g", "t", 0, 0, 6).messages] == \
             [b"n-0", b"n-1", b"n-2", b"b-3", b"b-4", b"b-5"]
         assert [m.body for m in b.get_message("g", "t", 0, 6, 5).messages] == [b"b-6"]
         assert b.put_message(Message(topic="t", body=b"b-7"), 0).queue_offset == 7
+
+
+def test_the_take_over_seal_keeps_the_old_owner_out_when_the_new_one_wrote_nothing(tmp_path, capsys):
+    """As above, but B tiered nothing before the records were deleted: N's metadata still
+    lists every object, yet B's take-over sealed N's last segments, which N's metadata records
+    open: N is refused, and B claims its epoch again (re-drill 2, F1)."""
+    b_config = _taken_over_then_records_deleted(tmp_path, capsys, b_tiered=0, b_local=1)
+    with TieredMessageStore.open(b_config) as b:
+        assert b.ownership.record.epoch == 2
+        assert [m.body for m in b.get_message("g", "t", 0, 3, 5).messages] == [b"b-3"]

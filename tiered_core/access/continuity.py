@@ -27,6 +27,7 @@ import logging
 import os
 
 from tiered_core.common import fsync_dir, now_ms
+from tiered_core.codec.naming import is_cluster_dir
 from tiered_core.errors import StateConflict, TieredStoreError
 from tiered_core.flat.file_store import FlatFileStore
 from tiered_core.flat.message_file import FlatMessageFile
@@ -93,6 +94,20 @@ LOCAL_HISTORY_ENTRIES = ("commitlog", "consumequeue", "index", "checkpoint.json"
 GIVEN_UP_DIR = "given-up-history"
 
 
+def check_no_tier_inside(store_path: str) -> None:
+    """Raise :class:`StateConflict` when a directory of the local history in ``store_path``
+    holds a tier (:func:`tier_inside`: another store's root put there), which setting the
+    history aside would move with it. A take-over asks before it claims the prefix."""
+    for name in LOCAL_HISTORY_ENTRIES:
+        found = tier_inside(os.path.join(store_path, name))
+        if found is not None:
+            raise StateConflict(
+                f"cannot set the local history of {store_path!r} aside: {os.path.join(store_path, name)!r} holds "
+                f"another store's tier ({found!r}), which would move with it. Nothing was moved. "
+                "Move that tier out of this store's directory (and point its store's driver root at the new place) "
+                "first", path=found, store_path=store_path)
+
+
 def set_aside_local_history(store_path: str, epoch: int) -> str | None:
     """Move the local history of the (closed) local store in ``store_path`` to
     ``{store_path}/given-up-history/epoch-{epoch}-{ms}/`` and return that directory (None
@@ -101,14 +116,7 @@ def set_aside_local_history(store_path: str, epoch: int) -> str | None:
     present = [name for name in LOCAL_HISTORY_ENTRIES if os.path.exists(os.path.join(store_path, name))]
     if not present:
         return None
-    for name in present:
-        found = _tier_inside(os.path.join(store_path, name))
-        if found is not None:
-            raise StateConflict(
-                f"cannot set the local history of {store_path!r} aside: {os.path.join(store_path, name)!r} holds "
-                f"another store's tier (owner records in {found!r}), which would move with it. Nothing was moved. "
-                "Move that tier out of this store's directory (and point its store's driver root at the new place) "
-                "first", path=found, store_path=store_path)
+    check_no_tier_inside(store_path)
     target = os.path.join(store_path, GIVEN_UP_DIR, f"epoch-{epoch}-{now_ms()}")
     os.makedirs(target)
     for name in present:
@@ -118,11 +126,14 @@ def set_aside_local_history(store_path: str, epoch: int) -> str | None:
     return target
 
 
-def _tier_inside(path: str) -> str | None:
-    """The first owner-record directory (a tier root's mark) found below ``path``, or None."""
+def tier_inside(path: str) -> str | None:
+    """The first mark of a tier found below ``path`` -- an owner-record directory, or a
+    cluster's segment directory (``{md5}_{cluster}``, also when its records were deleted) --
+    or None."""
     for directory, subdirs, _files in os.walk(path):
-        if OWNER_DIR in subdirs:
-            return os.path.join(directory, OWNER_DIR)
+        for name in subdirs:
+            if name == OWNER_DIR or is_cluster_dir(name):
+                return os.path.join(directory, name)
     return None
 
 
@@ -176,5 +187,5 @@ def tier_only_until_ms(local: LocalMessageStore, flat_files: FlatFileStore) -> i
                 if not local.has_queue(f.topic, f.queue_id)), default=-1)
 
 
-__all__ = ["GIVEN_UP_DIR", "LOCAL_HISTORY_ENTRIES", "HISTORY_EPOCH_FILE", "continue_after_tier", "history_trusted", "read_history_epoch",
+__all__ = ["GIVEN_UP_DIR", "check_no_tier_inside", "tier_inside", "LOCAL_HISTORY_ENTRIES", "HISTORY_EPOCH_FILE", "continue_after_tier", "history_trusted", "read_history_epoch",
            "set_aside_local_history", "tier_end", "tier_max_offset", "tier_only_until_ms", "write_history_epoch"]

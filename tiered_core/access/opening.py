@@ -27,7 +27,7 @@ from tiered_core.errors import IdentityMismatch, MetadataError, PrefixOwned
 from tiered_core.flat.ownership import OwnerRecord, PrefixOwnership, ReadOnlyDriver, read_store_id
 from tiered_core.metadata import open_metadata_read_only
 from tiered_core.ops import identity as ids
-from tiered_core.ops.reconcile import ReconcileReport, metadata_refusal, reconcile
+from tiered_core.ops.reconcile import ReconcileReport, metadata_refusal, reconcile, sealed_since
 from tiered_core.spi.driver import SegmentDriver
 from tiered_core.spi.metadata import TieredMetadataStore
 
@@ -174,7 +174,11 @@ def check_before_open(config: "StoreConfig", driver: SegmentDriver, *, take_over
         elif report is not None and owner is None and report.known and report.listed == 0 and not take_over:
             raise _another_backend(config, identity, report, meta_where)
         ownership.check_driver(owner)  # also for reads: another driver misreads the segments
-        checks.reclaim = report is not None and not report.unknown
+        # (a prefix without owner records is claimed again only with proof no other store wrote
+        # there since: its metadata lists every object, and no take-over sealed its segments)
+        checks.reclaim = report is not None and not report.unknown and (
+            owner is not None or checks.metadata is None
+            or sealed_since(driver, checks.metadata, config.cluster) is None)
         if not read_only:
             try:
                 ownership.check_claimable(owner, take_over=take_over, reclaim=checks.reclaim)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tiered_core.access.continuity import (
-    continue_after_tier, history_trusted, set_aside_local_history, tier_only_until_ms,
+    check_no_tier_inside, continue_after_tier, history_trusted, set_aside_local_history, tier_only_until_ms,
 )
 from tiered_core.access.key_repair import KeyIndexRepair, key_index_gap, repair_ranges
 from tiered_core.access.opening import check_before_open, rebuild_fix
@@ -125,6 +125,8 @@ class TieredMessageStore:
                 store_id = load_store_id(config.store_path, restore=checks.store_id)
                 # Own the tier prefix before touching it; every later write checks the fence.
                 self.ownership = PrefixOwnership(driver, config.cluster, config.broker, store_id, config.store_path)
+                if take_over:  # (it may set the local history aside: refused before the claim, not after)
+                    check_no_tier_inside(config.store_path)
                 self.ownership.claim(take_over=take_over, reclaim=checks.reclaim)
                 self.driver = self.ownership.guard(driver)
                 epoch, took_over = self.ownership.record.epoch, self.ownership.took_over_from is not None

@@ -372,7 +372,7 @@ def refuse_operator_data(root: str) -> None:
     foreign = _foreign_tier(root)
     if foreign is not None:
         raise InvalidPath(f"{shown}: refusing to delete {root!r}: it holds the tier of a store the demo did not make "
-                          f"(owner records in {foreign!r}). Move that tier out (and point its store's driver root at "
+                          f"({foreign!r}). Move that tier out (and point its store's driver root at "
                           "the new place), or run the demo on another store with --config (nothing was deleted)",
                           path=root, option=shown, tier=foreign)
     try:
@@ -406,23 +406,26 @@ def refuse_operator_data(root: str) -> None:
 
 
 def _foreign_tier(root: str) -> str | None:
-    """An owner-record directory below ``root`` whose newest record names a store_path
-    outside ``root`` (a tier another store keeps there), or None."""
+    """Where below ``root`` a tier lies that the demo did not make -- a broker prefix whose
+    newest owner record names a store_path outside ``root``, or that has no owner record
+    (whose it is cannot be told) -- or None."""
+    from tiered_core.codec.naming import is_cluster_dir
     from tiered_core.flat.ownership import OWNER_DIR
 
     inside = os.path.realpath(root) + os.sep
     for directory, subdirs, _files in os.walk(root):
-        if OWNER_DIR not in subdirs:
-            continue
-        owners = os.path.join(directory, OWNER_DIR)
-        records = sorted(n for n in os.listdir(owners) if n.isdigit())
-        try:
-            with open(os.path.join(owners, records[-1]), encoding="utf-8") as fh:
-                store_path = str(json.load(fh).get("store_path", ""))
-        except (IndexError, OSError, ValueError, AttributeError):
-            return owners  # unreadable: not the demo's to delete
-        if not (os.path.realpath(store_path) + os.sep).startswith(inside):
-            return owners
+        for cluster in [d for d in subdirs if is_cluster_dir(d)]:
+            subdirs.remove(cluster)  # (its segments are not walked)
+            for broker in sorted(os.listdir(os.path.join(directory, cluster))):
+                owners = os.path.join(directory, cluster, broker, OWNER_DIR)
+                try:
+                    records = sorted(n for n in os.listdir(owners) if n.isdigit())
+                    with open(os.path.join(owners, records[-1]), encoding="utf-8") as fh:
+                        store_path = str(json.load(fh).get("store_path", ""))
+                except (IndexError, OSError, ValueError, AttributeError):
+                    return os.path.join(directory, cluster, broker)  # no readable record: not the demo's
+                if not (os.path.realpath(store_path) + os.sep).startswith(inside):
+                    return owners
     return None
 
 

@@ -119,6 +119,13 @@ def cluster_dir(cluster: str) -> str:
     return f"{md5_prefix(_validate_component(cluster, 'cluster'))}_{cluster}"
 
 
+def is_cluster_dir(name: str) -> bool:
+    """Whether a directory name is :func:`cluster_dir` of some cluster (the top directory of
+    a tier's segments: its md5 prefix matches the name after it)."""
+    prefix, sep, cluster = name.partition("_")
+    return bool(sep and cluster) and len(prefix) == 8 and md5_prefix(cluster) == prefix
+
+
 def queue_path(broker: str, topic: str, queue_id: int) -> str:
     """RocketMQ's ``toFilePath``: ``{broker}/{topic}/{queueId}``."""
     return (f"{_validate_component(broker, 'broker')}/{validate_topic(topic)}/"
@@ -195,7 +202,7 @@ def parse_segment_path(path: str) -> SegmentPathInfo:
                            base_offset)
 
 
-__all__ = [
+__all__ = ["is_cluster_dir", 
     "INDEX_TOPIC",
     "INDEX_QUEUE_ID",
     "TOPIC_MAX_LENGTH",

@@ -522,6 +522,10 @@ class LocalMessageStore:
                              if isinstance(queues, list) else None)
             if cp.commitlog_flushed < 0 or cp.reput_offset < 0:
                 raise ValueError("negative offset")
+            if queues is not None and (not isinstance(queues, list) or cp.queues is None
+                                       or len(cp.queues) != len(queues) or any(m < 0 for _k, m in cp.queues)):
+                # (a queue list it cannot use would hide a consume queue cut since: no checkpoint)
+                raise ValueError("a queue entry is not [topic, queue id, max offset >= 0]")
             return cp
         except FileNotFoundError:
             return None

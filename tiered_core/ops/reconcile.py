@@ -113,6 +113,25 @@ def reconcile(driver: SegmentDriver, metadata: TieredMetadataStore, cluster: str
     return report
 
 
+def sealed_since(driver: SegmentDriver, metadata: TieredMetadataStore, cluster: str) -> str | None:
+    """A last segment the metadata records open that the backend holds sealed, or None: what
+    a take-over leaves in the old owner's prefix even when the new owner wrote nothing yet (it
+    seals the old owner's last segments). One ``is_sealed`` per flat file."""
+    last: dict[tuple[str, int], FileSegmentMetadata] = {}
+    for meta in metadata.iterate_file_segments():
+        if meta.status == SegmentStatus.DELETED:
+            continue
+        key = (meta.path, meta.type)
+        if key not in last or meta.base_offset > last[key].base_offset:
+            last[key] = meta
+    for meta in last.values():
+        if meta.status != SegmentStatus.SEALED and meta.size:
+            path = backend_path(cluster, meta)
+            if driver.is_sealed(path):
+                return path
+    return None
+
+
 def metadata_refusal(exc: MetadataError, metadata_path: str, fix: str) -> MetadataError:
     """The error that stops an open over a metadata store that cannot be opened: one in use
     by another process or out of reach (its ``cause``) is not damaged, and is not to be
@@ -173,5 +192,5 @@ def open_checked_metadata(open_metadata: Callable[[], TieredMetadataStore], meta
     return metadata, report
 
 
-__all__ = ["ReconcileReport", "backend_path", "listed_segment_paths", "metadata_refusal", "open_checked_metadata",
+__all__ = ["ReconcileReport", "backend_path", "sealed_since", "listed_segment_paths", "metadata_refusal", "open_checked_metadata",
            "reconcile"]

@@ -11,6 +11,7 @@ as a store's open gives it.
 from __future__ import annotations
 
 import os
+import shutil
 
 from tiered_conformance.drills import copy_store
 from tiered_core import Message, StoreConfig, TieredMessageStore
@@ -62,3 +63,25 @@ def test_a_copy_without_its_id_file_is_told_what_it_is(tmp_path, capsys):
     assert main(["put", "--config", str(copy_conf), "--topic", "t", "--body", "x"]) == 5
     err = capsys.readouterr().err
     assert "holds a store without its id file" in err and "holds no store" not in err and "--create" not in err
+
+
+def test_a_directory_moved_without_its_id_file_is_told_to_write_the_id_back(tmp_path, capsys):
+    """The take-over its refusal named set its untiered messages aside; writing the id its
+    identity record names back keeps them all (re-drill 2, F6)."""
+    config, _ = _store(tmp_path)
+    with TieredMessageStore.open(config) as store:
+        store.put_message(Message(topic="t", body=b"local-only"), 0)
+    old = read_store_id(config.store_path)
+    moved = copy_store(config, str(tmp_path / "moved"))
+    shutil.rmtree(config.store_path)  # a move: the original is gone
+    os.remove(os.path.join(moved.store_path, STORE_ID_FILE))
+    conf = tmp_path / "moved.toml"
+    conf.write_text(moved.to_toml())
+    assert main(["put", "--config", str(conf), "--topic", "t", "--body", "x"]) == 5
+    err = capsys.readouterr().err
+    assert f"put {old} into" in err
+    with open(os.path.join(moved.store_path, STORE_ID_FILE), "w") as fh:  # as the message says
+        fh.write(old)
+    with TieredMessageStore.open(moved) as store:
+        assert [m.body for m in store.get_message("g", "t", 0, 5, 5).messages] == [b"local-only"]
+        assert store.put_message(Message(topic="t", body=b"next"), 0).queue_offset == 6

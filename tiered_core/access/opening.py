@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -94,7 +95,8 @@ def prefix_owner(config: "StoreConfig") -> "OwnerRecord | None":
         driver.close()
 
 
-def _with_takeover_fix(exc: PrefixOwned, config: "StoreConfig", *, lost: bool) -> PrefixOwned:
+def _with_takeover_fix(exc: PrefixOwned, config: "StoreConfig", *, lost: bool,
+                       owner: OwnerRecord | None = None) -> PrefixOwned:
     """``exc`` with the take-over command for ``config`` spelled out (``--create`` when its
     store_path holds no store: a lost disk, or a failover to a new path)."""
     member = cluster_member(config)
@@ -111,6 +113,14 @@ def _with_takeover_fix(exc: PrefixOwned, config: "StoreConfig", *, lost: bool) -
                     "copied or moved from where the owner record says the owner lives: that makes it another "
                     "store. Take the prefix over only if the original is gone for good; its messages not yet "
                     "tiered are then set aside (kept under given-up-history/), not served")
+        remembered = ids.recorded_store_id(config.store_path)
+        if owner is not None and remembered == owner.store_id and owner.host == socket.gethostname() \
+                and not os.path.exists(owner.store_path):
+            # (re-drill 2, F6: a directory moved on this host keeps every message with its id back)
+            message += (f". The owner's directory {owner.store_path!r} no longer exists on this host and this "
+                        f"directory's identity record names the owner, store {owner.store_id}: if it was moved "
+                        f"here, it is that store; write its id back instead and nothing is set aside: put "
+                        f"{owner.store_id} into {os.path.join(config.store_path, 'tiered-store-id')!r}")
     elif lost:
         message += (f". store_path {config.store_path!r} holds no store: if it lost its disk, or this is a "
                     "failover to a new store_path, that command makes this the prefix's owner")
@@ -183,7 +193,7 @@ def check_before_open(config: "StoreConfig", driver: SegmentDriver, *, take_over
             try:
                 ownership.check_claimable(owner, take_over=take_over, reclaim=checks.reclaim)
             except PrefixOwned as exc:
-                raise _with_takeover_fix(exc, config, lost=store_id is None) from None
+                raise _with_takeover_fix(exc, config, lost=store_id is None, owner=owner) from None
         if report is not None and report.unknown and not rebuild:
             raise report.refusal(rebuild_fix(config))
     except BaseException:

@@ -323,3 +323,28 @@ def test_errors_of_a_consolidation_surface_typed():
     drv._consolidate = real
     drv.seal("seg")
     assert drv.is_sealed("seg") and drv.size("seg") == 20
+
+
+def test_a_failed_delete_ends_the_clean_up_and_the_next_compaction_finishes_it():
+    """After a compose, its parts are deleted one by one. When the backend fails a delete (it
+    went down), the clean-up stops there instead of spending every other part's retries on
+    it; the leftovers are garbage, never counted, and the next compaction removes them."""
+    drv = ObjectMemory(space=uuid.uuid4().hex, consolidate=True)
+    real = drv._delete_object
+    attempts: list[str] = []
+
+    def down(name, **kwargs):
+        attempts.append(name)
+        raise DriverError("injected: backend down", retryable=True)
+
+    drv._delete_object = down
+    data = fill(drv, "seg", drv.compact_at + 1)  # one compose of the base and its parts
+    assert len(attempts) == 1  # not one per composed part
+    leftovers = [n for n in objects(drv) if PART_MARK in n]
+    assert len(leftovers) >= drv.compact_at - 1
+    assert drv.size("seg") == len(data) and drv.read("seg", 0, len(data)) == data  # never counted twice
+
+    drv._delete_object = real
+    drv.seal("seg")  # the next compaction (here the seal's) removes the leftovers
+    assert [n for n in objects(drv) if PART_MARK in n] == []
+    assert drv.size("seg") == len(data) and drv.read("seg", 0, len(data)) == data

@@ -431,10 +431,15 @@ class ChainedObjectDriver(SegmentDriver, abc.ABC):
         raise self._changed(path, "a compose")
 
     def _remove(self, parts: Sequence[Part], path: str, why: str) -> None:
-        """Delete parts the chain no longer counts (best effort: leftovers are garbage)."""
+        """Delete parts the chain no longer counts (best effort: leftovers are garbage that the
+        next compaction or seal of ``path`` removes). The first failed delete ends the clean-up:
+        the backend is failing, and each further delete would spend its own retries on it."""
         for part in parts:
-            with contextlib.suppress(DriverError):
+            try:
                 self._delete_object(part.name, what=f"{why} {path!r}")
+            except DriverError as exc:
+                log.info("%s: clean-up of %r deferred after a failed delete (%s)", self.name, path, exc.code.value)
+                return
 
     def read(self, path: str, position: int, length: int) -> bytes:
         key = self._key(path)

@@ -170,3 +170,41 @@ def test_ctrl_c_while_the_result_is_written_leaves_it_whole(tmp_path):
     result = json.loads(out)  # one document: the whole result, no error document after it
     assert len(result["messages"]) == 100 and result["next_begin_offset"] == 100
     assert err.decode().strip() == "tiered get: interrupted"
+
+
+# -- a Ctrl-C before main runs: the command's own imports -------------------------------------------
+
+#: The `tiered` console script up to its call of main, with a Ctrl-C arriving while the store's
+#: modules are still being imported (what a Ctrl-C in the first 0.2 s of any command meets).
+EARLY = """
+import os, signal, sys
+sys.argv = [os.path.join(os.path.dirname(sys.executable), "tiered"), *sys.argv[1:]]
+from tiered_core.cli import main
+os.kill(os.getpid(), signal.SIGINT)
+import tiered_core.access.tiered_store  # a heavy import, interrupted
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_ctrl_c_while_the_command_imports_its_modules(as_json):
+    """The drill: a Ctrl-C in the first 0.1-0.2 s of a command printed an import traceback and
+    died by SIGINT. Now: one line ``interrupted``, exit 130, and with --json one document."""
+    argv = ["drivers", *(["--json"] if as_json else [])]
+    proc = subprocess.run([sys.executable, "-c", EARLY, *argv], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == ExitCode.INTERRUPTED, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == "tiered: interrupted"
+    if as_json:
+        assert json.loads(proc.stdout)["error"]["code"] == "INTERRUPTED"
+    else:
+        assert proc.stdout == ""
+
+
+def test_a_program_importing_the_cli_keeps_its_own_ctrl_c():
+    """Only the `tiered` command gets that handler: a program (or a test run) that imports
+    the CLI still gets its KeyboardInterrupt."""
+    code = ("import os, signal\nfrom tiered_core.cli import main\ntry:\n    os.kill(os.getpid(), signal.SIGINT)\n"
+            "    import time; time.sleep(5)\nexcept KeyboardInterrupt:\n    print('caught')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "caught", proc.stderr

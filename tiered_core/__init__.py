@@ -11,15 +11,15 @@ The public API::
     store = TieredMessageStore.open(StoreConfig.load("tiered.toml"))
 """
 
-from typing import Any
-
-from tiered_core.config import StoreConfig
-from tiered_core.spi.hookspecs import hookimpl
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-# Imported on first use, so that `import tiered_core` (e.g. by a driver plugin) stays light.
+# Imported on first use, so that `import tiered_core` (e.g. by a driver plugin, or the `tiered`
+# command before it can report a Ctrl-C) stays light.
 _LAZY = {
+    "StoreConfig": "tiered_core.config",
+    "hookimpl": "tiered_core.spi.hookspecs",
     "TieredMessageStore": "tiered_core.access.tiered_store",
     "Message": "tiered_core.codec.message",
     "MessageExt": "tiered_core.codec.message",
@@ -42,4 +42,8 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-__all__ = ["hookimpl", "StoreConfig", "__version__", *_LAZY]
+if TYPE_CHECKING:
+    from tiered_core.config import StoreConfig
+    from tiered_core.spi.hookspecs import hookimpl
+
+__all__ = ["__version__", *_LAZY]

@@ -17,12 +17,33 @@ failure is ``LOCAL_IO`` (exit 5) naming the file; SIGXFSZ is ignored so that a w
 
 from __future__ import annotations
 
-import argparse
-import importlib
+import os
 import signal
 import sys
-import traceback
-from typing import NoReturn
+
+
+def _interrupted_while_starting(signum, frame) -> None:  # noqa: ARG001 - a signal handler's shape
+    """Ctrl-C while the ``tiered`` command imports its modules, before :func:`main` runs: the
+    same line, JSON document and exit status 130 as later, instead of an import traceback."""
+    os.write(2, b"tiered: interrupted\n")
+    if "--json" in sys.argv[1:]:
+        os.write(1, b'{"error": {"code": "INTERRUPTED", "exit_code": 130, "type": "KeyboardInterrupt", '
+                    b'"message": "interrupted"}}\n')
+    os._exit(130)
+
+
+# Set before anything heavy is imported, and only when this runs as the `tiered` command
+# (its console script): a program that imports this module keeps its own Ctrl-C.
+if os.path.basename(sys.argv[0] if sys.argv else "") == "tiered":
+    try:
+        signal.signal(signal.SIGINT, _interrupted_while_starting)
+    except ValueError:  # not the main thread: only that one may set a handler
+        pass
+
+import argparse  # noqa: E402
+import importlib  # noqa: E402
+import traceback  # noqa: E402
+from typing import NoReturn  # noqa: E402
 
 from tiered_core import __version__
 from tiered_core.cli.shared import USAGE, error_payload, json_on_stdout, print_json, reset_json_on_stdout
@@ -131,6 +152,9 @@ def _fail(exc: BaseException, args: argparse.Namespace | None, want_json: bool) 
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``tiered`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    command = _in_main_thread() and signal.getsignal(signal.SIGINT) is _interrupted_while_starting
+    if command:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on a Ctrl-C is reported below
     argv = list(sys.argv[1:] if argv is None else argv)
     reset_json_on_stdout()
     parsed: list[argparse.Namespace] = []  # the parsed command line, once there is one
@@ -143,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
             return _fail(exc, args, want_json)
         except KeyboardInterrupt:  # a second Ctrl-C while the first is reported
             return int(ExitCode.INTERRUPTED)
+    finally:
+        if command:  # the `tiered` command exits next: a Ctrl-C now would only turn its status into death by SIGINT
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _run(argv: list[str], parsed: list[argparse.Namespace]) -> int:

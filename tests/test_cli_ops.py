@@ -143,6 +143,26 @@ def test_get_found_nothing_exits_not_found(tmp_path, capsys):
     assert main(["get", "--config", cfg, "--topic", "orders", "--key", "k1"]) == ExitCode.OK
 
 
+def test_under_force_an_undispatched_offset_is_named_as_such(tmp_path, capsys):
+    """Storage level FORCE reads only the tier: a message put but not dispatched yet answered
+    "NO_MESSAGE_IN_QUEUE (queue offsets 0..0)", which reads as if it were lost (drill). Now the
+    error says the local store holds it and how to get it into the tier."""
+    cfg = write_config(tmp_path, extra='storage_level = "FORCE"\n')
+    for i in range(3):
+        assert main(["put", "--config", cfg, "--topic", "orders", "--body", f"m{i}"]) == 0
+    capsys.readouterr()
+    assert main(["get", "--config", cfg, "--topic", "orders", "--offset", "1", "--json"]) == ExitCode.NOT_FOUND
+    err = error_of(capsys.readouterr().out)
+    assert (err["local_min_offset"], err["local_max_offset"], err["offset"]) == (0, 3, 1)
+    assert "has not dispatched them to the tier yet" in err["message"] and "FORCE" in err["message"]
+    assert main(["get", "--config", cfg, "--topic", "orders", "--offset", "5"]) == ExitCode.NOT_FOUND
+    assert "dispatched" not in capsys.readouterr().err  # past the local end: a plain miss
+    assert main(["put", "--config", cfg, "--topic", "orders", "--body", "m3", "--dispatch"]) == 0
+    capsys.readouterr()
+    assert main(["get", "--config", cfg, "--topic", "orders", "--offset", "1"]) == ExitCode.OK
+    assert "body='m1'" in capsys.readouterr().out
+
+
 # -- put --dispatch tells the truth ---------------------------------------------------------------
 
 def _blocked_config(tmp_path) -> str:

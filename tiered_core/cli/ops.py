@@ -264,12 +264,7 @@ def get(args: argparse.Namespace) -> int:
             if not messages and res.error is not None:
                 raise _unserved(args.topic, args.queue, offset, status, res.error)
             if not messages:
-                raise MessageNotFound(
-                    f"no message in {args.topic}/{args.queue} at offset {offset}: {status} "
-                    f"(queue offsets {res.min_offset}..{res.max_offset}, next {res.next_begin_offset})",
-                    topic=args.topic, queue_id=args.queue, offset=offset, status=status,
-                    min_offset=res.min_offset, max_offset=res.max_offset,
-                    next_begin_offset=res.next_begin_offset)
+                raise _not_found(store, args.topic, args.queue, offset, res)
     if args.json:
         print_json({"status": status, "tier": tier, "next_begin_offset": nxt,
                     "messages": [_row(m) for m in messages]})
@@ -279,6 +274,29 @@ def get(args: argparse.Namespace) -> int:
         print(f"  {m.topic}/{m.queue_id}@{m.queue_offset} ts={m.store_timestamp} keys={','.join(m.keys)} "
               f"tags={m.tags or ''} body={_shown_body(m.body)}")
     return 0
+
+
+def _not_found(store: Any, topic: str, queue_id: int, offset: int, res: Any) -> MessageNotFound:
+    """The error of a read by offset that found nothing. Under storage level FORCE, which
+    reads only the tier, an offset the local store holds but has not dispatched yet is said
+    to be that (with the local range), not only "no message"."""
+    from tiered_core.access.policy import ReadPolicy
+
+    status = res.status.name
+    context = dict(topic=topic, queue_id=queue_id, offset=offset, status=status, min_offset=res.min_offset,
+                   max_offset=res.max_offset, next_begin_offset=res.next_begin_offset)
+    text = (f"no message in {topic}/{queue_id} at offset {offset}: {status} "
+            f"(queue offsets {res.min_offset}..{res.max_offset}, next {res.next_begin_offset})")
+    if store.policy is ReadPolicy.FORCE:
+        local_min = store.local.get_min_offset_in_queue(topic, queue_id)
+        local_max = store.local.get_max_offset_in_queue(topic, queue_id)
+        if local_min <= offset < local_max:
+            text = (f"no message in the tier for {topic}/{queue_id} at offset {offset}: {status} (tier offsets "
+                    f"{res.min_offset}..{res.max_offset}); the local store holds offsets {local_min}.."
+                    f"{local_max - 1} but has not dispatched them to the tier yet, and storage_level FORCE "
+                    "reads only the tier: dispatch them (put --dispatch) or read with another storage_level")
+            context.update(local_min_offset=local_min, local_max_offset=local_max)
+    return MessageNotFound(text, **context)
 
 
 def _unserved(topic: str, queue_id: int, offset: int, status: str, error: TieredStoreError) -> TieredStoreError:

@@ -59,6 +59,21 @@ def test_a_queue_whose_consume_queue_files_were_deleted_is_rebuilt_and_continues
     assert _files(os.path.join(tmp_path, "consumequeue", "orders", "2")) == others[2]
 
 
+def test_a_removed_consume_queue_directory_is_replayed_without_calling_its_messages_gone(tmp_path, caplog):
+    """The whole ``consumequeue/`` removed (re-drill F7): the open's replay of the commit log
+    restores every queue, and no WARNING says the log "holds none of its messages" first."""
+    config = LocalStoreConfig(**SMALL)
+    with LocalMessageStore(str(tmp_path), config) as store:
+        for i in range(60):
+            store.put_message("orders", i % 2, Message(topic="orders", body=b"m%d|" % i))
+    shutil.rmtree(os.path.join(tmp_path, "consumequeue"))
+    with caplog.at_level(logging.WARNING), LocalMessageStore(str(tmp_path), config) as store:
+        for q in (0, 1):
+            assert store.get_max_offset_in_queue("orders", q) == 30
+            assert [m.body for m in store.get_messages("orders", q, 0, 30)] == [b"m%d|" % i for i in range(q, 60, 2)]
+    assert not any("holds none of its messages" in r.getMessage() for r in caplog.records)
+
+
 def _tiered_store_with_local_tail(tmp_path):
     """Two queues: offsets 0..299 tiered and expired locally, 300..339 only in the local commit log."""
     config = small_config(tmp_path, "posix", {"root": str(tmp_path / "tier")}, local_commit_log_file_size=64 << 10)

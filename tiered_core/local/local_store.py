@@ -802,9 +802,12 @@ class LocalMessageStore:
         for key in sorted(keys):
             cq = self._cqs.get(key)
             if cq is None or cq.max_offset <= before[key]:
-                if files_lost:
+                if files_lost and end >= self._commit_log.max_offset:
                     log.warning("consume queue %s/%d: %s and the local commit log holds none of its messages "
                                 "past them", key[0], key[1], why)
+                elif files_lost:  # the replay from the reput offset, right after, restores what the log holds
+                    log.info("consume queue %s/%d: %s; the replay of the local commit log from offset %d "
+                             "rebuilds it", key[0], key[1], why, end)
                 continue
             first = max(before[key], cq.min_offset)
             done[key] = (first, cq.max_offset)

@@ -26,7 +26,8 @@ from tiered_core.access.tiered_store import TieredMessageStore
 from tiered_core.cli import main
 from tiered_core.cli.exit_codes import ExitCode
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
-from tiered_core.common import FileSegmentType
+from tiered_core.codec.message import SYS_FLAG_POS, store_timestamp_position
+from tiered_core.common import NO_TIMESTAMP, FileSegmentType, SegmentStatus
 from tiered_core.flat.ownership import tier_prefix
 from tiered_core.ops.quarantine import list_quarantine
 from tiered_core.ops.reconcile import backend_path
@@ -36,10 +37,12 @@ PER_QUEUE = 40
 #: Faults repair mends, and whether the object they name is moved into the quarantine.
 MENDABLE = {"extra_object": True, "unlisted_segment": False, "wrong_sealed_flag": False,
             "wrong_sealed_flag@2": False, "bad_tail": True,
-            "bad_times": False, "index_deleted": False, "index_unreadable": True, "owner_deleted": False,
+            "index_deleted": False, "index_unreadable": True, "owner_deleted": False,
             "uncommitted_tail": False}
-#: Faults repair cannot mend.
-NOT_MENDABLE = ("flipped_byte", "truncated_segment", "deleted_object", "metadata_past_end", "index_entry_wrong")
+#: Faults repair cannot mend. (bad_times moves a sealed segment's recorded times: repair cannot
+#: tell that from an object replaced by another store's, so it records no times over known ones.)
+NOT_MENDABLE = ("flipped_byte", "truncated_segment", "deleted_object", "metadata_past_end", "index_entry_wrong",
+                "bad_times")
 
 
 def config_text(root: Path) -> str:
@@ -625,3 +628,81 @@ def test_an_unlisted_key_index_file_that_continues_the_index_is_adopted(drill, c
     code, report = run_json(capsys, "verify", "--config", conf, "--deep")
     assert code == 0, report["findings"]
     assert_every_key_found(config, put)
+
+
+# -- segment times ---------------------------------------------------------------------------------
+
+
+def _a_sealed_commit_log_segment(config: StoreConfig):
+    """The metadata record of a sealed commit-log segment that is not its queue's last (verify
+    compares the times of those)."""
+    metadata = config.open_metadata()
+    try:
+        records = [m for m in metadata.iterate_file_segments(int(FileSegmentType.COMMIT_LOG)) if m.size]
+    finally:
+        metadata.close()
+    last = {}
+    for m in records:
+        if m.path not in last or m.base_offset > last[m.path].base_offset:
+            last[m.path] = m
+    return next(m for m in sorted(records, key=lambda m: (m.path, m.base_offset))
+                if m.status == SegmentStatus.SEALED and m is not last[m.path])
+
+
+def test_repair_records_segment_times_the_metadata_does_not_know(drill, capsys):
+    config, conf, put = drill
+    meta = _a_sealed_commit_log_segment(config)
+    recorded = (meta.begin_timestamp, meta.end_timestamp)
+    metadata = config.open_metadata()
+    try:
+        meta.begin_timestamp = meta.end_timestamp = NO_TIMESTAMP
+        metadata.update_file_segment(meta)
+        metadata.flush()
+    finally:
+        metadata.close()
+    subject = backend_path(config.cluster, meta)
+    code, report = run_json(capsys, "verify", "--config", conf, "--deep")
+    assert [f["mendable"] for f in report["findings"] if f["subject"] == subject] == [True], report["findings"]
+    code, result = run_json(capsys, "repair", "--config", conf, "--apply")
+    assert code == 0 and [bool(s["done"] and not s["error"]) for s in result["steps"] if s["subject"] == subject] \
+        == [True], result
+    again = config.open_metadata()
+    try:
+        got = again.get_file_segment(int(FileSegmentType.COMMIT_LOG), meta.path, meta.base_offset)
+    finally:
+        again.close()
+    assert (got.begin_timestamp, got.end_timestamp) == recorded  # its first and last message's times
+    code, report = run_json(capsys, "verify", "--config", conf, "--deep")
+    assert code == 0, report["findings"]
+
+
+def test_a_sealed_segment_holding_messages_of_other_times_is_not_recorded_as_whole(drill, capsys):
+    """Repair drill r7: a sealed segment replaced by another store's object of the same name
+    and size. Verify --deep saw its messages stored outside the segment's recorded times, and
+    repair recorded the other store's times: verify was clean while those offsets served the
+    other store's messages. Now repair leaves it as a manual step and verify keeps saying so."""
+    config, conf, put = drill
+    meta = _a_sealed_commit_log_segment(config)
+    subject = backend_path(config.cluster, meta)
+    full = Path(config.driver_options["root"]) / subject
+    data = bytearray(full.read_bytes())
+    pos = 0
+    while pos < len(data):  # the same messages, stored a day later (as another store's would be)
+        size = int.from_bytes(data[pos:pos + 4], "big")
+        ts_pos = pos + store_timestamp_position(int.from_bytes(data[pos + SYS_FLAG_POS:pos + SYS_FLAG_POS + 4], "big"))
+        ts = int.from_bytes(data[ts_pos:ts_pos + 8], "big") + 86_400_000
+        data[ts_pos:ts_pos + 8] = ts.to_bytes(8, "big")
+        pos += size
+    os.chmod(full, 0o644)
+    full.write_bytes(bytes(data))
+    os.chmod(full, 0o444)
+    code, report = run_json(capsys, "verify", "--config", conf, "--deep")
+    assert [f["kind"] for f in report["findings"] if f["subject"] == subject] == ["time_bounds_mismatch"]
+    before = snapshot(config)
+    code, result = run_json(capsys, "repair", "--config", conf, "--apply")
+    assert code == 1, result
+    (step,) = [m for m in result["manual"] if m["subject"] == subject]
+    assert "may not be the one this store wrote" in step["manual"], step
+    assert snapshot(config) == before  # nothing recorded over the store's own times
+    code, report = run_json(capsys, "verify", "--config", conf, "--deep")
+    assert [f["kind"] for f in report["findings"] if f["subject"] == subject] == ["time_bounds_mismatch"]

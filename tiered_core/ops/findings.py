@@ -141,7 +141,9 @@ KINDS: dict[FindingKind, KindInfo] = {
         Severity.CORRUPT, False, "the message fails the read checks: restore the segment from a copy of the "
         "bucket (reads of the other messages are unaffected)", "queue"),
     FindingKind.TIME_BOUNDS_MISMATCH: KindInfo(
-        Severity.WARNING, True, "repair records the segment's times read from its messages", "queue"),
+        Severity.WARNING, True, "repair records the segment's times read from its messages where the metadata "
+        "has none; messages stored outside times it does record may be another store's object of the same name: "
+        "repair then says what to check", "queue"),
     FindingKind.INDEX_MISSING: KindInfo(
         Severity.WARNING, True, "repair indexes the keys of the messages the file covered again", "index"),
     FindingKind.INDEX_UNREADABLE: KindInfo(

@@ -250,10 +250,15 @@ def decide_sealed(ctx: RepairContext, finding: Finding) -> Decision:
 
 def decide_times(ctx: RepairContext, finding: Finding) -> Decision:
     """Record the segment times verify read from the messages (the finding's ``times``),
-    when the metadata still records the times verify saw."""
+    when the metadata still records the times verify saw and did not know the side that is
+    wrong. A known time the messages fall outside is never overwritten: the store records
+    every appended message's time, so either the object is not the one it wrote (another
+    store's of the same name and size) or its metadata was changed, and repair cannot tell
+    which (re-recording would make verify call another store's messages whole)."""
     meta = record_of(ctx, finding.subject)
     times = finding.facts.get("times")
     seen = finding.facts.get("metadata_times")
+    read = finding.facts.get("read_times")
     if meta is None:
         return Decision.refuse("the metadata does not list it as a segment of this store")
     if not times or len(times) != 2:
@@ -261,6 +266,15 @@ def decide_times(ctx: RepairContext, finding: Finding) -> Decision:
     if seen is not None and [meta.begin_timestamp, meta.end_timestamp] != list(seen):
         return Decision.refuse("the metadata's times changed since verify read them: run `tiered verify --deep` "
                                "again")
+    begin, end = meta.begin_timestamp, meta.end_timestamp
+    if read is not None and len(read) == 2 and \
+            ((begin != NO_TIMESTAMP and begin > read[0]) or (end != NO_TIMESTAMP and end < read[1])):
+        return Decision.refuse(
+            f"its messages were stored at {read[0]}..{read[1]}, outside the times {begin}..{end} this store "
+            "recorded when it appended them: the object may not be the one this store wrote (another store's "
+            "object of the same name), or the metadata's times were changed. Compare the object with a copy of "
+            "the bucket and restore it from there; only if it is this store's own, record its times again with "
+            "`tiered metadata rebuild --force`")
     return Decision(RECORD_TIMES, f"record store times {times[0]}..{times[1]} (was {meta.begin_timestamp}.."
                                   f"{meta.end_timestamp})", {"path": finding.subject, "times": list(times)})
 

@@ -64,7 +64,11 @@ def _defined_names(module: Path) -> set[str]:
         if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             names.add(node.name)
         elif isinstance(node, ast.Assign):
-            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+            targets = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            names.update(targets)
+            if targets == ["_LAZY"] and isinstance(node.value, ast.Dict):
+                # a package's names imported on first use (its module __getattr__ serves them)
+                names.update(k.value for k in node.value.keys if isinstance(k, ast.Constant))
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             names.add(node.target.id)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):

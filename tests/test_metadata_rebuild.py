@@ -3,6 +3,7 @@ every queue's offsets, every segment and every message again."""
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 
@@ -10,6 +11,7 @@ import pytest
 
 from tiered_core import StoreConfig
 from tiered_core.cli import main
+from tiered_core.cli.exit_codes import ExitCode
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE
 from tiered_core.codec.message import Message, decode_message, encode_message
 from tiered_core.codec.naming import cluster_dir, index_path
@@ -264,8 +266,20 @@ def test_torn_tail_strays_and_index_segments(tmp_path):
 
 def test_rebuild_of_an_empty_backend(tmp_path, capsys):
     conf = write_config(tmp_path)
+    (tmp_path / "store").mkdir()  # a store directory (its metadata lost), nothing tiered yet
     assert main(["metadata", "rebuild", "--config", conf]) == 0
     assert "rebuilt 0 topic(s), 0 queue(s), 0 file segment(s)" in capsys.readouterr().out
+
+
+def test_a_rebuild_with_no_store_directory_and_no_tiered_data_creates_nothing(tmp_path, capsys):
+    """A typo in store_path (drill): the rebuild created an empty store there and exited 0, and
+    later commands answered as if that store were the one meant. Now: NOT_FOUND (exit 3), with
+    both places named, and nothing created."""
+    conf = write_config(tmp_path)
+    assert main(["metadata", "rebuild", "--force", "--config", conf, "--json"]) == ExitCode.NOT_FOUND
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert error["code"] == "NOT_FOUND" and "nothing to rebuild" in error["message"], error
+    assert not (tmp_path / "store").exists()
 
 
 

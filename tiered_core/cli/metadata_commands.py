@@ -172,6 +172,14 @@ def _refuse_a_prefix_of_another_store(config) -> None:
             f"the prefix over instead: `tiered takeover --config {config.source or 'FILE'}` (add --create for a "
             "store_path that holds no store); it rebuilds the metadata, at an epoch that fences any other store",
             prefix=ownership.prefix, store_path=config.store_path)
+    if owner is None and not orphaned and not os.path.isdir(config.store_path):
+        # Nothing in the tier and no directory: a typo in store_path (or in the tier's
+        # location). A rebuild would create an empty store there.
+        from tiered_core.cli.shared import StoreNotFound
+
+        raise StoreNotFound(config, f"the tier prefix {ownership.prefix!r} holds no data either, so there is "
+                                    "nothing to rebuild: check store_path and the tier's location (nothing was "
+                                    "created)")
     if owner is not None and owner.store_id != store_id:
         raise PrefixOwned(
             f"tier prefix {ownership.prefix!r} is owned by {owner.describe()}, not by the store at "

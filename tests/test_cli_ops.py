@@ -154,13 +154,21 @@ def test_under_force_an_undispatched_offset_is_named_as_such(tmp_path, capsys):
     assert main(["get", "--config", cfg, "--topic", "orders", "--offset", "1", "--json"]) == ExitCode.NOT_FOUND
     err = error_of(capsys.readouterr().out)
     assert (err["local_min_offset"], err["local_max_offset"], err["offset"]) == (0, 3, 1)
-    assert "has not dispatched them to the tier yet" in err["message"] and "FORCE" in err["message"]
+    assert "the local store holds it (0..2 not dispatched to the tier yet)" in err["message"], err
+    assert "the tier holds no offset" in err["message"] and "FORCE" in err["message"]
+    # past the local end too: the local range is still named (drill s13 F7)
     assert main(["get", "--config", cfg, "--topic", "orders", "--offset", "5"]) == ExitCode.NOT_FOUND
-    assert "dispatched" not in capsys.readouterr().err  # past the local end: a plain miss
-    assert main(["put", "--config", cfg, "--topic", "orders", "--body", "m3", "--dispatch"]) == 0
+    assert "the local store holds offsets 0..2 (0..2 not dispatched" in capsys.readouterr().err
+    # a key lookup says it searched the tier only
+    assert main(["put", "--config", cfg, "--topic", "orders", "--key", "k9", "--body", "x"]) == 0
+    capsys.readouterr()
+    assert main(["get", "--config", cfg, "--topic", "orders", "--key", "k9"]) == ExitCode.NOT_FOUND
+    assert "in the tier (storage_level FORCE reads only the tier" in capsys.readouterr().err
+    assert main(["put", "--config", cfg, "--topic", "orders", "--body", "m4", "--dispatch"]) == 0
     capsys.readouterr()
     assert main(["get", "--config", cfg, "--topic", "orders", "--offset", "1"]) == ExitCode.OK
     assert "body='m1'" in capsys.readouterr().out
+    assert main(["get", "--config", cfg, "--topic", "orders", "--key", "k9"]) == ExitCode.OK
 
 
 # -- put --dispatch tells the truth ---------------------------------------------------------------

@@ -255,7 +255,14 @@ def get(args: argparse.Namespace) -> int:
             messages = store.query_message(args.topic, args.key, args.count).messages
             status, tier, nxt = "FOUND", None, None  # several queues and tiers: no one answer
             if not messages:
-                raise MessageNotFound(f"no message of topic {args.topic!r} has key {args.key!r}",
+                hint = ""
+                from tiered_core.access.policy import ReadPolicy
+
+                if store.policy is ReadPolicy.FORCE:
+                    hint = (" in the tier (storage_level FORCE reads only the tier: messages the local store holds "
+                            "but has not dispatched yet are not searched; dispatch them with put --dispatch, or "
+                            "look up with another storage_level)")
+                raise MessageNotFound(f"no message of topic {args.topic!r} has key {args.key!r}{hint}",
                                       topic=args.topic, key=args.key)
         else:
             res = store.get_message("tiered-cli", args.topic, args.queue, offset, args.count)
@@ -278,25 +285,38 @@ def get(args: argparse.Namespace) -> int:
 
 def _not_found(store: Any, topic: str, queue_id: int, offset: int, res: Any) -> MessageNotFound:
     """The error of a read by offset that found nothing. Under storage level FORCE, which
-    reads only the tier, an offset the local store holds but has not dispatched yet is said
-    to be that (with the local range), not only "no message"."""
-    from tiered_core.access.policy import ReadPolicy
-
+    reads only the tier, messages the local store holds but has not dispatched yet are named
+    (the local range, and that the offset is among them), not only "no message"."""
     status = res.status.name
     context = dict(topic=topic, queue_id=queue_id, offset=offset, status=status, min_offset=res.min_offset,
                    max_offset=res.max_offset, next_begin_offset=res.next_begin_offset)
     text = (f"no message in {topic}/{queue_id} at offset {offset}: {status} "
             f"(queue offsets {res.min_offset}..{res.max_offset}, next {res.next_begin_offset})")
-    if store.policy is ReadPolicy.FORCE:
-        local_min = store.local.get_min_offset_in_queue(topic, queue_id)
-        local_max = store.local.get_max_offset_in_queue(topic, queue_id)
-        if local_min <= offset < local_max:
-            text = (f"no message in the tier for {topic}/{queue_id} at offset {offset}: {status} (tier offsets "
-                    f"{res.min_offset}..{res.max_offset}); the local store holds offsets {local_min}.."
-                    f"{local_max - 1} but has not dispatched them to the tier yet, and storage_level FORCE "
-                    "reads only the tier: dispatch them (put --dispatch) or read with another storage_level")
-            context.update(local_min_offset=local_min, local_max_offset=local_max)
+    pending = _undispatched(store, topic, queue_id, res.max_offset)
+    if pending is not None:
+        local_min, local_max = pending
+        first = max(local_min, res.max_offset)
+        where = ("the local store holds it" if local_min <= offset < local_max else
+                 f"the local store holds offsets {local_min}..{local_max - 1}")
+        tier = f"offsets {res.min_offset}..{res.max_offset - 1}" if res.max_offset > res.min_offset else "no offset"
+        text = (f"no message in the tier for {topic}/{queue_id} at offset {offset}: {status} (the tier holds {tier} "
+                f"of this queue); {where} ({first}..{local_max - 1} not dispatched to the tier yet), and "
+                "storage_level FORCE reads only the tier: dispatch them (put --dispatch) or read with another "
+                "storage_level")
+        context.update(local_min_offset=local_min, local_max_offset=local_max)
     return MessageNotFound(text, **context)
+
+
+def _undispatched(store: Any, topic: str, queue_id: int, tier_end: int) -> tuple[int, int] | None:
+    """Under storage level FORCE: the local range of a queue whose local messages reach past
+    ``tier_end`` (not dispatched yet, so invisible to reads); else None."""
+    from tiered_core.access.policy import ReadPolicy
+
+    if store.policy is not ReadPolicy.FORCE:
+        return None
+    local_min = store.local.get_min_offset_in_queue(topic, queue_id)
+    local_max = store.local.get_max_offset_in_queue(topic, queue_id)
+    return (local_min, local_max) if local_max > max(local_min, tier_end) else None
 
 
 def _unserved(topic: str, queue_id: int, offset: int, status: str, error: TieredStoreError) -> TieredStoreError:

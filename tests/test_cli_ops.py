@@ -334,3 +334,23 @@ def test_a_backend_failure_never_prints_the_credentials(tmp_path):
         proc = tiered("put", "--config", str(cfg), "--topic", "orders", "--body", "x", "--dispatch", *extra)
         assert proc.returncode == ExitCode.BACKEND, proc.stdout + proc.stderr
         assert secret not in proc.stdout + proc.stderr
+
+
+def test_a_library_logging_its_retries_prints_no_traceback(tmp_path):
+    """The drill (s13 F5): against a GCS endpoint that is down, gcsfs logged each request it
+    gave up on with a traceback (107 lines of stderr around one DRIVER_ERROR). The command
+    prints such records on one line and reports the failure itself."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    conf = tmp_path / "tiered.toml"
+    conf.write_text(f'[tiered]\nstore_path = "{tmp_path / "store"}"\ndriver = "gcs"\n[tiered.options]\n'
+                    f'bucket = "b"\nendpoint = "http://127.0.0.1:{port}"\nemulated = true\nretries = 1\ntimeout = 2\n')
+    proc = tiered("put", "--config", str(conf), "--topic", "t", "--body", "x", "--dispatch", "--json")
+    assert proc.returncode == ExitCode.BACKEND, proc.stderr
+    assert error_of(proc.stdout)["code"] == "DRIVER_ERROR"
+    assert "Traceback" not in proc.stderr, proc.stderr
+    library = [line for line in proc.stderr.splitlines() if line.startswith("gcsfs")]
+    assert library and all("ClientConnectorError" in line for line in library), proc.stderr

@@ -42,6 +42,7 @@ if os.path.basename(sys.argv[0] if sys.argv else "") == "tiered":
 
 import argparse  # noqa: E402
 import importlib  # noqa: E402
+import logging  # noqa: E402
 import traceback  # noqa: E402
 from typing import NoReturn  # noqa: E402
 
@@ -150,11 +151,39 @@ def _fail(exc: BaseException, args: argparse.Namespace | None, want_json: bool) 
     return int(code)
 
 
+class _CommandLogFormat(logging.Formatter):
+    """How the ``tiered`` command prints log records on stderr: this project's own as their
+    message (as Python's default handler did), another package's -- gcsfs logs every request
+    it gives up on with its traceback -- on one line naming its logger and the exception's
+    type: the command reports the failure itself, typed, on its own line."""
+
+    _OWN = ("tiered_core", "tiered_driver_", "tiered_conformance")
+
+    def format(self, record: logging.LogRecord) -> str:
+        if record.name.startswith(self._OWN):
+            return super().format(record)
+        text = f"{record.name}: {record.getMessage()}"
+        exc = record.exc_info[1] if record.exc_info else None
+        return f"{text} ({type(exc).__name__})" if exc is not None and type(exc).__name__ not in text else text
+
+
+def _log_to_stderr() -> None:
+    """The ``tiered`` command's log handler (WARNING and up, :class:`_CommandLogFormat`), unless
+    logging is configured already."""
+    root = logging.getLogger()
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setLevel(logging.WARNING)
+        handler.setFormatter(_CommandLogFormat("%(message)s"))
+        root.addHandler(handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run ``tiered`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
     command = _in_main_thread() and signal.getsignal(signal.SIGINT) is _interrupted_while_starting
     if command:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on a Ctrl-C is reported below
+        _log_to_stderr()
     argv = list(sys.argv[1:] if argv is None else argv)
     reset_json_on_stdout()
     parsed: list[argparse.Namespace] = []  # the parsed command line, once there is one

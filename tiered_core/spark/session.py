@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
 from typing import Mapping
 
@@ -41,6 +43,32 @@ def session_settings(java_version: str, conf: Mapping[str, str] | None = None, *
     return settings
 
 
+def _end_jvm_being_launched() -> None:
+    """After a Ctrl-C while pyspark launches Spark's JVM: end that JVM. pyspark starts it
+    ignoring SIGINT, and one interrupted before it handed its connection over never learns
+    that this process is gone: it outlives the command, holding the command's stdout and
+    stderr (a caller reading them to their end hangs). It is this process's child whose
+    command line runs Spark's SparkSubmit (Linux: ``/proc``; elsewhere nothing is done)."""
+    me = os.getpid()
+    try:
+        pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                parent = int(f.read().rsplit(b")", 1)[1].split()[1])
+            if parent != me:
+                continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                command = f.read()
+        except (OSError, ValueError, IndexError):  # gone meanwhile, or not ours to read
+            continue
+        if b"org.apache.spark.deploy.SparkSubmit" in command:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
 def get_session(master: str | None = None, app_name: str = "tiered", conf: Mapping[str, str] | None = None,
                 *, class_archive: bool = True):
     """A SparkSession (the active one if there is one) with the ``tiered`` format registered.
@@ -60,7 +88,11 @@ def get_session(master: str | None = None, app_name: str = "tiered", conf: Mappi
         master or os.environ.get("TIERED_SPARK_MASTER") or "local[*]")
     for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    try:
+        spark = builder.getOrCreate()
+    except KeyboardInterrupt:
+        _end_jvm_being_launched()
+        raise
     spark.sparkContext.setLogLevel(os.environ.get("TIERED_SPARK_LOG_LEVEL", "WARN"))
     from tiered_core.spark.tiered_format import register  # the format above the session: imported when used
 

@@ -697,7 +697,9 @@ def test_a_sealed_segment_holding_messages_of_other_times_is_not_recorded_as_who
     full.write_bytes(bytes(data))
     os.chmod(full, 0o444)
     code, report = run_json(capsys, "verify", "--config", conf, "--deep")
-    assert [f["kind"] for f in report["findings"] if f["subject"] == subject] == ["time_bounds_mismatch"]
+    (found,) = [f for f in report["findings"] if f["subject"] == subject]
+    assert found["kind"] == "time_bounds_mismatch" and not found["mendable"], found
+    assert "none of them was stored within them" in found["detail"] and "copy of the bucket" in found["fix"]
     before = snapshot(config)
     code, result = run_json(capsys, "repair", "--config", conf, "--apply")
     assert code == 1, result

@@ -167,7 +167,8 @@ class Finding:
     offsets concerned when known (``queue_offsets``: ``[from, to)`` of the queue;
     ``file_offsets``: ``[from, to)`` of the segment's flat file) and ``facts``
     (machine-readable values: sizes, the owner record, whose an object looks like). ``fix``
-    overrides the kind's fix when the finding knows better."""
+    overrides the kind's fix when the finding knows better; ``manual``: repair must not mend
+    this one although its kind is mendable (the fix says what to do instead)."""
 
     kind: FindingKind
     subject: str
@@ -178,6 +179,7 @@ class Finding:
     file_offsets: tuple[int, int] | None = None
     facts: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
     fix_text: str | None = None
+    manual: bool = False
 
     @property
     def severity(self) -> Severity:
@@ -185,7 +187,7 @@ class Finding:
 
     @property
     def mendable(self) -> bool:
-        return self.kind.mendable
+        return self.kind.mendable and not self.manual
 
     @property
     def fix(self) -> str:

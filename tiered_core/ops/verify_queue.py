@@ -201,6 +201,13 @@ def merge_times(results: Iterable[RangeResult]) -> dict[str, tuple[int, int]]:
     return times
 
 
+#: The fix of a segment whose messages were stored outside the times its metadata records.
+KNOWN_TIMES_FIX = ("the object may not be the one this store wrote (another store's object of the same name), or "
+                   "the metadata's times were changed: compare the object with a copy of the bucket and restore it "
+                   "from there; only if it is this store's own, record its times again with `tiered metadata "
+                   "rebuild --force`")
+
+
 def time_findings(work: QueueWork, results: list[RangeResult]) -> list[Finding]:
     """Findings of commit-log segments whose metadata times disagree with the first/last
     store time of the messages read in them (the merged ``times`` of every range).
@@ -227,13 +234,22 @@ def time_findings(work: QueueWork, results: list[RangeResult]) -> list[Finding]:
         if not (bad_begin or bad_end):
             continue
         wrong = " and ".join(w for w, bad in (("begin", bad_begin), ("end", bad_end)) if bad)
+        if begin != NO_TIMESTAMP and end != NO_TIMESTAMP and (lo > end or hi < begin):
+            wrong = "none of them was stored within them"
+        else:
+            wrong = f"the {wrong} is wrong"
+        # A known time the messages fall outside is not the metadata's to be corrected: the
+        # store records every appended message's time (see above), so the object is not the
+        # one it wrote, or the metadata was changed, and repair cannot tell which.
+        known = (bad_begin and begin != NO_TIMESTAMP) or (bad_end and end != NO_TIMESTAMP)
         out.append(Finding(
             FindingKind.TIME_BOUNDS_MISMATCH, ref.path,
             f"the metadata records store times {_time(begin)}..{_time(end)} for this segment of "
-            f"{work.subject}, but its messages were stored {lo}..{hi} (the {wrong} is wrong)",
+            f"{work.subject}, but its messages were stored {lo}..{hi} ({wrong})",
             work.topic, work.queue_id, None, (ref.base_offset, ref.base_offset + ref.size),
             {"metadata_times": [begin, end], "read_times": [lo, hi],
-             "times": [lo if bad_begin else begin, hi if bad_end else end]}))
+             "times": [lo if bad_begin else begin, hi if bad_end else end]},
+            fix_text=KNOWN_TIMES_FIX if known else None, manual=known))
     return out
 
 

@@ -225,6 +225,7 @@ config = StoreConfig.load(sys.argv[1])
 store = TieredMessageStore.open(config)
 for i in range(40):
     store.put_message(Message(topic="orders", body=b"m-%d" % i, keys=["k-%d" % i]), i % 2)
+store.local.reput()  # (the background reput may lag on a loaded machine: the queues' files exist now)
 store.local.flush()
 for i in range(40, 60):  # put after the last checkpoint: replayed at the next open
     store.put_message(Message(topic="orders", body=b"m-%d" % i, keys=["k-%d" % i]), i % 2)

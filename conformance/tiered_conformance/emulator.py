@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -34,10 +35,41 @@ class EmulatorError(RuntimeError):
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    """A TCP port on 127.0.0.1 that nothing listens on right now.
+
+    Taken below the kernel's ephemeral range, from a slice only this pytest-xdist worker
+    uses: a port the kernel may hand to any client socket, or that another worker's
+    emulator may pick, could be taken while a killed emulator is down, and its restart
+    would then find another server answering there.
+    """
+    low, high = _private_ports()
+    rng = random.Random()
+    for _ in range(64):
+        port = rng.randrange(low, high)
+        if _port_free(port):
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _private_ports() -> tuple[int, int]:
+    """This process's slice of the ports between 10000 and the ephemeral range."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral_low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32768
+    low = 10000
+    if ephemeral_low - low < 1000:
+        return 1024, max(ephemeral_low, 2048)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+    if count <= 1 or index >= count:
+        return low, ephemeral_low
+    width = (ephemeral_low - low) // count
+    return low + index * width, low + (index + 1) * width
 
 
 class Emulator:
@@ -135,8 +167,8 @@ class Emulator:
             except (OSError, urllib.error.URLError) as exc:
                 answered = False
                 last = str(exc)
-            if answered:
-                return
+            if answered and self.process is not None and self.process.poll() is None:
+                return  # (an answer while our process exits comes from another server)
             if not last.startswith("[Errno"):
                 last = f"something else answers on port {self.port}"
             time.sleep(0.1)

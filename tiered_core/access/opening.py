@@ -28,7 +28,7 @@ from tiered_core.errors import IdentityMismatch, MetadataError, PrefixOwned
 from tiered_core.flat.ownership import OwnerRecord, PrefixOwnership, ReadOnlyDriver, read_store_id
 from tiered_core.metadata import open_metadata_read_only
 from tiered_core.ops import identity as ids
-from tiered_core.ops.reconcile import ReconcileReport, metadata_refusal, reconcile, sealed_since
+from tiered_core.ops.reconcile import ReconcileReport, metadata_refusal, proves_sole_writer, reconcile
 from tiered_core.spi.driver import SegmentDriver
 from tiered_core.spi.metadata import TieredMetadataStore
 
@@ -185,10 +185,10 @@ def check_before_open(config: "StoreConfig", driver: SegmentDriver, *, take_over
             raise _another_backend(config, identity, report, meta_where)
         ownership.check_driver(owner)  # also for reads: another driver misreads the segments
         # (a prefix without owner records is claimed again only with proof no other store wrote
-        # there since: its metadata lists every object, and no take-over sealed its segments)
-        checks.reclaim = report is not None and not report.unknown and (
-            owner is not None or checks.metadata is None
-            or sealed_since(driver, checks.metadata, config.cluster) is None)
+        # there since; only a writable open claims)
+        checks.reclaim = not read_only and report is not None and (
+            proves_sole_writer(driver, checks.metadata, config.cluster, report)
+            if owner is None and checks.metadata is not None else not report.unknown)
         if not read_only:
             try:
                 ownership.check_claimable(owner, take_over=take_over, reclaim=checks.reclaim)

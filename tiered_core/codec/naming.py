@@ -202,7 +202,8 @@ def parse_segment_path(path: str) -> SegmentPathInfo:
                            base_offset)
 
 
-__all__ = ["is_cluster_dir", 
+__all__ = [
+    "is_cluster_dir",
     "INDEX_TOPIC",
     "INDEX_QUEUE_ID",
     "TOPIC_MAX_LENGTH",

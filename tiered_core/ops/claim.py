@@ -16,7 +16,7 @@ from tiered_core.errors import TieredStoreError
 from tiered_core.flat.ownership import OwnerRecord, PrefixOwnership, load_store_id, read_store_id
 from tiered_core.metadata import open_metadata_read_only
 from tiered_core.ops import identity as ids
-from tiered_core.ops.reconcile import reconcile, sealed_since
+from tiered_core.ops.reconcile import proves_sole_writer, reconcile
 
 log = logging.getLogger(__name__)
 
@@ -56,16 +56,15 @@ def claim_store_prefix(config: Any, driver: Any) -> OwnerRecord:
 
 
 def _lists_everything(config: Any, driver: Any) -> bool:
-    """Whether the store's metadata lists every object its prefix holds and no take-over
-    sealed its segments: the proof a claim of a prefix whose owner records were deleted
-    needs (no other store took it since). Reads only."""
+    """Whether the store's metadata proves no other store wrote its prefix since
+    (:func:`~tiered_core.ops.reconcile.proves_sole_writer`). Reads only."""
     try:
         metadata = open_metadata_read_only(config.metadata, config.effective_metadata_path())
     except TieredStoreError:
         return False
     try:
-        return (not reconcile(driver, metadata, config.cluster, config.broker).unknown
-                and sealed_since(driver, metadata, config.cluster) is None)
+        return proves_sole_writer(driver, metadata, config.cluster,
+                                  reconcile(driver, metadata, config.cluster, config.broker))
     finally:
         metadata.close()
 

@@ -132,6 +132,15 @@ def sealed_since(driver: SegmentDriver, metadata: TieredMetadataStore, cluster: 
     return None
 
 
+def proves_sole_writer(driver: SegmentDriver, metadata: TieredMetadataStore, cluster: str,
+                       report: ReconcileReport) -> bool:
+    """Whether a prefix whose owner records were deleted was written by no other store since
+    ``metadata`` described it, the proof a claim of it without a take-over needs: the metadata
+    lists everything the prefix holds (``report``, its :func:`reconcile`, found nothing
+    unknown) and no take-over sealed its segments (:func:`sealed_since`)."""
+    return not report.unknown and sealed_since(driver, metadata, cluster) is None
+
+
 def metadata_refusal(exc: MetadataError, metadata_path: str, fix: str) -> MetadataError:
     """The error that stops an open over a metadata store that cannot be opened: one in use
     by another process or out of reach (its ``cause``) is not damaged, and is not to be
@@ -192,5 +201,5 @@ def open_checked_metadata(open_metadata: Callable[[], TieredMetadataStore], meta
     return metadata, report
 
 
-__all__ = ["ReconcileReport", "backend_path", "sealed_since", "listed_segment_paths", "metadata_refusal", "open_checked_metadata",
-           "reconcile"]
+__all__ = ["ReconcileReport", "backend_path", "listed_segment_paths", "metadata_refusal", "open_checked_metadata",
+           "proves_sole_writer", "reconcile", "sealed_since"]

@@ -76,6 +76,40 @@ class FakeGcsServer(Emulator):
     def is_me(self, status: int, headers, body: bytes) -> bool:
         return status == 200 and b"storage#buckets" in body
 
+    def start(self) -> "FakeGcsServer":
+        self.drop_torn_objects()
+        return super().start()
+
+    def drop_torn_objects(self) -> list[str]:
+        """Remove the object files a kill left without their metadata; returns their paths.
+
+        The filesystem backend writes an object's bytes, then its metadata (the
+        ``user.metadata`` extended attribute). An emulator killed between the two leaves a
+        file that every later listing of its bucket fails on (the whole bucket then answers
+        404). On GCS an upload is atomic: one whose response never came may not exist
+        afterwards. So before (re)starting, such files are dropped, as GCS would never have
+        shown them. Only where the backend keeps metadata in extended attributes (Linux).
+        """
+        if not hasattr(os, "listxattr"):
+            return []
+        files = [os.path.join(root, name) for bucket in self._bucket_dirs()
+                 for root, _dirs, names in os.walk(bucket) for name in names]
+        with_meta = [f for f in files if "user.metadata" in _xattrs(f)]
+        if not with_meta:
+            return []  # not the xattr layout (or nothing stored yet): leave everything
+        torn = sorted(set(files) - set(with_meta))
+        for path in torn:
+            os.remove(path)
+        if torn:
+            with open(self.log_path, "a") as log:
+                log.write(f"tiered emulator: dropped {len(torn)} object file(s) a kill left without metadata: "
+                          f"{torn}\n")
+        return torn
+
+    def _bucket_dirs(self) -> list[str]:
+        root = str(self.data_dir)
+        return [os.path.join(root, d) for d in sorted(os.listdir(root)) if os.path.isdir(os.path.join(root, d))]
+
     def create_bucket(self, bucket: str) -> None:
         """Create ``bucket`` (a no-op when it exists)."""
         create_emulator_bucket(self.url, bucket)
@@ -83,6 +117,13 @@ class FakeGcsServer(Emulator):
     def driver_options(self, bucket: str, prefix: str = "") -> dict[str, Any]:
         """Options of the gcs driver for ``bucket`` on this emulator (gap declared)."""
         return {"bucket": bucket, "prefix": prefix, "endpoint": self.url, "emulated": True, "token": "anon"}
+
+
+def _xattrs(path: str) -> list[str]:
+    try:
+        return os.listxattr(path)
+    except OSError:
+        return []
 
 
 def create_emulator_bucket(url: str, bucket: str) -> None:

@@ -65,6 +65,9 @@ S = TypeVar("S")
 
 #: Driver options holding local paths: relative values resolve against the config file's directory.
 _PATH_OPTIONS = ("root", "database")
+#: Driver options holding a URL: a local one (``file://``, ``local://``) with a relative path
+#: resolves against the config file's directory too, not against where a command runs.
+_URL_OPTIONS = ("url",)
 #: Keys holding local paths: relative values resolve against the config file's directory.
 _PATH_KEYS = tuple(k.name for k in KEYS if k.type.is_path)
 #: ``TIERED_OPTION_<NAME>``: the prefix of driver-option variables.
@@ -384,6 +387,14 @@ def _resolve(path: str, base_dir: str) -> str:
     return os.path.normpath(path if os.path.isabs(path) else os.path.join(os.path.abspath(base_dir), path))
 
 
+def _resolve_local_url(url: str, base_dir: str) -> str:
+    """``file://rel/dir`` -> ``file:///{base_dir}/rel/dir``; any other URL as it is."""
+    head, sep, rest = url.strip().partition("://")
+    if not sep or head.lower() not in ("file", "local") or not rest or rest.startswith("/"):
+        return url
+    return f"{head}://{_resolve(rest, base_dir)}"
+
+
 # -- plugins -------------------------------------------------------------------------
 
 
@@ -447,6 +458,8 @@ def _check_driver_options(driver: str, options: dict[str, Any], base_dir: str, w
                               "path, URL or credential can carry", key=f"options.{key}", source=where)
         if key in _PATH_OPTIONS and isinstance(options[key], str) and options[key]:
             options[key] = _resolve(options[key], base_dir)
+        elif key in _URL_OPTIONS and isinstance(options[key], str):
+            options[key] = _resolve_local_url(options[key], base_dir)
     cls = _driver_class(driver)
     effective = dict(options)
     if "root" not in effective and "root" in cls.option_names():

@@ -3,9 +3,9 @@ migration's target): they never land in, over or around a store.
 
 - :func:`check_output_path` refuses an empty path, and a path that is, contains or lies
   inside a location a store config protects (:func:`protected_locations`): its
-  ``store_path``, its tier root (a driver's local ``root`` / ``database`` option; for the
-  object-store drivers the bucket or container and prefix, compared when the output is a
-  URL of the same backend) and its metadata file (with SQLite's and the JSON store's
+  ``store_path``, its tier root (a driver's local ``root`` / ``database`` option, its
+  ``url`` option's directory or bucket and prefix; for the object-store drivers the bucket
+  or container and prefix, compared when the output is a URL of the same backend) and its metadata file (with SQLite's and the JSON store's
   companion files). Paths are compared after resolving ``~``, ``.``, ``..`` and symbolic
   links, and also by device and inode, so an alias (a symlink, a bind mount) of a store
   directory is refused too.
@@ -52,6 +52,9 @@ MARKER = ".tiered-output"
 
 #: Driver options holding local paths (as :mod:`tiered_core.config` resolves them).
 LOCAL_PATH_OPTIONS = ("root", "database")
+#: Driver options holding the tier's URL (the fsspec driver's ``url``): a ``file://`` one
+#: protects its directory, an object-store one its bucket and prefix.
+URL_OPTIONS = ("url",)
 
 #: Files next to a metadata file that belong to it (SQLite's WAL and journal, the JSON
 #: store's backup and its atomic-write temporary).
@@ -117,6 +120,19 @@ def protected_locations(config: StoreConfig, *, companions: bool = True) -> list
         if isinstance(value, str) and value:
             out.append(Protected(f"tier root (driver {config.driver!r} option {name!r})", f"options.{name}",
                                  source, path=value))
+    for name in URL_OPTIONS:
+        value = options.get(name)
+        if not isinstance(value, str) or not is_url(value):
+            continue
+        what, key = f"tier root (driver {config.driver!r} option {name!r})", f"options.{name}"
+        local = _local_from_url(value)
+        parts = None if local is not None else _url_parts(value)
+        if local is not None:
+            out.append(Protected(what, key, source, path=local))
+        elif parts is not None:
+            family, bucket, account, prefix = parts
+            if bucket:
+                out.append(Protected(what, key, source, family=family, bucket=bucket, account=account, prefix=prefix))
     family = _driver_family(config.driver)
     bucket = options.get("container") if family == "azure" else options.get("bucket")
     if family is not None and isinstance(bucket, str) and bucket:
@@ -247,8 +263,13 @@ def is_url(path: str) -> bool:
 
 
 def _local_from_url(path: str) -> str | None:
-    parts = urlsplit(path)
-    return parts.path if parts.scheme.lower() == "file" else None
+    """The local path of a ``file://`` (or fsspec ``local://``) URL; None for any other URL."""
+    head, sep, rest = str(path).partition("://")
+    if not sep or head.lower() not in ("file", "local"):
+        return None
+    if rest.startswith("localhost/"):
+        rest = rest[len("localhost"):]
+    return os.path.abspath(os.path.expanduser(rest or "."))
 
 
 # -- the checks ------------------------------------------------------------------------------------
@@ -497,6 +518,7 @@ def replace_output_dir(staged: str, target: str, *, option: str = "--to") -> Non
     remove_output_dir(old, option=option)
 
 
-__all__ = ["LOCAL_PATH_OPTIONS", "MARKER", "METADATA_COMPANIONS", "OutputPath", "Protected", "check_output_path",
-           "check_separate_stores", "collision", "create_output_dir", "has_marker", "is_url", "protected_locations",
-           "remove_output_dir", "replace_output_dir", "require_marker", "staging_dir", "write_marker"]
+__all__ = ["LOCAL_PATH_OPTIONS", "MARKER", "METADATA_COMPANIONS", "OutputPath", "Protected", "URL_OPTIONS",
+           "check_output_path", "check_separate_stores", "collision", "create_output_dir", "has_marker", "is_url",
+           "protected_locations", "remove_output_dir", "replace_output_dir", "require_marker", "staging_dir",
+           "write_marker"]

@@ -42,6 +42,7 @@ if os.path.basename(sys.argv[0] if sys.argv else "") == "tiered":
 
 import argparse  # noqa: E402
 import importlib  # noqa: E402
+import io  # noqa: E402
 import logging  # noqa: E402
 import traceback  # noqa: E402
 from typing import NoReturn  # noqa: E402
@@ -178,12 +179,50 @@ def _log_to_stderr() -> None:
         root.addHandler(handler)
 
 
+class _ClosedPipeSink(io.RawIOBase):
+    """Standard output's file descriptor, written until its reader goes away (``| head``,
+    ``| true``); from then on whatever the command prints is dropped, so the command still
+    finishes and exits with its own status (a verify that found damage must not say 0)."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self.fd = fd
+        self.reader_gone = False
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def write(self, data) -> int:  # type: ignore[override]
+        if not self.reader_gone:
+            try:
+                return os.write(self.fd, data)
+            except BrokenPipeError:
+                self.reader_gone = True
+        return len(memoryview(data))
+
+
+def _stdout_outliving_its_reader() -> None:
+    """Put :class:`_ClosedPipeSink` under ``sys.stdout`` (the ``tiered`` command only)."""
+    out = sys.stdout
+    try:
+        fd = out.fileno()
+    except (AttributeError, OSError, ValueError):
+        return
+    out.flush()
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(_ClosedPipeSink(fd)), encoding=out.encoding,
+                                  errors=out.errors, line_buffering=out.line_buffering, write_through=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run ``tiered`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
     command = _in_main_thread() and signal.getsignal(signal.SIGINT) is _interrupted_while_starting
     if command:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on a Ctrl-C is reported below
         _log_to_stderr()
+        _stdout_outliving_its_reader()
     argv = list(sys.argv[1:] if argv is None else argv)
     reset_json_on_stdout()
     parsed: list[argparse.Namespace] = []  # the parsed command line, once there is one

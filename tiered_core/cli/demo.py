@@ -41,6 +41,7 @@ from tiered_core.cli.shared import (
     add_json_option,
     check_store_path,
     int_arg,
+    load_config,
     open_store,
     print_json,
     store_exists,
@@ -123,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
                            option="--force")
     topics = [f"demo-{t}" for t in range(args.topics)]
     if args.config:
-        config = StoreConfig.load(args.config)
+        config = load_config(args.config)
         config_path = args.config
         check_store_path(config)
         if store_exists(config):

@@ -21,7 +21,7 @@ import os
 import sys
 from typing import Callable
 
-from tiered_core.cli.shared import add_json_option, int_arg, print_json
+from tiered_core.cli.shared import add_json_option, int_arg, load_config, print_json
 from tiered_core.metadata.convert import FORMAT_BY_EXTENSION, convert
 
 #: Actions in the order ``tiered metadata --help`` lists them.
@@ -190,7 +190,6 @@ def _refuse_a_prefix_of_another_store(config) -> None:
 
 
 def run_rebuild(args: argparse.Namespace) -> int:
-    from tiered_core.config import StoreConfig
     from tiered_core.errors import MetadataError
     from tiered_core.local.local_store import acquire_store_lock, release_store_lock
     from tiered_core.metadata import set_aside
@@ -199,7 +198,7 @@ def run_rebuild(args: argparse.Namespace) -> int:
     from tiered_core.ops import identity as ids
     from tiered_core.ops.reconcile import metadata_refusal
 
-    config = StoreConfig.load(args.config)
+    config = load_config(args.config)
     target = config.effective_metadata_path()
     _refuse_a_prefix_of_another_store(config)  # before anything is created
     os.makedirs(config.store_path, exist_ok=True)

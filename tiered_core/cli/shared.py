@@ -350,10 +350,33 @@ def store_exists(config: "StoreConfig") -> bool:
 
 
 def load_config(path: str) -> "StoreConfig":
-    """``StoreConfig.load(path)`` (a :class:`ConfigError` names what is wrong)."""
+    """``StoreConfig.load(path)`` (a :class:`ConfigError` names what is wrong), refused when its
+    tier would not outlive the command (:func:`require_lasting_tier`)."""
     from tiered_core.config import StoreConfig
 
-    return StoreConfig.load(path)
+    config = StoreConfig.load(path)
+    require_lasting_tier(config)
+    return config
+
+
+def require_lasting_tier(config: "StoreConfig") -> None:
+    """Raise :class:`ConfigError` when ``config``'s driver keeps its objects inside one process
+    (the memory driver, fsspec on ``memory://``): each ``tiered`` command is a process of its
+    own, so what one tiered would be gone before the next one reads it."""
+    from tiered_core.errors import ConfigError
+    from tiered_core.plugins import driver_class
+
+    cls, options = driver_class(config.driver), config.effective_driver_options()
+    if cls.outlives_process(options):
+        return
+    where = config.source or "config"
+    _backend, location = cls.location(options)  # never a secret
+    shown = "".join(f", {key} {value!r}" for key, value in location.items() if value)
+    raise ConfigError(f"{where}: driver {config.driver!r}{shown} keeps the tier inside one process, and every `tiered` "
+                      "command is a process of its own: what one command tiers would be gone when it exits. Use a "
+                      "backend that outlives the process (posix, s3, gcs, azure, or fsspec on file:// or an object "
+                      "store); an in-memory tier is for tests and programs that open the store themselves",
+                      key="driver", source=config.source, value=config.driver)
 
 
 def open_store(config: "StoreConfig", *, create: bool) -> "TieredMessageStore":
@@ -372,7 +395,7 @@ def open_store(config: "StoreConfig", *, create: bool) -> "TieredMessageStore":
     return TieredMessageStore.open(config, read_only=not create)
 
 
-__all__ = ["StoreNotFound", "MessageNotFound", "Interrupted", "CheckFailed", "DispatchFailed", "add_json_option",
+__all__ = ["StoreNotFound", "MessageNotFound", "require_lasting_tier", "Interrupted", "CheckFailed", "DispatchFailed", "add_json_option",
            "int_arg", "print_json", "json_on_stdout", "reset_json_on_stdout", "redact_context", "error_payload",
            "check_store_path", "store_exists", "load_config", "open_store", "USAGE", "CHECK_FAILED", "INTERRUPTED",
            "INTERNAL"]

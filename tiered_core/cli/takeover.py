@@ -15,7 +15,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from tiered_core.cli.shared import StoreNotFound, add_json_option, check_store_path, print_json, store_exists
+from tiered_core.cli.shared import (
+    StoreNotFound, add_json_option, check_store_path, load_config, print_json, store_exists,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,9 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """``tiered takeover``: open the store with ``take_over=True`` and report the epochs."""
     from tiered_core.access.tiered_store import TieredMessageStore
-    from tiered_core.config import StoreConfig
 
-    config = StoreConfig.load(args.config)
+    config = load_config(args.config)
     check_store_path(config)
     if not args.create and not store_exists(config):
         raise StoreNotFound(config, hint="to create a new store there and take the tier prefix over (a failover "

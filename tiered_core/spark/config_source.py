@@ -101,7 +101,7 @@ def require_shared_backend(config, role: str = "store") -> None:
     live inside one process (the memory driver) cannot be used. Raises :class:`ConfigError`."""
     from tiered_core.plugins import driver_class
 
-    if not driver_class(config.driver).capabilities.survives_process_exit:
+    if not driver_class(config.driver).outlives_process(config.effective_driver_options()):
         raise ConfigError(f"{config.source or 'config'}: the {role}'s driver {config.driver!r} keeps its bytes "
                           "inside one process, and Spark tasks run in others; use a shared backend "
                           "(posix, gcs, azure...)", key="driver", source=config.source)

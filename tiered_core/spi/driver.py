@@ -151,6 +151,16 @@ class SegmentDriver(abc.ABC):
             where[key] = text.strip("/") if key.endswith("prefix") else text
         return cls.name, where
 
+    @classmethod
+    def outlives_process(cls, options: Mapping[str, Any]) -> bool:
+        """Whether a driver opened with ``options`` keeps its objects after this process
+        exits, decided without opening it (no I/O). Default:
+        ``capabilities.survives_process_exit`` where the class declares them (True where only
+        instances do, as a layer's). A driver whose instances differ by option (a URL naming
+        an in-memory filesystem) overrides this."""
+        declared = cls.capabilities
+        return declared.survives_process_exit if isinstance(declared, Capabilities) else True
+
     #: The options this instance was created with (secrets included; see ``describe``).
     options: dict[str, Any]
 

@@ -14,7 +14,7 @@ from tiered_core.errors import DriverError, InvalidOption, InvalidPath, NotFound
 from tiered_core.spi import Capabilities, SegmentDriver
 
 from .append_layout import SCRATCH, SEAL_MARK, AppendLayout
-from .guarantees import APPEND, OBJECT_STORES, Guarantees, guarantees_of
+from .guarantees import APPEND, OBJECT_STORES, Guarantees, guarantees_of, guarantees_of_class
 from .options import (
     FORCED_OPTIONS, REDACTED, check_url, parse_storage_options, redact_tree, scrub, secret_values,
 )
@@ -173,6 +173,16 @@ class FsspecDriver(SegmentDriver):
                     value = REDACTED
             out["storage_options"] = redact_tree(value) if isinstance(value, Mapping) else REDACTED
         return out
+
+    @classmethod
+    def outlives_process(cls, options: Mapping[str, Any]) -> bool:
+        """False for a ``url`` whose filesystem lives in this process (``memory://``)."""
+        try:
+            url = check_url(str(options.get("url", "")))
+        except InvalidOption:
+            return True  # opening it names the problem
+        fs_class = _filesystem_class(url)
+        return fs_class is None or not guarantees_of_class(fs_class).in_process
 
     @classmethod
     def location(cls, options: Mapping[str, Any]) -> tuple[str, dict[str, str]]:

@@ -106,7 +106,12 @@ def qualified_name(cls: type) -> str:
 
 def guarantees_of(fs: object) -> Guarantees:
     """The guarantees of ``fs`` (an fsspec filesystem instance), by its exact class."""
-    name = qualified_name(type(fs))
+    return guarantees_of_class(type(fs))
+
+
+def guarantees_of_class(cls: type) -> Guarantees:
+    """The guarantees of the instances of fsspec filesystem class ``cls`` (exactly)."""
+    name = qualified_name(cls)
     if name in _OBJECT_STORES:
         how = _OBJECT_STORES[name]
         # Parts are named by position and created exclusively: of two writers appending at

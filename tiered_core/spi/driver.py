@@ -37,8 +37,9 @@ def redact(options: Mapping[str, Any], secret: typing.Collection[str]) -> dict[s
 SECRET_WORDS = ("key", "secret", "token", "password", "passwd", "credential", "connection_string",
                 "sas", "signature", "auth", "cookie", "private")
 
-#: The password of a URL's user info (``scheme://user:PASSWORD@host``, a proxy's).
-_URL_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)([^/\s@]+)(@)")
+#: A URL's user info with a password (``scheme://USER:PASSWORD@host``, a proxy's): both go
+#: (the user may be an access key id, which a ``key`` option would hide too).
+_URL_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)([^/\s:@]*):([^/\s@]+)(@)")
 
 
 def is_secret_name(name: str) -> bool:
@@ -49,19 +50,19 @@ def is_secret_name(name: str) -> bool:
 
 def redact_tree(value: Any) -> Any:
     """``value`` with every secret-named entry of every nested mapping replaced by ``***``,
-    and the password of every URL in it too (a proxy's ``http://user:PASSWORD@host``)."""
+    and the user info of every URL with a password in it too (``http://***:***@host``)."""
     if isinstance(value, Mapping):
         return {k: (REDACTED if is_secret_name(k) and v is not None else redact_tree(v)) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [redact_tree(v) for v in value]
     if isinstance(value, str):
-        return _URL_PASSWORD.sub(lambda m: m.group(1) + REDACTED + m.group(3), value)
+        return _URL_PASSWORD.sub(lambda m: f"{m.group(1)}{REDACTED}:{REDACTED}{m.group(4)}", value)
     return value
 
 
 def secret_values(value: Any) -> list[str]:
-    """The text of every secret in ``value`` (nested): secret-named values and URL
-    passwords, longest first, to scrub from messages."""
+    """The text of every secret in ``value`` (nested): secret-named values and the user and
+    password of URLs, longest first, to scrub from messages."""
     found: list[str] = []
 
     def walk(node: Any, secret: bool) -> None:
@@ -76,7 +77,7 @@ def secret_values(value: Any) -> list[str]:
             if secret and len(text) >= 3:
                 found.append(text)
             elif isinstance(node, str):
-                found.extend(m.group(2) for m in _URL_PASSWORD.finditer(text) if len(m.group(2)) >= 3)
+                found.extend(g for m in _URL_PASSWORD.finditer(text) for g in m.group(2, 3) if len(g) >= 3)
 
     walk(value, False)
     return sorted(set(found), key=len, reverse=True)

@@ -600,7 +600,7 @@ def test_credentials_nested_in_storage_options_are_never_shown(tmp_path, capsys)
         captured = capsys.readouterr()
         shown += captured.out + captured.err
     assert "SSEKEY789" not in shown and "PROXYPASS" not in shown
-    assert "http://user:***@127.0.0.1:1" in repr(S3Driver.redact_options(config.driver_options))
+    assert "http://***:***@127.0.0.1:1" in repr(S3Driver.redact_options(config.driver_options))
     as_text = S3Driver.redact_options({"storage_options": '{"client_kwargs": {"aws_secret_access_key": "S3CR3T"}}'})
     assert "S3CR3T" not in repr(as_text)
 

@@ -18,9 +18,9 @@ PASSWORD = "TopSecretPassw0rd"
 
 
 @pytest.mark.parametrize("url, shown", [
-    (f"http://AKIAKEY:{PASSWORD}@127.0.0.1:1", "http://AKIAKEY:***@127.0.0.1:1"),
-    (f"https://AKIAKEY:{PASSWORD}@s3.example.com/", "https://AKIAKEY:***@s3.example.com/"),
-    ("http://AKIAKEY@127.0.0.1:1", "http://AKIAKEY@127.0.0.1:1"),
+    (f"http://AKIAKEY:{PASSWORD}@127.0.0.1:1", "http://***@127.0.0.1:1"),
+    (f"https://AKIAKEY:{PASSWORD}@s3.example.com/", "https://***@s3.example.com/"),
+    ("http://AKIAKEY@127.0.0.1:1", "http://***@127.0.0.1:1"),
 ])
 def test_an_endpoint_url_with_user_info_is_refused_without_showing_the_password(url, shown):
     with pytest.raises(InvalidOption) as info:
@@ -28,6 +28,7 @@ def test_an_endpoint_url_with_user_info_is_refused_without_showing_the_password(
     assert info.value.code == "INVALID_OPTION" and info.value.context["option"] == "endpoint_url"
     assert "endpoint_url" in str(info.value) and shown in str(info.value)
     assert PASSWORD not in str(info.value) and PASSWORD not in repr(info.value.context)
+    assert "AKIAKEY" not in str(info.value)  # the access key id is a credential too (drill s14)
 
 
 def test_an_endpoint_url_without_user_info_is_accepted():
@@ -37,7 +38,7 @@ def test_an_endpoint_url_without_user_info_is_accepted():
 
 def test_listed_options_never_show_the_endpoint_password():
     shown = S3Driver.redact_options({"bucket": "b", "endpoint_url": f"http://AKIAKEY:{PASSWORD}@127.0.0.1:1"})
-    assert shown["endpoint_url"] == "http://AKIAKEY:***@127.0.0.1:1"
+    assert shown["endpoint_url"] == "http://***:***@127.0.0.1:1"
 
 
 def test_tiered_drivers_refuses_the_config_and_never_prints_the_password(tmp_path, capsys):
@@ -46,8 +47,8 @@ def test_tiered_drivers_refuses_the_config_and_never_prints_the_password(tmp_pat
                     f'endpoint_url = "http://AKIAKEY:{PASSWORD}@127.0.0.1:1"\n')
     assert main(["drivers", "--config", str(conf)]) == 2
     text = capsys.readouterr()
-    assert "INVALID_OPTION" in text.err and "endpoint_url" in text.err and "AKIAKEY:***@" in text.err
-    assert PASSWORD not in text.out + text.err
+    assert "INVALID_OPTION" in text.err and "endpoint_url" in text.err and "://***@" in text.err
+    assert PASSWORD not in text.out + text.err and "AKIAKEY" not in text.out + text.err
     assert main(["drivers", "--config", str(conf), "--json"]) == 2
     as_json = capsys.readouterr()
     assert PASSWORD not in as_json.out + as_json.err

@@ -891,9 +891,9 @@ def _check_endpoint_url(url: str) -> None:
         raise InvalidOption(f"option 'endpoint_url' of driver 's3' is not a valid URL "
                             f"({redact_tree(url)}): {exc}", option="endpoint_url") from None
     if parts.username is not None or parts.password is not None:
-        shown = redact_tree(url)
-        if parts.password is not None and parts.password in shown:  # what the pattern does not catch
-            shown = shown.replace(parts.password, REDACTED)
+        # Neither the access key id nor the secret: the host and path only.
+        shown = urllib.parse.urlunsplit((parts.scheme, f"{REDACTED}@{parts.netloc.rpartition('@')[2]}",
+                                         parts.path, parts.query, parts.fragment))
         raise InvalidOption(f"option 'endpoint_url' of driver 's3' carries user info ({shown}): the endpoint is "
                             "shown wherever the store's options are, so give the credentials in options 'key' "
                             "and 'secret' (or the AWS credential chain) and leave them out of the URL, e.g. "

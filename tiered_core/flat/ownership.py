@@ -328,8 +328,8 @@ class PrefixOwnership:
             f"not visible): the store that wrote it may still be writing, and a claim here would let two "
             f"stores hand out the same offsets. Nothing was written. If that store is stopped or lost, take "
             f"the prefix over: `tiered takeover --config FILE` (the store at {self.store_path!r} becomes its "
-            "owner, at an epoch that fences any other; the store that claimed it before claims it again at "
-            "its next open)", prefix=self.prefix, store_id=self.store_id,
+            "owner, at an epoch that fences any other, so that the store that wrote it is refused from then "
+            "on)", prefix=self.prefix, store_id=self.store_id,
             store_path=self.store_path)
 
     def check_claimable(self, current: OwnerRecord | None, *, take_over: bool = False,

@@ -124,8 +124,10 @@ def test_migrate_posix_to_gcs_resumes_after_a_failed_task(spark, source, tmp_pat
         gcs.create(failing.path)
         gcs.write(failing.path, 0, b"\xff" * 100)
         with pytest.raises(StateConflict, match="not the source's: it is another store's data, which a migration "
-                                                 "never overwrites"):
+                                                 "never overwrites") as refused:
             migrate(spark, source, target, chunk=1024)
+        # Not "running it again resumes": a re-run will not help, as the task's refusal says (drill s14).
+        assert refused.value.message.startswith("migration refused") and "resumes" not in str(refused.value)
         meta = target_config.open_metadata()
         assert list(meta.iterate_file_segments()) == []  # written only at the very end
         meta.close()

@@ -154,7 +154,7 @@ def task_error(exc: BaseException, what: str, *, fallback: bool = True) -> Tiere
         cls = _error_class(match.group(1), "")
         if cls is not None:
             err = cls.__new__(cls)
-            TieredStoreError.__init__(err, f"{what}: {match.group(2).strip()}")
+            TieredStoreError.__init__(err, f"{what}: {match.group(2).strip()}" if what else match.group(2).strip())
             if isinstance(err, DriverError):
                 err.retryable = True
             return err
@@ -163,7 +163,7 @@ def task_error(exc: BaseException, what: str, *, fallback: bool = True) -> Tiere
     first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
     cause = _root_cause(text)
     shown = first[:500] + (f" (cause: {cause[:500]})" if cause and cause not in first else "")
-    return DriverError(f"{what}: {shown}", retryable=True)
+    return DriverError(f"{what}: {shown}" if what else shown, retryable=True)
 
 
 _CAUSED_BY = re.compile(r"Caused by: ([\w.$]+(?:Exception|Error)\b[^\n]*)")

@@ -251,8 +251,15 @@ def migrate(spark, config: str | os.PathLike, to_config: str | os.PathLike, *,
                 try:
                     results = rdd.mapPartitions(copy).collect()
                 except Exception as exc:  # a Spark job failure wraps the task's error in Java's
-                    raise task_error(exc, "migration incomplete (the target's metadata was not written; after a "
-                                          "backend failure or a kill, running it again resumes)") from None
+                    err = task_error(exc, "")
+                    # A refusal of the target's contents says itself that a re-run will not help.
+                    what = ("migration refused (the target's metadata was not written)"
+                            if isinstance(err, (StateConflict, CorruptData)) else
+                            "migration incomplete (the target's metadata was not written; after a backend "
+                            "failure or a kill, running it again resumes)")
+                    err.message = f"{what}: {err.message}"
+                    err.args = (err.message,)
+                    raise err from None
             by_path = {r.path: r for r in results}
             if len(by_path) != len(tasks):
                 raise StateConflict(f"migration copied {len(by_path)} of {len(tasks)} segments",

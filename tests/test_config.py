@@ -628,3 +628,22 @@ def test_only_the_posix_driver_gets_a_root_in_the_store_path(tmp_path):
     assert cfg.effective_driver_options() == {}
     posix_like = StoreConfig(store_path=str(tmp_path / "s"), driver="tests.broken_drivers:LosesTailDriver")
     assert posix_like.effective_driver_options()["root"] == os.path.join(str(tmp_path / "s"), "tiered")
+
+
+def test_a_misspelt_key_variable_is_reported_and_tool_variables_are_not(tmp_path, caplog):
+    """Drill s14: TIERED_STORAGE_LEVL=FORCE was ignored without a word (a misspelt
+    TIERED_OPTION_* is refused by its driver)."""
+    import logging
+
+    import tiered_core.config as config_module
+
+    path = tmp_path / "t.toml"
+    path.write_text("[tiered]\n")
+    config_module._REPORTED_LOOKALIKES.clear()
+    with caplog.at_level(logging.WARNING, logger="tiered_core.config"):
+        config = StoreConfig.load(str(path), environ={"TIERED_STORAGE_LEVL": "FORCE", "TIERED_STRICT_PLUGINS": "1",
+                                                     "TIERED_SPARK_MASTER": "local[1]", "TIERED_AZURITE": "x"})
+    assert config.storage_level != "FORCE"
+    assert [r.getMessage() for r in caplog.records] == [
+        "environment variable TIERED_STORAGE_LEVL is not a config key and is ignored: did you mean "
+        "TIERED_STORAGE_LEVEL?"]

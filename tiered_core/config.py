@@ -30,6 +30,8 @@ durations accept ints (ms, or hours for ``*_hours``) or strings (``30s``, ``500m
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import logging
 import os
 import re
 import types
@@ -74,6 +76,10 @@ _PATH_KEYS = tuple(k.name for k in KEYS if k.type.is_path)
 _OPTION_ENV_PREFIX = KEYS.driver_options.env.removesuffix("<NAME>")
 #: ``TIERED_<NAME>`` (the part after ``TIERED_``, lower case) -> key; the name is case-insensitive.
 _ENV_KEYS = {k.env.removeprefix("TIERED_").lower(): k for k in KEYS if k.type is not OPTIONS}
+#: Variables named like a config key's but not one (a typo) that were reported already.
+_REPORTED_LOOKALIKES: set[str] = set()
+
+log = logging.getLogger(__name__)
 
 
 def _declared_fields(cls: type[S]) -> type[S]:
@@ -226,6 +232,8 @@ class StoreConfig:
             if key is not None:
                 changes[key.name] = None if value == "" and key.type is OPTIONAL_PATH else value
                 labels[key.name] = f"environment variable {name}"
+            else:
+                _report_lookalike(name)
         if not changes and not options:
             return self
         where = "environment"
@@ -385,6 +393,18 @@ def _reject_unknown(values: Mapping[str, Any], where: str, prefix: str) -> None:
 def _resolve(path: str, base_dir: str) -> str:
     path = os.path.expanduser(path)
     return os.path.normpath(path if os.path.isabs(path) else os.path.join(os.path.abspath(base_dir), path))
+
+
+def _report_lookalike(name: str) -> None:
+    """Warn (once) about ``TIERED_<X>`` when X is not a key but nearly one's name: a typo would
+    else be ignored without a word. (Other ``TIERED_*`` variables belong to tools and tests.)"""
+    if name in _REPORTED_LOOKALIKES:
+        return
+    close = difflib.get_close_matches(name[len("TIERED_"):].lower(), list(_ENV_KEYS), n=1, cutoff=0.85)
+    if close:
+        _REPORTED_LOOKALIKES.add(name)
+        log.warning("environment variable %s is not a config key and is ignored: did you mean %s?", name,
+                    _ENV_KEYS[close[0]].env)
 
 
 def _resolve_local_url(url: str, base_dir: str) -> str:

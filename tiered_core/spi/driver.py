@@ -60,6 +60,20 @@ def redact_tree(value: Any) -> Any:
     return value
 
 
+def key_prefix(prefix: str | None, *, driver: str, option: str = "prefix") -> str:
+    """An object-store driver's ``prefix`` option as the root of its keys: surrounding slashes
+    dropped. Raises :class:`InvalidOption` for an empty, ``.`` or ``..`` segment (``a//b``,
+    ``/../x``): object keys are literal, so ``..`` would not go up a level but name a key
+    segment that tools copying the bucket to disk resolve differently."""
+    root = (prefix or "").strip("/")
+    bad = [part for part in root.split("/") if part in ("", ".", "..")] if root else []
+    if bad:
+        raise InvalidOption(f"option {option!r} of driver {driver!r} ({prefix!r}) has an empty, '.' or '..' "
+                            "segment: object keys are literal (no directory to go up to); write the prefix as "
+                            "names separated by single '/'", option=option, value=prefix)
+    return root
+
+
 def secret_values(value: Any) -> list[str]:
     """The text of every secret in ``value`` (nested): secret-named values and the user and
     password of URLs, longest first, to scrub from messages."""

@@ -15,6 +15,7 @@ from tiered_core.errors import (
     DriverError, IllegalParam, InvalidOption, InvalidPath, NotFound, PositionMismatch, SegmentSealed, StateConflict,
 )
 from tiered_core.spi import Capabilities, RetryPolicy, SegmentDriver
+from tiered_core.spi.driver import key_prefix
 from tiered_core.spi.objectstore import PART_MARK
 from tiered_core.spi.transport import LOST_ANSWER, RequestHookPoint, is_transient
 
@@ -117,7 +118,7 @@ class AzureDriver(SegmentDriver):
                                 f"got {max_block_size}", option="max_block_size")
         _check_auth(auth, account_name, endpoint)
         self.container = container
-        self.root = prefix.strip("/")
+        self.root = key_prefix(prefix, driver="azure")
         self.retry_policy = RetryPolicy(retries=retries)
         self.timeout = timeout
         self.max_block_size = max_block_size

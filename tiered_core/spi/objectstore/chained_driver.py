@@ -28,7 +28,7 @@ from typing import Any, ClassVar, Iterable, Iterator, Mapping, Sequence
 from tiered_core.errors import (
     DriverError, IllegalParam, InvalidOption, InvalidPath, NotFound, PositionMismatch, SegmentSealed, StateConflict,
 )
-from tiered_core.spi.driver import SegmentDriver
+from tiered_core.spi.driver import SegmentDriver, key_prefix
 from tiered_core.spi.objectstore.layout import (
     META_ID, META_SEALED, META_SEALED_SIZE, PART_MARK, ObjectInfo, Part, SegmentView, group_listing, interpret,
     parse_part, part_key,
@@ -166,8 +166,9 @@ class ChainedObjectDriver(SegmentDriver, abc.ABC):
     # -- naming and messages -------------------------------------------------------------
 
     def _set_root(self, prefix: str, *, option: str = "prefix") -> None:
-        """Use ``prefix`` (surrounding slashes ignored) as :attr:`root`; refuses the reserved mark."""
-        root = (prefix or "").strip("/")
+        """Use ``prefix`` (surrounding slashes ignored) as :attr:`root`; refuses the reserved
+        mark and empty, ``.`` or ``..`` segments (:func:`~tiered_core.spi.driver.key_prefix`)."""
+        root = key_prefix(prefix, driver=self.name, option=option)
         if RESERVED in root:
             raise InvalidOption(f"option {option!r} of driver {self.name!r} ({prefix!r}) contains the reserved "
                                 f"{RESERVED!r}", option=option)

@@ -32,3 +32,14 @@ def test_surrounding_slashes_are_still_dropped(driver):
         assert drv.root == "prod/tier"
     finally:
         drv.close()
+
+
+@pytest.mark.parametrize("url", ["s3:///x", "gs:///x/y", "s3://bkt/../x", "abfs://c/a//b", "s3://bkt/./a"])
+def test_an_fsspec_object_store_url_names_a_bucket_and_plain_key_segments(url):
+    from tiered_driver_fsspec.options import check_url
+
+    with pytest.raises(InvalidOption) as info:
+        check_url(url)
+    assert info.value.context["option"] == "url" and repr(url) in str(info.value)
+    for fine in ("s3://bkt/x/", "file:///a/../b", "hdfs:///user/x", "memory://t"):
+        assert check_url(fine) == fine.rstrip("/")

@@ -74,6 +74,10 @@ def parse_storage_options(value: Any) -> dict[str, Any]:
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
+#: Protocols whose URL's first segment is a bucket or container (a key prefix follows it).
+_BUCKET_SCHEMES = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl"})
+
+
 def check_url(url: str) -> str:
     """A ``PROTOCOL://...`` URL without credentials in it, its trailing ``/`` removed.
 
@@ -108,4 +112,13 @@ def check_url(url: str) -> str:
     if not rest:
         raise InvalidOption(f"option 'url' of driver 'fsspec' names no location after {head}://: give a "
                             f"bucket, container or directory ({head}://NAME/prefix)", option="url")
+    if head.lower() in _BUCKET_SCHEMES:
+        bucket, _, key = rest.partition("/")
+        if not bucket:
+            raise InvalidOption(f"option 'url' of driver 'fsspec' ({url!r}) names no bucket: write "
+                                f"{head}://BUCKET/prefix", option="url")
+        if key and any(part in ("", ".", "..") for part in key.split("/")):
+            raise InvalidOption(f"option 'url' of driver 'fsspec' ({url!r}) has an empty, '.' or '..' segment "
+                                "after the bucket: object keys are literal (no directory to go up to); write "
+                                "the prefix as names separated by single '/'", option="url")
     return f"{head}{sep}{rest}"

@@ -130,7 +130,8 @@ def test_kinds_of_listing_drills_cover_the_listing_area():
     planted = {EXPECTED[f] for f in LISTING}
     listing = {k for k in FindingKind if k.info.area in ("listing", "ownership") and k.severity is not Severity.INFO
                and k not in (FindingKind.OWNER_UNREADABLE, FindingKind.IDENTITY_MISMATCH,  # (test_verify_operator)
-                             FindingKind.STRAY_OBJECT)}  # (an object-store layout's: test_stray_objects_...)
+                             FindingKind.STRAY_OBJECT,  # (an object-store layout's: test_stray_objects_...)
+                             FindingKind.LEFTOVER_PARTS)}  # (test_leftover_pieces_...)
     assert listing <= planted, listing - planted
 
 
@@ -162,4 +163,36 @@ def test_stray_objects_the_listing_hides_are_reported_and_kept(store, capsys, ba
     with config.open_driver() as layered_driver:
         assert [n for n, _ in backend_of(layered_driver).foreign_objects(tier_prefix(config.cluster,
                                                                                      config.broker))] == rel
+    assert tier_messages(config) == put
+
+
+@pytest.mark.parametrize("backend", ["gcs"])
+def test_leftover_pieces_of_a_sealed_segment_are_reported_and_repair_removes_them(store, capsys, backend):
+    """Drill s13 F8: pieces of a sealed segment that an interrupted clean-up left (their bytes
+    already in the segment) stayed until the segment expired, and verify said nothing about
+    them. Verify names the segment (LEFTOVER_PARTS, exit 1); repair --apply seals it again,
+    whose clean-up removes them; every message still reads back."""
+    from tiered_core.spi.layer import backend_of
+    from tiered_core.spi.objectstore.layout import part_key
+
+    config, conf, put = store
+    prefix = tier_prefix(config.cluster, config.broker)
+    with config.open_driver() as layered_driver:
+        raw = backend_of(layered_driver)
+        seg = next(p for p, _ in raw.list(prefix) if "/orders/" in p and raw.is_sealed(p))
+        key = raw._key(seg)
+        view = raw._view(key, seg)
+        assert view.sealed and view.segment_id
+        piece = part_key(key, view.segment_id, 0)
+        assert raw._create_object(piece, b"copied into the base already", None, what="test upload") is not None
+    code, report = run_json(capsys, "verify", "--config", conf)
+    found = [f for f in report["findings"] if f["severity"] != "info"]
+    assert code == 1 and [(f["kind"], f["subject"]) for f in found] == [("leftover_parts", seg)], found
+    assert found[0]["mendable"] and found[0]["facts"]["parts"] == [piece[len(raw.root) + 1:]]
+    code, _ = run_json(capsys, "repair", "--config", conf, "--apply")
+    assert code == 0
+    with config.open_driver() as layered_driver:
+        assert list(backend_of(layered_driver).leftover_objects(prefix)) == []
+    code, _ = run_json(capsys, "verify", "--config", conf, "--deep")
+    assert code == 0
     assert tier_messages(config) == put

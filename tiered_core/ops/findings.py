@@ -69,6 +69,7 @@ class FindingKind(str, enum.Enum):
     BAD_TAIL = "bad_tail"
     SEALED_MISMATCH = "sealed_mismatch"
     STRAY_OBJECT = "stray_object"
+    LEFTOVER_PARTS = "leftover_parts"
     # -- one queue's segments and messages -----------------------------------------------
     SEGMENT_GAP = "segment_gap"
     UNIT_OUTSIDE_COMMIT_LOG = "unit_outside_commit_log"
@@ -116,6 +117,10 @@ KINDS: dict[FindingKind, KindInfo] = {
         Severity.WARNING, False, "the store never reads, counts or deletes it: find out who wrote it (another "
         "driver or tool writing below this prefix, or a writer that crashed), then remove it yourself or leave "
         "it", "listing"),
+    FindingKind.LEFTOVER_PARTS: KindInfo(
+        Severity.WARNING, True, "pieces of a sealed segment that an interrupted clean-up left after copying their "
+        "bytes into it (nothing reads or counts them; they only take space): repair removes them, as the "
+        "segment's seal does", "listing"),
     FindingKind.MISSING_OBJECT: KindInfo(
         Severity.CORRUPT, False, "the object is gone: restore it from a copy of the bucket; until then reads "
         "of the offsets it held answer as damaged", "listing"),

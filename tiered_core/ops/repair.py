@@ -44,6 +44,7 @@ from tiered_core.ops.quarantine import COPIED, REMOVED, Quarantine, QuarantineEn
 from tiered_core.ops.repair_actions import (
     act,
     assume,
+    decide_leftovers,
     decide_queue_row,
     decide_sealed,
     decide_tail,
@@ -193,7 +194,7 @@ class RepairResult:
 #: objects), segment times, the key index.
 _GROUP = {FindingKind.OWNER_MISSING: 0, FindingKind.SEALED_MISMATCH: 1, FindingKind.UNCOMMITTED_TAIL: 2,
           FindingKind.BAD_TAIL: 2, FindingKind.UNLISTED_OBJECT: 2, FindingKind.TIME_BOUNDS_MISMATCH: 3,
-          FindingKind.INDEX_MISSING: 4, FindingKind.INDEX_UNREADABLE: 4}
+          FindingKind.INDEX_MISSING: 4, FindingKind.INDEX_UNREADABLE: 4, FindingKind.LEFTOVER_PARTS: 5}
 _TYPE_ORDER = {FileSegmentType.COMMIT_LOG: 0, FileSegmentType.CONSUME_QUEUE: 1, FileSegmentType.INDEX: 2}
 
 
@@ -227,6 +228,8 @@ def decide(ctx: RepairContext, finding: Finding) -> Decision:
         return decide_unlisted(ctx, finding)
     if kind is FindingKind.TIME_BOUNDS_MISMATCH:
         return decide_times(ctx, finding)
+    if kind is FindingKind.LEFTOVER_PARTS:
+        return decide_leftovers(ctx, finding)
     if kind in (FindingKind.INDEX_MISSING, FindingKind.INDEX_UNREADABLE):
         return decide_index(ctx, finding)
     return Decision.refuse(finding.fix)

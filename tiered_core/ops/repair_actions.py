@@ -29,6 +29,7 @@ from tiered_core.ops.repair_context import (
     RECORD_QUEUE,
     RECORD_SEALED,
     RECORD_TIMES,
+    REMOVE_LEFTOVERS,
     REWRITE,
     SEAL_OBJECT,
     Decision,
@@ -248,6 +249,25 @@ def decide_sealed(ctx: RepairContext, finding: Finding) -> Decision:
     return Decision(SEAL_OBJECT, "seal the backend object (the metadata records it as sealed)", {"path": path})
 
 
+def decide_leftovers(ctx: RepairContext, finding: Finding) -> Decision:
+    """Leftover pieces of a sealed segment: its seal, run again, removes them (the driver's
+    own clean-up, which removes only pieces of the segment's own id whose bytes it holds)."""
+    path = finding.subject
+    meta = record_of(ctx, path)
+    if meta is None:
+        return Decision.refuse("the metadata does not list it as a segment of this store")
+    try:
+        if not ctx.driver.is_sealed(path):
+            return Decision.moot("the backend object is not sealed: its next compaction removes them")
+    except NotFound:
+        return Decision.refuse("the object is gone")
+    now = [(name, size) for seg, name, size in ctx.driver.leftover_objects(path) if seg == path]
+    if not now:
+        return Decision.moot("they are gone")
+    return Decision(REMOVE_LEFTOVERS, f"remove its {len(now)} leftover piece(s) ({sum(s for _, s in now)} bytes), "
+                                      "as its seal does", {"path": path, "count": len(now)})
+
+
 def decide_times(ctx: RepairContext, finding: Finding) -> Decision:
     """Record the segment times verify read from the messages (the finding's ``times``),
     when the metadata still records the times verify saw and did not know the side that is
@@ -353,6 +373,10 @@ def act(ctx: RepairContext, finding: Finding, decision: Decision) -> str:
     if decision.action == SEAL_OBJECT:
         ctx.driver.seal(d["path"])
         return "sealed the backend object"
+    if decision.action == REMOVE_LEFTOVERS:
+        ctx.driver.seal(d["path"])  # on a sealed segment: removes its own garbage pieces only
+        left = sum(1 for seg, _, _ in ctx.driver.leftover_objects(d["path"]) if seg == d["path"])
+        return f"removed {d['count'] - left} leftover piece(s)" + (f" ({left} could not be removed)" if left else "")
     if decision.action == RECORD_TIMES:
         meta = record_of(ctx, d["path"])
         assert meta is not None
@@ -388,4 +412,5 @@ def assume(ctx: RepairContext, decision: Decision) -> None:
         ctx.sizes[d["path"]] = d["size"]
 
 
-__all__ = ["act", "assume", "decide_queue_row", "decide_sealed", "decide_tail", "decide_times", "decide_unlisted"]
+__all__ = ["act", "assume", "decide_leftovers", "decide_queue_row", "decide_sealed", "decide_tail", "decide_times",
+           "decide_unlisted"]

@@ -25,6 +25,7 @@ ADOPT_TAIL = "adopt_tail"  # raise a segment's committed size to the backend's
 QUARANTINE = "quarantine"  # move the object into the quarantine (removed from the prefix)
 REWRITE = "rewrite"  # quarantine a copy, rewrite the object with its committed bytes
 SEAL_OBJECT = "seal_object"  # seal the backend object (the metadata records it sealed)
+REMOVE_LEFTOVERS = "remove_leftovers"  # seal a sealed segment again: its clean-up removes its leftover pieces
 RECORD_SEALED = "record_sealed"  # record the segment sealed (the backend object is)
 RECORD_TIMES = "record_times"  # record the segment's times read from its messages
 REINDEX = "reindex"  # quarantine / drop an index file, index its messages' keys again
@@ -124,6 +125,6 @@ def record_of(ctx: RepairContext, path: str) -> FileSegmentMetadata | None:
 
 __all__ = [
     "ADOPT", "ADOPT_TAIL", "CLAIM", "QUARANTINE", "RECORD_QUEUE", "RECORD_SEALED", "RECORD_TIMES", "REINDEX",
-    "REWRITE",
+    "REMOVE_LEFTOVERS", "REWRITE",
     "SEAL_OBJECT", "Decision", "RepairContext", "record_of", "segment_of",
 ]

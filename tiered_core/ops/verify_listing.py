@@ -14,7 +14,9 @@ record of the metadata:
 * a sealed flag the backend and the record disagree on: SEALED_MISMATCH;
 * an object the driver's listing hides that holds no byte of any segment (e.g. named like a
   part of a segment of the chained layout, but not one of its parts:
-  :meth:`~tiered_core.spi.driver.SegmentDriver.foreign_objects`): STRAY_OBJECT.
+  :meth:`~tiered_core.spi.driver.SegmentDriver.foreign_objects`): STRAY_OBJECT;
+* pieces of a sealed segment of this store that its own clean-up removes but an interrupted
+  one left (:meth:`~tiered_core.spi.driver.SegmentDriver.leftover_objects`): LEFTOVER_PARTS.
 
 No false positives beside a running store: the store writes the backend before the
 metadata (``FlatAppendFile.commit`` commits, then records the size; a seal is recorded
@@ -291,6 +293,7 @@ def check_listing(driver: SegmentDriver, metadata: TieredMetadataStore, cluster:
     result.findings.extend(_confirm(driver, suspects, segments, cluster, broker, prop_crc, fresh_metadata,
                                     result.listing, witness))
     result.findings.extend(stray_objects(driver, cluster, broker))
+    result.findings.extend(leftover_parts(driver, cluster, broker, segments))
     return result
 
 
@@ -317,6 +320,40 @@ def stray_objects(driver: SegmentDriver, cluster: str, broker: str) -> list[Find
                     "its pieces: another writer's, past a gap, or without its base)", None, None, None, None,
                     {"size": size, "segment": _piece_of(name)})
             for name, size in sorted(found.items())]
+
+
+def leftover_parts(driver: SegmentDriver, cluster: str, broker: str, segments: dict[str, Segment]) -> list[Finding]:
+    """LEFTOVER_PARTS for each sealed segment of the metadata whose leftover pieces
+    (:meth:`~tiered_core.spi.driver.SegmentDriver.leftover_objects`) are still there at every
+    look of the :data:`SETTLE_S` rounds (a live store's seal removes them within moments).
+    An unsealed segment's are left out: its next compaction removes them."""
+    prefix = tier_prefix(cluster, broker)
+
+    def look() -> dict[str, dict[str, int]]:
+        found: dict[str, dict[str, int]] = defaultdict(dict)
+        for path, name, size in driver.leftover_objects(prefix):
+            seg = segments.get(path)
+            if seg is not None and seg.meta.status == SegmentStatus.SEALED:
+                found[path][name] = size
+        return found
+
+    found = look()
+    for pause in SETTLE_S[1:]:
+        if not found:
+            break
+        time.sleep(pause)
+        again = look()
+        found = {path: {n: s for n, s in parts.items() if again.get(path, {}).get(n) == s}
+                 for path, parts in found.items()}
+        found = {path: parts for path, parts in found.items() if parts}
+    out = []
+    for path, parts in sorted(found.items()):
+        total = sum(parts.values())
+        out.append(Finding(FindingKind.LEFTOVER_PARTS, path,
+                           f"{len(parts)} piece(s) of this sealed segment ({total} bytes) that an interrupted "
+                           f"clean-up left: their bytes are in the segment, nothing reads them", None, None, None,
+                           None, {"parts": sorted(parts), "bytes": total}))
+    return out
 
 
 def _piece_of(name: str) -> str:

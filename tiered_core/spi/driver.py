@@ -233,6 +233,16 @@ class SegmentDriver(abc.ABC):
         overrides this."""
         return iter(())
 
+    def leftover_objects(self, prefix: str = "") -> Iterator[tuple[str, str, int]]:
+        """``(segment path, object name, size)`` of every object below ``prefix`` that
+        :meth:`list` hides and that this driver's own clean-up removes: pieces of a segment
+        whose bytes an interrupted compaction already copied into it (none of the segment's
+        bytes is in them alone). :meth:`seal` of a sealed segment removes its leftovers; an
+        unsealed one's next compaction does. Paths and names are relative to the driver's
+        root, sorted; ``tiered verify`` reports them and ``tiered repair`` removes them.
+        Default: none (a layout whose clean-up leaves nothing behind)."""
+        return iter(())
+
     def write_if_absent(self, path: str, data: bytes) -> bool:
         """Create ``path`` holding ``data`` (non-empty) unless an object is already there.
 

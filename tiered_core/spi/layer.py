@@ -129,6 +129,9 @@ class DriverLayer(SegmentDriver):
     def foreign_objects(self, prefix: str = "") -> Iterator[tuple[str, int]]:
         return self._call("list", prefix, lambda: self.inner.foreign_objects(prefix))
 
+    def leftover_objects(self, prefix: str = "") -> Iterator[tuple[str, str, int]]:
+        return self._call("list", prefix, lambda: self.inner.leftover_objects(prefix))
+
     def close(self) -> None:
         self.inner.close()
 
@@ -294,6 +297,12 @@ class ValidatingLayer(DriverLayer):
             raise SegmentClosed(f"driver {self.name!r} is closed (while listing {prefix!r})", path=prefix)
         prefix = self.check_prefix(prefix)
         return self._guard("list", prefix, lambda: self.inner.foreign_objects(prefix))
+
+    def leftover_objects(self, prefix: str = "") -> Iterator[tuple[str, str, int]]:
+        if self._closed:
+            raise SegmentClosed(f"driver {self.name!r} is closed (while listing {prefix!r})", path=prefix)
+        prefix = self.check_prefix(prefix)
+        return self._guard("list", prefix, lambda: self.inner.leftover_objects(prefix))
 
     def close(self) -> None:
         if not self._closed:

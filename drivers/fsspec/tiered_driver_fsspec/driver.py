@@ -286,6 +286,10 @@ class FsspecDriver(SegmentDriver):
         foreign = getattr(self._layout, "foreign_objects", None)  # the chain layout's; the append one hides none
         return foreign(prefix) if foreign is not None else iter(())
 
+    def leftover_objects(self, prefix: str = "") -> Iterator[tuple[str, str, int]]:
+        leftovers = getattr(self._layout, "leftover_objects", None)  # the chain layout's
+        return leftovers(prefix) if leftovers is not None else iter(())
+
     def close(self) -> None:
         close = getattr(self._layout, "close", None)
         if close is not None:

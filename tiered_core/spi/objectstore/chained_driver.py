@@ -542,6 +542,18 @@ class ChainedObjectDriver(SegmentDriver, abc.ABC):
                        if item.name != key and item.name not in known and not self._is_marker(key, item.name))
         return iter(sorted(out))
 
+    def leftover_objects(self, prefix: str = "") -> Iterator[tuple[str, str, int]]:
+        """Each existing segment's own garbage parts (:meth:`SegmentView.own_garbage`): of its
+        id, behind or at its chain's end. Its seal removes them (nothing reads them)."""
+        out = []
+        for key, group, has_parts in self._groups(prefix):
+            if not has_parts:
+                continue
+            view = interpret(key, group)
+            if view.exists:
+                out.extend((self._rel(key), self._rel(p.name), int(p.size)) for p in view.own_garbage())
+        return iter(sorted(out))
+
 
 def own_part_names(key: str, items: Iterable[ObjectInfo], segment_id: str, path: str, driver: str, *,
                    end: int) -> list[str]:

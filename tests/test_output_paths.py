@@ -200,25 +200,21 @@ def test_an_output_in_over_or_around_a_store_no_config_names_is_refused(tmp_path
     assert check_output_path(str(tmp_path / "elsewhere"), [], option="--to").path == str(tmp_path / "elsewhere")
 
 
+def fsspec_config(tmp_path, name: str, url: str) -> StoreConfig:
+    """A store ``name`` (store_path ``tmp_path/name``) on the fsspec driver at ``url``."""
+    return config_file(tmp_path / f"{name}.toml", f'[tiered]\nstore_path = "{tmp_path / name}"\ndriver = "fsspec"\n'
+                                                  f'[tiered.options]\nurl = "{url}"\n')
+
+
 def test_an_fsspec_tier_url_is_protected_like_a_tier_root(store, tmp_path):
     """The fsspec driver's ``url`` is its tier root (drill s14: a migration wrote a target whose
     url lay inside the source's store_path, and one whose store_path lay inside an fsspec tier)."""
-    inside_source = config_file(tmp_path / "t1.toml", f"""[tiered]
-store_path = "{tmp_path / 't1'}"
-driver = "fsspec"
-[tiered.options]
-url = "file://{tmp_path / 'data' / 'migrated-tier'}"
-""")
+    inside_source = fsspec_config(tmp_path, "t1", f"file://{tmp_path / 'data' / 'migrated-tier'}")
     with pytest.raises(InvalidPath) as info:
         check_separate_stores(inside_source, [store], option="--to-config")
     assert info.value.relation == "lies inside" and info.value.key == "options.url"
 
-    fsspec_source = config_file(tmp_path / "fs.toml", f"""[tiered]
-store_path = "{tmp_path / 'fs'}"
-driver = "fsspec"
-[tiered.options]
-url = "file://{tmp_path / 'fs-tier'}"
-""")
+    fsspec_source = fsspec_config(tmp_path, "fs", f"file://{tmp_path / 'fs-tier'}")
     into_its_tier = config_file(tmp_path / "t2.toml", f'[tiered]\nstore_path = "{tmp_path / "fs-tier" / "t2"}"\n')
     with pytest.raises(InvalidPath) as info:
         check_separate_stores(into_its_tier, [fsspec_source], option="--to-config")
@@ -232,28 +228,13 @@ driver = "s3"
 bucket = "drill"
 prefix = "exps3"
 """)
-    s3_inside = config_file(tmp_path / "t3.toml", f"""[tiered]
-store_path = "{tmp_path / 't3'}"
-driver = "fsspec"
-[tiered.options]
-url = "s3://drill/exps3/inner"
-""")
+    s3_inside = fsspec_config(tmp_path, "t3", "s3://drill/exps3/inner")
     with pytest.raises(InvalidPath) as info:
         check_separate_stores(s3_inside, [s3], option="--to-config")
     assert info.value.relation == "lies inside"
-    beside = config_file(tmp_path / "t4.toml", f"""[tiered]
-store_path = "{tmp_path / 't4'}"
-driver = "fsspec"
-[tiered.options]
-url = "s3://drill/exps3-copy"
-""")
+    beside = fsspec_config(tmp_path, "t4", "s3://drill/exps3-copy")
     check_separate_stores(beside, [s3], option="--to-config")
-    memory = config_file(tmp_path / "t5.toml", f"""[tiered]
-store_path = "{tmp_path / 't5'}"
-driver = "fsspec"
-[tiered.options]
-url = "memory://tiered"
-""")
+    memory = fsspec_config(tmp_path, "t5", "memory://tiered")
     assert [p.key for p in protected_locations(memory)] == ["store_path"] + ["metadata_path"] * 6
 
 

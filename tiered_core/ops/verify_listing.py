@@ -303,17 +303,8 @@ def stray_objects(driver: SegmentDriver, cluster: str, broker: str) -> list[Find
     of the same size, at every look of the :data:`SETTLE_S` rounds (a live store's seal or
     expiry removes its own leftovers within moments)."""
     prefix = tier_prefix(cluster, broker)
-
-    def look() -> dict[str, int]:
-        return {name: size for name, size in driver.foreign_objects(prefix) if not is_reserved_path(name)}
-
-    found = look()
-    for pause in SETTLE_S[1:]:
-        if not found:
-            break
-        time.sleep(pause)
-        again = look()
-        found = {name: size for name, size in found.items() if again.get(name) == size}
+    found = _settled(lambda: {name: size for name, size in driver.foreign_objects(prefix)
+                              if not is_reserved_path(name)})
     return [Finding(FindingKind.STRAY_OBJECT, name,
                     f"an object of {size} bytes that the {driver.name} driver's listing hides and that holds no "
                     f"byte of any segment (named like a piece of segment {_piece_of(name)!r}, it is not one of "
@@ -329,23 +320,14 @@ def leftover_parts(driver: SegmentDriver, cluster: str, broker: str, segments: d
     An unsealed segment's are left out: its next compaction removes them."""
     prefix = tier_prefix(cluster, broker)
 
-    def look() -> dict[str, dict[str, int]]:
-        found: dict[str, dict[str, int]] = defaultdict(dict)
-        for path, name, size in driver.leftover_objects(prefix):
-            seg = segments.get(path)
-            if seg is not None and seg.meta.status == SegmentStatus.SEALED:
-                found[path][name] = size
-        return found
+    def sealed(path: str) -> bool:
+        seg = segments.get(path)
+        return seg is not None and seg.meta.status == SegmentStatus.SEALED
 
-    found = look()
-    for pause in SETTLE_S[1:]:
-        if not found:
-            break
-        time.sleep(pause)
-        again = look()
-        found = {path: {n: s for n, s in parts.items() if again.get(path, {}).get(n) == s}
-                 for path, parts in found.items()}
-        found = {path: parts for path, parts in found.items() if parts}
+    found: dict[str, dict[str, int]] = defaultdict(dict)
+    for (path, name), size in _settled(lambda: {(path, name): size for path, name, size
+                                                in driver.leftover_objects(prefix) if sealed(path)}).items():
+        found[path][name] = size
     out = []
     for path, parts in sorted(found.items()):
         total = sum(parts.values())
@@ -354,6 +336,19 @@ def leftover_parts(driver: SegmentDriver, cluster: str, broker: str, segments: d
                            f"clean-up left: their bytes are in the segment, nothing reads them", None, None, None,
                            None, {"parts": sorted(parts), "bytes": total}))
     return out
+
+
+def _settled(look: Callable[[], dict[Any, int]]) -> dict[Any, int]:
+    """What ``look()`` finds (object -> size) at each of the :data:`SETTLE_S` rounds, of the
+    same size every time: a live store's seal or expiry removes its own leftovers within moments."""
+    found = look()
+    for pause in SETTLE_S[1:]:
+        if not found:
+            break
+        time.sleep(pause)
+        again = look()
+        found = {item: size for item, size in found.items() if again.get(item) == size}
+    return found
 
 
 def _piece_of(name: str) -> str:

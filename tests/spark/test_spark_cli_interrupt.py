@@ -57,3 +57,38 @@ def test_ctrl_c_while_spark_starts_leaves_no_jvm_behind(tmp_path):
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def test_ctrl_c_during_an_export_job_reports_one_line_and_leaves_no_output(tmp_path):
+    """Drill s13 F4 / s14: Ctrl-C while the export's tasks wrote printed "interrupted", then
+    the aborted tasks' Java stack traces (about 200 lines); sometimes the clean-up of the
+    half-written directory raced the still-running tasks and the command ended with exit 1
+    (FileNotFoundError), leaving a directory behind that no later export would replace."""
+    config = write_config(tmp_path / "a.toml", tmp_path / "a")
+    write_sample(StoreConfig.load(config), SampleSpec(queues=4, messages=150, body_size=512))
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+               TIERED_SPARK_MASTER="local[1]")
+    out = tmp_path / "out"
+    proc = subprocess.Popen([TIERED, "spark", "export", "--config", config, "--to", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(out.rglob("part-*"))) < 4 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # until tasks are under way (a few wrote their files)
+        assert proc.poll() is None, "the export ended before its tasks wrote"
+        os.killpg(proc.pid, signal.SIGINT)
+        _out, err = proc.communicate(timeout=120)
+        text = err.decode(errors="replace")
+        assert proc.returncode == 130, text
+        after = text.split("tiered spark export: interrupted", 1)[1]
+        assert not [line for line in after.splitlines() if line.startswith("\tat ") or "Exception" in line], after
+        deadline = time.monotonic() + 15
+        while _group(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not out.exists(), sorted(os.listdir(out))
+    finally:
+        for pid in _group(proc.pid):
+            os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import sys
 from typing import Iterator
@@ -31,21 +32,21 @@ def register(subparsers) -> None:
     p.add_argument("--queues", help="comma list of queue ids")
     p.add_argument("--start-time", help="epoch ms or ISO 8601 (inclusive)")
     p.add_argument("--end-time", help="epoch ms or ISO 8601 (inclusive)")
-    p.set_defaults(func=run_export)
+    p.set_defaults(func=_jvm_quiet_after_interrupt(run_export))
 
     p = jobs.add_parser("migrate", help="copy every segment to another backend, verify, write its metadata once")
     common(p)
     p.add_argument("--to-config", required=True, help="config of the target store (driver, metadata)")
     p.add_argument("--chunk-size", type=int_arg(1, "a byte count"), default=8 << 20,
                    help="bytes per read/write (default 8 MiB)")
-    p.set_defaults(func=run_migrate)
+    p.set_defaults(func=_jvm_quiet_after_interrupt(run_migrate))
 
     p = jobs.add_parser("import", help="bulk-load Parquet messages (the tiered schema) into the store")
     common(p)
     p.add_argument("--from", dest="source", required=True, help="Parquet file or directory")
     p.add_argument("--partitions", type=int_arg(1, "a partition count"), default=None,
                    help="Spark partitions for the load")
-    p.set_defaults(func=run_import)
+    p.set_defaults(func=_jvm_quiet_after_interrupt(run_import))
 
     p = jobs.add_parser("reindex", help="rebuild the tiered key index from the messages the tier holds",
                         description="Index the keys (UNIQ_KEY, KEYS) of the store's tiered messages and upload "
@@ -58,7 +59,7 @@ def register(subparsers) -> None:
     p.add_argument("--queues", help="comma list of queue ids")
     p.add_argument("--start-time", help="epoch ms or ISO 8601 (inclusive)")
     p.add_argument("--end-time", help="epoch ms or ISO 8601 (inclusive)")
-    p.set_defaults(func=run_reindex)
+    p.set_defaults(func=_jvm_quiet_after_interrupt(run_reindex))
 
     p = jobs.add_parser("stream", help="mirror topics into another store continuously (exactly once; "
                                        "resumes from its checkpoint)",
@@ -75,7 +76,7 @@ def register(subparsers) -> None:
                                                             "used only when the checkpoint is new")
     p.add_argument("--available-now", action="store_true",
                    help="copy what the source holds now, then exit (instead of running until SIGTERM)")
-    p.set_defaults(func=run_stream)
+    p.set_defaults(func=_jvm_quiet_after_interrupt(run_stream))
 
     p = jobs.add_parser("verify", help="tiered verify --deep with the per-queue walk on Spark (read-only)",
                         description="The report of `tiered verify --deep` (same findings, same --json, same exit "
@@ -85,9 +86,27 @@ def register(subparsers) -> None:
     common(p)
     p.add_argument("--topics", nargs="+", metavar="T", help="check only these topics' queues, key-index entries "
                                                             "and local queues (comma lists allowed)")
-    p.set_defaults(func=run_verify)
+    p.set_defaults(func=_jvm_quiet_after_interrupt(run_verify))
 
     parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
+
+
+def _jvm_quiet_after_interrupt(run):
+    """``run`` whose Ctrl-C first ends Spark's jobs quietly (:func:`~tiered_core.spark.session.end_jobs_quietly`):
+    the command reports the interruption on one line, and the JVM, which ends when this
+    process does, would log the aborted job's Java stack traces after it."""
+
+    @functools.wraps(run)
+    def wrapped(args) -> int:
+        try:
+            return run(args)
+        except KeyboardInterrupt:
+            if "pyspark" in sys.modules:
+                from tiered_core.spark.session import end_jobs_quietly
+
+                end_jobs_quietly()
+            raise
+    return wrapped
 
 
 def _check_configs(*paths: str) -> None:

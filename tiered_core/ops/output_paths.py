@@ -22,6 +22,7 @@ it came from, what it collides with and the fix. Config objects are used by duck
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -486,9 +487,28 @@ def require_marker(path: str, *, option: str = "--to", action: str = "replace") 
 
 
 def remove_output_dir(path: str, *, option: str = "--to") -> None:
-    """Delete output directory ``path``, only if it holds the marker (else :class:`InvalidPath`)."""
+    """Delete output directory ``path``, only if it holds the marker (else :class:`InvalidPath`).
+
+    Files that vanish or appear meanwhile (tasks of an interrupted job still finishing
+    their writes in it) do not stop the removal: it goes over the directory again."""
     require_marker(path, option=option, action="delete")
-    shutil.rmtree(path)
+    for _ in range(_REMOVE_ROUNDS):
+        shutil.rmtree(path, onerror=_vanished_or_refilled)
+        if not os.path.lexists(path):
+            return
+        time.sleep(0.2)
+    shutil.rmtree(path)  # still refilled: the error says by what
+
+
+#: Passes :func:`remove_output_dir` makes over a directory that writers still fill.
+_REMOVE_ROUNDS = 5
+
+
+def _vanished_or_refilled(func, path: str, exc_info) -> None:
+    exc = exc_info[1]
+    if isinstance(exc, FileNotFoundError) or (isinstance(exc, OSError) and exc.errno == errno.ENOTEMPTY):
+        return  # a writer removed or added an entry meanwhile: the next pass sees the result
+    raise exc
 
 
 def staging_dir(target: str, created_by: str) -> str:

@@ -98,3 +98,17 @@ def get_session(master: str | None = None, app_name: str = "tiered", conf: Mappi
 
     register(spark)
     return spark
+
+
+def end_jobs_quietly(spark=None) -> None:
+    """After a Ctrl-C interrupted this program's wait on Spark: turn the JVM's log off, then
+    cancel its jobs, so that their tasks stop writing, and the aborted tasks' Java stack traces
+    (or the JVM's own when it ends with this process) do not follow the one line that reports
+    the interruption. Best effort; ``spark`` defaults to the active context, if any."""
+    context = spark.sparkContext if spark is not None else getattr(
+        getattr(sys.modules.get("pyspark"), "SparkContext", None), "_active_spark_context", None)
+    if context is None:
+        return
+    with contextlib.suppress(Exception):  # the gateway may be gone already
+        context.setLogLevel("OFF")
+        context.cancelAllJobs()

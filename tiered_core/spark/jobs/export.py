@@ -15,6 +15,7 @@ from tiered_core.errors import InvalidOption, InvalidPath
 from tiered_core.ops.output_paths import (
     check_output_path, create_output_dir, remove_output_dir, replace_output_dir, require_marker, staging_dir,
 )
+from tiered_core.spark.session import end_jobs_quietly
 
 FORMATS = ("parquet",)
 #: What the marker file of an export directory names as its creator.
@@ -87,6 +88,8 @@ def export(spark, config: str | os.PathLike, to: str | os.PathLike, *, format: s
         _write(spark, df, out)
     except BaseException as exc:
         if created:
+            if not isinstance(exc, Exception):  # a Ctrl-C: the job's tasks are still writing into it
+                end_jobs_quietly(spark)
             remove_output_dir(out, option="--to")  # it is this run's own, half-written
         if isinstance(exc, Exception):
             error = task_error(exc, f"export to {target!r} failed", fallback=False)

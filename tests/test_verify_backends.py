@@ -196,3 +196,35 @@ def test_leftover_pieces_of_a_sealed_segment_are_reported_and_repair_removes_the
     code, _ = run_json(capsys, "verify", "--config", conf, "--deep")
     assert code == 0
     assert tier_messages(config) == put
+
+
+@pytest.mark.parametrize("backend", ["gcs"])
+def test_another_stores_tier_nested_in_the_prefix_is_never_moved(store, capsys, backend, tmp_path):
+    """Drill s14b F1: store Y, its prefix set by mistake inside store X's tier prefix, wrote
+    there; X's verify called Y's objects "not a segment path" and its `repair --apply`
+    moved all of them (Y's owner record too) into X's quarantine: Y then read nothing.
+    Now they are another store's tier: manual, and repair leaves every one of them."""
+    config, conf, put = store
+    prefix = tier_prefix(config.cluster, config.broker)
+    nested = dict(config.driver_options, prefix=f"{config.driver_options['prefix']}/{prefix}zz")
+    y_config = StoreConfig(store_path=str(tmp_path / "y"), driver=backend, driver_options=nested,
+                           metadata="sqlite")
+    with TieredMessageStore.open(y_config) as y:
+        for n in range(5):
+            assert y.put_message(Message(topic="y", body=b"y-%d" % n), 0).ok
+        assert y.dispatch(force=True).errors == []
+    with y_config.open_driver() as driver:
+        y_objects = sorted(driver.list(""))
+    assert any(".tiered-owner/" in p for p, _ in y_objects)
+
+    code, report = run_json(capsys, "verify", "--config", conf)
+    found = [f for f in report["findings"] if f["severity"] != "info"]
+    assert code == 1 and found and all(f["facts"].get("looks_like") == "another store's tier" and not f["mendable"]
+                                       for f in found), found
+    assert len(found) == len(y_objects)
+    code, _ = run_json(capsys, "repair", "--config", conf, "--apply")
+    assert code == 1  # nothing mended: each named with its manual step
+    with y_config.open_driver() as driver:
+        assert sorted(driver.list("")) == y_objects
+    with TieredMessageStore.open(y_config, read_only=True) as y:
+        assert [m.body for m in y.get_message("g", "y", 0, 0, 10).messages] == [b"y-%d" % n for n in range(5)]

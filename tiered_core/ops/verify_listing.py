@@ -44,7 +44,7 @@ from tiered_core.codec.checks import PropCrcPolicy
 from tiered_core.codec.naming import INDEX_TOPIC, parse_segment_path, segment_path
 from tiered_core.common import FileSegmentType, SegmentStatus
 from tiered_core.errors import NotFound, TieredStoreError
-from tiered_core.flat.ownership import is_reserved_path, segment_objects, tier_prefix
+from tiered_core.flat.ownership import OWNER_DIR, is_reserved_path, segment_objects, tier_prefix
 from tiered_core.flat.read_back import ReadBack, TailWitness, read_back_messages, read_back_units, tail_messages
 from tiered_core.ops.findings import Finding, FindingKind
 from tiered_core.ops.reconcile import backend_path
@@ -107,6 +107,20 @@ def metadata_segments(metadata: TieredMetadataStore, cluster: str, broker: str,
     return out
 
 
+#: What to do about another store's tier found inside this store's prefix (repair never moves it).
+NESTED_TIER_FIX = ("another store keeps its tier inside this store's prefix (its driver's prefix points below this "
+                   "one's): repair never moves another store's objects. Give one of the two stores a prefix outside "
+                   "the other's and move that store's objects there with the backend's own tools; while they stay, "
+                   "this store refuses to open (objects its metadata does not list)")
+
+
+def nested_tiers(listing: Iterable[str]) -> list[str]:
+    """The prefixes (ending in ``/``) of the other stores' tiers inside this store's prefix:
+    where a listed path holds an owner record directory deeper than the store's own."""
+    mark = f"/{OWNER_DIR}/"
+    return sorted({path[:path.index(mark) + 1] for path in listing if mark in path and not is_reserved_path(path)})
+
+
 class _Checker:
     """The comparison for one metadata snapshot (the first pass, then the re-check)."""
 
@@ -114,6 +128,7 @@ class _Checker:
                  prop_crc: PropCrcPolicy, listing: dict[str, int], witness: TailWitness | None = None) -> None:
         self.witness = witness
         self.driver, self.segments = driver, segments
+        self.nested = nested_tiers(listing)
         self.cluster, self.broker, self.prop_crc = cluster, broker, prop_crc
         self.seal_known = driver.capabilities.seal
         # (topic, queue, type) -> end of the file's last recorded segment
@@ -215,6 +230,13 @@ class _Checker:
         """UNLISTED_OBJECT for ``path`` (``size`` bytes); ``chained``: file key -> end of
         the adoptable objects seen so far (an unlisted run of segments continues itself)."""
         facts: dict[str, Any] = {"size": size, "adoptable": False}
+        nest = next((n for n in self.nested if path.startswith(n)), None)
+        if nest is not None:
+            facts.update(looks_like="another store's tier", nested_prefix=nest)
+            return Finding(FindingKind.UNLISTED_OBJECT, path,
+                           f"an object of {size} bytes of another store's tier inside this store's prefix (that "
+                           f"store's owner record is under {nest + OWNER_DIR + '/'!r})", None, None, None, None,
+                           facts, fix_text=NESTED_TIER_FIX, manual=True)
         try:
             info = parse_segment_path(path)
         except TieredStoreError:

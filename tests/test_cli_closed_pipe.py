@@ -27,12 +27,13 @@ def damaged_store(tmp_path) -> str:
     return str(cfg)
 
 
-def run_with_stdout_closed(*args: str) -> subprocess.CompletedProcess:
-    """Run ``tiered args`` with its stdout a pipe whose reader is gone before it prints."""
+def run_with_stdout_closed(*args: str, stream: str = "stdout") -> subprocess.CompletedProcess:
+    """Run ``tiered args`` with its ``stream`` a pipe whose reader is gone before it prints."""
     read, write = os.pipe()
     os.close(read)
+    other = "stderr" if stream == "stdout" else "stdout"
     try:
-        return subprocess.run([str(TIERED), *args], stdout=write, stderr=subprocess.PIPE, timeout=120)
+        return subprocess.run([str(TIERED), *args], timeout=120, **{stream: write, other: subprocess.PIPE})
     finally:
         os.close(write)
 
@@ -43,6 +44,29 @@ def test_verify_reports_damage_in_its_status_when_its_reader_is_gone(tmp_path):
         done = run_with_stdout_closed("verify", "--config", cfg, *extra)
         assert done.returncode == ExitCode.CORRUPT, done.stderr.decode()
         assert b"Traceback" not in done.stderr and b"BrokenPipe" not in done.stderr
+
+
+def test_a_closed_stderr_does_not_change_the_status_either(tmp_path):
+    """Drill s14b F6: `tiered verify 2>&1 | head -1` exited 0 (its progress lines on stderr
+    met the closed pipe first)."""
+    cfg = damaged_store(tmp_path)
+    done = run_with_stdout_closed("verify", "--config", cfg, stream="stderr")
+    assert done.returncode == ExitCode.CORRUPT
+
+
+def test_a_full_stdout_is_a_local_io_failure_not_a_traceback(tmp_path):
+    """Drill s14b F7: `> /dev/full` ended with exit 120 and "Exception ignored ... OSError"."""
+    if not os.path.exists("/dev/full"):
+        return
+    cfg = damaged_store(tmp_path)
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([str(TIERED), "verify", "--config", cfg], stdout=full, stderr=subprocess.PIPE,
+                              timeout=120)
+        assert done.returncode == ExitCode.CORRUPT, done.stderr.decode()  # what verify found still says
+        ok = subprocess.run([str(TIERED), "drivers"], stdout=full, stderr=subprocess.PIPE, timeout=120)
+    assert ok.returncode == ExitCode.BACKEND and b"[LOCAL_IO]" in ok.stderr, ok.stderr.decode()
+    for done in (done, ok):
+        assert b"Traceback" not in done.stderr and b"Exception ignored" not in done.stderr
 
 
 def test_a_successful_command_still_exits_0(tmp_path):

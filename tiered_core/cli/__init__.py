@@ -41,6 +41,7 @@ if os.path.basename(sys.argv[0] if sys.argv else "") == "tiered":
         pass
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import importlib  # noqa: E402
 import io  # noqa: E402
 import logging  # noqa: E402
@@ -50,7 +51,7 @@ from typing import NoReturn  # noqa: E402
 from tiered_core import __version__
 from tiered_core.cli.shared import USAGE, error_payload, json_on_stdout, print_json, reset_json_on_stdout
 from tiered_core.cli.exit_codes import ExitCode, exit_code_for, table
-from tiered_core.errors import TieredStoreError
+from tiered_core.errors import LocalIOError, TieredStoreError
 
 #: Subcommand modules, in the order ``tiered --help`` lists them.
 COMMANDS = [
@@ -179,15 +180,18 @@ def _log_to_stderr() -> None:
         root.addHandler(handler)
 
 
-class _ClosedPipeSink(io.RawIOBase):
-    """Standard output's file descriptor, written until its reader goes away (``| head``,
-    ``| true``); from then on whatever the command prints is dropped, so the command still
-    finishes and exits with its own status (a verify that found damage must not say 0)."""
+class _OutputSink(io.RawIOBase):
+    """Standard output's (or error's) file descriptor, written until a write fails: its
+    reader went away (``| head``, ``| true``) or its file cannot take more (a full disk).
+    From then on what the command prints there is dropped, so the command still finishes
+    and exits with its own status (a verify that found damage must not say 0); ``failed``
+    keeps the error of a failure other than a reader gone, which ``main`` reports."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, name: str) -> None:
         super().__init__()
-        self.fd = fd
-        self.reader_gone = False
+        self.fd, self.name = fd, name
+        self.dropping = False
+        self.failed: OSError | None = None
 
     def writable(self) -> bool:
         return True
@@ -196,24 +200,50 @@ class _ClosedPipeSink(io.RawIOBase):
         return self.fd
 
     def write(self, data) -> int:  # type: ignore[override]
-        if not self.reader_gone:
+        if not self.dropping:
             try:
                 return os.write(self.fd, data)
             except BrokenPipeError:
-                self.reader_gone = True
+                self.dropping = True
+            except OSError as exc:
+                self.dropping, self.failed = True, exc
         return len(memoryview(data))
 
 
-def _stdout_outliving_its_reader() -> None:
-    """Put :class:`_ClosedPipeSink` under ``sys.stdout`` (the ``tiered`` command only)."""
-    out = sys.stdout
-    try:
-        fd = out.fileno()
-    except (AttributeError, OSError, ValueError):
-        return
-    out.flush()
-    sys.stdout = io.TextIOWrapper(io.BufferedWriter(_ClosedPipeSink(fd)), encoding=out.encoding,
-                                  errors=out.errors, line_buffering=out.line_buffering, write_through=False)
+#: The sinks under ``sys.stdout`` and ``sys.stderr`` of the ``tiered`` command.
+_SINKS: list[_OutputSink] = []
+
+
+def _outputs_outliving_their_readers() -> None:
+    """Put an :class:`_OutputSink` under ``sys.stdout`` and ``sys.stderr`` (the ``tiered``
+    command only: a program calling ``main`` keeps its own streams)."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        try:
+            fd = stream.fileno()
+        except (AttributeError, OSError, ValueError):
+            continue
+        with contextlib.suppress(OSError):
+            stream.flush()
+        sink = _OutputSink(fd, name)
+        _SINKS.append(sink)
+        setattr(sys, name, io.TextIOWrapper(io.BufferedWriter(sink), encoding=stream.encoding, errors=stream.errors,
+                                            line_buffering=stream.line_buffering or name == "stderr",
+                                            write_through=name == "stderr"))
+
+
+def _output_lost(code: int) -> int:
+    """``code``, or LOCAL_IO's exit status when the command succeeded but its output could
+    not be written (not a reader gone: a full disk, an I/O error), said on stderr if it can."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+    failed = next((s for s in _SINKS if s.failed is not None and s.name == "stdout"), None)
+    if failed is None or code != 0:
+        return code
+    with contextlib.suppress(OSError, ValueError):
+        print(f"tiered: [LOCAL_IO] the output could not be written to standard output: "
+              f"{failed.failed.strerror or failed.failed}", file=sys.stderr)
+    return int(exit_code_for(LocalIOError("standard output could not be written", path="stdout")))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -221,13 +251,13 @@ def main(argv: list[str] | None = None) -> int:
     command = _in_main_thread() and signal.getsignal(signal.SIGINT) is _interrupted_while_starting
     if command:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on a Ctrl-C is reported below
+        _outputs_outliving_their_readers()
         _log_to_stderr()
-        _stdout_outliving_its_reader()
     argv = list(sys.argv[1:] if argv is None else argv)
     reset_json_on_stdout()
     parsed: list[argparse.Namespace] = []  # the parsed command line, once there is one
     try:
-        return _run(argv, parsed)
+        return _output_lost(_run(argv, parsed)) if command else _run(argv, parsed)
     except KeyboardInterrupt as exc:  # anywhere: building the parser (imports), the command, reporting its error
         args = parsed[0] if parsed else None
         want_json = bool(getattr(args, "json", False)) if args is not None else "--json" in argv
@@ -265,9 +295,6 @@ def _run(argv: list[str], parsed: list[argparse.Namespace]) -> int:
         return int(ExitCode.BAD_INPUT)
     try:
         return int(args.func(args) or 0)
-    except BrokenPipeError:  # output piped into `head`
-        sys.stderr.close()
-        return int(ExitCode.OK)
     except Exception as exc:  # noqa: BLE001 - every failure gets its exit code (Ctrl-C: main)
         return _fail(exc, args, want_json)
 

@@ -642,8 +642,11 @@ def test_a_misspelt_key_variable_is_reported_and_tool_variables_are_not(tmp_path
     config_module._REPORTED_LOOKALIKES.clear()
     with caplog.at_level(logging.WARNING, logger="tiered_core.config"):
         config = StoreConfig.load(str(path), environ={"TIERED_STORAGE_LEVL": "FORCE", "TIERED_STRICT_PLUGINS": "1",
-                                                     "TIERED_SPARK_MASTER": "local[1]", "TIERED_AZURITE": "x"})
-    assert config.storage_level != "FORCE"
-    assert [r.getMessage() for r in caplog.records] == [
+                                                     "TIERED_SPARK_MASTER": "local[1]", "TIERED_AZURITE": "x",
+                                                     "TIERED_OPTIONS_ROOT": "/x"})
+    assert config.storage_level != "FORCE" and "/x" not in str(config.driver_options)
+    assert sorted(r.getMessage() for r in caplog.records) == [
+        "environment variable TIERED_OPTIONS_ROOT is not a config key and is ignored: did you mean "
+        "TIERED_OPTION_ROOT?",  # (drill s14b F9)
         "environment variable TIERED_STORAGE_LEVL is not a config key and is ignored: did you mean "
         "TIERED_STORAGE_LEVEL?"]

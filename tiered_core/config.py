@@ -400,11 +400,15 @@ def _report_lookalike(name: str) -> None:
     else be ignored without a word. (Other ``TIERED_*`` variables belong to tools and tests.)"""
     if name in _REPORTED_LOOKALIKES:
         return
-    close = difflib.get_close_matches(name[len("TIERED_"):].lower(), list(_ENV_KEYS), n=1, cutoff=0.85)
-    if close:
+    rest = name[len("TIERED_"):]
+    close = difflib.get_close_matches(rest.lower(), list(_ENV_KEYS), n=1, cutoff=0.85)
+    word, _, option = rest.partition("_")
+    meant = _ENV_KEYS[close[0]].env if close else None
+    if meant is None and option and difflib.SequenceMatcher(None, word.lower(), "option").ratio() >= 0.7:
+        meant = f"{_OPTION_ENV_PREFIX}{option}"  # TIERED_OPTIONS_ROOT: a driver option meant
+    if meant is not None:
         _REPORTED_LOOKALIKES.add(name)
-        log.warning("environment variable %s is not a config key and is ignored: did you mean %s?", name,
-                    _ENV_KEYS[close[0]].env)
+        log.warning("environment variable %s is not a config key and is ignored: did you mean %s?", name, meant)
 
 
 def _resolve_local_url(url: str, base_dir: str) -> str:

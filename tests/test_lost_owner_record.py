@@ -10,6 +10,7 @@ take-over, at an epoch above any lost one, and a store whose own record is gone 
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import pytest
@@ -134,3 +135,35 @@ def test_the_take_over_seal_keeps_the_old_owner_out_when_the_new_one_wrote_nothi
     with TieredMessageStore.open(b_config) as b:
         assert b.ownership.record.epoch == 2
         assert [m.body for m in b.get_message("g", "t", 0, 3, 5).messages] == [b"b-3"]
+
+
+def test_an_unreadable_owner_record_is_named_as_such_and_moving_it_away_keeps_every_message(tmp_path, capsys):
+    """Drill s14b F2: a 7-byte object under .tiered-owner/ (a higher epoch) made `get` say the
+    store "was taken over", verify advise `tiered takeover`, and the take-over set the store's
+    untiered messages aside and handed their offsets out again. The refusal now names the
+    unreadable record, says that moving it away keeps every message (what happens), and what
+    a take-over would cost."""
+    import json
+
+    config, conf = _config(tmp_path, "n")
+    with TieredMessageStore.open(config) as store:
+        for i in range(3):
+            store.put_message(Message(topic="t", body=b"m-%d" % i), 0)
+        assert store.dispatch(force=True).errors == []
+        store.put_message(Message(topic="t", body=b"m-3"), 0)  # acknowledged, local only
+    owner_dir = _owner_dir(tmp_path)
+    garbage = os.path.join(owner_dir, "00000000000000000007")
+    with open(garbage, "wb") as f:
+        f.write(b"garbage")
+    capsys.readouterr()
+    for argv in (["get", "--topic", "t", "--offset", "3"], ["put", "--topic", "t", "--body", "x"]):
+        assert main([*argv, "--config", conf]) == 5, argv
+        err = capsys.readouterr().err
+        assert "cannot be read" in err and "was taken over" not in err and "given-up-history" in err, err
+    assert main(["verify", "--config", conf, "--json"]) != 0
+    [finding] = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["kind"] == "owner_unreadable"]
+    assert "move that object out of .tiered-owner/" in finding["fix"]
+    os.replace(garbage, tmp_path / "kept-copy")  # what the message advises
+    with TieredMessageStore.open(config) as store:
+        assert [m.body for m in store.get_message("g", "t", 0, 0, 10).messages] == [b"m-%d" % i for i in range(4)]
+        assert store.put_message(Message(topic="t", body=b"m-4"), 0).queue_offset == 4

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tiered_core.errors import IdentityMismatch, MetadataError, PrefixOwned
-from tiered_core.flat.ownership import OwnerRecord, PrefixOwnership, ReadOnlyDriver, read_store_id
+from tiered_core.flat.ownership import UNREADABLE_OWNER, OwnerRecord, PrefixOwnership, ReadOnlyDriver, read_store_id
 from tiered_core.metadata import open_metadata_read_only
 from tiered_core.ops import identity as ids
 from tiered_core.ops.reconcile import ReconcileReport, metadata_refusal, proves_sole_writer, reconcile
@@ -163,6 +163,8 @@ def check_before_open(config: "StoreConfig", driver: SegmentDriver, *, take_over
             if store_id is not None:
                 ownership = PrefixOwnership(driver, config.cluster, config.broker, store_id, config.store_path)
         if read_only and store_id is not None and owner is not None and owner.store_id != store_id:
+            if owner.store_id == UNREADABLE_OWNER:
+                raise _with_takeover_fix(ownership.owned_by(owner), config, lost=False)  # (not a take-over)
             raise _taken_over(config, store_id, owner, ownership.prefix)
         recorded_id = ids.metadata_store_id(metadata) if metadata is not None else None
         if store_id is not None and recorded_id is not None and recorded_id != store_id and not take_over:

@@ -93,6 +93,10 @@ def is_reserved_path(path: str) -> bool:
     return len(parts) > 3 and parts[2] in RESERVED_DIRS
 
 
+#: The store id an owner record that cannot be decoded reads as.
+UNREADABLE_OWNER = "(unreadable)"
+
+
 @dataclass(frozen=True)
 class OwnerRecord:
     """Who claimed a tier prefix, at which epoch, with which driver. ``claimed_at`` is ms
@@ -119,7 +123,7 @@ class OwnerRecord:
                        pid=int(raw.get("pid", 0)), store_path=str(raw.get("store_path", "")),
                        claimed_at=int(raw.get("claimed_at", 0)), layout=str(raw.get("layout", "")))
         except (ValueError, KeyError, TypeError, UnicodeDecodeError, AttributeError):
-            return cls(store_id="(unreadable)", epoch=epoch)
+            return cls(store_id=UNREADABLE_OWNER, epoch=epoch)
 
     def describe(self) -> str:
         where = f"{self.store_path!r} on host {self.host!r}" if self.store_path else "an unknown location"
@@ -278,7 +282,7 @@ class PrefixOwnership:
             if current.store_id == self.store_id:
                 return self._own(current)
             if not take_over:
-                raise self._owned_by(current)
+                raise self.owned_by(current)
             record = self._new_record(current.epoch + 1)
             if self.driver.write_if_absent(self._path(record.epoch), record.encode()):
                 self.took_over_from = current
@@ -299,7 +303,19 @@ class PrefixOwnership:
         raise PrefixOwned(f"tier prefix {self.prefix!r} changed owner {_CLAIM_ATTEMPTS} times while "
                           "this store tried to claim it", prefix=self.prefix, store_id=self.store_id)
 
-    def _owned_by(self, current: OwnerRecord) -> PrefixOwned:
+    def owned_by(self, current: OwnerRecord) -> PrefixOwned:
+        """The refusal of a claim because ``current`` (the newest record, not this store's) owns the prefix."""
+        if current.store_id == UNREADABLE_OWNER:
+            return PrefixOwned(
+                f"the newest owner record of tier prefix {self.prefix!r} ({self._path(current.epoch)!r}, epoch "
+                f"{current.epoch}) cannot be read. A store's claim writes its record whole, so this object is "
+                "most likely not a store's (put there by hand or by a tool); but it cannot be told. Nothing was "
+                "written. If no other store writes this prefix, move that object out of "
+                f"{OWNER_DIR}/ (keep a copy): this store then opens as before, every message kept. "
+                "`tiered takeover --config FILE` would claim the prefix too, but it sets this store's messages "
+                "not yet tiered aside (given-up-history/) and hands their offsets out again",
+                prefix=self.prefix, owner=current.describe(), owner_id=current.store_id,
+                store_id=self.store_id, store_path=self.store_path, record=self._path(current.epoch))
         return PrefixOwned(
             f"tier prefix {self.prefix!r} is owned by {current.describe()}; this is store "
             f"{self.store_id or '(new)'} at {self.store_path!r}. Two stores must not share a cluster and "
@@ -340,7 +356,7 @@ class PrefixOwnership:
         claim in between.)"""
         self.check_driver(current)
         if current is not None and current.store_id != self.store_id and not take_over:
-            raise self._owned_by(current)
+            raise self.owned_by(current)
         if current is None and not take_over and not reclaim and self.holds_data():
             raise self._no_owner_record()
 
@@ -522,6 +538,7 @@ def segment_objects(driver: SegmentDriver, cluster: str, broker: str) -> Iterato
 
 __all__ = [
     "OWNER_DIR",
+    "UNREADABLE_OWNER",
     "QUARANTINE_DIR",
     "RESERVED_DIRS",
     "STORE_ID_FILE",

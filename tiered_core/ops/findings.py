@@ -104,8 +104,11 @@ KINDS: dict[FindingKind, KindInfo] = {
         Severity.ERROR, False, "another store owns the prefix: if this store is to replace it, run "
         "`tiered takeover --config FILE`; otherwise give this store its own broker name", "ownership"),
     FindingKind.OWNER_UNREADABLE: KindInfo(
-        Severity.ERROR, False, "the newest owner record cannot be read: check who writes under the prefix, "
-        "then `tiered takeover --config FILE` to claim it with a new record", "ownership"),
+        Severity.ERROR, False, "the newest owner record cannot be read (a store's claim writes its record whole: "
+        "most likely an object put there by hand or by a tool): if no other store writes under the prefix, move "
+        "that object out of .tiered-owner/ (keep a copy) and the store opens as before. `tiered takeover --config "
+        "FILE` would claim it too, but sets this store's messages not yet tiered aside and hands their offsets "
+        "out again", "ownership"),
     FindingKind.IDENTITY_MISMATCH: KindInfo(
         Severity.ERROR, False, "the config names another cluster, broker, driver or tier location than the store "
         "was created with: set it back (verify checked nothing else: the config does not describe this store)",

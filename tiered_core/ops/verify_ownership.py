@@ -23,13 +23,13 @@ from dataclasses import asdict
 from typing import Any
 
 from tiered_core.errors import TieredStoreError
-from tiered_core.flat.ownership import OwnerRecord, owner_prefix, tier_prefix
+from tiered_core.flat.ownership import UNREADABLE_OWNER, OwnerRecord, owner_prefix, tier_prefix
 from tiered_core.ops import identity
 from tiered_core.ops.findings import Finding, FindingKind
 from tiered_core.spi.metadata import TieredMetadataStore
 from tiered_core.spi.driver import SegmentDriver
 
-_UNREADABLE = "(unreadable)"
+_UNREADABLE = UNREADABLE_OWNER
 
 
 def read_owner(driver: SegmentDriver, cluster: str, broker: str) -> tuple[OwnerRecord | None, list[int], str | None]:

@@ -496,6 +496,17 @@ def test_a_prefix_laid_out_by_the_fsspec_driver_is_refused_not_misread(driver):
         list(driver.list(""))
 
 
+def test_a_stray_blob_named_like_a_part_is_hidden_and_reported_not_a_refusal(driver):
+    """Drill s14b F3: one stray blob named like an fsspec part (continuing no segment) made
+    every command -- verify and repair too -- fail with STATE_CONFLICT. It is a foreign
+    object now: the listing hides it, ``foreign_objects`` names it (verify's STRAY_OBJECT)."""
+    driver.write("t/0/COMMIT_LOG/seg", 0, b"base")
+    stray = "t/0/COMMIT_LOG/seg#tiered-part/0123456789abcdef/00000000000000009999"
+    driver.write(stray, 0, b"junk")
+    assert list(driver.list("")) == [("t/0/COMMIT_LOG/seg", 4)]
+    assert list(driver.foreign_objects("")) == [(stray, 4)]
+
+
 def test_the_fsspec_driver_with_a_wrong_account_key_says_access_denied_once(azurite):
     """A cloud drill: a wrong key on fsspec abfs:// was retried (azure-core's status_code was
     not read: the failure counted as transient) and the error quoted Azure's whole XML."""

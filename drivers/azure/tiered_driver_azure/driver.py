@@ -381,6 +381,18 @@ class AzureDriver(SegmentDriver):
         self._call("delete", path, lambda: self._fs.rm_file(target), handle)
 
     def list(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+        return iter([(name, size) for name, size in self._listing(prefix) if PART_MARK not in name])
+
+    def foreign_objects(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+        """Blobs named like parts of another driver's chain (the fsspec driver's on abfs://)
+        that continue no segment: :meth:`list` hides them; nothing reads or removes them."""
+        return iter([(name, size) for name, size in self._listing(prefix) if PART_MARK in name])
+
+    def _listing(self, prefix: str) -> list[tuple[str, int]]:
+        """Every blob below ``prefix`` (names relative to the root), sorted. Raises
+        :class:`StateConflict` when a part-named blob continues a listed segment at its end:
+        another driver's part chain (fsspec's abfs://), whose segments this driver would
+        read too short, and so hand their offsets out again."""
         full = f"{self.root}/{prefix}" if self.root else prefix
         cut = len(self.root) + 1 if self.root else 0
 
@@ -389,15 +401,17 @@ class AzureDriver(SegmentDriver):
             return sorted([(b.name[cut:], int(b.size)) async for b in blobs])
 
         listed = self._sdk("list prefix", prefix, fetch)
+        sizes = dict(listed)
         for name, _size in listed:
-            if PART_MARK in name:
-                # another driver's part chain (fsspec's abfs://): read as this driver's blobs, its
-                # segments would be too short and their parts strays
+            base, mark, rest = name.partition(PART_MARK)
+            position = rest.rsplit("/", 1)[-1]
+            if mark and position.isdigit() and sizes.get(base) == int(position):
                 raise StateConflict(
-                    f"azure: {name!r} in container {self.container!r} is a part of another driver's layout (the "
-                    "fsspec driver on abfs:// names parts this way): the azure driver neither reads nor removes "
-                    "it. Open this tier with the driver that wrote it", path=name, container=self.container)
-        return iter(listed)
+                    f"azure: {name!r} in container {self.container!r} continues segment {base!r} as a part of "
+                    "another driver's layout (the fsspec driver on abfs:// names parts this way): the azure driver "
+                    "would read that segment too short. Open this tier with the driver that wrote it",
+                    path=name, container=self.container)
+        return listed
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

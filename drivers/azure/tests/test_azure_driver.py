@@ -521,3 +521,11 @@ def test_the_fsspec_driver_with_a_wrong_account_key_says_access_denied_once(azur
     text = str(err.value)
     assert err.value.retryable is False and "access denied" in text
     assert "<?xml" not in text and "\n" not in text and wrong not in text
+
+
+@pytest.mark.parametrize("container", ["drill/sub", "Drill", "tier_s", "tïer"])
+def test_a_container_that_is_no_container_name_is_an_invalid_option(container):
+    """Drill s14b F10: these reached Azure and came back as HTTP 404 BlobNotFound / 400 (exit 5)."""
+    with pytest.raises(InvalidOption) as info:
+        AzureDriver(container=container, connection_string="UseDevelopmentStorage=true")
+    assert info.value.option == "container" and repr(container) in str(info.value)

@@ -110,6 +110,10 @@ class AzureDriver(SegmentDriver):
                        retries=retries, timeout=timeout, max_block_size=max_block_size, anon=anon, **auth)
         if not container:
             raise InvalidOption("option 'container' of driver 'azure' is required", option="container")
+        if not all(c.islower() or c.isdigit() or c in "-$" for c in container) or not container.isascii():
+            raise InvalidOption(f"option 'container' of driver 'azure' must be a container name (lower-case letters, "
+                                f"digits and '-'; a key prefix goes into option 'prefix'), got {container!r}",
+                                option="container", value=container)
         if retries < 0 or timeout <= 0:
             raise InvalidOption("options 'retries' (>= 0) and 'timeout' (> 0) of driver 'azure' are out of range",
                                 option="retries" if retries < 0 else "timeout")

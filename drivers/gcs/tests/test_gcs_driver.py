@@ -605,3 +605,12 @@ def test_objects_the_listing_hides_are_named_by_foreign_objects(driver):
     driver.seal("a/seg")
     assert driver.read("a/seg", 0, 8) == b"AAAABBBB"  # ... and nothing of them was read, counted or removed
     assert len(list(driver.foreign_objects("a/"))) == 4
+
+
+@pytest.mark.parametrize("endpoint", ["127.0.0.1:4443", "localhost", "http://"])
+def test_an_endpoint_that_is_no_url_is_an_invalid_option(endpoint):
+    """Drill s14b F11: an endpoint without its scheme was retried for 36 s, then failed with
+    gcsfs's NonHttpUrlClientError, naming no option."""
+    with pytest.raises(InvalidOption) as info:
+        GcsDriver(bucket="bkt", endpoint=endpoint, emulated=True)
+    assert info.value.option == "endpoint" and repr(endpoint) in str(info.value)

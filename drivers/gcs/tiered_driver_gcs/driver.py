@@ -80,6 +80,10 @@ class GcsDriver(ChainedObjectDriver):
         if retries < 0 or timeout <= 0:
             raise InvalidOption("options 'retries' (>= 0) and 'timeout' (> 0) of driver 'gcs' are out of range",
                                 option="retries" if retries < 0 else "timeout")
+        if endpoint and (not isinstance(endpoint, str) or "://" not in endpoint
+                                     or not endpoint.split("://", 1)[1].strip("/")):
+            raise InvalidOption(f"option 'endpoint' of driver 'gcs' must be a URL such as 'http://127.0.0.1:4443', "
+                                f"got {endpoint!r}", option="endpoint", value=endpoint)
         self.bucket = bucket
         self.project = project
         self.retry_policy = RetryPolicy(retries=retries)

@@ -354,3 +354,38 @@ def test_a_library_logging_its_retries_prints_no_traceback(tmp_path):
     assert "Traceback" not in proc.stderr, proc.stderr
     library = [line for line in proc.stderr.splitlines() if line.startswith("gcsfs")]
     assert library and all("ClientConnectorError" in line for line in library), proc.stderr
+
+
+class OneQueueDownDriver(FlakyDriver):
+    """Every write of queue orders/0's segments fails; the other queues' land."""
+
+    def write(self, path: str, position: int, data) -> None:
+        if "/orders/0/" in path:
+            from tiered_core.errors import DriverError
+
+            raise DriverError(f"injected: {path!r} cannot be written", retryable=False, path=path)
+        super().write(path, position, data)
+
+
+def test_put_dispatch_whose_message_is_tiered_exits_0_while_another_queue_fails(tmp_path, capsys, monkeypatch,
+                                                                                caplog):
+    """Drill s14b F5: with orders/0's dispatch failing, `put --dispatch` to another queue
+    exited 5 though its message was tiered ("exit 5 when the dispatch did not tier the
+    message"): a script retrying on 5 stored it twice. Now 0, the other queue's failure said."""
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    cfg = tmp_path / "down.toml"
+    cfg.write_text(f'[tiered]\nstore_path = "{tmp_path / "store"}"\n'
+                   f'driver = "{__name__}:OneQueueDownDriver"\n'
+                   f'[tiered.options]\ninner = "posix"\ninner_options = {{root = "{tmp_path / "tiered"}"}}\n')
+    assert main(["put", "--config", str(cfg), "--topic", "orders", "--queue", "0", "--body", "a"]) == 0
+    capsys.readouterr()
+    assert main(["put", "--config", str(cfg), "--topic", "orders", "--queue", "1", "--body", "b", "--dispatch",
+                 "--json"]) == 0
+    out = capsys.readouterr()
+    doc = json.loads(out.out)
+    assert doc["queue_id"] == 1 and any(e.startswith("orders/0:") for e in doc["dispatch"]["errors"]), doc
+    said = [r.getMessage() for r in caplog.records if r.name == "tiered_core.cli.ops"]
+    assert len(said) == 1 and "the message is tiered (orders/1@0)" in said[0] and "orders/0" in said[0], said
+    # its own queue down: still exit 5, as before
+    assert main(["put", "--config", str(cfg), "--topic", "orders", "--queue", "0", "--body", "c", "--dispatch",
+                 "--json"]) == ExitCode.BACKEND

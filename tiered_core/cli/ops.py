@@ -12,6 +12,7 @@ fetcher's record of what failed) is a CorruptData. ``stat`` names damaged tiered
 from __future__ import annotations
 
 import argparse
+import logging
 import base64
 import sys
 from dataclasses import dataclass
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
 _queue_id = int_arg(0, "a queue id", INT_MAX)
 _offset = int_arg(0, "a queue offset", LONG_MAX)
 _count = int_arg(1, "a message count", INT_MAX)
+
+log = logging.getLogger(__name__)
 
 
 def _store_command(sub: argparse._SubParsersAction, name: str, func, json_what: str, *,
@@ -214,10 +217,16 @@ def _dispatch_failure(store, stats, topic: str, queue_id: int, queue_offset: int
     this_tiered = flat is not None and flat.initialized and queue_offset < flat.consume_queue_commit_offset()
     if not this_tiered and own not in lagging:
         lagging.append(own)
-    if not stats.errors and not stats.failed_commits and this_tiered:
-        return None
     queues = sorted(set(lagging) | {e.split(":", 1)[0] for e in stats.errors if "/" in e.split(":", 1)[0]})
     why = "; ".join(stats.errors) if stats.errors else "no error was reported"
+    if this_tiered:
+        # The put's own message is tiered: the command did its job (exit 0; a retry would store
+        # it twice). Other queues' failures are said, and the next dispatch retries them.
+        if stats.errors or stats.failed_commits:
+            log.warning("tiered put: the message is tiered (%s@%d); the dispatch failed for %s (%d failed "
+                        "commit(s): %s), which a later dispatch retries", own, queue_offset,
+                        ", ".join(q for q in queues if q != own) or "other queues", stats.failed_commits, why)
+        return None
     return DispatchFailed(
         f"dispatch to the tiered store failed for {', '.join(queues) or 'no named queue'} "
         f"({stats.failed_commits} failed commit(s), {len(stats.errors)} error(s): {why}); "

@@ -273,6 +273,15 @@ def test_stream_options_paths_and_stores_are_checked_before_spark(sample, tmp_pa
     nested = write_config(tmp_path / "n.toml", os.path.join(source.effective_driver_options()["root"], "b"))
     assert (stream(to=nested)["code"], stream(to=nested)["option"]) == ("INVALID_PATH", "--to-config")
 
+    # a target whose driver options its driver refuses (drill s14b F8: found inside the running
+    # query, after the target's lock and the checkpoint were created)
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f'[tiered]\nstore_path = "{tmp_path / "bad"}"\ndriver = "fsspec"\n'
+                   '[tiered.options]\nurl = "MEMORY://tiered"\n')
+    refused = stream(to=str(bad))
+    assert (refused["code"], refused["option"]) == ("INVALID_OPTION", "url")
+    assert not (tmp_path / "bad").exists() and not (tmp_path / "ck").exists()
+
     # a source that does not exist: nothing to copy now (exit 3); a continuous stream waits for it
     missing = write_config(tmp_path / "m.toml", tmp_path / "m")
     gone = stream("--available-now", config=missing)

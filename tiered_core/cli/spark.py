@@ -273,6 +273,8 @@ def _stream_session(args):
     if args.starting_offsets:
         source_options["startingOffsets"] = args.starting_offsets
     config = load_config(args.config)
+    for checked in (config, load_config(args.to_config)):
+        checked.open_driver().close()  # its options, as a store opens them (creates nothing), before Spark
     with _cli_option_names(args):
         _, options = parse_stream_options(source_options)
         parse_sink_options({"config": args.to_config, "checkpointLocation": args.checkpoint})

@@ -32,6 +32,23 @@ def _group(pgid: int) -> list[int]:
     return alive
 
 
+def _group_ended(pgid: int, within: float = 15) -> list[int]:
+    """The processes of group ``pgid`` still alive after waiting up to ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while _group(pgid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return _group(pgid)
+
+
+def _end(proc: subprocess.Popen) -> None:
+    """Kill what is left of ``proc``'s process group (a failed test leaves no JVM behind)."""
+    for pid in _group(proc.pid):
+        os.kill(pid, signal.SIGKILL)
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
 def test_ctrl_c_while_spark_starts_leaves_no_jvm_behind(tmp_path):
     config = write_config(tmp_path / "a.toml", tmp_path / "a")
     write_sample(StoreConfig.load(config), SampleSpec(topics=("orders",), queues=1, messages=20))
@@ -47,16 +64,9 @@ def test_ctrl_c_while_spark_starts_leaves_no_jvm_behind(tmp_path):
             _out, err = proc.communicate(timeout=120)  # (with a JVM left holding stderr, this never returned)
             assert proc.returncode in (0, 130), err
             assert b"Traceback" not in err, err.decode(errors="replace")
-            deadline = time.monotonic() + 15
-            while _group(proc.pid) and time.monotonic() < deadline:
-                time.sleep(0.2)
-            assert _group(proc.pid) == [], f"processes left after a Ctrl-C at {delay} s"
+            assert _group_ended(proc.pid) == [], f"processes left after a Ctrl-C at {delay} s"
         finally:
-            for pid in _group(proc.pid):
-                os.kill(pid, signal.SIGKILL)
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            _end(proc)
 
 
 def test_ctrl_c_during_an_export_job_reports_one_line_and_leaves_no_output(tmp_path):
@@ -82,13 +92,7 @@ def test_ctrl_c_during_an_export_job_reports_one_line_and_leaves_no_output(tmp_p
         assert proc.returncode == 130, text
         after = text.split("tiered spark export: interrupted", 1)[1]
         assert not [line for line in after.splitlines() if line.startswith("\tat ") or "Exception" in line], after
-        deadline = time.monotonic() + 15
-        while _group(proc.pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        _group_ended(proc.pid)
         assert not out.exists(), sorted(os.listdir(out))
     finally:
-        for pid in _group(proc.pid):
-            os.kill(pid, signal.SIGKILL)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        _end(proc)

@@ -25,7 +25,7 @@ def original(tmp_path_factory):
 
 
 def test_the_catalogue_names_each_fault_once_with_its_finding():
-    assert len(FAULTS) == len(set(FAULTS)) == 14
+    assert len(FAULTS) == len(set(FAULTS)) == 15
     assert set(EXPECTED) == set(FAULTS) and all(isinstance(k, FindingKind) for k in EXPECTED.values())
     assert DEEP <= set(FAULTS) and LISTING <= set(FAULTS) and not DEEP & LISTING
     # every area of verify is drilled

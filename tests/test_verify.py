@@ -92,7 +92,12 @@ def test_each_planted_fault_is_found(original, tmp_path, capsys, fault):
     assert finding["subject"] == planted.subject
     assert finding["severity"] == planted.expected_kind.severity.value
     assert code == report["summary"]["exit_code"] == (4 if planted.expected_kind.severity is Severity.CORRUPT else 1)
-    if planted.queue_offsets is not None:
+    if planted.queue_offsets is not None and planted.expected_kind is FindingKind.CHECKSUM_MISMATCH:
+        # a checksum covers a segment's bytes, not its messages: the finding names the bytes
+        lo, hi = finding["file_offsets"]
+        assert finding["queue_offsets"] is None and hi > lo
+        assert (finding["topic"], finding["queue_id"]) == (planted.topic, planted.queue_id)
+    elif planted.queue_offsets is not None:
         assert tuple(finding["queue_offsets"]) == planted.queue_offsets
         assert (finding["topic"], finding["queue_id"]) == (planted.topic, planted.queue_id)
     if fault in DEEP:  # only a deep walk reads what it damaged

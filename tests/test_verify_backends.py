@@ -131,8 +131,24 @@ def test_kinds_of_listing_drills_cover_the_listing_area():
     listing = {k for k in FindingKind if k.info.area in ("listing", "ownership") and k.severity is not Severity.INFO
                and k not in (FindingKind.OWNER_UNREADABLE, FindingKind.IDENTITY_MISMATCH,  # (test_verify_operator)
                              FindingKind.STRAY_OBJECT,  # (an object-store layout's: test_stray_objects_...)
-                             FindingKind.LEFTOVER_PARTS)}  # (test_leftover_pieces_...)
+                             FindingKind.LEFTOVER_PARTS,  # (test_leftover_pieces_...)
+                             FindingKind.CHECKSUM_MISMATCH)}  # (deep: test_a_replaced_message_...)
     assert listing <= planted, listing - planted
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_replaced_message_is_found_by_its_segment_checksum(store, capsys, backend):
+    """A message replaced by another that passes every read check (drill s13 F1) is found by
+    its segment's checksum on each object store's layout; repair names it, and moves nothing."""
+    config, conf, put = store
+    planted = plant(config, "replaced_message", seed=3)
+    code, report = run_json(capsys, "verify", "--config", conf, "--deep")
+    serious = [(f["kind"], f["subject"]) for f in report["findings"] if f["severity"] != "info"]
+    assert serious == [("checksum_mismatch", planted.subject)] and code == 4, report["findings"]
+    code, result = run_json(capsys, "repair", "--config", conf, "--apply")
+    assert code == 1 and [m["subject"] for m in result["manual"]] == [planted.subject], result
+    code, report = run_json(capsys, "verify", "--config", conf, "--deep")
+    assert code == 4 and [f["kind"] for f in report["findings"] if f["severity"] != "info"] == ["checksum_mismatch"]
 
 
 @pytest.mark.parametrize("backend", ["gcs"])

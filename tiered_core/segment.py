@@ -18,6 +18,7 @@ import logging
 import os
 import threading
 import time
+import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from tiered_core.errors import (
@@ -70,6 +71,8 @@ class FileSegment:
     Guarantees: appended bytes become durable only through :meth:`commit`, in append
     order, each exactly once; :meth:`read` returns committed bytes only. The position
     is recovered from ``driver.size(path)`` unless ``initial_position`` is given.
+    :attr:`checksum` follows every committed byte (the CRC-32 of ``[0, commit_position)``)
+    from an empty segment, or from a checksum the caller knows for its initial position.
 
     Raises: :class:`~tiered_core.errors.IllegalParam` for bad reads;
     :class:`~tiered_core.errors.StateConflict` when the backend holds fewer bytes than
@@ -122,6 +125,9 @@ class FileSegment:
         self.seal_timestamp: int | None = None
         self.min_timestamp: int | None = None
         self.max_timestamp: int | None = None
+        #: zlib's CRC-32 of the committed bytes ``[0, commit_position)``, or None when not
+        #: known (a segment opened part-way whose checksum the caller did not give).
+        self.checksum: int | None = 0 if position == 0 else None
 
     # -- positions ------------------------------------------------------------------
 
@@ -150,6 +156,11 @@ class FileSegment:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    def committed_checksum(self) -> tuple[int | None, int]:
+        """``(checksum, commit_position)`` taken together (see :attr:`checksum`)."""
+        with self._lock:
+            return self.checksum, self._commit_position
 
     def needs_commit(self) -> bool:
         return self._append_position > self._commit_position
@@ -286,9 +297,13 @@ class FileSegment:
     def _advance(self, landed: int) -> None:
         if not landed:
             return
+        assert self._pending is not None
+        checksum = self.checksum
+        if checksum is not None:  # outside the lock: appends go on meanwhile
+            checksum = zlib.crc32(self._pending[:landed], checksum)
         with self._lock:
             self._commit_position += landed
-            assert self._pending is not None
+            self.checksum = checksum
             rest = self._pending[landed:]
             self._pending = rest if len(rest) else None
 

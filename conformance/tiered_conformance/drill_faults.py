@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import random
 import struct
+import zlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, decode_cq_units
 from tiered_core.codec.hashing import index_key_hash
 from tiered_core.codec.index_keys import message_index_keys
-from tiered_core.codec.message import lazy_message_ext, message_fields
+from tiered_core.codec.message import BODY_CRC_POS, lazy_message_ext, message_fields
+from tiered_core.codec.prop_crc import PROPERTY_CRC32
 from tiered_core.codec.naming import INDEX_TOPIC, segment_path
 from tiered_core.codec.tiered_index import (
     COMPACT_ITEM,
@@ -185,23 +187,73 @@ def _offsets(units: list[tuple[int, int, int]]) -> tuple[int, int] | None:
 # -- the faults ---------------------------------------------------------------------------------
 
 
-def plant_flipped_byte(d: Drill, topic: str | None, queue_id: int | None) -> PlantedFault:
-    queue = d.pick_queue("flipped_byte", topic, queue_id, lambda q: bool(d.units(q)))
-    qo, offset, size = d.rng.choice(d.units(queue))
+@dataclass
+class _Message:
+    """One message of a commit-log segment, read for a fault: the segment's backend ``path``
+    and bytes (``data``, to change), where the message starts in them (``rel``), its header
+    fields, header size and where its properties start (:func:`message_fields`)."""
+
+    path: str
+    data: bytearray
+    rel: int
+    fields: tuple
+    header: int
+    props: int
+
+    @property
+    def body(self) -> slice:
+        return slice(self.rel + self.header, self.rel + self.header + self.fields[16])
+
+
+def _message(d: Drill, fault: str, queue: _Queue, unit: tuple[int, int, int]) -> _Message:
+    qo, offset, _size = unit
     meta = next(m for m in queue.cl if m.base_offset <= offset < m.base_offset + max(m.size, 1))
     path = d.path(meta)
     data = bytearray(d.read_all(path))
     rel = offset - meta.base_offset
-    fields, header, _props = message_fields(data, rel)
-    body_len = fields[16]
-    if body_len <= 0:
-        raise IllegalParam(f"drill 'flipped_byte': the message at queue offset {qo} has no body", offset=qo)
-    at = rel + header + d.rng.randrange(body_len)
+    msg = _Message(path, data, rel, *message_fields(data, rel))
+    if msg.fields[16] <= 0:
+        raise IllegalParam(f"drill {fault!r}: the message at queue offset {qo} has no body", offset=qo)
+    return msg
+
+
+def plant_flipped_byte(d: Drill, topic: str | None, queue_id: int | None) -> PlantedFault:
+    queue = d.pick_queue("flipped_byte", topic, queue_id, lambda q: bool(d.units(q)))
+    qo, offset, size = unit = d.rng.choice(d.units(queue))
+    msg = _message(d, "flipped_byte", queue, unit)
+    path, data = msg.path, msg.data
+    at = msg.body.start + d.rng.randrange(msg.fields[16])
     data[at] ^= 0xFF
     d.rewrite(path, bytes(data))
     return PlantedFault("flipped_byte", FindingKind.CORRUPT_MESSAGE, path,
                         f"flipped the byte at {at} (body of the message at queue offset {qo}, commit-log offset "
                         f"{offset})", (qo, qo + 1), queue.topic, queue.queue_id, deep=True)
+
+
+def plant_replaced_message(d: Drill, topic: str | None, queue_id: int | None) -> PlantedFault:
+    """Another message in place of one of a segment the store recorded a checksum for: a body
+    of the same length, its body CRC right, its times and every header field unchanged, so
+    the message passes every read check (as another store's restored object of the same name
+    and size would). Only its checksum tells."""
+    def candidates(q: _Queue) -> list[tuple[int, int, int]]:
+        return [u for u in d.units(q) if any(m.checksum is not None and m.base_offset <= u[1]
+                                             and u[1] + u[2] <= m.base_offset + m.checksum_size for m in q.cl)]
+
+    queue = d.pick_queue("replaced_message", topic, queue_id, lambda q: bool(candidates(q)))
+    qo, offset, size = unit = d.rng.choice(candidates(queue))
+    msg = _message(d, "replaced_message", queue, unit)
+    path, data, rel = msg.path, msg.data, msg.rel
+    if PROPERTY_CRC32.encode() in data[msg.props:rel + msg.fields[0]]:
+        raise IllegalParam(f"drill 'replaced_message': the message at queue offset {qo} has a whole-message CRC "
+                           "property, which the change would break", offset=qo)
+    body = bytes(b ^ 0x01 for b in data[msg.body])
+    data[msg.body] = body
+    data[rel + BODY_CRC_POS:rel + BODY_CRC_POS + 4] = (zlib.crc32(body) & 0x7FFFFFFF).to_bytes(4, "big")
+    d.rewrite(path, bytes(data))
+    return PlantedFault("replaced_message", FindingKind.CHECKSUM_MISMATCH, path,
+                        f"replaced the body of the message at queue offset {qo} (commit-log offset {offset}) by "
+                        "another of the same length, its CRC right", (qo, qo + 1), queue.topic, queue.queue_id,
+                        deep=True)
 
 
 def plant_truncated_segment(d: Drill, topic: str | None, queue_id: int | None) -> PlantedFault:
@@ -406,6 +458,7 @@ def plant_owner_deleted(d: Drill, topic: str | None, queue_id: int | None) -> Pl
 
 PLANTERS: dict[str, Callable[[Drill, str | None, int | None], PlantedFault]] = {
     "flipped_byte": plant_flipped_byte,
+    "replaced_message": plant_replaced_message,
     "truncated_segment": plant_truncated_segment,
     "deleted_object": plant_deleted_object,
     "extra_object": plant_extra_object,

@@ -38,7 +38,7 @@ from tiered_core.ops import identity
 from tiered_core.ops.findings import FindingKind
 
 FAULTS: tuple[str, ...] = (
-    "flipped_byte", "truncated_segment", "deleted_object", "extra_object", "unlisted_segment",
+    "flipped_byte", "replaced_message", "truncated_segment", "deleted_object", "extra_object", "unlisted_segment",
     "metadata_past_end", "wrong_sealed_flag", "index_entry_wrong", "index_deleted", "index_unreadable",
     "bad_tail", "bad_times", "stale_owner", "owner_deleted",
 )
@@ -46,6 +46,7 @@ FAULTS: tuple[str, ...] = (
 #: The finding each fault makes ``tiered verify`` report (``--deep`` for the deep ones: :data:`DEEP`).
 EXPECTED: dict[str, FindingKind] = {
     "flipped_byte": FindingKind.CORRUPT_MESSAGE,
+    "replaced_message": FindingKind.CHECKSUM_MISMATCH,
     "truncated_segment": FindingKind.LOST_BYTES,
     "deleted_object": FindingKind.MISSING_OBJECT,
     "extra_object": FindingKind.UNLISTED_OBJECT,
@@ -62,7 +63,7 @@ EXPECTED: dict[str, FindingKind] = {
 }
 
 #: Faults only ``tiered verify --deep`` finds (they need the messages read).
-DEEP: frozenset[str] = frozenset({"flipped_byte", "index_entry_wrong", "bad_times"})
+DEEP: frozenset[str] = frozenset({"flipped_byte", "replaced_message", "index_entry_wrong", "bad_times"})
 
 #: Faults that need the backend listing only (planted and found the same way on every driver).
 LISTING: frozenset[str] = frozenset({"truncated_segment", "deleted_object", "extra_object", "unlisted_segment", "index_deleted",

@@ -15,6 +15,7 @@ import dataclasses
 import logging
 import threading
 import time
+import zlib
 from itertools import accumulate
 from typing import Callable, Collection, Iterator, Sequence
 
@@ -100,6 +101,8 @@ class FlatAppendFile:
                 seg.max_timestamp = meta.end_timestamp
             if meta.seal_timestamp:
                 seg.seal_timestamp = meta.seal_timestamp
+            if meta.checksum is not None and meta.checksum_size == meta.size:
+                seg.checksum = meta.checksum
             self.segments.append(seg)
         if self.segments:
             self._recover_last_size()
@@ -147,8 +150,23 @@ class FlatAppendFile:
             fixed = self._new_segment(last.base_offset, initial_position=size, sealed=sealed)
             fixed.min_timestamp, fixed.max_timestamp = last.min_timestamp, last.max_timestamp
             fixed.seal_timestamp = last.seal_timestamp
+            fixed.checksum = self._adopted_checksum(last, size)
             self.segments[-1] = fixed
             self.flush_metadata(fixed)
+
+    def _adopted_checksum(self, last: FileSegment, size: int) -> int | None:
+        """``last``'s checksum carried over the bytes ``[commit_position, size)`` adopted at
+        open, or None when it is not known or those bytes cannot be read now."""
+        if last.checksum is None or size == last.commit_position:
+            return last.checksum
+        try:
+            tail = self.driver.read(last.path, last.commit_position, size - last.commit_position)
+        except TieredStoreError as exc:
+            log.info("%s: the checksum of %s is not kept past its adopted tail: %s", self.file_path, last.path, exc)
+            return None
+        if len(tail) != size - last.commit_position:
+            return None
+        return zlib.crc32(tail, last.checksum)
 
     def _tail_fails_read_back(self, last: FileSegment, size: int) -> str | None:
         """Why the bytes ``[commit_position, size)`` of the last segment are not this store's
@@ -177,7 +195,10 @@ class FlatAppendFile:
         if meta is None:
             meta = FileSegmentMetadata(self.file_path, int(self.file_type), seg.base_offset,
                                        create_timestamp=now_ms())
-        meta.size = seg.commit_position
+        checksum, covered = seg.committed_checksum()
+        meta.size = covered
+        if checksum is not None:
+            meta.checksum, meta.checksum_size = checksum, covered
         meta.begin_timestamp = NO_TIMESTAMP if seg.min_timestamp is None else seg.min_timestamp
         meta.end_timestamp = NO_TIMESTAMP if seg.max_timestamp is None else seg.max_timestamp
         if seg.sealed:

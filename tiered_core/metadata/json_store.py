@@ -471,7 +471,7 @@ class JsonMetadataStore(TieredMetadataStore):
         m = check_segment_metadata(metadata)
         stored = FileSegmentMetadata(m.path, int(m.type), m.base_offset, m.size, int(m.status),
                                      m.create_timestamp, m.begin_timestamp, m.end_timestamp,
-                                     m.seal_timestamp)
+                                     m.seal_timestamp, m.checksum, m.checksum_size)
         with self.transaction():
             self._put(self._inner(self._segments[stored.type], stored.path), stored.base_offset, stored)
             self._stale.add(("s", stored.type, stored.path))
@@ -636,9 +636,12 @@ def _backup_hint(source: str) -> str:
 q = json.encoder.encode_basestring  # a JSON string literal, non-ASCII kept as is
 
 _SEGMENT_TEMPLATE = (
-    '\t\t\t"%d":{\n\t\t\t\t"baseOffset":%d,\n\t\t\t\t"beginTimestamp":%d,\n\t\t\t\t"createTimestamp":%d,\n'
+    '\t\t\t"%d":{\n\t\t\t\t"baseOffset":%d,\n\t\t\t\t"beginTimestamp":%d,\n%s\t\t\t\t"createTimestamp":%d,\n'
     '\t\t\t\t"endTimestamp":%d,\n\t\t\t\t"path":%s,\n\t\t\t\t"sealTimestamp":%d,\n\t\t\t\t"size":%d,\n'
     '\t\t\t\t"status":%d,\n\t\t\t\t"type":%d\n\t\t\t}')
+#: A known checksum's two fields (RocketMQ has neither: written only when known, so a record
+#: without one is exactly RocketMQ's; fastjson ignores unknown fields).
+_CHECKSUM_TEMPLATE = '\t\t\t\t"checksum":%d,\n\t\t\t\t"checksumSize":%d,\n'
 _QUEUE_TEMPLATE = (
     '\t\t\t"%d":{\n\t\t\t\t"maxOffset":%d,\n\t\t\t\t"minOffset":%d,\n\t\t\t\t"queue":{\n'
     '\t\t\t\t\t"brokerName":%s,\n\t\t\t\t\t"queueId":%d,\n\t\t\t\t\t"topic":%s\n\t\t\t\t},\n'
@@ -649,8 +652,9 @@ _TOPIC_TEMPLATE = (
 
 
 def _render_segment(base: int, m: FileSegmentMetadata) -> str:
-    return _SEGMENT_TEMPLATE % (base, m.base_offset, m.begin_timestamp, m.create_timestamp, m.end_timestamp,
-                                q(m.path), m.seal_timestamp, m.size, m.status, m.type)
+    checksum = "" if m.checksum is None else _CHECKSUM_TEMPLATE % (m.checksum, m.checksum_size)
+    return _SEGMENT_TEMPLATE % (base, m.base_offset, m.begin_timestamp, checksum, m.create_timestamp,
+                                m.end_timestamp, q(m.path), m.seal_timestamp, m.size, m.status, m.type)
 
 
 def _render_queue(queue_id: int, m: QueueMetadata) -> str:
@@ -667,7 +671,11 @@ _TOPIC_FIELDS = {"reserveTime": "reserve_time", "status": "status", "topic": "to
 
 
 def _segment_json(m: FileSegmentMetadata) -> dict[str, Any]:
-    return {name: getattr(m, attr) for name, attr in _SEGMENT_FIELDS.items()}
+    out = {name: getattr(m, attr) for name, attr in _SEGMENT_FIELDS.items()}
+    if m.checksum is not None:
+        out.update(checksum=m.checksum, checksumSize=m.checksum_size)
+        out = dict(sorted(out.items()))
+    return out
 
 
 def _queue_json(m: QueueMetadata) -> dict[str, Any]:
@@ -772,6 +780,9 @@ class _Decoder:
             end_timestamp=self.int_(raw, "endTimestamp", where, default=NO_TIMESTAMP),
             seal_timestamp=self.int_(raw, "sealTimestamp", where, default=0),
         )
+        if raw.get("checksum") is not None:
+            m.checksum = self.int_(raw, "checksum", where)
+            m.checksum_size = self.int_(raw, "checksumSize", where, default=0)
         if (m.path, m.type, m.base_offset) != (path, seg_type, base):
             raise self.fail(where, f"entry says path={m.path!r} type={m.type} baseOffset={m.base_offset} "
                                    f"but is filed under path={path!r} type={seg_type} baseOffset={base}")

@@ -50,7 +50,9 @@ from tiered_core.common import now_ms
 T = TypeVar("T")
 
 #: Bumped whenever the schema changes; a store written by a newer version is refused.
-SCHEMA_VERSION = 1
+#: 2: ``file_segments`` keeps each segment's checksum (two columns); a version-1 file gets
+#: them at its first writable open, and reads as "checksum not known" until then.
+SCHEMA_VERSION = 2
 
 _SCHEMA = [
     "CREATE TABLE store_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID",
@@ -80,6 +82,8 @@ _SCHEMA = [
         begin_timestamp INTEGER NOT NULL,
         end_timestamp INTEGER NOT NULL,
         seal_timestamp INTEGER NOT NULL,
+        checksum INTEGER,
+        checksum_size INTEGER NOT NULL DEFAULT 0,
         PRIMARY KEY (type, path, base_offset)
     ) WITHOUT ROWID""",
     "INSERT INTO store_meta (key, value) VALUES ('max_topic_id', -1)",
@@ -94,7 +98,12 @@ _PROPERTIES_TABLE = ("CREATE TABLE IF NOT EXISTS store_properties (key TEXT PRIM
 _TOPIC_COLS = "topic_id, topic, reserve_time, status, update_timestamp"
 _QUEUE_COLS = "topic, queue_id, min_offset, max_offset, update_timestamp, broker_name"
 _SEGMENT_COLS = ("path, type, base_offset, size, status, create_timestamp, begin_timestamp, "
-                 "end_timestamp, seal_timestamp")
+                 "end_timestamp, seal_timestamp, checksum, checksum_size")
+#: What a version-1 file (no checksum columns) is read with: every checksum unknown.
+_SEGMENT_COLS_V1 = _SEGMENT_COLS.replace("checksum, checksum_size", "NULL, 0")
+#: Version 1 -> 2.
+_ADD_CHECKSUMS = ("ALTER TABLE file_segments ADD COLUMN checksum INTEGER",
+                  "ALTER TABLE file_segments ADD COLUMN checksum_size INTEGER NOT NULL DEFAULT 0")
 
 _PAGE = 1000  # rows per query while iterating
 _SYNC_MODES = ("NORMAL", "FULL", "EXTRA")
@@ -185,6 +194,7 @@ class SqliteMetadataStore(TieredMetadataStore):
         self._depth = 0
         self._conn: sqlite3.Connection | None = None
         self._writes_refused = False  # open_for_reading
+        self._segment_cols = _SEGMENT_COLS
         self._immutable = False
         return opts
 
@@ -243,6 +253,8 @@ class SqliteMetadataStore(TieredMetadataStore):
             if version is None or version > SCHEMA_VERSION:
                 raise MetadataError(f"metadata store {self.path!r} has schema version {version}; this version of "
                                     f"tiered-store reads up to {SCHEMA_VERSION}", path=self.path, version=version)
+            if version < 2:
+                self._segment_cols = _SEGMENT_COLS_V1  # read as it is: nothing is added to the file
         except BaseException:
             self.close()
             raise
@@ -298,6 +310,10 @@ class SqliteMetadataStore(TieredMetadataStore):
                     raise MetadataError(
                         f"metadata store {self.path!r} has schema version {version}; this version of "
                         f"tiered-store reads up to {SCHEMA_VERSION}", path=self.path, version=version)
+                if version < 2:
+                    for statement in _ADD_CHECKSUMS:
+                        conn.execute(statement)
+                    conn.execute("INSERT INTO schema_version (version) VALUES (2)")
             if "store_properties" not in tables:
                 conn.execute(_PROPERTIES_TABLE)
             conn.execute("COMMIT")
@@ -555,19 +571,20 @@ class SqliteMetadataStore(TieredMetadataStore):
 
     def get_file_segment(self, type: int, path: str, base_offset: int) -> FileSegmentMetadata | None:
         key = (check_segment_type(type), check_segment_path(path), check_base_offset(base_offset))
-        rows = self._query("get_file_segment", f"SELECT {_SEGMENT_COLS} FROM file_segments "
+        rows = self._query("get_file_segment", f"SELECT {self._segment_cols} FROM file_segments "
                            "WHERE type = ? AND path = ? AND base_offset = ?", key)
         return FileSegmentMetadata(*rows[0]) if rows else None
 
-    _PUT_SEGMENT = f"INSERT OR REPLACE INTO file_segments ({_SEGMENT_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    _PUT_SEGMENT = f"INSERT OR REPLACE INTO file_segments ({_SEGMENT_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 
     def update_file_segment(self, metadata: FileSegmentMetadata) -> FileSegmentMetadata:
         m = check_segment_metadata(metadata)
         stored = FileSegmentMetadata(m.path, int(m.type), m.base_offset, m.size, int(m.status),
                                      m.create_timestamp, m.begin_timestamp, m.end_timestamp,
-                                     m.seal_timestamp)
+                                     m.seal_timestamp, m.checksum, m.checksum_size)
         values = (stored.path, stored.type, stored.base_offset, stored.size, stored.status,
-                  stored.create_timestamp, stored.begin_timestamp, stored.end_timestamp, stored.seal_timestamp)
+                  stored.create_timestamp, stored.begin_timestamp, stored.end_timestamp, stored.seal_timestamp,
+                  stored.checksum, stored.checksum_size)
         self._write_one("update_file_segment", self._PUT_SEGMENT, values)
         return stored
 
@@ -587,7 +604,7 @@ class SqliteMetadataStore(TieredMetadataStore):
         types = (0, 1, 2) if type is None else (check_segment_type(type),)
         if path is not None:
             check_segment_path(path)
-        select = f"SELECT {_SEGMENT_COLS} FROM file_segments WHERE type = ?"
+        select = f"SELECT {self._segment_cols} FROM file_segments WHERE type = ?"
         # Keyset pagination on the primary key: every page is a range search, never a scan.
         for seg_type in types:
             if path is None:

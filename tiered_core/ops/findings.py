@@ -70,6 +70,7 @@ class FindingKind(str, enum.Enum):
     SEALED_MISMATCH = "sealed_mismatch"
     STRAY_OBJECT = "stray_object"
     LEFTOVER_PARTS = "leftover_parts"
+    CHECKSUM_MISMATCH = "checksum_mismatch"
     # -- one queue's segments and messages -----------------------------------------------
     SEGMENT_GAP = "segment_gap"
     UNIT_OUTSIDE_COMMIT_LOG = "unit_outside_commit_log"
@@ -136,6 +137,11 @@ KINDS: dict[FindingKind, KindInfo] = {
     FindingKind.BAD_TAIL: KindInfo(
         Severity.WARNING, True, "bytes past the committed end that fail the read-back check: repair copies the "
         "object into the quarantine and rewrites it with its committed bytes only", "listing"),
+    FindingKind.CHECKSUM_MISMATCH: KindInfo(
+        Severity.CORRUPT, False, "the object is not the one this store wrote (another object put in its place, or "
+        "its bytes changed): restore this store's object from a copy of the bucket. Do not run `tiered metadata "
+        "rebuild`: it would record the object found as this store's, and its offsets would name other messages",
+        "listing"),
     FindingKind.SEALED_MISMATCH: KindInfo(
         Severity.WARNING, True, "repair seals the object, or records it as sealed, so that both agree", "listing"),
     FindingKind.SEGMENT_GAP: KindInfo(

@@ -19,7 +19,9 @@ whole report. Then the areas, in order, each its own module:
    commit log, and with ``deep`` every message through the read checks and the segments'
    times; the walk is pluggable (``walk``: the Spark walk of ``tiered spark verify``). A
    segment the listing and the walk both find short or gone is reported once, by the
-   listing, with the queue offsets the walk found lost;
+   listing, with the queue offsets the walk found lost. With ``deep``, every other segment
+   is then hashed against the checksum its writer recorded
+   (:mod:`tiered_core.ops.verify_checksum`);
 4. the key index (:mod:`tiered_core.ops.verify_index`): every uploaded file readable, with
    ``deep`` every entry pointing at a message with its key;
 5. the local store (:mod:`tiered_core.ops.verify_local`): what waits to be tiered, what
@@ -44,6 +46,7 @@ from tiered_core.flat.segment_reader import SegmentReader
 from tiered_core.flat.ownership import ReadOnlyDriver, read_store_id, tier_prefix
 from tiered_core.metadata import open_metadata_read_only
 from tiered_core.ops.findings import Finding, FindingKind, Severity, VerifyReport
+from tiered_core.ops.verify_checksum import checksum_findings, checksummed
 from tiered_core.ops.verify_index import check_index
 from tiered_core.ops.verify_listing import check_listing, metadata_segments
 from tiered_core.ops.verify_local import local_findings, local_witness
@@ -135,6 +138,14 @@ def verify_store(config: Any, *, deep: bool = False, topics: Iterable[str] | Non
             merged = _merge_lost(listing.findings, walked, fresh_metadata, cluster, broker)
             report.extend(_with_lost_offsets(driver, merged, works, prop_crc))
             report.stats.add(walked.stats)
+            if deep:
+                # (a segment the walk found corrupt is reported there, with its offsets)
+                corrupt = {f.subject for f in report.findings if f.severity is Severity.CORRUPT}
+                hashed = [seg for seg in checksummed(listing, topic_list) if seg.path not in corrupt]
+                with _bar(progress, "checksums", len(hashed)) as bar:
+                    mismatched, hashed_bytes = checksum_findings(driver, hashed, bar.update)
+                report.extend(mismatched)
+                report.stats.bytes_read += hashed_bytes
             # 4. the key index
             index_files = sum(1 for f in listing.segments.values()
                               if f.file_key[2] == int(FileSegmentType.INDEX) and f.meta.size)

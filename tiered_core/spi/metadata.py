@@ -62,6 +62,12 @@ class FileSegmentMetadata:
     ``path`` is the flat file's logical path (the segment's directory), ``type`` a
     ``FileSegmentType`` value, ``size`` the committed size (commit position).
     ``begin_timestamp``/``end_timestamp`` are :data:`NO_TIMESTAMP` while empty.
+
+    ``checksum`` is the CRC-32 (zlib's) of the object's first ``checksum_size`` bytes as
+    this store wrote them, or None when the store does not know it (a record made by a
+    rebuild, an older version, or a metadata store that keeps no checksums). A segment
+    is append-only, so the pair stays true when ``size`` grows past it; ``tiered verify
+    --deep`` compares it with the object (RocketMQ has no such field).
     """
 
     path: str
@@ -73,6 +79,8 @@ class FileSegmentMetadata:
     begin_timestamp: int = NO_TIMESTAMP
     end_timestamp: int = NO_TIMESTAMP
     seal_timestamp: int = 0
+    checksum: int | None = None
+    checksum_size: int = 0
 
     def __post_init__(self) -> None:
         # Plain ints (from a store, a file) become the enums; anything else is left for
@@ -190,6 +198,12 @@ def check_segment_metadata(m: Any) -> FileSegmentMetadata:
     if m.size < 0:
         raise IllegalParam(f"size must be >= 0, got {m.size} for segment {m.path!r}@{m.base_offset}",
                            size=m.size, path=m.path)
+    if m.checksum is not None and (not _is_int(m.checksum) or not 0 <= m.checksum <= 0xFFFFFFFF):
+        raise IllegalParam(f"checksum must be a CRC-32 (0..2**32-1) or None, got {m.checksum!r} "
+                           f"for segment {m.path!r}@{m.base_offset}", checksum=m.checksum, path=m.path)
+    if not _is_int(m.checksum_size) or m.checksum_size < 0:
+        raise IllegalParam(f"checksum_size must be an int >= 0, got {m.checksum_size!r} "
+                           f"for segment {m.path!r}@{m.base_offset}", checksum_size=m.checksum_size, path=m.path)
     if m.status not in tuple(SegmentStatus):
         raise IllegalParam(f"status must be 0 NEW, 1 SEALED or 2 DELETED, got {m.status!r} "
                            f"for segment {m.path!r}@{m.base_offset}", status=m.status, path=m.path)

@@ -222,6 +222,19 @@ class MetadataStoreConformance:
         assert store.get_file_segment(IDX, "b/t/0", 0) is None
         store.close()
 
+    def test_a_segment_checksum_is_kept_or_not_known_never_another(self, store):
+        """``checksum``/``checksum_size`` are optional: a store keeps the pair as given, or
+        answers ``checksum=None`` ("not known"); any other value would make verify call a
+        whole object damaged."""
+        store.update_file_segment(segment("b/t/0", 0, size=10, checksum=0xFFFFFFFF, checksum_size=10))
+        store.update_file_segment(segment("b/t/0", 10, size=5))
+        store = self.reopen(store)
+        kept = store.get_file_segment(CL, "b/t/0", 0)
+        assert kept.checksum is None or (kept.checksum, kept.checksum_size) == (0xFFFFFFFF, 10)
+        assert store.get_file_segment(CL, "b/t/0", 10).checksum is None
+        assert [m.checksum for m in store.iterate_file_segments(CL, "b/t/0")] == [kept.checksum, None]
+        store.close()
+
     def test_segments_iterate_by_type_and_path_in_numeric_base_order(self, store):
         bases = [100, 9, 10, 0, 1 << 40]
         for base in bases:

@@ -1,0 +1,241 @@
+"""Each segment's checksum: recorded as the store writes, kept across a restart and an adopted
+tail, stored by both metadata stores (a version-1 SQLite file read as it is, migrated by a
+writable open), and compared by ``tiered verify --deep``.
+
+Drill s13 F1: a sealed segment whose bytes were replaced by an object of the same name and
+size, with valid messages stored within the segment's recorded times, passed every read
+check of ``verify --deep`` while its offsets served other messages. Its checksum does not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import zlib
+from pathlib import Path
+
+import pytest
+
+from tiered_core import Message, StoreConfig
+from tiered_core.access.tiered_store import TieredMessageStore
+from tiered_core.cli import main
+from tiered_core.codec.message import BODY_CRC_POS
+from tiered_core.common import FileSegmentType, SegmentStatus
+from tiered_core.metadata.json_store import JsonMetadataStore
+from tiered_core.metadata.sqlite import SCHEMA_VERSION, SqliteMetadataStore
+from tiered_core.ops.reconcile import backend_path
+from tiered_core.spi.metadata import FileSegmentMetadata
+
+#: Every store here is closed: verify's settle pauses would wait for nothing (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("no_verify_settle")
+
+
+def _config(root: Path, metadata: str = "sqlite") -> tuple[StoreConfig, str]:
+    conf = root / "tiered.toml"
+    conf.write_text(f'[tiered]\nstore_path = "{root / "store"}"\ndriver = "posix"\nmetadata = "{metadata}"\n'
+                    f'commit_log_max_size = 3000\n[tiered.options]\nroot = "{root / "tier"}"\nfsync = false\n')
+    return StoreConfig.load(str(conf), environ={}), str(conf)
+
+
+def _body(i: int) -> bytes:
+    return f"order {i:05d} ".encode() * 6
+
+
+def _put(config: StoreConfig, first: int, count: int) -> None:
+    with TieredMessageStore.open(config) as store:
+        for i in range(first, first + count):
+            store.put_message(Message(topic="orders", body=_body(i), keys=[f"k{i}"]), i % 2)
+            if i % 7 == 6:
+                store.dispatch(force=True)  # many commits per segment
+        store.dispatch(force=True)
+
+
+def _records(config: StoreConfig) -> list[FileSegmentMetadata]:
+    metadata = config.open_metadata()
+    try:
+        return [m for m in metadata.iterate_file_segments() if m.type != FileSegmentType.INDEX]
+    finally:
+        metadata.close()
+
+
+def _object(config: StoreConfig, meta: FileSegmentMetadata) -> Path:
+    return Path(config.driver_options["root"]) / backend_path(config.cluster, meta)
+
+
+def _assert_checksums_match_the_objects(config: StoreConfig) -> int:
+    records = _records(config)
+    assert records
+    for m in records:
+        assert m.checksum is not None, m
+        assert m.checksum_size == m.size, m
+        assert zlib.crc32(_object(config, m).read_bytes()[:m.size]) == m.checksum, m
+    return len(records)
+
+
+@pytest.mark.parametrize("metadata", ["sqlite", "json"])
+def test_every_segment_records_the_checksum_of_its_bytes_across_restarts(tmp_path, metadata):
+    config, _ = _config(tmp_path, metadata)
+    _put(config, 0, 60)
+    _assert_checksums_match_the_objects(config)
+    _put(config, 60, 60)  # a reopen continues each last segment's checksum
+    n = _assert_checksums_match_the_objects(config)
+    assert sum(1 for m in _records(config) if m.status == SegmentStatus.SEALED) >= 4 and n >= 6
+
+
+def test_a_tail_adopted_at_open_is_hashed_into_the_checksum(tmp_path):
+    """Bytes that landed after the last metadata update (a crash between the two) are adopted
+    at the next open; the checksum then covers them too."""
+    config, _ = _config(tmp_path)
+    _put(config, 0, 10)
+    last = max((m for m in _records(config) if m.type == FileSegmentType.COMMIT_LOG and m.path.endswith("/0")),
+               key=lambda m: m.base_offset)
+    data = _object(config, last).read_bytes()
+    starts = _message_starts(data)
+    assert len(starts) >= 2
+    cut = starts[-1]  # as if the store crashed after committing its last message, before recording it
+    metadata = config.open_metadata()
+    try:
+        metadata.update_file_segment(FileSegmentMetadata(
+            last.path, last.type, last.base_offset, cut, last.status, last.create_timestamp, last.begin_timestamp,
+            last.end_timestamp, last.seal_timestamp, zlib.crc32(data[:cut]), cut))
+    finally:
+        metadata.close()
+    _put(config, 10, 2)
+    _assert_checksums_match_the_objects(config)
+
+
+def _message_starts(data: bytes) -> list[int]:
+    """Where each message of a commit-log segment starts (its first field is its size)."""
+    starts, pos = [], 0
+    while pos < len(data):
+        starts.append(pos)
+        pos += int.from_bytes(data[pos:pos + 4], "big")
+    return starts
+
+
+def _seal_all(config: StoreConfig) -> FileSegmentMetadata:
+    """The records of a store whose first commit-log segment of queue 0 is sealed, and that one."""
+    return min((m for m in _records(config) if m.type == FileSegmentType.COMMIT_LOG and m.path.endswith("/0")
+                and m.status == SegmentStatus.SEALED), key=lambda m: m.base_offset)
+
+
+def _swap_a_body_keeping_every_read_check(path: Path, old: bytes, new: bytes) -> None:
+    """Another message in place of one: same length, its body CRC right, its times unchanged."""
+    data = bytearray(path.read_bytes())
+    at = data.index(old)
+    start = max(p for p in _message_starts(data) if p < at)
+    data[at:at + len(new)] = new
+    data[start + BODY_CRC_POS:start + BODY_CRC_POS + 4] = (zlib.crc32(new) & 0x7FFFFFFF).to_bytes(4, "big")
+    os.chmod(path, 0o644)
+    path.write_bytes(bytes(data))
+    os.chmod(path, 0o444)
+
+
+def _verify(capsys, conf: str, *extra: str) -> tuple[int, dict]:
+    code = main(["verify", "--config", conf, "--json", *extra])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_verify_deep_finds_a_segment_whose_bytes_are_not_the_ones_written(tmp_path, capsys):
+    config, conf = _config(tmp_path)
+    _put(config, 0, 60)
+    sealed = _seal_all(config)
+    subject = backend_path(config.cluster, sealed)
+    code, clean = _verify(capsys, conf, "--deep")
+    assert code == 0, clean["findings"]
+    victim = _object(config, sealed)
+    size = victim.stat().st_size
+    _swap_a_body_keeping_every_read_check(victim, _body(2), _body(2).replace(b"order", b"ORDER"))
+    assert victim.stat().st_size == size
+
+    code, report = _verify(capsys, conf, "--deep")
+    assert code == 4, report["findings"]
+    (found,) = report["findings"]  # the read checks and the times see nothing wrong
+    assert (found["kind"], found["severity"], found["subject"]) == ("checksum_mismatch", "corrupt", subject)
+    assert not found["mendable"] and "metadata rebuild" in found["fix"]
+    assert found["facts"]["recorded_checksum"] == sealed.checksum
+    assert found["facts"]["found_checksum"] == zlib.crc32(victim.read_bytes()[:sealed.checksum_size])
+    assert found["topic"] == "orders" and found["queue_id"] == 0
+    # a plain verify does not read the objects
+    code, plain = _verify(capsys, conf)
+    assert code == 0, plain["findings"]
+    # repair leaves it, naming the manual step
+    code = main(["repair", "--config", conf, "--apply", "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert code == 1, result
+    assert [m["subject"] for m in result["manual"]] == [subject]
+    assert victim.read_bytes() != b"" and _seal_all(config).checksum == sealed.checksum
+
+
+def test_a_version_1_sqlite_file_reads_unchanged_and_a_writable_open_adds_the_columns(tmp_path):
+    db = tmp_path / "meta.db"
+    store = SqliteMetadataStore(str(db))
+    store.update_file_segment(FileSegmentMetadata("b/t/0", 0, 0, size=10, checksum=0xDEADBEEF, checksum_size=10))
+    store.close()
+    # a version-1 file: the table without the two columns
+    conn = sqlite3.connect(db)
+    conn.executescript("""
+        CREATE TABLE old (type INTEGER NOT NULL, path TEXT NOT NULL, base_offset INTEGER NOT NULL,
+            size INTEGER NOT NULL, status INTEGER NOT NULL, create_timestamp INTEGER NOT NULL,
+            begin_timestamp INTEGER NOT NULL, end_timestamp INTEGER NOT NULL, seal_timestamp INTEGER NOT NULL,
+            PRIMARY KEY (type, path, base_offset)) WITHOUT ROWID;
+        INSERT INTO old SELECT type, path, base_offset, size, status, create_timestamp, begin_timestamp,
+                               end_timestamp, seal_timestamp FROM file_segments;
+        DROP TABLE file_segments;
+        ALTER TABLE old RENAME TO file_segments;
+        DELETE FROM schema_version; INSERT INTO schema_version (version) VALUES (1);""")
+    conn.close()
+    before = db.read_bytes()
+    for reader in (SqliteMetadataStore.open_for_reading(str(db)), SqliteMetadataStore.open_read_only(str(db))):
+        try:
+            (m,) = reader.iterate_file_segments()
+            assert (m.size, m.checksum, m.checksum_size) == (10, None, 0)
+            assert reader.get_file_segment(0, "b/t/0", 0) == m
+        finally:
+            reader.close()
+    assert db.read_bytes() == before
+    store = SqliteMetadataStore(str(db))
+    try:
+        (m,) = store.iterate_file_segments()
+        assert (m.size, m.checksum) == (10, None)
+        store.update_file_segment(FileSegmentMetadata("b/t/0", 0, 0, size=12, checksum=7, checksum_size=12))
+        assert store.get_file_segment(0, "b/t/0", 0).checksum == 7
+    finally:
+        store.close()
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT MAX(version) FROM schema_version").fetchone() == (SCHEMA_VERSION,) == (2,)
+
+
+def test_json_metadata_writes_the_checksum_only_when_known(tmp_path):
+    path = tmp_path / "tieredStoreMetadata.json"
+    store = JsonMetadataStore(str(path))
+    try:
+        store.update_file_segment(FileSegmentMetadata("b/t/0", 0, 0, size=10))
+        store.update_file_segment(FileSegmentMetadata("b/t/0", 0, 10, size=5, checksum=123, checksum_size=5))
+        store.flush()
+        text = store.encode()
+        assert text == json.dumps(store.document(), indent="\t", separators=(",", ":"), ensure_ascii=False) + "\n"
+    finally:
+        store.close()
+    doc = json.loads(path.read_text())
+    segs = doc["commitLogFileSegmentTable"]["b/t/0"]
+    assert "checksum" not in segs["0"]  # a record without one is exactly RocketMQ's
+    assert (segs["10"]["checksum"], segs["10"]["checksumSize"]) == (123, 5)
+    reopened = JsonMetadataStore(str(path))
+    try:
+        assert reopened.get_file_segment(0, "b/t/0", 10).checksum == 123
+        assert reopened.get_file_segment(0, "b/t/0", 0).checksum is None
+    finally:
+        reopened.close()
+
+
+@pytest.mark.parametrize("bad", [-1, 1 << 32, "12", True])
+def test_a_checksum_that_is_no_crc32_is_refused(tmp_path, bad):
+    store = SqliteMetadataStore(str(tmp_path / "m.db"))
+    try:
+        with pytest.raises(Exception) as err:
+            store.update_file_segment(FileSegmentMetadata("b/t/0", 0, 0, size=1, checksum=bad, checksum_size=1))
+        assert "checksum" in str(err.value) and getattr(err.value, "code", None)
+    finally:
+        store.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import zlib
 from pathlib import Path
@@ -32,6 +33,7 @@ pytestmark = pytest.mark.usefixtures("no_verify_settle")
 
 
 def _config(root: Path, metadata: str = "sqlite") -> tuple[StoreConfig, str]:
+    root.mkdir(parents=True, exist_ok=True)
     conf = root / "tiered.toml"
     conf.write_text(f'[tiered]\nstore_path = "{root / "store"}"\ndriver = "posix"\nmetadata = "{metadata}"\n'
                     f'commit_log_max_size = 3000\n[tiered.options]\nroot = "{root / "tier"}"\nfsync = false\n')
@@ -166,6 +168,38 @@ def test_verify_deep_finds_a_segment_whose_bytes_are_not_the_ones_written(tmp_pa
     assert code == 1, result
     assert [m["subject"] for m in result["manual"]] == [subject]
     assert victim.read_bytes() != b"" and _seal_all(config).checksum == sealed.checksum
+
+
+def test_a_rebuild_of_the_stores_own_records_keeps_their_checksums(tmp_path, capsys):
+    """Drill s13 F2: a rebuild over an object put in a segment's place took it as the store's,
+    after which verify was clean. The rebuild of the store's own records keeps each segment's
+    checksum, so verify --deep still finds it."""
+    config, conf = _config(tmp_path)
+    _put(config, 0, 60)
+    sealed = _seal_all(config)
+    _swap_a_body_keeping_every_read_check(_object(config, sealed), _body(2), _body(2).replace(b"order", b"ORDER"))
+    assert main(["metadata", "rebuild", "--config", conf, "--force"]) == 0
+    assert "kept the checksums of" in capsys.readouterr().out
+    assert {(m.base_offset, m.checksum) for m in _records(config) if m.path == sealed.path
+            and m.type == sealed.type} >= {(sealed.base_offset, sealed.checksum)}
+    code, report = _verify(capsys, conf, "--deep")
+    assert code == 4 and [(f["kind"], f["subject"]) for f in report["findings"] if f["severity"] != "info"] == \
+        [("checksum_mismatch", backend_path(config.cluster, sealed))]
+
+
+def test_a_rebuild_over_another_stores_records_keeps_none_of_their_checksums(tmp_path, capsys):
+    """Another store's database copied over this one's (same cluster and broker; see
+    test_foreign_metadata.py): its records name segments of the same names, hashed over that
+    store's bytes. The rebuild it calls for keeps none of them: verify --deep stays clean."""
+    a, a_conf = _config(tmp_path / "a")
+    b, _ = _config(tmp_path / "b")
+    _put(a, 0, 40)
+    _put(b, 0, 20)  # B's segments are no longer than A's: each checksum would fit A's objects
+    shutil.copyfile(b.effective_metadata_path(), a.effective_metadata_path())
+    assert main(["metadata", "rebuild", "--config", a_conf, "--force"]) == 0
+    assert "kept the checksums" not in capsys.readouterr().out
+    code, report = _verify(capsys, a_conf, "--deep")
+    assert code == 0, report["findings"]
 
 
 def test_a_version_1_sqlite_file_reads_unchanged_and_a_writable_open_adds_the_columns(tmp_path):

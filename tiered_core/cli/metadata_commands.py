@@ -223,9 +223,13 @@ def run_rebuild(args: argparse.Namespace) -> int:
                   flush=True)
             metadata = config.open_metadata()
         with config.open_driver() as driver, metadata:
+            # Records this very store wrote keep each segment's checksum: verify --deep then still
+            # finds an object put in a segment's place, which a rebuild from the listing would take.
+            own_records = ids.metadata_store_id(metadata) not in (None, "") and \
+                ids.metadata_store_id(metadata) == read_store_id(config.store_path)
             stats = rebuild_metadata(driver, metadata, cluster=config.cluster, broker=config.broker,
                                      force=args.force, timestamps=args.timestamps, progress=progress,
-                                     progress_every=args.progress_every)
+                                     progress_every=args.progress_every, keep_checksums=own_records)
             # The records now describe this store's tier: so does its identity (the config was
             # checked against the directory's above), whatever store's database this was.
             ids.write_metadata(metadata, ids.StoreIdentity.of(config), read_store_id(config.store_path))
@@ -235,6 +239,9 @@ def run_rebuild(args: argparse.Namespace) -> int:
     print(f"rebuilt {stats.topics} topic(s), {stats.queues} queue(s), {stats.segments} file segment(s) "
           f"({stats.sealed} sealed, {stats.bytes} bytes; {stats.timestamps_read} timestamps read) "
           f"in {stats.elapsed_s:.2f} s")
+    if stats.checksums_kept:
+        print(f"kept the checksums of {stats.checksums_kept} segment(s) from the records replaced "
+              "(`tiered verify --deep` compares each object with the bytes written to it)")
     if stats.topic_ids_recovered or stats.topic_ids_new:
         print(f"topic ids: {stats.topic_ids_recovered} recovered from the key index, {stats.topic_ids_new} new")
     if stats.topic_ids_new:

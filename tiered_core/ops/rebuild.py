@@ -92,6 +92,8 @@ class RebuildStats:
     #: Segment-named objects not adopted: a commit log with no consume queue whose first
     #: message does not read as one (another writer's object under a segment's name).
     not_adopted: list[str] = field(default_factory=list)
+    #: Segments whose checksum the replaced records held was kept (``keep_checksums``).
+    checksums_kept: int = 0
     elapsed_s: float = 0.0
 
 
@@ -124,6 +126,7 @@ def rebuild_metadata(
     progress: Progress | None = None,
     progress_every: int = 1000,
     prop_crc: PropCrcPolicy = PropCrcPolicy.IF_PRESENT,
+    keep_checksums: bool = False,
 ) -> RebuildStats:
     """Reconstruct ``metadata`` from the segments of ``cluster``/``broker`` that ``driver`` lists.
 
@@ -134,6 +137,10 @@ def rebuild_metadata(
     ``__CRC32#`` property (default: verified when present, as there is no store config to
     say more; ``REQUIRE`` for a store with ``verify_prop_crc``). A message that fails the
     read path's validation tells nothing (its time is not used); the rebuild goes on.
+    ``keep_checksums`` (with ``force``; only for records this very store wrote: the caller
+    checked the store id they record): each segment keeps the checksum its old record held
+    (the CRC-32 of the bytes written to it), so ``tiered verify --deep`` still finds an
+    object put in its place; the listing cannot tell, and the rebuild does not hash.
 
     Raises :class:`MetadataError` (store not empty) or what the driver and store raise.
     """
@@ -232,6 +239,9 @@ def rebuild_metadata(
     index_segments = files.get((INDEX_TOPIC, INDEX_QUEUE_ID, FileSegmentType.INDEX), [])
     known_ids = _topic_ids_from_index(driver, index_segments, views) if topic_ids and index_segments else {}
 
+    checksums = {(int(m.type), m.path, m.base_offset): (m.checksum, m.checksum_size)
+                 for m in metadata.iterate_file_segments() if m.checksum is not None} \
+        if force and keep_checksums else {}
     with metadata.transaction():
         kept = _replace_topics(metadata, sorted(topics)) if force else {}
         if force:
@@ -264,6 +274,10 @@ def rebuild_metadata(
                     status=int(SegmentStatus.SEALED if seg.sealed else SegmentStatus.NEW),
                     create_timestamp=now, begin_timestamp=seg.begin, end_timestamp=seg.end,
                     seal_timestamp=now if seg.sealed else 0)
+                checksum = checksums.get((int(file_type), logical, seg.base))
+                if checksum is not None and checksum[1] <= seg.size:
+                    meta.checksum, meta.checksum_size = checksum
+                    stats.checksums_kept += 1
                 metadata.update_file_segment(meta)
                 stats.segments += 1
                 stats.sealed += seg.sealed

@@ -529,3 +529,21 @@ def test_a_container_that_is_no_container_name_is_an_invalid_option(container):
     with pytest.raises(InvalidOption) as info:
         AzureDriver(container=container, connection_string="UseDevelopmentStorage=true")
     assert info.value.option == "container" and repr(container) in str(info.value)
+
+
+def test_a_block_blob_in_a_segments_place_is_named_as_such(driver):
+    """An operator restored a segment with a plain upload (a block blob: what azcopy and `az
+    storage blob upload` make by default). The store appends to a segment it has not sealed,
+    which a block blob refuses: every dispatch of its queue failed with the service's
+    InvalidBlobType. The append and the seal now say what the blob is and what to do."""
+    driver.write("seg", 0, b"abc")
+    data = driver.read("seg", 0, 3)
+    driver.delete("seg")
+    driver._fs.pipe_file(driver._fs_path("seg"), data)  # a plain upload: a block blob
+    for call in (lambda: driver.write("seg", 3, b"def"), lambda: driver.seal("seg")):
+        with pytest.raises(DriverError) as err:
+            call()
+        assert not err.value.retryable
+        text = str(err.value)
+        assert "block blob" in text and "append blob" in text and "'seg'" in text, text
+    assert driver.read("seg", 0, 3) == b"abc"  # nothing changed

@@ -329,6 +329,8 @@ class AzureDriver(SegmentDriver):
         def handle(exc, status, code):
             if code == "BlobIsSealed":
                 raise SegmentSealed(path) from None
+            if code == "InvalidBlobType":
+                raise self._not_an_append_blob(path, f"append at {pos} to") from None
             if status == 404 and code == "BlobNotFound" and pos == 0 and not state["created"]:
                 self.create(path)
                 state["created"] = True
@@ -370,9 +372,19 @@ class AzureDriver(SegmentDriver):
                 raise NotFound(path, "cannot be sealed: it does not exist") from None
             if code == "BlobIsSealed":
                 return None
+            if code == "InvalidBlobType":
+                raise self._not_an_append_blob(path, "seal") from None
             return _UNHANDLED
 
         self._sdk("seal", path, lambda: self._blob(path).seal_append_blob(), handle)
+
+    def _not_an_append_blob(self, path: str, action: str) -> DriverError:
+        # A segment restored with a plain upload (azcopy's and the CLI's default blob type).
+        return DriverError(
+            f"azure: cannot {action} {path!r} in container {self.container!r}: it is a block blob, and a segment "
+            "must be an append blob (was it restored or copied in by hand?). Restore it as an append blob with "
+            "the same bytes; nothing was changed", retryable=False, container=self.container, path=path,
+            service_code="InvalidBlobType")
 
     def delete(self, path: str) -> None:
         target = self._fs_path(path)

@@ -12,7 +12,7 @@ import pytest
 from snapshots import changes, snapshot
 from store_workload import Workload, backend_options, dispatch_until_tiered, small_config
 from test_verify import build_store, serious, stat_tree, write_conf
-from tiered_conformance.drills import DEEP, EXPECTED, FAULTS, LISTING, copy_store, plant
+from tiered_conformance.drills import CHECKSUMS, DEEP, EXPECTED, FAULTS, LISTING, copy_store, plant
 from tiered_core.access.tiered_store import TieredMessageStore
 from tiered_core.cli import main
 from tiered_core.errors import IllegalParam
@@ -27,7 +27,8 @@ def original(tmp_path_factory):
 def test_the_catalogue_names_each_fault_once_with_its_finding():
     assert len(FAULTS) == len(set(FAULTS)) == 15
     assert set(EXPECTED) == set(FAULTS) and all(isinstance(k, FindingKind) for k in EXPECTED.values())
-    assert DEEP <= set(FAULTS) and LISTING <= set(FAULTS) and not DEEP & LISTING
+    assert DEEP <= set(FAULTS) and LISTING <= set(FAULTS) and CHECKSUMS <= set(FAULTS)
+    assert not DEEP & LISTING and not CHECKSUMS & (DEEP | LISTING)
     # every area of verify is drilled
     assert {k.info.area for k in EXPECTED.values()} == {"ownership", "listing", "queue", "index"}
 

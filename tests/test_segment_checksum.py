@@ -139,41 +139,41 @@ def _verify(capsys, conf: str, *extra: str) -> tuple[int, dict]:
     return code, json.loads(capsys.readouterr().out)
 
 
-def test_verify_deep_finds_a_segment_whose_bytes_are_not_the_ones_written(tmp_path, capsys):
+def test_verify_checksums_finds_a_segment_whose_bytes_are_not_the_ones_written(tmp_path, capsys):
     config, conf = _config(tmp_path)
     _put(config, 0, 60)
     sealed = _seal_all(config)
     subject = backend_path(config.cluster, sealed)
-    code, clean = _verify(capsys, conf, "--deep")
-    assert code == 0, clean["findings"]
+    code, clean = _verify(capsys, conf, "--deep", "--checksums")
+    assert code == 0 and clean["summary"]["checksums"] is True, clean["findings"]
     victim = _object(config, sealed)
     size = victim.stat().st_size
     _swap_a_body_keeping_every_read_check(victim, _body(2), _body(2).replace(b"order", b"ORDER"))
     assert victim.stat().st_size == size
 
     code, report = _verify(capsys, conf, "--deep")
+    assert code == 0, report["findings"]  # the read checks and the times see nothing wrong
+    code, report = _verify(capsys, conf, "--deep", "--checksums")
     assert code == 4, report["findings"]
-    (found,) = report["findings"]  # the read checks and the times see nothing wrong
+    (found,) = report["findings"]
     assert (found["kind"], found["severity"], found["subject"]) == ("checksum_mismatch", "corrupt", subject)
     assert not found["mendable"] and "metadata rebuild" in found["fix"]
     assert found["facts"]["recorded_checksum"] == sealed.checksum
     assert found["facts"]["found_checksum"] == zlib.crc32(victim.read_bytes()[:sealed.checksum_size])
     assert found["topic"] == "orders" and found["queue_id"] == 0
-    # a plain verify does not read the objects
-    code, plain = _verify(capsys, conf)
-    assert code == 0, plain["findings"]
-    # repair leaves it, naming the manual step
-    code = main(["repair", "--config", conf, "--apply", "--json"])
-    result = json.loads(capsys.readouterr().out)
-    assert code == 1, result
-    assert [m["subject"] for m in result["manual"]] == [subject]
-    assert victim.read_bytes() != b"" and _seal_all(config).checksum == sealed.checksum
+    code, alone = _verify(capsys, conf, "--checksums")  # without the walk: the same finding
+    assert code == 4 and [f["kind"] for f in alone["findings"]] == ["checksum_mismatch"], alone["findings"]
+    # repair has nothing to mend there: the object and its record stay as they are
+    changed = victim.read_bytes()
+    main(["repair", "--config", conf, "--apply", "--json"])
+    capsys.readouterr()
+    assert victim.read_bytes() == changed and _seal_all(config).checksum == sealed.checksum
 
 
 def test_a_rebuild_of_the_stores_own_records_keeps_their_checksums(tmp_path, capsys):
     """Drill s13 F2: a rebuild over an object put in a segment's place took it as the store's,
     after which verify was clean. The rebuild of the store's own records keeps each segment's
-    checksum, so verify --deep still finds it."""
+    checksum, so verify --checksums still finds it."""
     config, conf = _config(tmp_path)
     _put(config, 0, 60)
     sealed = _seal_all(config)
@@ -182,7 +182,7 @@ def test_a_rebuild_of_the_stores_own_records_keeps_their_checksums(tmp_path, cap
     assert "kept the checksums of" in capsys.readouterr().out
     assert {(m.base_offset, m.checksum) for m in _records(config) if m.path == sealed.path
             and m.type == sealed.type} >= {(sealed.base_offset, sealed.checksum)}
-    code, report = _verify(capsys, conf, "--deep")
+    code, report = _verify(capsys, conf, "--checksums")
     assert code == 4 and [(f["kind"], f["subject"]) for f in report["findings"] if f["severity"] != "info"] == \
         [("checksum_mismatch", backend_path(config.cluster, sealed))]
 
@@ -190,7 +190,7 @@ def test_a_rebuild_of_the_stores_own_records_keeps_their_checksums(tmp_path, cap
 def test_a_rebuild_over_another_stores_records_keeps_none_of_their_checksums(tmp_path, capsys):
     """Another store's database copied over this one's (same cluster and broker; see
     test_foreign_metadata.py): its records name segments of the same names, hashed over that
-    store's bytes. The rebuild it calls for keeps none of them: verify --deep stays clean."""
+    store's bytes. The rebuild it calls for keeps none of them: verify --checksums stays clean."""
     a, a_conf = _config(tmp_path / "a")
     b, _ = _config(tmp_path / "b")
     _put(a, 0, 40)
@@ -198,7 +198,7 @@ def test_a_rebuild_over_another_stores_records_keeps_none_of_their_checksums(tmp
     shutil.copyfile(b.effective_metadata_path(), a.effective_metadata_path())
     assert main(["metadata", "rebuild", "--config", a_conf, "--force"]) == 0
     assert "kept the checksums" not in capsys.readouterr().out
-    code, report = _verify(capsys, a_conf, "--deep")
+    code, report = _verify(capsys, a_conf, "--checksums")
     assert code == 0, report["findings"]
 
 

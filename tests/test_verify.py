@@ -20,7 +20,7 @@ import pytest
 
 from snapshots import changes, snapshot
 from store_workload import Workload, dispatch_until_tiered, small_config
-from tiered_conformance.drills import DEEP, FAULTS, copy_store, plant
+from tiered_conformance.drills import CHECKSUMS, DEEP, FAULTS, copy_store, plant
 from tiered_core import Message
 from tiered_core.access.tiered_store import TieredMessageStore
 from tiered_core.cli import main
@@ -85,7 +85,8 @@ def test_each_planted_fault_is_found(original, tmp_path, capsys, fault):
     copy = copy_store(original, tmp_path / "copy")
     planted = plant(copy, fault, seed=7)
     conf = write_conf(copy, tmp_path)
-    code, report = run_verify(capsys, conf, *(["--deep"] if fault in DEEP else []))
+    code, report = run_verify(capsys, conf, *(["--deep"] if fault in DEEP else ["--checksums"] if fault in CHECKSUMS
+                                              else []))
     found = serious(report)
     assert [f["kind"] for f in found] == [planted.expected_kind.value], (planted, found)
     finding = found[0]
@@ -102,6 +103,9 @@ def test_each_planted_fault_is_found(original, tmp_path, capsys, fault):
         assert (finding["topic"], finding["queue_id"]) == (planted.topic, planted.queue_id)
     if fault in DEEP:  # only a deep walk reads what it damaged
         code, report = run_verify(capsys, conf)
+        assert code == 0 and serious(report) == [], report
+    if fault in CHECKSUMS:  # every read check passes: only the checksum tells
+        code, report = run_verify(capsys, conf, "--deep")
         assert code == 0 and serious(report) == [], report
 
 

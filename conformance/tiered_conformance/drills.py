@@ -63,7 +63,10 @@ EXPECTED: dict[str, FindingKind] = {
 }
 
 #: Faults only ``tiered verify --deep`` finds (they need the messages read).
-DEEP: frozenset[str] = frozenset({"flipped_byte", "replaced_message", "index_entry_wrong", "bad_times"})
+DEEP: frozenset[str] = frozenset({"flipped_byte", "index_entry_wrong", "bad_times"})
+
+#: Faults only ``tiered verify --checksums`` finds (every read check passes).
+CHECKSUMS: frozenset[str] = frozenset({"replaced_message"})
 
 #: Faults that need the backend listing only (planted and found the same way on every driver).
 LISTING: frozenset[str] = frozenset({"truncated_segment", "deleted_object", "extra_object", "unlisted_segment", "index_deleted",
@@ -198,5 +201,5 @@ def segment_of(path: str) -> tuple[str, int, FileSegmentType, int] | None:
 
 assert set(FAULTS) == set(EXPECTED) == set(PLANTERS)
 
-__all__ = ["DEEP", "DRILL_OWNER_ID", "EXPECTED", "FAULTS", "LISTING", "PlantedFault", "copy_sparse", "copy_store", "plant",
+__all__ = ["CHECKSUMS", "DEEP", "DRILL_OWNER_ID", "EXPECTED", "FAULTS", "LISTING", "PlantedFault", "copy_sparse", "copy_store", "plant",
            "segment_of"]

@@ -223,7 +223,7 @@ def run_rebuild(args: argparse.Namespace) -> int:
                   flush=True)
             metadata = config.open_metadata()
         with config.open_driver() as driver, metadata:
-            # Records this very store wrote keep each segment's checksum: verify --deep then still
+            # Records this very store wrote keep each segment's checksum: verify --checksums then still
             # finds an object put in a segment's place, which a rebuild from the listing would take.
             own_records = ids.metadata_store_id(metadata) not in (None, "") and \
                 ids.metadata_store_id(metadata) == read_store_id(config.store_path)
@@ -241,7 +241,7 @@ def run_rebuild(args: argparse.Namespace) -> int:
           f"in {stats.elapsed_s:.2f} s")
     if stats.checksums_kept:
         print(f"kept the checksums of {stats.checksums_kept} segment(s) from the records replaced "
-              "(`tiered verify --deep` compares each object with the bytes written to it)")
+              "(`tiered verify --checksums` compares each object with the bytes written to it)")
     if stats.topic_ids_recovered or stats.topic_ids_new:
         print(f"topic ids: {stats.topic_ids_recovered} recovered from the key index, {stats.topic_ids_new} new")
     if stats.topic_ids_new:

@@ -1,4 +1,4 @@
-"""``tiered verify --config FILE [--deep] [--topics T ...] [--json]``: is the store whole?
+"""``tiered verify --config FILE [--deep] [--checksums] [--topics T ...] [--json]``: is the store whole?
 
 Walks the store end to end and reports what is wrong with it, read-only: it takes no store
 lock, claims nothing and writes nothing anywhere, so it is safe beside a running store.
@@ -6,9 +6,11 @@ It checks the owner of the tier prefix, the metadata against one listing of the 
 (objects no metadata lists and whose they look like, listed objects that are missing or
 shorter than committed, bytes past the committed end, sealed flags), every queue (segments
 that join, every consume-queue unit inside the commit log; with --deep every message
-through the read checks and the segments' times against their messages), the key index
-(every uploaded file readable; with --deep every entry pointing at a message with its key)
-and the local store (what waits to be tiered, what local retention holds back).
+through the read checks and the segments' times against their messages), with --checksums
+every commit-log and consume-queue object against the CRC-32 of the bytes the store wrote to
+it, the key index (every uploaded file readable; with --deep every entry pointing at a
+message with its key) and the local store (what waits to be tiered, what local retention
+holds back).
 
 Each finding names its kind, severity, the object or queue, the offsets and the fix;
 `tiered repair --config FILE` mends the ones marked mendable.
@@ -42,6 +44,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--deep", action="store_true",
                    help="also read every message through the read checks, compare the segments' times with "
                         "their messages and check every key-index entry (reads the whole tier)")
+    p.add_argument("--checksums", action="store_true",
+                   help="also hash every commit-log and consume-queue object and compare it with the checksum "
+                        "recorded as the store wrote it: finds an object put in another's place (a restore from "
+                        "the wrong copy) whose messages pass every read check (reads the whole tier once more)")
     p.add_argument("--topics", nargs="+", metavar="T",
                    help="check only these topics' queues, key-index entries and local queues (names separated "
                         "by spaces or commas; the ownership and the listing are always checked whole)")
@@ -57,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     topics = topics_arg(args.topics)
     if not store_exists(config):
         raise StoreNotFound(config, hint=lost_disk_hint(config))
-    report = verify_store(config, deep=args.deep, topics=topics, progress=Progress)
+    report = verify_store(config, deep=args.deep, checksums=args.checksums, topics=topics, progress=Progress)
     if args.json:
         print_json(report.as_dict())
     else:
@@ -100,7 +106,8 @@ def print_report(report: VerifyReport, stream: Any = None) -> None:
     s = report.summary()
     counts = ", ".join(f"{n} {sev}" for sev, n in s["by_severity"].items() if n) or "no findings"
     verdict = {0: "clean", 1: "findings", 4: "CORRUPT DATA"}[report.exit_code]
-    print(f"{verdict}: {report.prefix} ({'deep' if report.deep else 'shallow'}): {counts}; "
+    walk = ("deep" if report.deep else "shallow") + (", checksums" if report.checksums else "")
+    print(f"{verdict}: {report.prefix} ({walk}): {counts}; "
           f"{s['objects_listed']:,} objects listed, {s['queues_checked']:,} queues, {s['segments_checked']:,} "
           f"segments, {s['messages_read']:,} messages and {s['bytes_read']:,} bytes read, "
           f"{s['index_files_checked']:,} key-index files ({s['index_entries_checked']:,} entries) in "

@@ -258,6 +258,8 @@ class VerifyReport:
 
     prefix: str
     deep: bool
+    #: Whether every segment was hashed against its recorded checksum.
+    checksums: bool = False
     findings: list[Finding] = field(default_factory=list)
     stats: VerifyStats = field(default_factory=VerifyStats)
 
@@ -288,7 +290,7 @@ class VerifyReport:
         for f in self.findings:
             by_kind[f.kind.value] = by_kind.get(f.kind.value, 0) + 1
             by_severity[f.severity.value] += 1
-        return {"prefix": self.prefix, "deep": self.deep, "exit_code": self.exit_code,
+        return {"prefix": self.prefix, "deep": self.deep, "checksums": self.checksums, "exit_code": self.exit_code,
                 "findings": len(self.findings), "by_severity": by_severity, "by_kind": by_kind,
                 "mendable": sum(1 for f in self.findings if f.mendable and f.severity is not Severity.INFO),
                 **{k: getattr(self.stats, k) for k in self.stats.__dataclass_fields__}}

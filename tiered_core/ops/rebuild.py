@@ -139,7 +139,7 @@ def rebuild_metadata(
     read path's validation tells nothing (its time is not used); the rebuild goes on.
     ``keep_checksums`` (with ``force``; only for records this very store wrote: the caller
     checked the store id they record): each segment keeps the checksum its old record held
-    (the CRC-32 of the bytes written to it), so ``tiered verify --deep`` still finds an
+    (the CRC-32 of the bytes written to it), so ``tiered verify --checksums`` still finds an
     object put in its place; the listing cannot tell, and the rebuild does not hash.
 
     Raises :class:`MetadataError` (store not empty) or what the driver and store raise.

@@ -19,9 +19,10 @@ whole report. Then the areas, in order, each its own module:
    commit log, and with ``deep`` every message through the read checks and the segments'
    times; the walk is pluggable (``walk``: the Spark walk of ``tiered spark verify``). A
    segment the listing and the walk both find short or gone is reported once, by the
-   listing, with the queue offsets the walk found lost. With ``deep``, every other segment
-   is then hashed against the checksum its writer recorded
-   (:mod:`tiered_core.ops.verify_checksum`);
+   listing, with the queue offsets the walk found lost. With ``checksums``, every other
+   segment is then hashed against the checksum its writer recorded
+   (:mod:`tiered_core.ops.verify_checksum`: all its bytes read once more, so it is asked
+   for);
 4. the key index (:mod:`tiered_core.ops.verify_index`): every uploaded file readable, with
    ``deep`` every entry pointing at a message with its key;
 5. the local store (:mod:`tiered_core.ops.verify_local`): what waits to be tiered, what
@@ -83,7 +84,7 @@ def prop_crc_policy(config: Any) -> PropCrcPolicy:
     return PropCrcPolicy.REQUIRE if getattr(config, "verify_prop_crc", False) else PropCrcPolicy.IF_PRESENT
 
 
-def verify_store(config: Any, *, deep: bool = False, topics: Iterable[str] | None = None,
+def verify_store(config: Any, *, deep: bool = False, checksums: bool = False, topics: Iterable[str] | None = None,
                  progress: ProgressFactory | None = None, walk: Walk | None = None) -> VerifyReport:
     """Verify the store ``config`` (a :class:`~tiered_core.config.StoreConfig`) and return
     the report (module doc). Read-only: no lock, no claim, no write anywhere. ``walk``
@@ -94,7 +95,7 @@ def verify_store(config: Any, *, deep: bool = False, topics: Iterable[str] | Non
     started = time.monotonic()
     topic_list = None if topics is None else sorted(set(topics))
     cluster, broker = config.cluster, config.broker
-    report = VerifyReport(tier_prefix(cluster, broker), deep)
+    report = VerifyReport(tier_prefix(cluster, broker), deep, checksums)
     prop_crc = prop_crc_policy(config)
     metadata_path = config.effective_metadata_path()
 
@@ -138,7 +139,7 @@ def verify_store(config: Any, *, deep: bool = False, topics: Iterable[str] | Non
             merged = _merge_lost(listing.findings, walked, fresh_metadata, cluster, broker)
             report.extend(_with_lost_offsets(driver, merged, works, prop_crc))
             report.stats.add(walked.stats)
-            if deep:
+            if checksums:
                 # (a segment the walk found corrupt is reported there, with its offsets)
                 corrupt = {f.subject for f in report.findings if f.severity is Severity.CORRUPT}
                 hashed = [seg for seg in checksummed(listing, topic_list) if seg.path not in corrupt]

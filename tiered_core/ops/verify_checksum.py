@@ -1,4 +1,4 @@
-"""``tiered verify --deep``: every segment against the checksum its writer recorded (read-only).
+"""``tiered verify --checksums``: every segment against the checksum its writer recorded (read-only).
 
 A segment's record keeps the CRC-32 of the bytes this store wrote to it
 (:attr:`~tiered_core.spi.metadata.FileSegmentMetadata.checksum`, over its first

@@ -92,6 +92,34 @@ class DispatchStats:
         self.errors.extend(other.errors)
 
 
+class _ErrorLog:
+    """The background dispatcher's log of failed rounds: the errors of a round when they differ
+    from the last ones logged, or the same again after :attr:`REPEAT_S` (with how many rounds
+    failed meanwhile), and one line when a round copies everything again. A backend that stays
+    full or down is thus heard of at once and then once a minute, not once a round."""
+
+    REPEAT_S = 60.0
+
+    def __init__(self, clock=time.monotonic) -> None:
+        self._clock = clock
+        self._last: list[str] = []
+        self._logged_at = 0.0
+        self._rounds = 0
+
+    def round(self, errors: list[str]) -> None:
+        if not errors:
+            if self._last:
+                log.warning("dispatch copies again after %d failed round(s)", self._rounds)
+            self._last, self._rounds = [], 0
+            return
+        self._rounds += 1
+        now = self._clock()
+        if errors != self._last or now - self._logged_at >= self.REPEAT_S:
+            for error in errors:
+                log.error("dispatch round %d failing: %s", self._rounds, error)
+            self._last, self._logged_at = list(errors), now
+
+
 class MessageStoreDispatcher:
     """Local -> tiered copy, per queue, in group commits. Thread-safe.
 
@@ -137,11 +165,15 @@ class MessageStoreDispatcher:
             log.error("cannot create tiered files for %s/%d: %s", topic, queue_id, exc)
 
     def start(self, interval_s: float = 1.0) -> None:
-        """Run :meth:`dispatch` in a background thread every ``interval_s``."""
+        """Run :meth:`dispatch` in a background thread every ``interval_s``. What a round
+        could not copy (a backend refusing writes: full, read-only, down) is logged, as a
+        synchronous :meth:`dispatch` returns it (:class:`_ErrorLog`)."""
+        errors = _ErrorLog()
+
         def loop() -> None:
             while not self._stop.is_set():
                 try:
-                    self.dispatch()
+                    errors.round(self.dispatch().errors)
                 except Fenced as exc:  # another store owns the tier now: stop for good
                     log.error("dispatcher stops: %s", exc)
                     return
@@ -218,7 +250,7 @@ class MessageStoreDispatcher:
         except Fenced:
             raise  # not this queue's problem: the whole store must stop writing
         except TieredStoreError as exc:
-            log.error("dispatch of %s/%d failed: %s", topic, queue_id, exc)
+            log.debug("dispatch of %s/%d failed: %s", topic, queue_id, exc)  # (the caller logs or returns it)
             stats.errors.append(f"{topic}/{queue_id}: {exc}")
         finally:
             lock.release()

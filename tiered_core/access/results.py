@@ -72,4 +72,10 @@ class GetMessageResult:
 
 @dataclass
 class QueryMessageResult:
+    """The messages a key lookup found. ``error``: why a tiered message the key index names
+    could not be read (the backend failed or is down), so the lookup may have missed it; None
+    when every hit was read (a damaged or foreign copy is skipped, not an error). Without it a
+    lookup during an outage would read as "no such key"."""
+
     messages: list[MessageExt] = field(default_factory=list)
+    error: TieredStoreError | None = None

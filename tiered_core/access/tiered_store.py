@@ -586,6 +586,7 @@ class TieredMessageStore:
         earliest = self.local.get_earliest_message_time()
         force = self.policy is ReadPolicy.FORCE
         found: list[MessageExt] = []
+        error: TieredStoreError | None = None
         if not force and earliest >= 0 and end >= earliest:
             found = self.local.query_message(topic, key, max_count, begin, end)
         # A queue continued past the tier (a floor) has older local copies the tier supersedes;
@@ -595,12 +596,14 @@ class TieredMessageStore:
                 force or earliest < 0 or begin <= tier_until):  # <=: a tier-only message may be stored at tier_until
             window_end = end if force or earliest < 0 else min(end, tier_until)
             seen = {(m.queue_id, m.queue_offset) for m in found}
-            for m in self._query_tiered(topic, key, max_count - len(found), begin, window_end):
+            hits, error = self._query_tiered(topic, key, max_count - len(found), begin, window_end)
+            for m in hits:
                 if (m.queue_id, m.queue_offset) not in seen:
                     found.append(m)
-        return QueryMessageResult(found[:max_count])
+        return QueryMessageResult(found[:max_count], error)
 
-    def _query_tiered(self, topic: str, key: str, max_count: int, begin: int, end: int) -> list[MessageExt]:
+    def _query_tiered(self, topic: str, key: str, max_count: int, begin: int,
+                      end: int) -> tuple[list[MessageExt], TieredStoreError | None]:
         return tiered_key_hits(self.index, self.metadata, self.flat_files, self.fetcher.prop_crc,
                                topic, key, max_count, begin, end)
 

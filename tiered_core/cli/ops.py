@@ -29,7 +29,8 @@ from tiered_core.cli.shared import (
     print_json,
 )
 from tiered_core.common import INT_MAX, LONG_MAX
-from tiered_core.errors import CorruptData, IllegalParam, LocalIOError, StateConflict, TieredStoreError
+from tiered_core.cli.exit_codes import ExitCode
+from tiered_core.errors import CorruptData, DriverError, IllegalParam, LocalIOError, StateConflict, TieredStoreError
 from tiered_core.local.io_errors import DISK_ERRNOS, local_io_error, with_stored
 
 if TYPE_CHECKING:
@@ -259,10 +260,14 @@ def get(args: argparse.Namespace) -> int:
     """``tiered get``: messages by offset or key; :class:`MessageNotFound` when there are none."""
     config = load_config(args.config)
     offset = 0 if args.offset is None else args.offset  # (None: not given, which --key requires)
+    unread: TieredStoreError | None = None
     with open_store(config, create=False) as store:
         if args.key is not None:
-            messages = store.query_message(args.topic, args.key, args.count).messages
+            result = store.query_message(args.topic, args.key, args.count)
+            messages, unread = result.messages, result.error
             status, tier, nxt = "FOUND", None, None  # several queues and tiers: no one answer
+            if not messages and unread is not None:
+                raise _key_unread(args.topic, args.key, unread)
             if not messages:
                 hint = ""
                 from tiered_core.access.policy import ReadPolicy
@@ -283,13 +288,25 @@ def get(args: argparse.Namespace) -> int:
                 raise _not_found(store, args.topic, args.queue, offset, res)
     if args.json:
         print_json({"status": status, "tier": tier, "next_begin_offset": nxt,
-                    "messages": [_row(m) for m in messages]})
-        return 0
-    print(f"status={status} tier={tier or '-'} next_begin_offset={'-' if nxt is None else nxt}")
-    for m in messages:
-        print(f"  {m.topic}/{m.queue_id}@{m.queue_offset} ts={m.store_timestamp} keys={','.join(m.keys)} "
-              f"tags={m.tags or ''} body={_shown_body(m.body)}")
+                    "messages": [_row(m) for m in messages],
+                    **({"error": _key_unread(args.topic, args.key, unread).message} if unread is not None else {})})
+    else:
+        print(f"status={status} tier={tier or '-'} next_begin_offset={'-' if nxt is None else nxt}")
+        for m in messages:
+            print(f"  {m.topic}/{m.queue_id}@{m.queue_offset} ts={m.store_timestamp} keys={','.join(m.keys)} "
+                  f"tags={m.tags or ''} body={_shown_body(m.body)}")
+    if unread is not None:  # what was found is shown; the exit status says it may not be all
+        print(f"tiered get: {_key_unread(args.topic, args.key, unread)}", file=sys.stderr)
+        return int(ExitCode.BACKEND)
     return 0
+
+
+def _key_unread(topic: str, key: str, error: TieredStoreError) -> DriverError:
+    """The error of a key lookup that could not read a message the tiered key index names
+    (the result's ``error``): the lookup may have missed it."""
+    return DriverError(f"the key lookup of {key!r} in topic {topic!r} could not read a tiered message its key index "
+                       f"names, so it may have missed it: {error.message}", retryable=True, topic=topic, key=key,
+                       cause=str(getattr(error.code, "value", error.code)))
 
 
 def _not_found(store: Any, topic: str, queue_id: int, offset: int, res: Any) -> MessageNotFound:

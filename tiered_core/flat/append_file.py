@@ -486,7 +486,9 @@ class FlatAppendFile:
         none); otherwise the failure was not damage, and ``exc`` is raised again."""
         rel = pos - seg.base_offset
         try:
-            found = self._backend_size(seg.path)
+            # One lookup (the driver's retry layer retries it): a backend that failed the read
+            # is likely down, and a reader must hear so within the driver's own timeouts.
+            found = self.driver.size(seg.path)
         except TieredStoreError:
             raise exc from None
         if found >= rel + want or seg not in self.segments:

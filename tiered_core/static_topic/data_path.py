@@ -363,11 +363,13 @@ class LogicDataPath(GenerationBounds):
             view = self._view(topic)
             by_phys = {(i.bname, i.queueId): (q, i) for q, items in view.queues.items() for i in items if i.decided}
         found: list[MessageExt] = []
+        error = None
         for broker in sorted({b for b, _ in by_phys}):
             store = self.stores.get(broker)
-            hits = (store.query_message(topic, key, max_count, begin, end).messages if store is not None
-                    else self._reader(broker).query_message(topic, key, max_count, begin, end))
-            for m in hits:
+            result = (store.query_message(topic, key, max_count, begin, end) if store is not None
+                      else self._reader(broker).query_message(topic, key, max_count, begin, end))
+            error = error or result.error
+            for m in result.messages:
                 hit = by_phys.get((broker, m.queue_id))
                 if hit is None:
                     continue
@@ -377,4 +379,4 @@ class LogicDataPath(GenerationBounds):
                 m.queue_offset, m.queue_id = item.to_logic(m.queue_offset), q
                 found.append(m)
         found.sort(key=lambda m: (m.store_timestamp, m.queue_id, m.queue_offset))
-        return QueryMessageResult(found[:max_count])
+        return QueryMessageResult(found[:max_count], None if len(found) >= max_count else error)

@@ -31,9 +31,8 @@ import threading
 from tiered_core.access.cache import ReadAheadCache
 from tiered_core.access.fetcher import MessageFilter, MessageStoreFetcher
 from tiered_core.access.key_query import tiered_key_hits
-from tiered_core.access.results import GetMessageResult
+from tiered_core.access.results import GetMessageResult, QueryMessageResult
 from tiered_core.access.view import TierReadView, broker_disk_cache_path
-from tiered_core.codec.message import MessageExt
 from tiered_core.config import StoreConfig
 from tiered_core.errors import TieredStoreError
 from tiered_core.flat.file_store import FlatFileStore
@@ -126,14 +125,15 @@ class TieredBrokerReader:
         flat = self.flat_files.get(topic, queue_id)
         return flat.consume_queue_commit_offset() if flat is not None and flat.initialized else 0
 
-    def query_message(self, topic: str, key: str, max_count: int, begin: int, end: int) -> list[MessageExt]:
+    def query_message(self, topic: str, key: str, max_count: int, begin: int, end: int) -> QueryMessageResult:
         """Messages of ``topic`` with ``key`` stored in ``[begin, end]``, found through the broker's
         uploaded key index; each hit is validated and must be the copy its consume-queue unit
-        points at (as :meth:`TieredMessageStore.query_message` checks tiered hits)."""
+        points at (as :meth:`TieredMessageStore.query_message` checks tiered hits, and with its
+        ``error`` when a hit could not be read)."""
         if self.index is None or self.metadata is None:
-            return []
-        return tiered_key_hits(self.index, self.metadata, self.flat_files, self.fetcher.prop_crc,
-                               topic, key, max_count, begin, end)
+            return QueryMessageResult()
+        return QueryMessageResult(*tiered_key_hits(self.index, self.metadata, self.flat_files, self.fetcher.prop_crc,
+                                                   topic, key, max_count, begin, end))
 
     def close(self) -> None:
         try:

@@ -7,8 +7,11 @@ acknowledged, and the failure (where it came, its errno, path and ``stored`` ans
 bodies with 64 keys each (the key index's slot pages fill it). ``python full_disk_child.py
 check CONFIG REPORT SHAPE`` reopens the store (after the test freed space) and prints, as JSON
 on stdout, the acknowledged messages that do not read back or whose keys are not found, the
-queue's max offset and the offset a new put gets. Anything but a LocalIOError stops it with
-exit 3.
+queue's max offset and the offset a new put gets. ``python full_disk_child.py lookup CONFIG
+REPORT keys`` puts 20 keyed messages, fills the disk with another file, then looks up 200 keys
+no message has (their slot-table pages were never written: holes of the sparse index file)
+and writes REPORT: how many lookups answered, and the keys of the first message still found.
+Anything but a LocalIOError stops it with exit 3.
 """
 
 from __future__ import annotations
@@ -81,8 +84,35 @@ def check(config: StoreConfig, report: dict, shape: str) -> dict:
     return {"bad": bad, "unkeyed": unkeyed, "max_offset": max_offset, "next_offset": nxt}
 
 
+def lookup(config: StoreConfig, filler: str) -> dict:
+    store = TieredMessageStore.open(config)
+    try:
+        for i in range(20):
+            store.put_message(Message(topic=TOPIC, body=body_of(i, "keys"), keys=[f"key-{i}"]), 0)
+        store.local.reput()
+        try:
+            with open(filler, "wb") as f:
+                while True:
+                    f.write(b"\0" * 65536)
+        except OSError:
+            pass  # the disk is full
+        answered = sum(1 for i in range(200) if store.query_message(TOPIC, f"other-{i}").messages == [])
+        return {"answered": answered, "found": [m.keys for m in store.query_message(TOPIC, "key-3").messages]}
+    finally:
+        try:
+            store.close()
+        except LocalIOError:
+            pass  # its checkpoint cannot be written on the full disk: the next open recovers
+
+
 def main(action: str, config_path: str, report_path: str, shape: str) -> int:
     config = StoreConfig.load(config_path)
+    if action == "lookup":
+        import os
+
+        with open(report_path, "w", encoding="utf-8") as f:
+            json.dump(lookup(config, os.path.join(os.path.dirname(config.store_path), "filler")), f)
+        return 0
     if action == "fill":
         with open(report_path, "w", encoding="utf-8") as f:
             json.dump(fill(config, shape), f)

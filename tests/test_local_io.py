@@ -201,6 +201,25 @@ def test_a_full_disk_is_a_typed_error_and_the_store_recovers(tmp_path, shape):
     assert check == {"bad": [], "unkeyed": [], "max_offset": len(acked), "next_offset": len(acked)}
 
 
+def test_key_lookups_on_a_full_disk_answer_instead_of_killing_the_process(tmp_path):
+    """Load-and-faults drill s15 F3: on a full tmpfs, a key lookup read a slot-table page of the
+    sparse index file that was never written, through the shared map; tmpfs needs a block for
+    that page even to read it, and the kernel killed the process with SIGBUS. Such pages are
+    read through the file now (a hole reads as zeros, no block needed)."""
+    mnt = tmp_path / "mnt"
+    why = _namespace_tmpfs(mnt)
+    if why is not None:
+        pytest.skip(why)
+    cfg = write_config(tmp_path, store=mnt / "store")
+    report = tmp_path / "report.json"
+    script = (f"mount -t tmpfs -o size=16m tmpfs '{mnt}' || exit 99\n"
+              f"exec '{sys.executable}' '{CHILD}' lookup '{cfg}' '{report}' keys\n")
+    proc = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr)  # 135 = SIGBUS
+    assert json.loads(report.read_text()) == {"answered": 200, "found": [["key-3"]]}
+
+
 # -- injected faults --------------------------------------------------------------------------------------
 
 def _local(tmp_path: Path, **changes) -> LocalMessageStore:

@@ -10,7 +10,9 @@ memory-mapped like RocketMQ's (sparse: blocks are allocated as they are written)
 every block a write through the map touches is allocated first (``posix_fallocate``: a
 slot-table page when it is first written, the items a chunk ahead), so a full disk is a
 :class:`~tiered_core.errors.LocalIOError` naming the file rather than a SIGBUS that kills
-the process.
+the process. For the same reason a lookup reads a slot-table page this process did not
+allocate through the file, not the map (on tmpfs even a read of a hole through the map needs
+a block).
 
 The index only narrows a lookup: a hit means "the key's hash matched and the time
 is about right". Callers read the message and check its topic, keys and time.
@@ -106,6 +108,8 @@ class IndexFile:
                     path=path, size=size, expected=self.file_size)
             # header and slot-table pages allocated (1) so far; the items up to _items_allocated
             self._pages = bytearray(-(-self._items_base // _PAGE))
+            # slot-table pages a reader's private map holds changes in (its replay's puts)
+            self._mapped = bytearray(len(self._pages))
             self._items_allocated = self._items_base
             if read_only:
                 self._mm = mmap.mmap(fd, self.file_size, access=mmap.ACCESS_COPY)
@@ -203,7 +207,7 @@ class IndexFile:
         stepped over through their ``prev`` links, which must strictly decrease, so
         the older, counted chain is kept.
         """
-        value = SLOT.unpack_from(mm, slot_pos)[0]
+        value = self._slot_value(mm, slot_pos)
         while value >= self.index_count and value < self.max_items:
             prev = ITEM.unpack_from(mm, self._items_base + value * ITEM_SIZE)[3]
             if prev >= value:
@@ -212,6 +216,21 @@ class IndexFile:
         if value <= INVALID_INDEX or value >= self.index_count:
             return INVALID_INDEX
         return value
+
+    def _slot_value(self, mm: mmap.mmap, slot_pos: int) -> int:
+        """The slot at ``slot_pos``. Read through the map only from a page this process
+        allocated (or wrote into its private map); any other page may be a hole of the sparse
+        file, and on tmpfs even a *read* through a shared map of a hole needs a block: on a
+        full disk the kernel answers with SIGBUS, which kills the process. A read of the file
+        returns a hole's zeros without one."""
+        page = slot_pos // _PAGE
+        if self._fd < 0 or self._mapped[page] or (self._pages[page] and not self.read_only):
+            return SLOT.unpack_from(mm, slot_pos)[0]
+        try:
+            raw = os.pread(self._fd, SLOT_SIZE, slot_pos)
+        except OSError as exc:
+            raise local_io_error("reading", self.path, exc) from None
+        return SLOT.unpack(raw)[0] if len(raw) == SLOT_SIZE else INVALID_INDEX
 
     def truncate_from(self, phy_offset: int) -> int:
         """Remove the newest items whose offset is ``>= phy_offset`` (recovery: the
@@ -233,8 +252,9 @@ class IndexFile:
                 if counted and phy < phy_offset:
                     break
                 slot_pos = HEADER_SIZE + (h % self.hash_slots) * SLOT_SIZE if 0 <= h else None
-                if slot_pos is not None and SLOT.unpack_from(mm, slot_pos)[0] >= number:
+                if slot_pos is not None and self._slot_value(mm, slot_pos) >= number:
                     SLOT.pack_into(mm, slot_pos, prev if 0 <= prev < number else INVALID_INDEX)
+                    self._mapped[slot_pos // _PAGE] = 1
                 if counted:
                     removed += 1
                     self.index_count = number
@@ -272,6 +292,7 @@ class IndexFile:
             number = self.index_count
             ITEM.pack_into(mm, self._items_base + number * ITEM_SIZE, key_hash, phy_offset, diff, prev)
             SLOT.pack_into(mm, slot_pos, number)
+            self._mapped[slot_pos // _PAGE] = 1
             if number <= 1:
                 self.begin_phy_offset = phy_offset
                 self.begin_timestamp = store_timestamp
@@ -299,6 +320,8 @@ class IndexFile:
             slot_pack = SLOT.pack_into
             slot_unpack = SLOT.unpack_from
             header_pack = HEADER.pack_into
+            mapped = self._mapped
+            through_map = not self.read_only  # (a writer reads the pages it allocated through the map)
             # the header fields live in locals during the loop (the file's header is written
             # for every item) and go back to the attributes when it ends, however it ends
             count = self.index_count
@@ -326,7 +349,8 @@ class IndexFile:
                             exc.stopped_at = i  # the items before it are put
                             raise
                         pages = self._pages
-                    prev = slot_unpack(mm, slot_pos)[0]
+                    prev = slot_unpack(mm, slot_pos)[0] if through_map or mapped[slot_pos // _PAGE] \
+                        else self._slot_value(mm, slot_pos)
                     if prev >= count:  # items written but never counted: step over them
                         self.index_count = count
                         prev = self._slot_head(mm, slot_pos)
@@ -339,6 +363,7 @@ class IndexFile:
                         diff = 0 if diff < 0 else (diff if diff < INT_MAX else INT_MAX)
                     item_pack(mm, items_base + count * ITEM_SIZE, key_hash, phy_offset, diff, prev)
                     slot_pack(mm, slot_pos, count)
+                    mapped[slot_pos // _PAGE] = 1
                     if count <= 1:
                         begin_phy = phy_offset
                         begin_ts = store_timestamp

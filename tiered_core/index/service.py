@@ -368,8 +368,9 @@ class IndexStoreService:
                 attempts = 0 if done else attempts + 1
                 if result is not AppendResult.FILE_FULL or attempts >= self.config.put_attempts:
                     self.last_error = f.last_error if result is AppendResult.UNKNOWN_ERROR else None
-                    log.error("index: keys of %d message(s) of %s queue %d from offset %d were not written: %s",
-                              n - start, topic, queue_id, offsets[start], result.name)
+                    log.error("index: keys of %d message(s) of %s queue %d from offset %d were not written: %s%s",
+                              n - start, topic, queue_id, offsets[start], result.name,
+                              "" if self.last_error is None else f" ({self.last_error})")
                     return result
                 f.seal()
                 self._current = None

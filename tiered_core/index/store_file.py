@@ -415,9 +415,9 @@ class IndexStoreFile:
                     try:
                         self._write_batch(topic, topic_id, queue_id, keys, diffs, offsets, sizes, max(timestamps))
                     except OSError as exc:
-                        log.error("index file %s: writing the keys of %d message(s) of %s failed: %s",
-                                  self.path, n, topic, exc)
                         self.last_error = _os_error(exc, "write", self.path)
+                        log.error("index file %s: writing the keys of %d message(s) of %s failed: %s",
+                                  self.path, n, topic, self.last_error)
                         return AppendResult.UNKNOWN_ERROR, 0
                     return AppendResult.SUCCESS, n
             # Plan: the messages that fit, as put_key would take them one by one.
@@ -460,9 +460,9 @@ class IndexStoreFile:
                     self._write_batch(topic, topic_id, queue_id, lists, diffs, [offsets[m] for m in picked],
                                       [sizes[m] for m in picked], max(timestamps[m] for m in picked))
                 except OSError as exc:
-                    log.error("index file %s: writing the keys of %d message(s) of %s failed: %s", self.path,
-                              len(picked), topic, exc)
                     self.last_error = _os_error(exc, "write", self.path)
+                    log.error("index file %s: writing the keys of %d message(s) of %s failed: %s", self.path,
+                              len(picked), topic, self.last_error)
                     return AppendResult.UNKNOWN_ERROR, 0
             if seal:
                 self._seal_locked()

@@ -74,6 +74,19 @@ def key_prefix(prefix: str | None, *, driver: str, option: str = "prefix") -> st
     return root
 
 
+#: Secret values shorter than this are not replaced in texts: ``***`` in place of every "s"
+#: garbles each word holding one (bucket 'nobuc***et'), and the gaps show the value anyway.
+#: Real credentials are longer; a short value is still hidden wherever it is an option's value.
+MIN_SCRUBBED_LEN = 4
+
+
+def scrubbed_texts(values: "typing.Iterable[Any]") -> list[str]:
+    """The secret ``values`` to replace in message texts: those of
+    :data:`MIN_SCRUBBED_LEN` characters or more, longest first, each once."""
+    return sorted({str(v) for v in values if v is not None and len(str(v)) >= MIN_SCRUBBED_LEN},
+                  key=len, reverse=True)
+
+
 def secret_values(value: Any) -> list[str]:
     """The text of every secret in ``value`` (nested): secret-named values and the user and
     password of URLs, longest first, to scrub from messages."""

@@ -48,7 +48,7 @@ from typing import Any, Callable, Iterator, TypeVar
 
 from tiered_core.errors import DriverError, IllegalParam, SegmentClosed, TieredStoreError
 from tiered_core.spi.capabilities import Capabilities
-from tiered_core.spi.driver import REDACTED, SegmentDriver, secret_values
+from tiered_core.spi.driver import REDACTED, SegmentDriver, scrubbed_texts, secret_values
 
 log = logging.getLogger(__name__)
 
@@ -318,7 +318,7 @@ def _secret_texts(driver: SegmentDriver) -> list[str]:
     """The values of ``driver``'s secret options (declared, or secret by name, nested), longest first."""
     options = getattr(driver, "options", None) or {}
     declared = [str(options[k]) for k in getattr(driver, "secret_options", ()) if options.get(k) not in (None, "")]
-    return sorted({t for t in [*declared, *secret_values(options)] if len(t) >= 4}, key=len, reverse=True)
+    return scrubbed_texts([*declared, *secret_values(options)])
 
 
 def _scrubbed(text: str, secrets: list[str]) -> str:

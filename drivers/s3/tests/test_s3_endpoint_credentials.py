@@ -54,3 +54,24 @@ def test_tiered_drivers_refuses_the_config_and_never_prints_the_password(tmp_pat
     assert PASSWORD not in as_json.out + as_json.err
     error = json.loads(as_json.out)["error"]
     assert error["code"] == "INVALID_OPTION" and error["option"] == "endpoint_url"
+
+
+def test_a_short_secret_does_not_garble_error_texts():
+    """Load-and-faults drill s15 F7: with secret "s", every "s" of an error's text became
+    ``***`` (bucket 'nobuc***et', 'li***t-type'). Values shorter than MIN_SCRUBBED_LEN are not
+    replaced in texts (they are still hidden as option values); longer ones are."""
+    from tiered_core.errors import DriverError
+    from tiered_core.plugins import open_driver
+    from tiered_core.spi.driver import MIN_SCRUBBED_LEN, scrubbed_texts
+
+    assert scrubbed_texts(["s", "abc", "abcd", None, "longer-secret", "abcd"]) == ["longer-secret", "abcd"]
+    assert MIN_SCRUBBED_LEN == 4
+    for secret, shown in (("s", "'nobucket'"), ("nobucket-secret", "")):
+        with open_driver("s3", bucket="nobucket", endpoint_url="http://127.0.0.1:9", region="us-east-1", key="k",
+                         secret=secret, emulated=True, timeout=2, retries=0) as driver:
+            with pytest.raises(DriverError) as err:
+                driver.size("x/y")
+        text = str(err.value)
+        assert shown in text and "list-type" in text, text
+        if len(secret) >= MIN_SCRUBBED_LEN:
+            assert secret not in text

@@ -107,7 +107,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from tiered_core.errors import DriverError, InvalidOption, NotFound
 from tiered_core.spi import Capabilities, RetryPolicy
-from tiered_core.spi.driver import REDACTED, redact_tree, secret_values
+from tiered_core.spi.driver import REDACTED, redact_tree, scrubbed_texts, secret_values
 from tiered_core.spi.objectstore import (
     META_ID, META_SEALED, PART_MARK, ChainedObjectDriver, ObjectInfo, Part, SegmentView, new_segment_id,
     own_part_names, part_key,
@@ -289,7 +289,7 @@ class S3Driver(ChainedObjectDriver):
         self.emulated = emulated
         self.retry_policy = RetryPolicy(retries=retries)
         # (and those nested in storage_options: an SSE-C key, a proxy URL's password)
-        self._secrets = sorted({*(v for v in (key, secret, token) if v), *secret_values(extra)}, key=len, reverse=True)
+        self._secrets = scrubbed_texts([*(v for v in (key, secret, token) if v), *secret_values(extra)])
         _LOG_REDACTOR.add(self._secrets)
         if emulated and key is None:
             key, secret = "tiered-emulator-key", "tiered-emulator-secret"

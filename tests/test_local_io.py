@@ -164,25 +164,33 @@ def _namespace_tmpfs(directory: Path) -> str | None:
     return None if probe.returncode == 0 else f"cannot mount a tmpfs: {probe.stderr.strip()}"
 
 
-@pytest.mark.parametrize("shape", ["bodies", "keys"])
-def test_a_full_disk_is_a_typed_error_and_the_store_recovers(tmp_path, shape):
-    """Fill a 4 MiB tmpfs: with big bodies the commit-log append (almost always) meets the full
-    disk; with many keys the key index's slot pages fill it (a write through its map was a
-    SIGBUS that killed the process). Then give the tmpfs room and reopen: every acknowledged
-    message reads back with its keys, and the next put continues right after them."""
+def _in_tmpfs(tmp_path: Path, mib: int, steps: str) -> tuple[str, Path, subprocess.CompletedProcess]:
+    """Run the shell ``steps`` (``{cfg}`` and ``{report}`` filled in) in a user and mount
+    namespace where the store's directory is a tmpfs of ``mib`` MiB; returns the config's path,
+    the report's and the finished process. Skips where no such tmpfs can be mounted."""
     mnt = tmp_path / "mnt"
     why = _namespace_tmpfs(mnt)
     if why is not None:
         pytest.skip(why)
     cfg = write_config(tmp_path, store=mnt / "store")
     report = tmp_path / "report.json"
-    py, child = sys.executable, CHILD
-    script = (f"mount -t tmpfs -o size=4m tmpfs '{mnt}' || exit 99\n"
-              f"'{py}' '{child}' fill '{cfg}' '{report}' {shape}; echo \"fill=$?\" >&2\n"
-              f"mount -o remount,size=64m '{mnt}' || exit 98\n"
-              f"exec '{py}' '{child}' check '{cfg}' '{report}' {shape}\n")
+    script = f"mount -t tmpfs -o size={mib}m tmpfs '{mnt}' || exit 99\n" + steps.format(
+        py=sys.executable, child=CHILD, cfg=cfg, report=report, mnt=mnt)
     proc = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script],
                           capture_output=True, text=True, timeout=600)
+    return cfg, report, proc
+
+
+@pytest.mark.parametrize("shape", ["bodies", "keys"])
+def test_a_full_disk_is_a_typed_error_and_the_store_recovers(tmp_path, shape):
+    """Fill a 4 MiB tmpfs: with big bodies the commit-log append (almost always) meets the full
+    disk; with many keys the key index's slot pages fill it (a write through its map was a
+    SIGBUS that killed the process). Then give the tmpfs room and reopen: every acknowledged
+    message reads back with its keys, and the next put continues right after them."""
+    _cfg, report, proc = _in_tmpfs(tmp_path, 4, (
+        "'{py}' '{child}' fill '{cfg}' '{report}' %s; echo \"fill=$?\" >&2\n"
+        "mount -o remount,size=64m '{mnt}' || exit 98\n"
+        "exec '{py}' '{child}' check '{cfg}' '{report}' %s\n") % (shape, shape))
     assert "fill=0" in proc.stderr, proc.stderr  # not killed (SIGBUS: 135), no untyped error (3)
     assert proc.returncode == 0, proc.stderr
     fill = json.loads(report.read_text())
@@ -206,16 +214,7 @@ def test_key_lookups_on_a_full_disk_answer_instead_of_killing_the_process(tmp_pa
     sparse index file that was never written, through the shared map; tmpfs needs a block for
     that page even to read it, and the kernel killed the process with SIGBUS. Such pages are
     read through the file now (a hole reads as zeros, no block needed)."""
-    mnt = tmp_path / "mnt"
-    why = _namespace_tmpfs(mnt)
-    if why is not None:
-        pytest.skip(why)
-    cfg = write_config(tmp_path, store=mnt / "store")
-    report = tmp_path / "report.json"
-    script = (f"mount -t tmpfs -o size=16m tmpfs '{mnt}' || exit 99\n"
-              f"exec '{sys.executable}' '{CHILD}' lookup '{cfg}' '{report}' keys\n")
-    proc = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script],
-                          capture_output=True, text=True, timeout=600)
+    _cfg, report, proc = _in_tmpfs(tmp_path, 16, "exec '{py}' '{child}' lookup '{cfg}' '{report}' keys\n")
     assert proc.returncode == 0, (proc.returncode, proc.stderr)  # 135 = SIGBUS
     assert json.loads(report.read_text()) == {"answered": 200, "found": [["key-3"]]}
 

@@ -73,3 +73,6 @@ def test_the_same_errors_are_logged_again_after_a_minute_and_new_ones_at_once(ca
     assert "copies again after 4 failed round(s)" in caplog.records[-1].getMessage()
     errors.round([])
     assert len(caplog.records) == 6
+    errors.round([f"q/{i}: down" for i in range(25)])  # every queue fails: ten, and how many more
+    assert [r.getMessage() for r in caplog.records[-2:]] == ["dispatch round 1 failing: q/9: down",
+                                                             "dispatch round 1 failing: and 15 more queue(s)"]

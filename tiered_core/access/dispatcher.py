@@ -99,6 +99,8 @@ class _ErrorLog:
     full or down is thus heard of at once and then once a minute, not once a round."""
 
     REPEAT_S = 60.0
+    #: Errors shown per logged round (a backend that is down fails every queue's).
+    SHOWN = 10
 
     def __init__(self, clock=time.monotonic) -> None:
         self._clock = clock
@@ -115,8 +117,10 @@ class _ErrorLog:
         self._rounds += 1
         now = self._clock()
         if errors != self._last or now - self._logged_at >= self.REPEAT_S:
-            for error in errors:
+            for error in errors[:self.SHOWN]:
                 log.error("dispatch round %d failing: %s", self._rounds, error)
+            if len(errors) > self.SHOWN:
+                log.error("dispatch round %d failing: and %d more queue(s)", self._rounds, len(errors) - self.SHOWN)
             self._last, self._logged_at = list(errors), now
 
 

@@ -18,7 +18,6 @@ import logging
 import os
 import threading
 import time
-import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from tiered_core.errors import (
@@ -29,6 +28,7 @@ from tiered_core.errors import (
     StateConflict,
     TieredStoreError,
 )
+from tiered_core.codec._impl import crc32
 from tiered_core.common import LONG_MAX, AppendResult, FileSegmentType, now_ms
 from tiered_core.configdef import KEYS
 from tiered_core.spi.driver import SegmentDriver
@@ -300,7 +300,7 @@ class FileSegment:
         assert self._pending is not None
         checksum = self.checksum
         if checksum is not None:  # outside the lock: appends go on meanwhile
-            checksum = zlib.crc32(self._pending[:landed], checksum)
+            checksum = crc32(self._pending[:landed], checksum)
         with self._lock:
             self._commit_position += landed
             self.checksum = checksum

@@ -15,11 +15,11 @@ import dataclasses
 import logging
 import threading
 import time
-import zlib
 from itertools import accumulate
 from typing import Callable, Collection, Iterator, Sequence
 
 from tiered_core.errors import CorruptData, DriverError, IllegalOffset, IllegalParam, StateConflict, TieredStoreError
+from tiered_core.codec._impl import crc32
 from tiered_core.flat.segment_ref import SegmentRef
 from tiered_core.flat.damage import SEGMENT_TRUNCATED, SegmentDamage, check_segment
 from tiered_core.segment import FileSegment
@@ -166,7 +166,7 @@ class FlatAppendFile:
             return None
         if len(tail) != size - last.commit_position:
             return None
-        return zlib.crc32(tail, last.checksum)
+        return crc32(tail, last.checksum)
 
     def _tail_fails_read_back(self, last: FileSegment, size: int) -> str | None:
         """Why the bytes ``[commit_position, size)`` of the last segment are not this store's

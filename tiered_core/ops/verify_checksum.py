@@ -15,9 +15,9 @@ with checks and a repair of their own: :mod:`tiered_core.ops.verify_index`) are 
 
 from __future__ import annotations
 
-import zlib
 from typing import Callable, Iterable
 
+from tiered_core.codec._impl import crc32
 from tiered_core.common import FileSegmentType
 from tiered_core.errors import NotFound
 from tiered_core.ops.findings import Finding, FindingKind
@@ -53,7 +53,7 @@ def object_checksum(driver: SegmentDriver, path: str, size: int) -> int:
         piece = driver.read(path, pos, min(_READ_CHUNK, size - pos))
         if not piece:
             raise NotFound(f"{path!r} ended at {pos} bytes while its first {size} were hashed", path=path)
-        crc = zlib.crc32(piece, crc)
+        crc = crc32(piece, crc)
         pos += len(piece)
     return crc
 

@@ -138,6 +138,8 @@ def plant_uncommitted_tail(config: StoreConfig) -> str:
                   if m.path.endswith("/orders/0")), key=lambda m: m.base_offset)
         assert cq.size >= 3 * CQ_UNIT_SIZE
         cq.size -= 3 * CQ_UNIT_SIZE
+        data = read_object(config, backend_path(config.cluster, cq))
+        cq.checksum, cq.checksum_size = zlib.crc32(data[:cq.size]), cq.size  # the record of that commit
         metadata.update_file_segment(cq)
         queue = metadata.get_queue("orders", 0)
         queue.max_offset = (cq.base_offset + cq.size) // CQ_UNIT_SIZE
@@ -146,6 +148,24 @@ def plant_uncommitted_tail(config: StoreConfig) -> str:
         return backend_path(config.cluster, cq)
     finally:
         metadata.close()
+
+
+def test_an_adopted_tail_extends_the_segments_checksum(drill, capsys):
+    """Repair adopts an uncommitted tail as the store's open does, checksum included: the
+    record then covers the whole object, and verify --checksums hashes all of it."""
+    config, conf, _put = drill
+    subject = plant_uncommitted_tail(config)
+    code, result = run_json(capsys, "repair", "--config", conf, "--apply")
+    assert code == 0, result
+    metadata = config.open_metadata()
+    try:
+        (record,) = [m for m in metadata.iterate_file_segments() if backend_path(config.cluster, m) == subject]
+    finally:
+        metadata.close()
+    data = read_object(config, subject)
+    assert record.size == record.checksum_size == len(data) and record.checksum == zlib.crc32(data), record
+    code, report = run_json(capsys, "verify", "--config", conf, "--checksums")
+    assert code == 0, report["findings"]
 
 
 def planted(config: StoreConfig, fault: str) -> tuple[str, str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 
-from tiered_core.codec._impl import peek_physical_offset, peek_total_size
+from tiered_core.codec._impl import crc32, peek_physical_offset, peek_total_size
 from tiered_core.codec.consume_queue import CQ_UNIT_SIZE, decode_cq_unit
 from tiered_core.codec.message import PHYSICAL_OFFSET_POS
 from tiered_core.codec.naming import queue_path, segment_path
@@ -340,6 +340,10 @@ def act(ctx: RepairContext, finding: Finding, decision: Decision) -> str:
                                         kind=finding.kind.value, keep=d["size"])
             cut = f"; {entry.then} (copy at {entry.copy})"
         old = meta.size
+        if meta.checksum is not None and meta.checksum_size == old < d["size"]:
+            # the adopted bytes are the store's (they passed the read-back check): hashed in, as the open does
+            meta.checksum = crc32(ctx.driver.read(d["path"], old, d["size"] - old), meta.checksum)
+            meta.checksum_size = d["size"]
         meta.size = d["size"]
         first, last = d["times"]
         if first != NO_TIMESTAMP:

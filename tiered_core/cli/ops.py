@@ -260,14 +260,15 @@ def get(args: argparse.Namespace) -> int:
     """``tiered get``: messages by offset or key; :class:`MessageNotFound` when there are none."""
     config = load_config(args.config)
     offset = 0 if args.offset is None else args.offset  # (None: not given, which --key requires)
-    unread: TieredStoreError | None = None
+    unread: DriverError | None = None  # a key lookup that could not read a tiered hit
     with open_store(config, create=False) as store:
         if args.key is not None:
             result = store.query_message(args.topic, args.key, args.count)
-            messages, unread = result.messages, result.error
+            messages = result.messages
+            unread = None if result.error is None else _key_unread(args.topic, args.key, result.error)
             status, tier, nxt = "FOUND", None, None  # several queues and tiers: no one answer
             if not messages and unread is not None:
-                raise _key_unread(args.topic, args.key, unread)
+                raise unread
             if not messages:
                 hint = ""
                 from tiered_core.access.policy import ReadPolicy
@@ -289,14 +290,14 @@ def get(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"status": status, "tier": tier, "next_begin_offset": nxt,
                     "messages": [_row(m) for m in messages],
-                    **({"error": _key_unread(args.topic, args.key, unread).message} if unread is not None else {})})
+                    **({"error": unread.message} if unread is not None else {})})
     else:
         print(f"status={status} tier={tier or '-'} next_begin_offset={'-' if nxt is None else nxt}")
         for m in messages:
             print(f"  {m.topic}/{m.queue_id}@{m.queue_offset} ts={m.store_timestamp} keys={','.join(m.keys)} "
                   f"tags={m.tags or ''} body={_shown_body(m.body)}")
     if unread is not None:  # what was found is shown; the exit status says it may not be all
-        print(f"tiered get: {_key_unread(args.topic, args.key, unread)}", file=sys.stderr)
+        print(f"tiered get: {unread}", file=sys.stderr)
         return int(ExitCode.BACKEND)
     return 0
 

@@ -75,6 +75,32 @@ def test_the_command_prints_the_verify_report_and_exits_like_it(spark, damaged, 
     assert "time_bounds_mismatch" in out and "CORRUPT DATA:" in out
 
 
+def test_checksums_are_compared_in_spark_tasks_as_in_one_process(spark, tmp_path, capsys, monkeypatch):
+    """``spark verify --checksums``: a message replaced by another that passes every read check
+    is found by its segment's checksum, hashed in a Spark task, with the report (and exit
+    status) ``tiered verify --deep --checksums`` gives; the driver process hashes nothing."""
+    import tiered_core.ops.verify_checksum as verify_checksum
+
+    config_path = write_config(tmp_path / "tiered.toml", tmp_path / "data", cl_max=8 << 10, cq_max=1000)
+    write_sample(StoreConfig.load(config_path), SPEC)
+    planted = plant(StoreConfig.load(config_path), "replaced_message", topic="audit", queue_id=1, seed=4)
+    # (a sample store has no owner record: one warning, exit 1)
+    assert main(["spark", "verify", "--config", config_path, "--json"]) == 1  # every read check passes
+    assert [f["kind"] for f in json.loads(capsys.readouterr().out)["findings"]] == ["owner_missing"]
+    single = verify_store(StoreConfig.load(config_path), deep=True, checksums=True)
+    assert [(f.kind, f.subject) for f in single.findings if f.kind is not FindingKind.OWNER_MISSING] == \
+        [(FindingKind.CHECKSUM_MISMATCH, planted.subject)]
+
+    def not_here(*args, **kwargs):
+        raise AssertionError("the driver process hashed an object")
+
+    monkeypatch.setattr(verify_checksum, "object_checksum", not_here)  # (Spark's workers import their own)
+    assert main(["spark", "verify", "--config", config_path, "--checksums", "--json"]) == 4
+    on_spark = json.loads(capsys.readouterr().out)
+    assert on_spark["summary"]["checksums"] is True and on_spark["summary"]["bytes_read"] > 0
+    assert comparable(on_spark) == comparable(single)
+
+
 def test_a_local_verify_session_keeps_its_jvm_at_the_first_compiler_tier(spark, damaged, capsys, monkeypatch):
     """The walk runs in Python workers: a local session's JVM (beside them on the same cores)
     stops at C1; a cluster's is left as it is. The command asks for that session."""

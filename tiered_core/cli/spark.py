@@ -86,6 +86,9 @@ def register(subparsers) -> None:
     common(p)
     p.add_argument("--topics", nargs="+", metavar="T", help="check only these topics' queues, key-index entries "
                                                             "and local queues (comma lists allowed)")
+    p.add_argument("--checksums", action="store_true",
+                   help="also hash every commit-log and consume-queue object in Spark tasks and compare it with the "
+                        "checksum recorded as the store wrote it (as `tiered verify --deep --checksums`)")
     p.set_defaults(func=_jvm_quiet_after_interrupt(run_verify))
 
     parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
@@ -199,7 +202,8 @@ def run_reindex(args) -> int:
 
 
 def run_verify(args) -> int:
-    """``tiered spark verify``: the report of ``tiered verify --deep``, its exit status."""
+    """``tiered spark verify``: the report of ``tiered verify --deep`` (``--checksums``: and of its
+    hashing pass), its exit status."""
     from tiered_core.cli.progress import Progress
     from tiered_core.cli.shared import StoreNotFound, load_config, print_json, store_exists, topics_arg
     from tiered_core.cli.verify_commands import print_report
@@ -211,7 +215,8 @@ def run_verify(args) -> int:
         raise StoreNotFound(config)
     require_shared_backend(config)  # before Spark starts
     topics = topics_arg(args.topics)
-    report = verify(_session(args, session_conf(args.master)), args.config, topics=topics, progress=Progress)
+    report = verify(_session(args, session_conf(args.master)), args.config, topics=topics, checksums=args.checksums,
+                    progress=Progress)
     if args.json:
         print_json(report.as_dict())
     else:

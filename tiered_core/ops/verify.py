@@ -47,7 +47,7 @@ from tiered_core.flat.segment_reader import SegmentReader
 from tiered_core.flat.ownership import ReadOnlyDriver, read_store_id, tier_prefix
 from tiered_core.metadata import open_metadata_read_only
 from tiered_core.ops.findings import Finding, FindingKind, Severity, VerifyReport
-from tiered_core.ops.verify_checksum import checksum_findings, checksummed
+from tiered_core.ops.verify_checksum import Hasher, checksum_findings, checksummed
 from tiered_core.ops.verify_index import check_index
 from tiered_core.ops.verify_listing import check_listing, metadata_segments
 from tiered_core.ops.verify_local import local_findings, local_witness
@@ -85,10 +85,13 @@ def prop_crc_policy(config: Any) -> PropCrcPolicy:
 
 
 def verify_store(config: Any, *, deep: bool = False, checksums: bool = False, topics: Iterable[str] | None = None,
-                 progress: ProgressFactory | None = None, walk: Walk | None = None) -> VerifyReport:
+                 progress: ProgressFactory | None = None, walk: Walk | None = None,
+                 hasher: Hasher | None = None) -> VerifyReport:
     """Verify the store ``config`` (a :class:`~tiered_core.config.StoreConfig`) and return
     the report (module doc). Read-only: no lock, no claim, no write anywhere. ``walk``
-    replaces the in-process per-queue walk (:func:`~tiered_core.ops.verify_range.walk_queues`).
+    replaces the in-process per-queue walk (:func:`~tiered_core.ops.verify_range.walk_queues`),
+    ``hasher`` the in-process hashing of ``checksums``
+    (:func:`~tiered_core.ops.verify_checksum.checksum_findings`).
     Raises what opening the driver or the metadata raises (a typed
     :class:`~tiered_core.errors.TieredStoreError`: an unreadable metadata file, a driver
     that cannot be opened) and driver errors other than a missing object."""
@@ -144,7 +147,7 @@ def verify_store(config: Any, *, deep: bool = False, checksums: bool = False, to
                 corrupt = {f.subject for f in report.findings if f.severity is Severity.CORRUPT}
                 hashed = [seg for seg in checksummed(listing, topic_list) if seg.path not in corrupt]
                 with _bar(progress, "checksums", len(hashed)) as bar:
-                    mismatched, hashed_bytes = checksum_findings(driver, hashed, bar.update)
+                    mismatched, hashed_bytes = (hasher or checksum_findings)(driver, hashed, bar.update)
                 report.extend(mismatched)
                 report.stats.bytes_read += hashed_bytes
             # 4. the key index

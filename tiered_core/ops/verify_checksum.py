@@ -15,7 +15,7 @@ with checks and a repair of their own: :mod:`tiered_core.ops.verify_index`) are 
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator, Mapping, Protocol
 
 from tiered_core.codec._impl import crc32
 from tiered_core.common import FileSegmentType
@@ -58,34 +58,61 @@ def object_checksum(driver: SegmentDriver, path: str, size: int) -> int:
     return crc
 
 
-def checksum_findings(driver: SegmentDriver, segments: list[Segment],
-                      progress: Callable[[int], None] = lambda n: None) -> tuple[list[Finding], int]:
-    """Hash each of ``segments`` (see :func:`checksummed`); returns the CHECKSUM_MISMATCH
-    findings and the bytes read. An object gone meanwhile (expiry beside a running store) is
-    skipped."""
+def object_checksums(driver: SegmentDriver, items: Iterable[tuple[str, int]]) -> Iterator[tuple[str, int | None]]:
+    """``(path, CRC-32 of its first size bytes)`` for each ``(path, size)`` of ``items``, in
+    their order; None for an object gone meanwhile (expiry beside a running store). Runs
+    wherever the driver does: here, or in a Spark task (``tiered spark verify --checksums``)."""
+    for path, size in items:
+        try:
+            yield path, object_checksum(driver, path, size)
+        except NotFound:
+            yield path, None
+
+
+def mismatch_findings(segments: list[Segment], found: Mapping[str, int | None]) -> tuple[list[Finding], int]:
+    """The CHECKSUM_MISMATCH findings of ``segments`` given the checksum ``found`` of each
+    path (None or absent: not hashed, gone), in the segments' order, and the bytes hashed."""
     findings: list[Finding] = []
     read = 0
     for seg in segments:
         meta = seg.meta
-        try:
-            found = object_checksum(driver, seg.path, meta.checksum_size)
-        except NotFound:
-            progress(1)
+        crc = found.get(seg.path)
+        if crc is None:
             continue
         read += meta.checksum_size
-        progress(1)
-        if found == meta.checksum:
+        if crc == meta.checksum:
             continue
         topic, queue_id, _ = seg.file_key
         findings.append(Finding(
             FindingKind.CHECKSUM_MISMATCH, seg.path,
-            f"its first {meta.checksum_size} bytes are not the bytes this store wrote (CRC-32 {found:#010x}, "
+            f"its first {meta.checksum_size} bytes are not the bytes this store wrote (CRC-32 {crc:#010x}, "
             f"recorded {meta.checksum:#010x}): the object was replaced or changed after it was written",
             topic=topic, queue_id=queue_id,
             file_offsets=(meta.base_offset, meta.base_offset + meta.checksum_size),
-            facts={"recorded_checksum": meta.checksum, "found_checksum": found,
+            facts={"recorded_checksum": meta.checksum, "found_checksum": crc,
                    "checksum_size": meta.checksum_size}))
     return findings, read
 
 
-__all__ = ["checksum_findings", "checksummed", "object_checksum"]
+class Hasher(Protocol):
+    """The shape of the hashing pass ``verify_store`` runs with ``checksums``: the segments
+    to hash (:func:`checksummed`) in, their findings and the bytes hashed out
+    (:func:`checksum_findings` in this process; Spark tasks in ``tiered spark verify``).
+    ``progress(n)`` is told of ``n`` more segments hashed."""
+
+    def __call__(self, driver: SegmentDriver, segments: list[Segment],
+                 progress: Callable[[int], None] = ...) -> tuple[list[Finding], int]: ...
+
+
+def checksum_findings(driver: SegmentDriver, segments: list[Segment],
+                      progress: Callable[[int], None] = lambda n: None) -> tuple[list[Finding], int]:
+    """Hash each of ``segments`` (see :func:`checksummed`) here; returns the CHECKSUM_MISMATCH
+    findings and the bytes read. An object gone meanwhile is skipped."""
+    found: dict[str, int | None] = {}
+    for path, crc in object_checksums(driver, ((seg.path, seg.meta.checksum_size) for seg in segments)):
+        found[path] = crc
+        progress(1)
+    return mismatch_findings(segments, found)
+
+
+__all__ = ["Hasher", "checksum_findings", "checksummed", "mismatch_findings", "object_checksum", "object_checksums"]

@@ -8,7 +8,8 @@ task walks its ranges through :func:`~tiered_core.ops.verify_range.verify_range`
 the executor's own driver (opened from the configuration text,
 :func:`~tiered_core.spark.source.partition_reader.driver_for`), so only the plan (segment
 references) and the ranges' results (findings, counters, store times) cross the wire.
-The rest of the report (ownership, listing, key index, local store) is
+With ``--checksums`` the hashing of every segment runs in Spark tasks too. The rest of the
+report (ownership, listing, key index, local store) is
 :func:`~tiered_core.ops.verify.verify_store`'s, with this walk in place of the
 single-process one; :func:`~tiered_core.ops.verify_queue.finish_walk` merges the ranges
 the same way wherever they ran, so the report is the one ``tiered verify --deep``
@@ -23,6 +24,9 @@ import os
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from tiered_core.codec.checks import PropCrcPolicy
+from tiered_core.ops.findings import Finding
+from tiered_core.ops.verify_checksum import mismatch_findings, object_checksums
+from tiered_core.ops.verify_listing import Segment
 from tiered_core.ops.verify_queue import QueueWalk, QueueWork, RangeResult, finish_walk, plan_ranges, total_units
 from tiered_core.ops.verify_range import verify_range
 from tiered_core.spark.config_source import ConfigSource, require_shared_backend
@@ -64,6 +68,12 @@ def session_conf(master: str | None = None) -> dict[str, str]:
     spark-defaults.conf for this command); on a cluster nothing is set."""
     master = master or os.environ.get("TIERED_SPARK_MASTER") or "local[*]"
     return {"spark.driver.extraJavaOptions": LOCAL_JVM_OPTIONS} if master.startswith("local") else {}
+
+
+def _hash_objects(source: ConfigSource, items: list[tuple[str, int]]) -> Iterator[tuple[str, int | None]]:
+    from tiered_core.spark.source.partition_reader import driver_for
+
+    return object_checksums(driver_for(source), items)
 
 
 def _walk_ranges(source: ConfigSource, deep: bool, prop_crc: PropCrcPolicy,
@@ -115,11 +125,37 @@ class SparkWalk:
             progress(sum(r.end - r.start for r in results))
         return finish_walk(works, results)
 
+    def hash_segments(self, driver: SegmentDriver, segments: list[Segment],
+                      progress: Callable[[int], None] = lambda n: None) -> tuple[list[Finding], int]:
+        """The :class:`~tiered_core.ops.verify_checksum.Hasher` of ``--checksums``: each of
+        ``segments`` hashed in a Spark task (executors read the objects with their own
+        driver; only paths, sizes and checksums cross the wire). The ``driver`` is not used."""
+        from tiered_core.spark.failures import task_error
 
-def verify(spark, config: str | os.PathLike, *, topics: Sequence[str] | None = None,
+        items = sorted(((seg.path, seg.meta.checksum_size) for seg in segments), key=lambda i: i[1], reverse=True)
+        if not items:
+            return mismatch_findings(segments, {})
+        tasks = min(len(items), self.spark.sparkContext.defaultParallelism * TASKS_PER_CORE)
+        slices = [items[i::tasks] for i in range(tasks)]  # largest first, dealt round
+        source = self.source
+
+        def run(index: int, parts: Iterator[list]) -> Iterator[tuple[str, int | None]]:
+            return tagged_iter(r for part in parts for r in _hash_objects(source, part))
+
+        rdd = self.spark.sparkContext.parallelize(slices, len(slices)).mapPartitionsWithIndex(run)
+        try:
+            found = dict(rdd.collect())
+        except Exception as exc:  # as in __call__
+            raise task_error(exc, "verify failed (nothing was changed; run it again)") from None
+        progress(len(items))
+        return mismatch_findings(segments, found)
+
+
+def verify(spark, config: str | os.PathLike, *, topics: Sequence[str] | None = None, checksums: bool = False,
            progress: Any = None, units_per_range: int | None = None):
     """The ``--deep`` verify report of ``config``'s store with the per-queue walk on Spark
-    (``topics``: only these). Returns the :class:`~tiered_core.ops.findings.VerifyReport`
+    (``topics``: only these; ``checksums``: every segment hashed too, in Spark tasks, as
+    ``tiered verify --deep --checksums`` does in one process). Returns the :class:`~tiered_core.ops.findings.VerifyReport`
     ``verify_store`` gives; raises what it raises (a store that does not exist, a config
     error) and :class:`~tiered_core.errors.ConfigError` for a driver whose bytes live in
     one process (Spark tasks run in others). Never writes."""
@@ -129,7 +165,8 @@ def verify(spark, config: str | os.PathLike, *, topics: Sequence[str] | None = N
     store_config = StoreConfig.load(config)
     require_shared_backend(store_config)
     walk = SparkWalk(spark, ConfigSource.from_file(config), units_per_range=units_per_range)
-    return verify_store(store_config, deep=True, topics=topics, progress=progress, walk=walk)
+    return verify_store(store_config, deep=True, checksums=checksums, topics=topics, progress=progress, walk=walk,
+                        hasher=walk.hash_segments)
 
 
 __all__ = ["LOCAL_JVM_OPTIONS", "MAX_UNITS_PER_RANGE", "MIN_UNITS_PER_RANGE", "RANGES_PER_CORE", "SparkWalk",

@@ -189,6 +189,26 @@ def test_a_static_topic_cluster_file_is_not_a_store_config(tmp_path, capsys):
     assert "CONFIG" in capsys.readouterr().err
 
 
+def test_keys_above_the_first_table_header_are_refused_not_ignored(tmp_path, capsys):
+    """Keys written before ``[tiered.options]`` with no ``[tiered]`` header are top-level keys:
+    they were ignored, and the defaults (store_path ./demo-data) used in their place."""
+    from tiered_core.cli import main
+
+    conf = write(tmp_path, "tiered.toml", 'store_path = "data"\ncommit_log_max_size = "2KiB"\n'
+                                          '[tiered.options]\nroot = "tier"\n')
+    with pytest.raises(ConfigError) as err:
+        StoreConfig.load(conf, environ={})
+    text = str(err.value)
+    assert err.value.key == "store_path" and "'store_path', 'commit_log_max_size' are outside the [tiered]" in text
+    assert "move them under [tiered]" in text and str(conf) in text
+    assert main(["put", "--config", str(conf), "--topic", "t", "--body", "x"]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiered.toml"]  # nothing created
+    assert "outside the [tiered] table" in capsys.readouterr().err
+    # other tools' keys and tables may share the file
+    ok = write(tmp_path, "shared.toml", 'title = "x"\n[tool]\nstore_path = 1\n[tiered]\nstore_path = "d"\n')
+    assert StoreConfig.load(ok, environ={}).store_path.endswith("d")
+
+
 def test_unknown_tiered_key_lists_accepted_keys(tmp_path):
     conf = write(tmp_path, "bad.toml", '[tiered]\ncommit_log_size = 5\n')
     with pytest.raises(ConfigError) as err:

@@ -535,6 +535,17 @@ def _from_toml(text: str, where: str) -> tuple[dict[str, Any], dict[str, str]]:
         return {}, {}
     if not isinstance(table, dict):
         raise ConfigError(f"{where}: 'tiered' must be a table", key="tiered", source=where)
+    # Other tools' tables may share the file, but a key of ours written above the first table
+    # header lands at the top level, and would be ignored while the defaults took its place
+    # (a store_path left behind for ./demo-data).
+    outside = [k for k, v in data.items() if k in _FIELD_NAMES and k not in ("source", "driver_options")
+               and not isinstance(v, (dict, list))]
+    if outside:
+        one = len(outside) == 1
+        raise ConfigError(f"{where}: {', '.join(map(repr, outside))} {'is' if one else 'are'} outside the [tiered] "
+                          "table (a key written before the first [table] header belongs to none), so "
+                          f"{'it' if one else 'they'} would be ignored: move {'it' if one else 'them'} under "
+                          "[tiered]", key=outside[0], source=where, keys=outside)
     if "broker" in data:  # (other tools' tables may share the file; [[broker]] is ours)
         # A static topics' cluster file: read as one store it would name a default broker,
         # and a take-over with it would fence the cluster's live broker of that name.

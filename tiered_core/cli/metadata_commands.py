@@ -247,6 +247,8 @@ def run_rebuild(args: argparse.Namespace) -> int:
     if stats.topic_ids_new:
         print(f"warning: {stats.topic_ids_new} topic(s) were not found in the tiered key index and got new ids; "
               "key lookups of their older messages need the key index rebuilt")
+    for line in stats.heads_without_messages_text():
+        print(f"note: {line}")
     if stats.strays:
         shown = ", ".join(repr(p) for p in stats.stray_examples)
         print(f"skipped {stats.strays} object(s) that are not segment paths, e.g. {shown}")

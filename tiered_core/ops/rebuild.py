@@ -94,7 +94,22 @@ class RebuildStats:
     not_adopted: list[str] = field(default_factory=list)
     #: Segments whose checksum the replaced records held was kept (``keep_checksums``).
     checksums_kept: int = 0
+    #: Queues whose consume queue begins before the first message of their commit log:
+    #: ``(topic, queue_id, first unit's offset, first message's offset)``. The units between
+    #: name messages the tier no longer holds (expired, or a commit-log object lost), which
+    #: reads skip; the listing cannot tell which (see :meth:`heads_without_messages_text`).
+    heads_without_messages: list[tuple[str, int, int, int]] = field(default_factory=list)
     elapsed_s: float = 0.0
+
+    def heads_without_messages_text(self, limit: int = 5) -> list[str]:
+        """One line per queue of :attr:`heads_without_messages` (at most ``limit``, then a count)."""
+        lines = [f"{topic}/{queue_id}: queue offsets {first}..{msg - 1} have consume-queue units but no message "
+                 f"in the tier (the first message of its commit log is at queue offset {msg}): expired, or a commit-log object was lost "
+                 "(restore it from a copy of the bucket, then `tiered metadata rebuild --force`); reads begin at offset "
+                 f"{msg}" for topic, queue_id, first, msg in self.heads_without_messages[:limit]]
+        if len(self.heads_without_messages) > limit:
+            lines.append(f"... and {len(self.heads_without_messages) - limit} more queue(s) like these")
+        return lines
 
 
 @dataclass
@@ -216,6 +231,10 @@ def rebuild_metadata(
                             "recorded without them (`tiered repair --apply` sets them aside)", cq[-1].path,
                             cq[-1].size - kept)
                 cq[-1].size = kept
+        if cl and cq:
+            first_message = _first_queue_offset(driver, cl[0])
+            if first_message is not None and first_message > cq[0].base // CQ_UNIT_SIZE:
+                stats.heads_without_messages.append((topic, queue_id, cq[0].base // CQ_UNIT_SIZE, first_message))
         idx = files.get((topic, queue_id, FileSegmentType.INDEX), [])
         for segs in (cl, cq, idx):
             segs.sort(key=lambda s: s.base)
@@ -319,6 +338,17 @@ def _begins_with_its_message(driver: SegmentDriver, seg: _Seg) -> bool:
         return peek_physical_offset(head, 0) == seg.base and peek_total_size(head, 0) >= PHYSICAL_OFFSET_POS + 8
     except CorruptData:
         return False
+
+
+def _first_queue_offset(driver: SegmentDriver, seg: _Seg) -> int | None:
+    """The queue offset of the message commit-log segment ``seg`` begins with (None: it
+    holds no whole header, or the header does not read)."""
+    if seg.size < PHYSICAL_OFFSET_POS + 8:
+        return None
+    try:
+        return peek_queue_offset(driver.read(seg.path, 0, PHYSICAL_OFFSET_POS + 8), 0)
+    except CorruptData:
+        return None
 
 
 def _past_the_end(segs: list[_Seg]) -> bool:

@@ -194,6 +194,8 @@ def open_checked_metadata(open_metadata: Callable[[], TieredMetadataStore], meta
             stats = rebuild_metadata(driver, metadata, cluster=cluster, broker=broker, force=True)
             log.warning("metadata rebuilt: %d topic(s), %d queue(s), %d segment(s)", stats.topics,
                         stats.queues, stats.segments)
+            for line in stats.heads_without_messages_text():
+                log.warning("%s", line)
             report = ReconcileReport(report.prefix, listed=report.listed)
     except BaseException:
         metadata.close()

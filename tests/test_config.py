@@ -204,6 +204,13 @@ def test_keys_above_the_first_table_header_are_refused_not_ignored(tmp_path, cap
     assert main(["put", "--config", str(conf), "--topic", "t", "--body", "x"]) == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiered.toml"]  # nothing created
     assert "outside the [tiered] table" in capsys.readouterr().err
+    # the same in a static topics' cluster file
+    from tiered_core.static_topic.cluster_config import cluster_configs_from_text
+
+    with pytest.raises(ConfigError) as err:
+        cluster_configs_from_text('driver = "gcs"\n[tiered.options]\nroot = "t"\n[[broker]]\nbroker = "a"\n'
+                                  'store_path = "a"\n', str(tmp_path))
+    assert err.value.key == "driver" and "'driver' is outside the [tiered] table" in str(err.value)
     # other tools' keys and tables may share the file
     ok = write(tmp_path, "shared.toml", 'title = "x"\n[tool]\nstore_path = 1\n[tiered]\nstore_path = "d"\n')
     assert StoreConfig.load(ok, environ={}).store_path.endswith("d")

@@ -514,6 +514,21 @@ def _check_metadata(name: str, label: str, where: str) -> str:
 # -- TOML ------------------------------------------------------------------------------
 
 
+def refuse_keys_outside_tables(data: Mapping[str, Any], where: str) -> None:
+    """Raise :class:`ConfigError` naming every key of ours (a :class:`StoreConfig` field) at
+    the top level of a TOML document: written above the first ``[table]`` header, it belongs
+    to no table and would be ignored while its default took its place (a store_path left
+    behind for ./demo-data). Other tools' keys and tables may share the file."""
+    outside = [k for k, v in data.items() if k in _FIELD_NAMES and k not in ("source", "driver_options")
+               and not isinstance(v, (dict, list))]
+    if outside:
+        one = len(outside) == 1
+        raise ConfigError(f"{where}: {', '.join(map(repr, outside))} {'is' if one else 'are'} outside the [tiered] "
+                          "table (a key written before the first [table] header belongs to none), so "
+                          f"{'it' if one else 'they'} would be ignored: move {'it' if one else 'them'} under "
+                          "[tiered]", key=outside[0], source=where, keys=outside)
+
+
 def _from_toml(text: str, where: str) -> tuple[dict[str, Any], dict[str, str]]:
     import tomllib
 
@@ -535,17 +550,7 @@ def _from_toml(text: str, where: str) -> tuple[dict[str, Any], dict[str, str]]:
         return {}, {}
     if not isinstance(table, dict):
         raise ConfigError(f"{where}: 'tiered' must be a table", key="tiered", source=where)
-    # Other tools' tables may share the file, but a key of ours written above the first table
-    # header lands at the top level, and would be ignored while the defaults took its place
-    # (a store_path left behind for ./demo-data).
-    outside = [k for k, v in data.items() if k in _FIELD_NAMES and k not in ("source", "driver_options")
-               and not isinstance(v, (dict, list))]
-    if outside:
-        one = len(outside) == 1
-        raise ConfigError(f"{where}: {', '.join(map(repr, outside))} {'is' if one else 'are'} outside the [tiered] "
-                          "table (a key written before the first [table] header belongs to none), so "
-                          f"{'it' if one else 'they'} would be ignored: move {'it' if one else 'them'} under "
-                          "[tiered]", key=outside[0], source=where, keys=outside)
+    refuse_keys_outside_tables(data, where)
     if "broker" in data:  # (other tools' tables may share the file; [[broker]] is ours)
         # A static topics' cluster file: read as one store it would name a default broker,
         # and a take-over with it would fence the cluster's live broker of that name.
@@ -723,6 +728,7 @@ def _from_properties(text: str, where: str) -> tuple[dict[str, Any], dict[str, s
 
 __all__ = [
     "StoreConfig",
+    "refuse_keys_outside_tables",
     "STORAGE_LEVELS",
     "LOCAL_FLUSH_MODES",
     "METADATA_RECOVERY_MODES",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import tomllib
 
-from tiered_core.config import StoreConfig
+from tiered_core.config import StoreConfig, refuse_keys_outside_tables
 from tiered_core.errors import ConfigError
 
 
@@ -32,6 +32,7 @@ def cluster_configs_from_text(text: str, base_dir: str, *, source: str = "<clust
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"cannot read cluster file {path!r}: {exc}", key="cluster", source=path) from None
+    refuse_keys_outside_tables(doc, path)
     shared = doc.get("tiered", {})
     brokers = doc.get("broker")
     if not isinstance(shared, dict) or not isinstance(brokers, list) or not brokers:

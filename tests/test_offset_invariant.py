@@ -235,6 +235,39 @@ def test_restored_copy_finds_keys_of_a_queue_it_never_had(tmp_path):
         assert [m.body for m in store.query_message(TOPIC, "a-0-1").messages] == [body("a", 0, 1)]
 
 
+def test_a_read_only_open_of_a_restored_copy_serves_times_and_says_its_keys_may_be_missed(tmp_path, capsys):
+    """An upgrade drill (U2): after a restored backup and `metadata rebuild --force`, and
+    before any writable open, a read-only open answered the time lookup of a message tiered
+    after the backup with the local end, and its key lookup with "no message has key": the
+    key index's local part (restored) misses those keys, and a read-only open cannot index
+    them again. Now the time lookup asks the tier, and the key lookup says it may have missed
+    messages (exit 5); the next writable open indexes them and finds the key."""
+    cfg = config_at(tmp_path)
+    late = restored_after(cfg, "early", lambda store: [
+        store.put_message(Message(topic=TOPIC, body=b"late%d" % i, keys=[f"late{i}"]), 0) for i in range(3)])
+    toml = tmp_path / "t.toml"
+    toml.write_text(cfg.to_toml())
+    assert main(["metadata", "rebuild", "--config", str(toml), "--force"]) == 0
+    capsys.readouterr()
+    with TieredMessageStore.open(cfg, read_only=True) as store:
+        assert store.local.get_max_offset_in_queue(TOPIC, 0) < late[-1].queue_offset  # the restored copy
+        for r in late:
+            got = store.get_message("g", TOPIC, 0, r.queue_offset, 1).messages
+            assert [m.store_timestamp for m in got] == [r.store_timestamp]
+            assert store.get_offset_in_queue_by_time(TOPIC, 0, r.store_timestamp, BoundaryType.LOWER) == \
+                min(x.queue_offset for x in late if x.store_timestamp == r.store_timestamp)
+        result = store.query_message(TOPIC, "late1")
+        assert isinstance(result.error, StateConflict) and result.error.context["key_index_gap"]
+        assert "misses the keys of tiered messages of 1 queue(s) of topic" in result.error.message
+    assert main(["get", "--config", str(toml), "--topic", TOPIC, "--key", "late1"]) == 5
+    err = capsys.readouterr().err
+    assert "STATE_CONFLICT" in err and "read-only open does not index them again" in err
+    with TieredMessageStore.open(cfg) as store:  # the writable open indexes the missed keys
+        assert [m.body for m in store.query_message(TOPIC, "late1").messages] == [b"late1"]
+    assert main(["get", "--config", str(toml), "--topic", TOPIC, "--key", "late1"]) == 0
+    assert "late1" in capsys.readouterr().out
+
+
 def test_a_key_window_beginning_at_the_newest_tier_only_message_finds_it(tmp_path):
     """An operator drill: after a restored backup and a metadata rebuild, a key lookup whose
     window began exactly at the store time of the newest message only the tier holds found

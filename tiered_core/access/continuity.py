@@ -179,12 +179,16 @@ def tier_only_until_ms(local: LocalMessageStore, flat_files: FlatFileStore) -> i
     which holds while the local store and the tier share one history in commit-log order.
     A restored old copy of the directory breaks it: a queue first written after the copy was
     taken is tier-only, with messages newer than every local one. Its first put raises a
-    floor that records this time; until then the store widens the tiered window by it.
+    floor that records this time; until then the store widens the tiered window by it. So
+    does a queue whose tier holds offsets past its local end (the restored copy read by a
+    read-only open, which does not continue the local queue after the tier).
     """
     if local.get_earliest_message_time() < 0:
         return -1  # (nothing local: the tiered index is asked for everything anyway)
     return max((f.max_store_timestamp() for f in flat_files.files()
-                if not local.has_queue(f.topic, f.queue_id)), default=-1)
+                if not local.has_queue(f.topic, f.queue_id)
+                or f.initialized and local.get_max_offset_in_queue(f.topic, f.queue_id) < f.consume_queue_commit_offset()),
+               default=-1)
 
 
 __all__ = ["GIVEN_UP_DIR", "check_no_tier_inside", "tier_inside", "LOCAL_HISTORY_ENTRIES", "HISTORY_EPOCH_FILE", "continue_after_tier", "history_trusted", "read_history_epoch",

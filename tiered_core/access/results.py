@@ -73,9 +73,11 @@ class GetMessageResult:
 @dataclass
 class QueryMessageResult:
     """The messages a key lookup found. ``error``: why a tiered message the key index names
-    could not be read (the backend failed or is down), so the lookup may have missed it; None
-    when every hit was read (a damaged or foreign copy is skipped, not an error). Without it a
-    lookup during an outage would read as "no such key"."""
+    could not be read (the backend failed or is down), so the lookup may have missed it, or
+    (a :class:`~tiered_core.errors.StateConflict` with ``key_index_gap``) that the key index
+    misses keys of tiered messages a read-only open cannot index again (a restored copy of
+    the store directory); None when every hit was read (a damaged or foreign copy is skipped,
+    not an error). Without it such a lookup would read as "no such key"."""
 
     messages: list[MessageExt] = field(default_factory=list)
     error: TieredStoreError | None = None

@@ -180,10 +180,15 @@ class TieredMessageStore:
             #: After a recovery path, the repair of the key index (:mod:`tiered_core.access.key_repair`;
             #: see :attr:`key_index_gap_since`); None: nothing to repair.
             self.key_repair: KeyIndexRepair | None = None
+            #: A read-only open's key-index gap (queue -> first offset whose keys the index
+            #: misses, and since when): it cannot index them again, so key lookups say so.
+            self._read_only_key_gap: tuple[dict[tuple[str, int], int], int] | None = None
             if not read_only:
                 self.key_repair = self._plan_key_repair()
                 if self.key_repair is not None and not background:
                     self.key_repair.run()
+            else:
+                self._read_only_key_gap = self._key_index_gap()
             self.dispatcher = MessageStoreDispatcher(self.local, self.flat_files, self.index,
                                                      config.section(DispatchConfig), clock=clock)
         except BaseException:
@@ -217,26 +222,33 @@ class TieredMessageStore:
                                                           name=f"local-retention:{config.broker}")
                 self._retention_thread.start()
 
-    def _plan_key_repair(self) -> KeyIndexRepair | None:
-        """What the key index must index again (:mod:`tiered_core.access.key_repair`): past its
-        coverage marks; without them (a lost disk) and after a recovery path, by time."""
-        coverage = self.index.coverage
+    def _key_index_gap(self) -> tuple[dict[tuple[str, int], int], int] | None:
+        """What the key index misses (:mod:`tiered_core.access.key_repair`): per queue, the first
+        tiered offset past its coverage mark, or without marks (a lost disk, a lost local index
+        directory, a store from before the marks) from the first message stored at or after the
+        end of what the index's own files cover; and that time (0 with marks). None: nothing.
+        Reads only."""
         since = None
-        if not coverage.known:
-            # Without marks (a lost disk, a lost local index directory, a store from before
-            # the marks) the index's own files bound what it may miss: none when they cover
-            # the tier's newest message (a new store, an intact one), else by time.
+        if not self.index.coverage.known:
             since = key_index_gap(self.index, self.flat_files)
             if since is None:
-                coverage.declare_known()  # a new store, or one whose index covers its tier
-                coverage.save()
                 return None
         ranges = repair_ranges(self.index, self.flat_files, since=since)
-        if not ranges:
+        return (ranges, since if since is not None else 0) if ranges else None
+
+    def _plan_key_repair(self) -> KeyIndexRepair | None:
+        """The repair of what the key index misses (:meth:`_key_index_gap`), or None."""
+        coverage = self.index.coverage
+        gap = self._key_index_gap()
+        if gap is None:
+            if not coverage.known:
+                coverage.declare_known()  # a new store, or one whose index covers its tier
+                coverage.save()
             return None
+        ranges, since = gap
         log.warning("the key index misses the keys of tiered messages of %d queue(s) (its local part was lost or "
                     "is older than the tier): indexing them again from the tier", len(ranges))
-        return KeyIndexRepair(self.flat_files, self.index, ranges, since if since is not None else 0)
+        return KeyIndexRepair(self.flat_files, self.index, ranges, since)
 
     @property
     def key_index_gap_since(self) -> int | None:
@@ -307,6 +319,7 @@ class TieredMessageStore:
     #: refuses the put by raising (nothing is written); None (the default) admits every put.
     put_guard: Callable[[Message, int], None] | None = None
     _tier_only_until_ms = -1
+    _read_only_key_gap: "tuple[dict[tuple[str, int], int], int] | None" = None
 
     def put_message(self, message: Message, queue_id: int = 0) -> PutMessageResult:
         """Store ``message`` in queue ``queue_id`` (locally; the dispatcher tiers it later).
@@ -529,10 +542,14 @@ class TieredMessageStore:
         if not isinstance(boundary, BoundaryType):
             raise IllegalParam(f"boundary must be a BoundaryType, got {boundary!r}", boundary=boundary)
         local_earliest = self.local.get_earliest_message_time(topic, queue_id)
+        flat = self.flat_files.get(topic, queue_id)
+        # A read-only open of a restored old copy: the tier holds offsets past the local end
+        # (a writable open continues the local queue after them), newer than every local message.
+        tier_ahead = flat is not None and flat.initialized and \
+            flat.consume_queue_commit_offset() > self.local.get_max_offset_in_queue(topic, queue_id)
         # <=: messages of the local copy's first millisecond may also precede it in the tiered store
         if self.policy is not ReadPolicy.DISABLE and (
-                self.policy is ReadPolicy.FORCE or local_earliest < 0 or timestamp <= local_earliest):
-            flat = self.flat_files.get(topic, queue_id)
+                self.policy is ReadPolicy.FORCE or local_earliest < 0 or timestamp <= local_earliest or tier_ahead):
             try:
                 if flat is not None and flat.consume_queue_commit_offset() > flat.consume_queue_min_offset():
                     if self.policy is ReadPolicy.FORCE:
@@ -600,7 +617,27 @@ class TieredMessageStore:
             for m in hits:
                 if (m.queue_id, m.queue_offset) not in seen:
                     found.append(m)
+        if error is None and len(found) < max_count and self._read_only_key_gap is not None:
+            error = self._key_gap_error(topic, end)
         return QueryMessageResult(found[:max_count], error)
+
+    def _key_gap_error(self, topic: str, end: int) -> StateConflict | None:
+        """Why a read-only key lookup of ``topic`` up to time ``end`` may miss messages: the
+        key index misses keys of this topic's tiered messages (its local part is older than
+        the tier: a restored copy of the store directory), and only a writable open indexes
+        them again. None when the gap holds nothing of the topic or the window."""
+        ranges, since = self._read_only_key_gap
+        queues = sorted((q, first) for (t, q), first in ranges.items() if t == topic)
+        if not queues or end < since:
+            return None
+        shown = ", ".join(f"{topic}/{q} from offset {first}" for q, first in queues[:5])
+        return StateConflict(
+            f"the key index misses the keys of tiered messages of {len(queues)} queue(s) of topic {topic!r} "
+            f"({shown}{', ...' if len(queues) > 5 else ''}): its local part is older than the tier (a restored "
+            "copy of the store directory), and a read-only open does not index them again, so this lookup may "
+            "have missed messages. The store's next writable open (starting it, `tiered put`) indexes them; reads "
+            "by offset and time are not affected", topic=topic, key_index_gap=True,
+            queues=[q for q, _first in queues])
 
     def _query_tiered(self, topic: str, key: str, max_count: int, begin: int,
                       end: int) -> tuple[list[MessageExt], TieredStoreError | None]:

@@ -260,7 +260,7 @@ def get(args: argparse.Namespace) -> int:
     """``tiered get``: messages by offset or key; :class:`MessageNotFound` when there are none."""
     config = load_config(args.config)
     offset = 0 if args.offset is None else args.offset  # (None: not given, which --key requires)
-    unread: DriverError | None = None  # a key lookup that could not read a tiered hit
+    unread: TieredStoreError | None = None  # a key lookup that may have missed messages
     with open_store(config, create=False) as store:
         if args.key is not None:
             result = store.query_message(args.topic, args.key, args.count)
@@ -302,9 +302,12 @@ def get(args: argparse.Namespace) -> int:
     return 0
 
 
-def _key_unread(topic: str, key: str, error: TieredStoreError) -> DriverError:
+def _key_unread(topic: str, key: str, error: TieredStoreError) -> TieredStoreError:
     """The error of a key lookup that could not read a message the tiered key index names
-    (the result's ``error``): the lookup may have missed it."""
+    (the result's ``error``): the lookup may have missed it. A key index that misses keys
+    (a read-only open of a restored copy) says so itself."""
+    if error.context.get("key_index_gap"):
+        return error
     return DriverError(f"the key lookup of {key!r} in topic {topic!r} could not read a tiered message its key index "
                        f"names, so it may have missed it: {error.message}", retryable=True, topic=topic, key=key,
                        cause=str(getattr(error.code, "value", error.code)))

@@ -146,6 +146,9 @@ def test_verify_checksums_finds_a_segment_whose_bytes_are_not_the_ones_written(t
     subject = backend_path(config.cluster, sealed)
     code, clean = _verify(capsys, conf, "--deep", "--checksums")
     assert code == 0 and clean["summary"]["checksums"] is True, clean["findings"]
+    with_bytes = [m for m in _records(config) if m.size and m.type != FileSegmentType.INDEX]
+    assert clean["summary"]["objects_hashed"] == len(with_bytes) > 1
+    assert clean["summary"]["objects_without_checksum"] == 0
     victim = _object(config, sealed)
     size = victim.stat().st_size
     _swap_a_body_keeping_every_read_check(victim, _body(2), _body(2).replace(b"order", b"ORDER"))
@@ -200,6 +203,13 @@ def test_a_rebuild_over_another_stores_records_keeps_none_of_their_checksums(tmp
     assert "kept the checksums" not in capsys.readouterr().out
     code, report = _verify(capsys, a_conf, "--checksums")
     assert code == 0, report["findings"]
+    # ...and says how many it could not hash (an upgrade drill: "clean" alone read as all hashed)
+    with_bytes = [m for m in _records(a) if m.size and m.type != FileSegmentType.INDEX]
+    assert report["summary"]["objects_hashed"] == 0
+    assert report["summary"]["objects_without_checksum"] == len(with_bytes) > 1
+    assert main(["verify", "--config", a_conf, "--checksums"]) == 0
+    assert f"checksums: 0 segment(s) hashed; {len(with_bytes)} segment(s) not hashed: no checksum was recorded" \
+        in capsys.readouterr().out
 
 
 def test_a_version_1_sqlite_file_reads_unchanged_and_a_writable_open_adds_the_columns(tmp_path):

@@ -112,3 +112,9 @@ def print_report(report: VerifyReport, stream: Any = None) -> None:
           f"segments, {s['messages_read']:,} messages and {s['bytes_read']:,} bytes read, "
           f"{s['index_files_checked']:,} key-index files ({s['index_entries_checked']:,} entries) in "
           f"{s['elapsed_s']:.1f} s", file=out)
+    if report.checksums:
+        unknown = s["objects_without_checksum"]
+        print(f"checksums: {s['objects_hashed']:,} segment(s) hashed"
+              + (f"; {unknown:,} segment(s) not hashed: no checksum was recorded for them (written before this "
+                 "version kept checksums, or recorded by a metadata rebuild or a take-over)" if unknown else ""),
+              file=out)

@@ -244,6 +244,10 @@ class VerifyStats:
     bytes_read: int = 0
     index_files_checked: int = 0
     index_entries_checked: int = 0
+    #: ``--checksums``: segments hashed, and segments holding bytes that have no recorded
+    #: checksum to compare with (written before checksums were kept, or rebuilt): not hashed.
+    objects_hashed: int = 0
+    objects_without_checksum: int = 0
     elapsed_s: float = 0.0
 
     def add(self, other: "VerifyStats") -> None:

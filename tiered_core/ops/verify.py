@@ -47,7 +47,7 @@ from tiered_core.flat.segment_reader import SegmentReader
 from tiered_core.flat.ownership import ReadOnlyDriver, read_store_id, tier_prefix
 from tiered_core.metadata import open_metadata_read_only
 from tiered_core.ops.findings import Finding, FindingKind, Severity, VerifyReport
-from tiered_core.ops.verify_checksum import Hasher, checksum_findings, checksummed
+from tiered_core.ops.verify_checksum import Hasher, checksum_findings, checksummed, without_checksum
 from tiered_core.ops.verify_index import check_index
 from tiered_core.ops.verify_listing import check_listing, metadata_segments
 from tiered_core.ops.verify_local import local_findings, local_witness
@@ -150,6 +150,8 @@ def verify_store(config: Any, *, deep: bool = False, checksums: bool = False, to
                     mismatched, hashed_bytes = (hasher or checksum_findings)(driver, hashed, bar.update)
                 report.extend(mismatched)
                 report.stats.bytes_read += hashed_bytes
+                report.stats.objects_hashed = len(hashed)
+                report.stats.objects_without_checksum = without_checksum(listing, topic_list)
             # 4. the key index
             index_files = sum(1 for f in listing.segments.values()
                               if f.file_key[2] == int(FileSegmentType.INDEX) and f.meta.size)

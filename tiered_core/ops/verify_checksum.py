@@ -45,6 +45,17 @@ def checksummed(listing: ListingCheck, topics: Iterable[str] | None = None) -> l
     return out
 
 
+def without_checksum(listing: ListingCheck, topics: Iterable[str] | None = None) -> int:
+    """How many commit-log and consume-queue segments holding bytes (in ``topics`` when given)
+    have no recorded checksum, so that ``--checksums`` cannot hash them: written before this
+    version kept checksums, or recorded by a rebuild or a take-over."""
+    wanted = None if topics is None else set(topics)
+    return sum(1 for seg in listing.segments.values()
+               if seg.meta.type != FileSegmentType.INDEX and seg.meta.size
+               and (seg.meta.checksum is None or not seg.meta.checksum_size)
+               and (wanted is None or seg.file_key[0] in wanted))
+
+
 def object_checksum(driver: SegmentDriver, path: str, size: int) -> int:
     """zlib's CRC-32 of the first ``size`` bytes of ``path`` (read in pieces)."""
     crc = 0
@@ -115,4 +126,5 @@ def checksum_findings(driver: SegmentDriver, segments: list[Segment],
     return mismatch_findings(segments, found)
 
 
-__all__ = ["Hasher", "checksum_findings", "checksummed", "mismatch_findings", "object_checksum", "object_checksums"]
+__all__ = ["Hasher", "checksum_findings", "checksummed", "mismatch_findings", "object_checksum", "object_checksums",
+           "without_checksum"]

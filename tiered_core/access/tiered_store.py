@@ -623,18 +623,30 @@ class TieredMessageStore:
 
     def _key_gap_error(self, topic: str, end: int) -> StateConflict | None:
         """Why a read-only key lookup of ``topic`` up to time ``end`` may miss messages: the
-        key index misses keys of this topic's tiered messages (its local part is older than
-        the tier: a restored copy of the store directory), and only a writable open indexes
-        them again. None when the gap holds nothing of the topic or the window."""
+        key index misses keys of this topic's tiered messages that the local copy does not
+        hold (its local part is older than the tier: a restored copy of the store directory),
+        and only a writable open indexes them again. None when the gap holds nothing of the
+        topic or the window, or only messages the local copy's own index finds."""
         ranges, since = self._read_only_key_gap
-        queues = sorted((q, first) for (t, q), first in ranges.items() if t == topic)
-        if not queues or end < since:
+        if end < since:
+            return None
+        queues = []
+        for (t, q), first in sorted(ranges.items()):
+            flat = self.flat_files.get(t, q) if t == topic else None
+            if flat is None:
+                continue
+            # offsets the local copy still holds are found through its own index
+            local_min, local_max = self.local.get_min_offset_in_queue(t, q), self.local.get_max_offset_in_queue(t, q)
+            if not (local_min <= first and flat.consume_queue_commit_offset() <= local_max):
+                queues.append((q, first))
+        if not queues:
             return None
         shown = ", ".join(f"{topic}/{q} from offset {first}" for q, first in queues[:5])
         return StateConflict(
             f"the key index misses the keys of tiered messages of {len(queues)} queue(s) of topic {topic!r} "
             f"({shown}{', ...' if len(queues) > 5 else ''}): its local part is older than the tier (a restored "
-            "copy of the store directory), and a read-only open does not index them again, so this lookup may "
+            "copy of the store directory, a crash before it caught up) and the local copy no longer holds those "
+            "messages, and a read-only open does not index them again, so this lookup may "
             "have missed messages. The store's next writable open (starting it, `tiered put`) indexes them; reads "
             "by offset and time are not affected", topic=topic, key_index_gap=True,
             queues=[q for q, _first in queues])

@@ -602,3 +602,8 @@ def test_a_take_over_after_a_lost_disk_names_the_offsets_a_lost_first_commit_log
     assert first > 0
     assert main(["get", "--config", str(conf), "--topic", "t", "--offset", str(first), "--count", "1"]) == 0
     assert f"message-{first:02d}-" in capsys.readouterr().out
+    # every answer names the same first offset, a read past the end's too (it said 0)
+    assert main(["get", "--config", str(conf), "--topic", "t", "--offset", "0", "--count", "1"]) == 3
+    assert f"OFFSET_TOO_SMALL (queue offsets {first}..30, next {first})" in capsys.readouterr().err
+    assert main(["get", "--config", str(conf), "--topic", "t", "--offset", "30", "--count", "1"]) == 3
+    assert f"OFFSET_OVERFLOW_ONE (queue offsets {first}..30, next 30)" in capsys.readouterr().err

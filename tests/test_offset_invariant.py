@@ -238,7 +238,8 @@ def test_restored_copy_finds_keys_of_a_queue_it_never_had(tmp_path):
 def test_a_read_only_open_of_a_restored_copy_serves_times_and_says_its_keys_may_be_missed(tmp_path, capsys):
     """An upgrade drill (U2): after a restored backup and `metadata rebuild --force`, and
     before any writable open, a read-only open answered the time lookup of a message tiered
-    after the backup with the local end, and its key lookup with "no message has key": the
+    after the backup with the local end, a read past the tier's end with "next: the local
+    end" (a consumer would read the tier's messages again), and its key lookup with "no message has key": the
     key index's local part (restored) misses those keys, and a read-only open cannot index
     them again. Now the time lookup asks the tier, and the key lookup says it may have missed
     messages (exit 5); the next writable open indexes them and finds the key."""
@@ -256,6 +257,12 @@ def test_a_read_only_open_of_a_restored_copy_serves_times_and_says_its_keys_may_
             assert [m.store_timestamp for m in got] == [r.store_timestamp]
             assert store.get_offset_in_queue_by_time(TOPIC, 0, r.store_timestamp, BoundaryType.LOWER) == \
                 min(x.queue_offset for x in late if x.store_timestamp == r.store_timestamp)
+        # past the tier's end a consumer is told the tier's end, never sent back to the local end
+        tier_end = late[-1].queue_offset + 1
+        for offset, status in ((tier_end, GetMessageStatus.OFFSET_OVERFLOW_ONE),
+                               (tier_end + 5, GetMessageStatus.OFFSET_OVERFLOW_BADLY)):
+            res = store.get_message("g", TOPIC, 0, offset, 1)
+            assert (res.status, res.next_begin_offset, res.max_offset) == (status, tier_end, tier_end), offset
         result = store.query_message(TOPIC, "late1")
         assert isinstance(result.error, StateConflict) and result.error.context["key_index_gap"]
         assert "misses the keys of tiered messages of 1 queue(s) of topic" in result.error.message

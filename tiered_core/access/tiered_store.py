@@ -477,14 +477,20 @@ class TieredMessageStore:
             else:
                 status = GetMessageStatus.OFFSET_OVERFLOW_ONE if offset == end else GetMessageStatus.OFFSET_OVERFLOW_BADLY
                 nxt = end
-            return GetMessageResult(status, next_begin_offset=nxt, min_offset=min(lo, tier_lo) if tier_hi > 0 else lo,
+            # (an empty local queue's bounds say nothing of where the queue begins)
+            return GetMessageResult(status, next_begin_offset=nxt, min_offset=tier_lo if tier_hi > 0 else lo,
                                     max_offset=end, tier=StoreTier.LOCAL)
         elif offset < lo:
             status, nxt = GetMessageStatus.OFFSET_TOO_SMALL, lo
-        elif offset == hi:
-            status, nxt = GetMessageStatus.OFFSET_OVERFLOW_ONE, hi
-        elif offset > hi:
-            status, nxt = GetMessageStatus.OFFSET_OVERFLOW_BADLY, hi
+        elif offset >= hi:
+            # Past the local end, the queue ends where the tier does when that is further: a
+            # read-only open of a restored old copy (a writable open continues the local queue
+            # there). Told the local end, a consumer would go back and read the tier's again.
+            flat = self.flat_files.get(topic, queue_id) if self.policy is not ReadPolicy.DISABLE else None
+            if flat is not None and flat.initialized and offset >= flat.consume_queue_commit_offset() > hi:
+                hi = flat.consume_queue_commit_offset()
+            status = GetMessageStatus.OFFSET_OVERFLOW_ONE if offset == hi else GetMessageStatus.OFFSET_OVERFLOW_BADLY
+            nxt = hi
         else:
             res = self.local.read_messages(topic, queue_id, offset, max_count, message_filter=message_filter)
             status = GetMessageStatus.FOUND if res.messages else GetMessageStatus.NO_MATCHED_MESSAGE

@@ -269,6 +269,11 @@ def test_a_read_only_open_of_a_restored_copy_serves_times_and_says_its_keys_may_
     assert main(["get", "--config", str(toml), "--topic", TOPIC, "--key", "late1"]) == 5
     err = capsys.readouterr().err
     assert "STATE_CONFLICT" in err and "read-only open does not index them again" in err
+    # a key the local copy finds is shown, with the same error as an object beside it (--json)
+    assert main(["get", "--config", str(toml), "--topic", TOPIC, "--key", "early-0-1", "--json"]) == 5
+    out = json.loads(capsys.readouterr().out)
+    assert [m["queue_offset"] for m in out["messages"]] == [1]
+    assert (out["error"]["code"], out["error"]["exit_code"], out["error"]["key_index_gap"]) == ("STATE_CONFLICT", 5, True)
     with TieredMessageStore.open(cfg) as store:  # the writable open indexes the missed keys
         assert [m.body for m in store.query_message(TOPIC, "late1").messages] == [b"late1"]
     assert main(["get", "--config", str(toml), "--topic", TOPIC, "--key", "late1"]) == 0

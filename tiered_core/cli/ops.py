@@ -23,6 +23,7 @@ from tiered_core.cli.shared import (
     Interrupted,
     MessageNotFound,
     add_json_option,
+    error_payload,
     int_arg,
     load_config,
     open_store,
@@ -290,7 +291,7 @@ def get(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"status": status, "tier": tier, "next_begin_offset": nxt,
                     "messages": [_row(m) for m in messages],
-                    **({"error": unread.message} if unread is not None else {})})
+                    **(error_payload(unread) if unread is not None else {})})
     else:
         print(f"status={status} tier={tier or '-'} next_begin_offset={'-' if nxt is None else nxt}")
         for m in messages:

@@ -104,9 +104,10 @@ class RebuildStats:
     def heads_without_messages_text(self, limit: int = 5) -> list[str]:
         """One line per queue of :attr:`heads_without_messages` (at most ``limit``, then a count)."""
         lines = [f"{topic}/{queue_id}: queue offsets {first}..{msg - 1} have consume-queue units but no message "
-                 f"in the tier (the first message of its commit log is at queue offset {msg}): expired, or a commit-log object was lost "
-                 "(restore it from a copy of the bucket, then `tiered metadata rebuild --force`); reads begin at offset "
-                 f"{msg}" for topic, queue_id, first, msg in self.heads_without_messages[:limit]]
+                 f"in the tier (the first message of its commit log is at queue offset {msg}): expired, or a "
+                 "commit-log object was lost (restore it from a copy of the bucket, then `tiered metadata rebuild "
+                 f"--force`); reads begin at offset {msg}"
+                 for topic, queue_id, first, msg in self.heads_without_messages[:limit]]
         if len(self.heads_without_messages) > limit:
             lines.append(f"... and {len(self.heads_without_messages) - limit} more queue(s) like these")
         return lines

@@ -147,10 +147,10 @@ def verify_store(config: Any, *, deep: bool = False, checksums: bool = False, to
                 corrupt = {f.subject for f in report.findings if f.severity is Severity.CORRUPT}
                 hashed = [seg for seg in checksummed(listing, topic_list) if seg.path not in corrupt]
                 with _bar(progress, "checksums", len(hashed)) as bar:
-                    mismatched, hashed_bytes = (hasher or checksum_findings)(driver, hashed, bar.update)
+                    mismatched, hashed_bytes, report.stats.objects_hashed = (hasher or checksum_findings)(
+                        driver, hashed, bar.update)
                 report.extend(mismatched)
                 report.stats.bytes_read += hashed_bytes
-                report.stats.objects_hashed = len(hashed)
                 report.stats.objects_without_checksum = without_checksum(listing, topic_list)
             # 4. the key index
             index_files = sum(1 for f in listing.segments.values()

@@ -80,17 +80,19 @@ def object_checksums(driver: SegmentDriver, items: Iterable[tuple[str, int]]) ->
             yield path, None
 
 
-def mismatch_findings(segments: list[Segment], found: Mapping[str, int | None]) -> tuple[list[Finding], int]:
+def mismatch_findings(segments: list[Segment], found: Mapping[str, int | None]) -> tuple[list[Finding], int, int]:
     """The CHECKSUM_MISMATCH findings of ``segments`` given the checksum ``found`` of each
-    path (None or absent: not hashed, gone), in the segments' order, and the bytes hashed."""
+    path (None or absent: not hashed, gone), in the segments' order; the bytes and the
+    segments hashed."""
     findings: list[Finding] = []
-    read = 0
+    read = hashed = 0
     for seg in segments:
         meta = seg.meta
         crc = found.get(seg.path)
         if crc is None:
             continue
         read += meta.checksum_size
+        hashed += 1
         if crc == meta.checksum:
             continue
         topic, queue_id, _ = seg.file_key
@@ -102,23 +104,23 @@ def mismatch_findings(segments: list[Segment], found: Mapping[str, int | None]) 
             file_offsets=(meta.base_offset, meta.base_offset + meta.checksum_size),
             facts={"recorded_checksum": meta.checksum, "found_checksum": crc,
                    "checksum_size": meta.checksum_size}))
-    return findings, read
+    return findings, read, hashed
 
 
 class Hasher(Protocol):
     """The shape of the hashing pass ``verify_store`` runs with ``checksums``: the segments
-    to hash (:func:`checksummed`) in, their findings and the bytes hashed out
+    to hash (:func:`checksummed`) in, their findings, the bytes and the segments hashed out
     (:func:`checksum_findings` in this process; Spark tasks in ``tiered spark verify``).
     ``progress(n)`` is told of ``n`` more segments hashed."""
 
     def __call__(self, driver: SegmentDriver, segments: list[Segment],
-                 progress: Callable[[int], None] = ...) -> tuple[list[Finding], int]: ...
+                 progress: Callable[[int], None] = ...) -> tuple[list[Finding], int, int]: ...
 
 
 def checksum_findings(driver: SegmentDriver, segments: list[Segment],
-                      progress: Callable[[int], None] = lambda n: None) -> tuple[list[Finding], int]:
+                      progress: Callable[[int], None] = lambda n: None) -> tuple[list[Finding], int, int]:
     """Hash each of ``segments`` (see :func:`checksummed`) here; returns the CHECKSUM_MISMATCH
-    findings and the bytes read. An object gone meanwhile is skipped."""
+    findings, the bytes read and the segments hashed. An object gone meanwhile is skipped."""
     found: dict[str, int | None] = {}
     for path, crc in object_checksums(driver, ((seg.path, seg.meta.checksum_size) for seg in segments)):
         found[path] = crc

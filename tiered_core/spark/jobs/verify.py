@@ -126,7 +126,7 @@ class SparkWalk:
         return finish_walk(works, results)
 
     def hash_segments(self, driver: SegmentDriver, segments: list[Segment],
-                      progress: Callable[[int], None] = lambda n: None) -> tuple[list[Finding], int]:
+                      progress: Callable[[int], None] = lambda n: None) -> tuple[list[Finding], int, int]:
         """The :class:`~tiered_core.ops.verify_checksum.Hasher` of ``--checksums``: each of
         ``segments`` hashed in a Spark task (executors read the objects with their own
         driver; only paths, sizes and checksums cross the wire). The ``driver`` is not used."""

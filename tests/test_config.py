@@ -211,6 +211,14 @@ def test_keys_above_the_first_table_header_are_refused_not_ignored(tmp_path, cap
         cluster_configs_from_text('driver = "gcs"\n[tiered.options]\nroot = "t"\n[[broker]]\nbroker = "a"\n'
                                   'store_path = "a"\n', str(tmp_path))
     assert err.value.key == "driver" and "'driver' is outside the [tiered] table" in str(err.value)
+    # ...and so are near misses of our names, which would leave the store at its default path too
+    typo = write(tmp_path, "typo.toml", 'stor_path = "data"\ncommit_log_max_size = "2KiB"\n[tiered]\n'
+                                        'driver = "posix"\n[tiered.options]\nroot = "tier"\n')
+    with pytest.raises(ConfigError) as err:
+        StoreConfig.load(typo, environ={})
+    assert err.value.key == "stor_path" and err.value.context["keys"] == ["stor_path", "commit_log_max_size"]
+    assert ("'stor_path' (did you mean 'store_path'?), 'commit_log_max_size' are outside the [tiered] table"
+            in str(err.value)), str(err.value)
     # other tools' keys and tables may share the file
     ok = write(tmp_path, "shared.toml", 'title = "x"\n[tool]\nstore_path = 1\n[tiered]\nstore_path = "d"\n')
     assert StoreConfig.load(ok, environ={}).store_path.endswith("d")

@@ -515,18 +515,28 @@ def _check_metadata(name: str, label: str, where: str) -> str:
 
 
 def refuse_keys_outside_tables(data: Mapping[str, Any], where: str) -> None:
-    """Raise :class:`ConfigError` naming every key of ours (a :class:`StoreConfig` field) at
-    the top level of a TOML document: written above the first ``[table]`` header, it belongs
-    to no table and would be ignored while its default took its place (a store_path left
-    behind for ./demo-data). Other tools' keys and tables may share the file."""
-    outside = [k for k, v in data.items() if k in _FIELD_NAMES and k not in ("source", "driver_options")
-               and not isinstance(v, (dict, list))]
-    if outside:
-        one = len(outside) == 1
-        raise ConfigError(f"{where}: {', '.join(map(repr, outside))} {'is' if one else 'are'} outside the [tiered] "
-                          "table (a key written before the first [table] header belongs to none), so "
-                          f"{'it' if one else 'they'} would be ignored: move {'it' if one else 'them'} under "
-                          "[tiered]", key=outside[0], source=where, keys=outside)
+    """Raise :class:`ConfigError` naming every key of ours (a :class:`StoreConfig` field), or a
+    near miss of one (``stor_path``), at the top level of a TOML document: written above the
+    first ``[table]`` header, it belongs to no table and would be ignored while its default took
+    its place (a store_path left behind for ./demo-data). Other tools' keys and tables may share
+    the file."""
+    ours = sorted(_FIELD_NAMES - {"source", "driver_options"})
+    named: dict[str, str | None] = {}  # key -> the name it misspells (None: it is ours as written)
+    for key, value in data.items():
+        if isinstance(value, (dict, list)):
+            continue
+        if key in ours:
+            named[key] = None
+        elif close := difflib.get_close_matches(key.lower(), ours, n=1, cutoff=0.85):
+            named[key] = close[0]
+    if not named:
+        return
+    shown = ", ".join(repr(k) if m is None else f"{k!r} (did you mean {m!r}?)" for k, m in named.items())
+    one = len(named) == 1
+    raise ConfigError(f"{where}: {shown} {'is' if one else 'are'} outside the [tiered] table (a key written before "
+                      f"the first [table] header belongs to none), so {'it' if one else 'they'} would be ignored: "
+                      f"move {'it' if one else 'them'} under [tiered]", key=next(iter(named)), source=where,
+                      keys=list(named))
 
 
 def _from_toml(text: str, where: str) -> tuple[dict[str, Any], dict[str, str]]:

@@ -283,3 +283,92 @@ def test_a_checksum_that_is_no_crc32_is_refused(tmp_path, bad):
         assert "checksum" in str(err.value) and getattr(err.value, "code", None)
     finally:
         store.close()
+
+
+# -- tiered metadata checksum: records without a checksum get one ------------------------
+
+
+def _strip_checksums(config: StoreConfig) -> int:
+    """The records as an older version (or a rebuild) leaves them: no checksum."""
+    metadata = config.open_metadata()
+    try:
+        records = list(metadata.iterate_file_segments())
+        for m in records:
+            m.checksum, m.checksum_size = None, 0
+            metadata.update_file_segment(m)
+    finally:
+        metadata.close()
+    assert all(m.checksum is None for m in _records(config))
+    return sum(1 for m in _records(config) if m.size)
+
+
+def _checksum_cmd(capsys, conf: str, *extra: str) -> tuple[int, dict | None, str]:
+    code = main(["metadata", "checksum", "--config", conf, "--json", *extra])
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if out.strip() else None), err
+
+
+def test_metadata_checksum_records_what_older_versions_and_rebuilds_left_without_one(tmp_path, capsys):
+    """Upgrade drill U1 and the take-over: segments whose records have no checksum are never
+    compared. `tiered metadata checksum --apply` records one for each after a clean deep
+    verify; the store then extends them as it appends, and verify --checksums finds a later
+    change to those bytes."""
+    config, conf = _config(tmp_path)
+    _put(config, 0, 60)
+    stripped = _strip_checksums(config)
+    assert stripped > 2
+    code, report = _verify(capsys, conf, "--checksums")
+    assert code == 0 and report["summary"]["objects_without_checksum"] == stripped
+
+    code, dry, err = _checksum_cmd(capsys, conf)
+    assert code == 0, err
+    assert (dry["without_checksum"], dry["segments"], dry["recorded"], dry["applied"]) == (stripped, stripped, 0, False)
+    assert "dry run: nothing recorded" in err
+    assert all(m.checksum is None for m in _records(config))  # a dry run writes nothing
+
+    code, done, err = _checksum_cmd(capsys, conf, "--apply")
+    assert code == 0, err
+    assert (done["recorded"], done["skipped"], done["applied"]) == (stripped, 0, True)
+    assert done["bytes_hashed"] == sum(m.size for m in _records(config))
+    _assert_checksums_match_the_objects(config)
+    code, again, _ = _checksum_cmd(capsys, conf)
+    assert code == 0 and again["without_checksum"] == 0
+
+    # The store carries them on as it appends (the last segments' checksums grow with them)...
+    _put(config, 60, 30)
+    _assert_checksums_match_the_objects(config)
+    code, report = _verify(capsys, conf, "--deep", "--checksums")
+    assert code == 0 and report["summary"]["objects_without_checksum"] == 0, report["findings"]
+    # ...and a later change to a segment's bytes is found.
+    sealed = _seal_all(config)
+    _swap_a_body_keeping_every_read_check(_object(config, sealed), _body(2), _body(2).replace(b"order", b"ORDER"))
+    code, report = _verify(capsys, conf, "--checksums")
+    assert code == 4 and [f["kind"] for f in report["findings"]] == ["checksum_mismatch"], report["findings"]
+
+
+def test_metadata_checksum_records_nothing_over_a_problem_verify_finds_or_under_a_running_store(tmp_path, capsys):
+    config, conf = _config(tmp_path)
+    _put(config, 0, 60)
+    _strip_checksums(config)
+    # A running store: refused (its lock), nothing recorded.
+    with TieredMessageStore.open(config):
+        code, out, err = _checksum_cmd(capsys, conf, "--apply")
+    assert code == 5 and out["error"]["code"] == "STATE_CONFLICT", (out, err)
+    assert "is open in another process" in out["error"]["message"] and str(config.store_path) in out["error"]["message"]
+    assert all(m.checksum is None for m in _records(config))
+    # Bytes past a segment's committed end that are not the store's: verify --deep finds them, and a
+    # checksum would vouch for the segment, so none is recorded.
+    sealed = _seal_all(config)
+    victim = _object(config, sealed)
+    os.chmod(victim, 0o644)
+    with open(victim, "r+b") as f:
+        f.seek(100)
+        f.write(b"\xff" * 8)  # a message's header no read check accepts
+    code, out, err = _checksum_cmd(capsys, conf, "--apply")
+    assert code == 5 and out["error"]["code"] == "STATE_CONFLICT", (out, err)
+    assert "tiered verify --deep finds" in out["error"]["message"] and "none was recorded" in out["error"]["message"]
+    assert all(m.checksum is None for m in _records(config))
+    # A config naming no store creates nothing.
+    other, other_conf = _config(tmp_path / "none")
+    assert main(["metadata", "checksum", "--config", other_conf]) == 3
+    assert not os.path.exists(other.store_path)

@@ -5,6 +5,8 @@
 - ``rebuild --config FILE [--force] [--no-timestamps] [--progress-every N]``: reconstruct
   lost metadata from ``driver.list()`` of the configured backend
   (:mod:`tiered_core.ops.rebuild`).
+- ``checksum --config FILE [--apply]``: record a checksum for each segment whose record has
+  none, once a deep verify finds the store whole (:mod:`tiered_core.ops.record_checksums`).
 
 Each action is a ``_register_<name>(actions)`` function adding its sub-parser and
 setting ``func`` to a callable ``(args) -> exit code``. With ``--json`` an action's
@@ -25,7 +27,7 @@ from tiered_core.cli.shared import add_json_option, int_arg, load_config, print_
 from tiered_core.metadata.convert import FORMAT_BY_EXTENSION, convert
 
 #: Actions in the order ``tiered metadata --help`` lists them.
-ACTIONS: list[str] = ["convert", "rebuild"]
+ACTIONS: list[str] = ["convert", "rebuild", "checksum"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -261,6 +263,50 @@ def run_rebuild(args: argparse.Namespace) -> int:
     return 0
 
 
+def _register_checksum(actions: argparse._SubParsersAction) -> None:
+    p = actions.add_parser(
+        "checksum", help="record checksums for segments recorded without one (older versions, rebuilds, take-overs)",
+        description="Record the CRC-32 of each commit-log and consume-queue segment whose record has none "
+                    "(written by an older version, or recorded by a metadata rebuild or a take-over), so that "
+                    "`tiered verify --checksums` finds any later change to its bytes. Runs `tiered verify --deep` "
+                    "first and records nothing unless it finds the store whole. Without --apply only counts "
+                    "them. Only the metadata is written; refuses to run while the store is open.")
+    p.add_argument("--config", required=True, metavar="FILE", help="tiered.toml or broker.conf of the store")
+    p.add_argument("--apply", action="store_true", help="record the checksums (default: a dry run that counts them)")
+    add_json_option(p, "the counts (progress goes to stderr)")
+    p.set_defaults(func=_with_json(run_checksum))
+
+
+def run_checksum(args: argparse.Namespace) -> int:
+    from tiered_core.access.writer_session import WriterSession
+    from tiered_core.cli.shared import StoreNotFound
+    from tiered_core.ops.record_checksums import record_checksums
+
+    config = load_config(args.config)
+    if not os.path.exists(config.effective_metadata_path()):  # (the session would create store_path)
+        raise StoreNotFound(config, "there is no store to record checksums for (nothing was created)")
+
+    def progress(done: int, total: int) -> None:
+        if done == total or done % 100 == 0:
+            print(f"  {done}/{total} segments hashed", flush=True)
+
+    # The store's lock (it is not running) and its prefix's claim, held until the last record is written.
+    with WriterSession(config, writer="tiered metadata checksum") as session:
+        print(f"verifying the store at {config.store_path!r} (deep) before recording checksums", flush=True)
+        stats = record_checksums(config, session.driver, session.metadata, apply=args.apply, progress=progress)
+    args.result = stats
+    print(f"verify --deep: clean ({stats.objects_verified} object(s) listed); {stats.without_checksum} of "
+          f"{stats.segments} segment(s) have no checksum"
+          + (f", e.g. {', '.join(map(repr, stats.examples))}" if stats.examples else ""))
+    if not args.apply:
+        if stats.without_checksum:
+            print(f"dry run: nothing recorded; `tiered metadata checksum --config {args.config} --apply` records them")
+        return 0
+    print(f"recorded the checksums of {stats.recorded} segment(s) ({stats.bytes_hashed:,} bytes hashed)"
+          + (f"; left {stats.skipped} whose record or object changed meanwhile" if stats.skipped else ""))
+    return 0
+
+
 def _with_json(action: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """``action`` as is, or with ``--json``: its printed lines on stderr, then the dataclass it
     left in ``args.result`` as one JSON object on stdout."""
@@ -284,4 +330,5 @@ rebuild = run_rebuild
 _REGISTER: dict[str, Callable[[argparse._SubParsersAction], None]] = {
     "convert": _register_convert,
     "rebuild": _register_rebuild,
+    "checksum": _register_checksum,
 }

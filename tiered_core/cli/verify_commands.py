@@ -116,5 +116,6 @@ def print_report(report: VerifyReport, stream: Any = None) -> None:
         unknown = s["objects_without_checksum"]
         print(f"checksums: {s['objects_hashed']:,} segment(s) hashed"
               + (f"; {unknown:,} segment(s) not hashed: no checksum was recorded for them (written before this "
-                 "version kept checksums, or recorded by a metadata rebuild or a take-over)" if unknown else ""),
+                 "version kept checksums, or recorded by a metadata rebuild or a take-over); `tiered metadata "
+                 "checksum --apply` records theirs once verify --deep finds the store whole" if unknown else ""),
               file=out)

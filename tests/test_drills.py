@@ -18,6 +18,9 @@ from tiered_core.cli import main
 from tiered_core.errors import IllegalParam
 from tiered_core.ops.findings import FindingKind
 
+#: Every store here is closed: verify's settle pauses would wait for nothing (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("no_verify_settle")
+
 
 @pytest.fixture(scope="module")
 def original(tmp_path_factory):

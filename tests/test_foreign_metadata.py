@@ -24,6 +24,9 @@ from tiered_core.config import StoreConfig
 from tiered_core.errors import IdentityMismatch
 from tiered_core.ops.identity import IDENTITY_PROPERTY
 
+#: Every store here is closed: verify's settle pauses would wait for nothing (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("no_verify_settle")
+
 
 def _store(tmp_path, name: str, messages: int) -> tuple[StoreConfig, str]:
     conf = tmp_path / f"{name}.toml"

@@ -21,6 +21,9 @@ from tiered_core.config import StoreConfig
 from tiered_core.errors import Fenced, PrefixOwned
 from tiered_core.flat.ownership import OWNER_DIR
 
+#: Every store here is closed: verify's settle pauses would wait for nothing (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("no_verify_settle")
+
 
 def _config(tmp_path, name: str) -> tuple[StoreConfig, str]:
     conf = tmp_path / f"{name}.toml"

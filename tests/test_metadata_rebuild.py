@@ -21,6 +21,9 @@ from tiered_core.flat.ownership import PrefixOwnership, load_store_id
 from tiered_core.common import NO_TIMESTAMP, AppendResult, FileSegmentType, SegmentStatus, now_ms
 from tiered_core.spi.access import ConsumeQueueRequest
 
+#: Every store here is closed: verify's settle pauses would wait for nothing (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("no_verify_settle")
+
 # Queue -> (first queue offset, number of messages). Small segments make every queue roll.
 QUEUES = {("TopicA", 0): (0, 60), ("TopicA", 1): (0, 45), ("TopicB", 0): (100, 30),
           ("orders", 3): (0, 7), ("orders", 4): (0, 0)}

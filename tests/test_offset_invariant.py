@@ -31,6 +31,9 @@ from tiered_core.flat.file_store import FlatFileStore
 from tiered_core.local.local_consume_queue import FLOOR_FILE, ConsumeQueue
 from tiered_core.local.local_store import LocalMessageStore, LocalStoreConfig
 
+#: Every store here is closed: verify's settle pauses would wait for nothing (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("no_verify_settle")
+
 FAR_FUTURE_MS = 1 << 50
 TOPIC = "topic0"
 

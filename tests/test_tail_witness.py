@@ -12,7 +12,12 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from tiered_core import Message, StoreConfig, TieredMessageStore
+
+#: Every store here is closed: verify's settle pauses would wait for nothing (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("no_verify_settle")
 
 
 def _config(tmp_path, name: str) -> StoreConfig:

@@ -32,6 +32,16 @@ from tiered_core.ops.findings import FindingKind, Severity
 from tiered_core.ops.reconcile import backend_path
 from tiered_core.ops.verify import verify_store, worst_findings
 
+
+@pytest.fixture(autouse=True)
+def _settle_pauses_only_beside_a_running_store(request) -> None:
+    """verify pauses between its looks at a suspect so that a running store can finish the
+    step it was in: kept for the tests marked ``running_store``, zero for the others, whose
+    stores are closed (tests/conftest.py ``no_verify_settle``)."""
+    if request.node.get_closest_marker("running_store") is None:
+        request.getfixturevalue("no_verify_settle")
+
+
 #: Small segments so that every queue has several of each kind (sealed ones among them).
 SEGMENTS = dict(commit_log_max_size=32 << 10, consume_queue_max_size=20 * 50)
 
@@ -208,10 +218,14 @@ def test_help_explains_the_exit_codes(capsys):
     assert "0 clean" in out and "1 findings" in out and "4 corrupt data" in out
 
 
+@pytest.mark.running_store
 def test_beside_a_running_producer_and_dispatcher(tmp_path):
     """Puts and dispatch rounds (segments rolled and sealed, key-index files uploaded, local
     retention, tiered expiry of head segments) run in threads while ``verify --deep`` runs
     again and again: nothing of warning or worse."""
+    from tiered_core.ops.verify_listing import SETTLE_S
+
+    assert SETTLE_S[-1] > 0  # the pauses a running store needs are kept here
     config = build_store(tmp_path, messages=200)
     reserve_ms = config.file_reserved_hours * 3_600_000
     stop = threading.Event()

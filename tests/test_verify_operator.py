@@ -10,10 +10,15 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from tiered_core import Message, StoreConfig
 from tiered_core.access.tiered_store import TieredMessageStore
 from tiered_core.cli import main
 from tiered_core.cli.exit_codes import ExitCode
+
+#: Every store here is closed: verify's settle pauses would wait for nothing (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("no_verify_settle")
 
 
 def config_file(tmp_path: Path, name: str = "tiered.toml", *, broker: str = "broker-a",

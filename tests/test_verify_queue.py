@@ -21,6 +21,9 @@ from tiered_core.ops.findings import FindingKind
 from tiered_core.ops.verify_queue import finish_walk, plan_ranges, queue_works, structure_findings
 from tiered_core.ops.verify_range import verify_range, walk_queues
 
+#: Every store here is closed: verify's settle pauses would wait for nothing (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("no_verify_settle")
+
 SPEC = SampleSpec(topics=("orders",), queues=2, messages=180, body_size=64)
 PER_QUEUE = SPEC.messages
 

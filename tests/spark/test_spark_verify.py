@@ -18,6 +18,9 @@ from tiered_core.ops.findings import FindingKind
 from tiered_core.ops.verify import verify_store
 from tiered_core.spark.jobs import verify
 
+#: Every store here is closed: verify's settle pauses would wait for nothing (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("no_verify_settle")
+
 SPEC = SampleSpec(topics=("orders", "audit"), queues=2, messages=240, body_size=96)
 
 

@@ -49,7 +49,9 @@ import traceback  # noqa: E402
 from typing import NoReturn  # noqa: E402
 
 from tiered_core import __version__
-from tiered_core.cli.shared import USAGE, error_payload, json_on_stdout, print_json, reset_json_on_stdout
+from tiered_core.cli.shared import (
+    USAGE, error_payload, interrupt, json_on_stdout, print_json, reset_json_on_stdout,
+)
 from tiered_core.cli.exit_codes import ExitCode, exit_code_for, table
 from tiered_core.errors import LocalIOError, TieredStoreError
 
@@ -250,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run ``tiered`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
     command = _in_main_thread() and signal.getsignal(signal.SIGINT) is _interrupted_while_starting
     if command:
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on a Ctrl-C is reported below
+        signal.signal(signal.SIGINT, interrupt)  # from here on a Ctrl-C is reported below
         _outputs_outliving_their_readers()
         _log_to_stderr()
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -223,12 +223,44 @@ def print_json(obj: Any, stream: IO[str] | None = None, *, last: bool = False) -
         raise KeyboardInterrupt
 
 
+#: The hooks ``logging`` runs around every fork of this process (``os.register_at_fork``: a
+#: subprocess started, Spark's JVM launched). An exception raised in one is printed as
+#: "Exception ignored in ..." with a traceback, and is then lost.
+_LOGGING_AT_FORK_HOOKS = frozenset({"_acquireLock", "_releaseLock", "_after_at_fork_child_reinit_locks"})
+
+#: How long a Ctrl-C that came during a fork hook waits before it is raised: the hook's
+#: lock release takes microseconds.
+_INTERRUPT_AGAIN_S = 0.05
+
+
+def interrupt(signum: int, frame: Any) -> None:
+    """The ``tiered`` command's SIGINT handler: ``KeyboardInterrupt``, as Python's default
+    handler raises it, except inside ``logging``'s at-fork hooks (:data:`_LOGGING_AT_FORK_HOOKS`),
+    where Python would print the exception as ignored, with a traceback, and the Ctrl-C would be
+    lost (a drill's Ctrl-C while Spark's JVM was launched: the export went on): there the signal
+    is sent again a moment later, when this process is back in its own code."""
+    code = getattr(frame, "f_code", None)
+    if code is not None and code.co_name in _LOGGING_AT_FORK_HOOKS \
+            and getattr(frame, "f_globals", {}).get("__name__") == "logging":
+        again = threading.Timer(_INTERRUPT_AGAIN_S, os.kill, (os.getpid(), signum))
+        again.daemon = True
+        again.start()
+        return
+    raise KeyboardInterrupt
+
+
+def raises_on_interrupt(handler: Any) -> bool:
+    """Whether ``handler`` (a SIGINT handler) raises ``KeyboardInterrupt``: Python's default or
+    :func:`interrupt`, not a command's own."""
+    return handler is signal.default_int_handler or handler is interrupt
+
+
 def _write_whole(stream: IO[str], text: str) -> bool:
     """Write ``text`` to ``stream`` and flush it with SIGINT held back; whether one came meanwhile."""
     global _json_on_stdout
     held: list[int] = []
     swap = (threading.current_thread() is threading.main_thread()
-            and signal.getsignal(signal.SIGINT) is signal.default_int_handler)  # not a command's own handler
+            and raises_on_interrupt(signal.getsignal(signal.SIGINT)))  # not a command's own handler
     previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum)) if swap else None
     try:
         if stream is sys.stdout:

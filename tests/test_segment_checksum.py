@@ -324,7 +324,10 @@ def test_metadata_checksum_records_what_older_versions_and_rebuilds_left_without
     assert code == 0, err
     assert (dry["without_checksum"], dry["segments"], dry["recorded"], dry["applied"]) == (stripped, stripped, 0, False)
     assert "dry run: nothing recorded" in err
-    assert all(m.checksum is None for m in _records(config))  # a dry run writes nothing
+    assert all(m.checksum is None for m in _records(config))  # a dry run writes nothing...
+    with TieredMessageStore.open(config):  # ...and, like verify, runs beside a running store
+        code, beside, err = _checksum_cmd(capsys, conf)
+    assert code == 0 and beside["without_checksum"] == stripped, (beside, err)
 
     code, done, err = _checksum_cmd(capsys, conf, "--apply")
     assert code == 0, err

@@ -269,8 +269,9 @@ def _register_checksum(actions: argparse._SubParsersAction) -> None:
         description="Record the CRC-32 of each commit-log and consume-queue segment whose record has none "
                     "(written by an older version, or recorded by a metadata rebuild or a take-over), so that "
                     "`tiered verify --checksums` finds any later change to its bytes. Runs `tiered verify --deep` "
-                    "first and records nothing unless it finds the store whole. Without --apply only counts "
-                    "them. Only the metadata is written; refuses to run while the store is open.")
+                    "first and records nothing unless it finds the store whole. Without --apply it only counts "
+                    "them and writes nothing (as verify, also beside a running store); with --apply it writes "
+                    "the metadata only, and refuses to run while the store is open.")
     p.add_argument("--config", required=True, metavar="FILE", help="tiered.toml or broker.conf of the store")
     p.add_argument("--apply", action="store_true", help="record the checksums (default: a dry run that counts them)")
     add_json_option(p, "the counts (progress goes to stderr)")
@@ -290,10 +291,25 @@ def run_checksum(args: argparse.Namespace) -> int:
         if done == total or done % 100 == 0:
             print(f"  {done}/{total} segments hashed", flush=True)
 
-    # The store's lock (it is not running) and its prefix's claim, held until the last record is written.
-    with WriterSession(config, writer="tiered metadata checksum") as session:
-        print(f"verifying the store at {config.store_path!r} (deep) before recording checksums", flush=True)
-        stats = record_checksums(config, session.driver, session.metadata, apply=args.apply, progress=progress)
+    if args.apply:
+        # The store's lock (it is not running) and its prefix's claim, held until the last record is written.
+        with WriterSession(config, writer="tiered metadata checksum") as session:
+            print(f"verifying the store at {config.store_path!r} (deep) before recording checksums", flush=True)
+            stats = record_checksums(config, session.driver, session.metadata, apply=True, progress=progress)
+    else:  # a dry run only reads, as verify does: no lock, no claim, no write
+        from tiered_core.flat.ownership import ReadOnlyDriver
+        from tiered_core.metadata import open_metadata_read_only
+
+        print(f"verifying the store at {config.store_path!r} (deep); a dry run records nothing", flush=True)
+        driver = ReadOnlyDriver(config.open_driver(), "a dry run of tiered metadata checksum only reads")
+        try:
+            metadata = open_metadata_read_only(config.metadata, config.effective_metadata_path())
+            try:
+                stats = record_checksums(config, driver, metadata)
+            finally:
+                metadata.close()
+        finally:
+            driver.close()
     args.result = stats
     print(f"verify --deep: clean ({stats.objects_verified} object(s) listed); {stats.without_checksum} of "
           f"{stats.segments} segment(s) have no checksum"

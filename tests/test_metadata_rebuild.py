@@ -592,7 +592,7 @@ def test_a_take_over_after_a_lost_disk_names_the_offsets_a_lost_first_commit_log
                     '[tiered.options]\nroot = "tier"\nfsync = false\n')
     for i in range(30):
         assert main(["put", "--config", str(conf), "--topic", "t", "--body", f"message-{i:02d}-" + "x" * 100,
-                     "--dispatch"]) == 0
+                     "--key", f"k{i:02d}", "--dispatch"]) == 0
     capsys.readouterr()
     logs = list((tmp_path / "tier").glob("*/broker-a/t/0/COMMIT_LOG/*"))
     assert len(logs) >= 3
@@ -610,3 +610,10 @@ def test_a_take_over_after_a_lost_disk_names_the_offsets_a_lost_first_commit_log
     assert f"OFFSET_TOO_SMALL (queue offsets {first}..30, next {first})" in capsys.readouterr().err
     assert main(["get", "--config", str(conf), "--topic", "t", "--offset", "30", "--count", "1"]) == 3
     assert f"OFFSET_OVERFLOW_ONE (queue offsets {first}..30, next 30)" in capsys.readouterr().err
+    # a key of a lost message: not found, and the answer says which offsets hold no message
+    assert main(["get", "--config", str(conf), "--topic", "t", "--key", "k00"]) == 3
+    err = capsys.readouterr().err
+    assert "no message of topic 't' has key 'k00'" in err and f"the tier holds no message at t/0 offsets 0..{first - 1}" \
+        in err and "a commit-log object was lost" in err, err
+    assert main(["get", "--config", str(conf), "--topic", "t", "--key", f"k{first:02d}"]) == 0
+    assert f"message-{first:02d}-" in capsys.readouterr().out

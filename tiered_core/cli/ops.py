@@ -278,6 +278,10 @@ def get(args: argparse.Namespace) -> int:
                     hint = (" in the tier (storage_level FORCE reads only the tier: messages the local store holds "
                             "but has not dispatched yet are not searched; dispatch them with put --dispatch, or "
                             "look up with another storage_level)")
+                heads = _heads_without_messages(store, args.topic)
+                if heads:
+                    hint += (f"; the tier holds no message at {', '.join(heads)} (their commit-log bytes expired, "
+                             "or a commit-log object was lost), so a key of theirs cannot be found")
                 raise MessageNotFound(f"no message of topic {args.topic!r} has key {args.key!r}{hint}",
                                       topic=args.topic, key=args.key)
         else:
@@ -312,6 +316,24 @@ def _key_unread(topic: str, key: str, error: TieredStoreError) -> TieredStoreErr
     return DriverError(f"the key lookup of {key!r} in topic {topic!r} could not read a tiered message its key index "
                        f"names, so it may have missed it: {error.message}", retryable=True, topic=topic, key=key,
                        cause=str(getattr(error.code, "value", error.code)))
+
+
+def _heads_without_messages(store: Any, topic: str) -> list[str]:
+    """``topic/queue offsets a..b`` for each tiered queue of ``topic`` whose consume queue
+    begins before the first message its commit log still holds (expiry, or a lost commit-log
+    object: the take-over or rebuild that met it said so); the ones that cannot be read now
+    are left out."""
+    out = []
+    for flat in store.flat_files.files():
+        if flat.topic != topic or not flat.initialized:
+            continue
+        try:
+            units_from, first = flat.consume_queue.min_queue_offset, flat.consume_queue_min_offset()
+        except TieredStoreError:
+            continue
+        if first > units_from:
+            out.append(f"{topic}/{flat.queue_id} offsets {units_from}..{first - 1}")
+    return sorted(out)
 
 
 def _not_found(store: Any, topic: str, queue_id: int, offset: int, res: Any) -> MessageNotFound:

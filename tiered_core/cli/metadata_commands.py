@@ -280,6 +280,7 @@ def _register_checksum(actions: argparse._SubParsersAction) -> None:
 
 def run_checksum(args: argparse.Namespace) -> int:
     from tiered_core.access.writer_session import WriterSession
+    from tiered_core.cli.progress import Progress
     from tiered_core.cli.shared import StoreNotFound
     from tiered_core.ops.record_checksums import record_checksums
 
@@ -295,7 +296,8 @@ def run_checksum(args: argparse.Namespace) -> int:
         # The store's lock (it is not running) and its prefix's claim, held until the last record is written.
         with WriterSession(config, writer="tiered metadata checksum") as session:
             print(f"verifying the store at {config.store_path!r} (deep) before recording checksums", flush=True)
-            stats = record_checksums(config, session.driver, session.metadata, apply=True, progress=progress)
+            stats = record_checksums(config, session.driver, session.metadata, apply=True, progress=progress,
+                                     verify_progress=Progress)
     else:  # a dry run only reads, as verify does: no lock, no claim, no write
         from tiered_core.flat.ownership import ReadOnlyDriver
         from tiered_core.metadata import open_metadata_read_only
@@ -305,7 +307,7 @@ def run_checksum(args: argparse.Namespace) -> int:
         try:
             metadata = open_metadata_read_only(config.metadata, config.effective_metadata_path())
             try:
-                stats = record_checksums(config, driver, metadata)
+                stats = record_checksums(config, driver, metadata, verify_progress=Progress)
             finally:
                 metadata.close()
         finally:

@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 from tiered_core.common import FileSegmentType
 from tiered_core.errors import StateConflict
-from tiered_core.ops.verify import verify_store, worst_findings
+from tiered_core.ops.verify import ProgressFactory, verify_store, worst_findings
 from tiered_core.ops.verify_checksum import object_checksums
 from tiered_core.ops.verify_listing import Segment, metadata_segments
 from tiered_core.spi.driver import SegmentDriver
@@ -61,17 +61,19 @@ def _without_checksum(segments: dict[str, Segment]) -> list[Segment]:
 
 
 def record_checksums(config: Any, driver: SegmentDriver, metadata: TieredMetadataStore, *, apply: bool = False,
-                     progress: Callable[[int, int], None] | None = None) -> ChecksumRecordStats:
+                     progress: Callable[[int, int], None] | None = None,
+                     verify_progress: ProgressFactory | None = None) -> ChecksumRecordStats:
     """Record the checksum of every commit-log and consume-queue segment of the store of
     ``config`` (a :class:`~tiered_core.config.StoreConfig`; ``driver`` and ``metadata`` its
     own, open, under its lock) whose record has none (module doc); with ``apply`` false only
-    count them. ``progress(done, total)`` is told after each segment hashed.
+    count them. ``progress(done, total)`` is told after each segment hashed; ``verify_progress``
+    is the deep verify's (as :func:`~tiered_core.ops.verify.verify_store` takes it).
 
     Raises :class:`StateConflict` when ``tiered verify --deep`` finds a problem (naming how
     many and the first, and that nothing was recorded); driver and metadata errors as they come.
     """
     stats = ChecksumRecordStats(applied=apply)
-    report = verify_store(config, deep=True)
+    report = verify_store(config, deep=True, progress=verify_progress)
     stats.objects_verified = report.stats.objects_listed
     problems = worst_findings(report)
     if problems:

@@ -30,8 +30,8 @@ from typing import Any, Callable
 from tiered_core.common import FileSegmentType
 from tiered_core.errors import StateConflict
 from tiered_core.ops.verify import ProgressFactory, verify_store, worst_findings
-from tiered_core.ops.verify_checksum import object_checksums
-from tiered_core.ops.verify_listing import Segment, metadata_segments
+from tiered_core.ops.verify_checksum import lacks_checksum, object_checksums
+from tiered_core.ops.verify_listing import metadata_segments
 from tiered_core.spi.driver import SegmentDriver
 from tiered_core.spi.metadata import TieredMetadataStore
 
@@ -53,11 +53,6 @@ class ChecksumRecordStats:
     objects_verified: int = 0
     #: Up to three of the segments without a checksum.
     examples: list[str] = field(default_factory=list)
-
-
-def _without_checksum(segments: dict[str, Segment]) -> list[Segment]:
-    return [seg for path, seg in sorted(segments.items())
-            if seg.meta.type != FileSegmentType.INDEX and seg.meta.size and seg.meta.checksum is None]
 
 
 def record_checksums(config: Any, driver: SegmentDriver, metadata: TieredMetadataStore, *, apply: bool = False,
@@ -85,7 +80,7 @@ def record_checksums(config: Any, driver: SegmentDriver, metadata: TieredMetadat
             "again", findings=len(problems), kind=first.kind.value, subject=first.subject,
             store_path=config.store_path)
     segments = metadata_segments(metadata, config.cluster, config.broker)
-    todo = _without_checksum(segments)
+    todo = [seg for _path, seg in sorted(segments.items()) if lacks_checksum(seg.meta)]
     stats.segments = sum(1 for seg in segments.values() if seg.meta.type != FileSegmentType.INDEX and seg.meta.size)
     stats.without_checksum = len(todo)
     stats.examples = [seg.path for seg in todo[:3]]
@@ -97,7 +92,7 @@ def record_checksums(config: Any, driver: SegmentDriver, metadata: TieredMetadat
         done += 1
         seen = by_path[path].meta
         current = metadata.get_file_segment(int(seen.type), seen.path, seen.base_offset)
-        if crc is None or current is None or current.checksum is not None or current.size != seen.size:
+        if crc is None or current is None or not lacks_checksum(current) or current.size != seen.size:
             stats.skipped += 1
         else:
             current.checksum, current.checksum_size = crc, seen.size

@@ -23,6 +23,7 @@ from tiered_core.errors import NotFound
 from tiered_core.ops.findings import Finding, FindingKind
 from tiered_core.ops.verify_listing import ListingCheck, Segment
 from tiered_core.spi.driver import SegmentDriver
+from tiered_core.spi.metadata import FileSegmentMetadata
 
 #: Bytes per read while hashing an object.
 _READ_CHUNK = 8 << 20
@@ -45,15 +46,19 @@ def checksummed(listing: ListingCheck, topics: Iterable[str] | None = None) -> l
     return out
 
 
+def lacks_checksum(meta: FileSegmentMetadata) -> bool:
+    """Whether ``meta`` is a commit-log or consume-queue segment holding bytes with no recorded
+    checksum, which ``--checksums`` cannot hash: written before this version kept checksums, or
+    recorded by a rebuild or a take-over (``tiered metadata checksum`` records one)."""
+    return meta.type != FileSegmentType.INDEX and bool(meta.size) and (meta.checksum is None
+                                                                       or not meta.checksum_size)
+
+
 def without_checksum(listing: ListingCheck, topics: Iterable[str] | None = None) -> int:
-    """How many commit-log and consume-queue segments holding bytes (in ``topics`` when given)
-    have no recorded checksum, so that ``--checksums`` cannot hash them: written before this
-    version kept checksums, or recorded by a rebuild or a take-over."""
+    """How many segments (in ``topics`` when given) :func:`lacks_checksum`."""
     wanted = None if topics is None else set(topics)
     return sum(1 for seg in listing.segments.values()
-               if seg.meta.type != FileSegmentType.INDEX and seg.meta.size
-               and (seg.meta.checksum is None or not seg.meta.checksum_size)
-               and (wanted is None or seg.file_key[0] in wanted))
+               if lacks_checksum(seg.meta) and (wanted is None or seg.file_key[0] in wanted))
 
 
 def object_checksum(driver: SegmentDriver, path: str, size: int) -> int:
@@ -128,5 +133,5 @@ def checksum_findings(driver: SegmentDriver, segments: list[Segment],
     return mismatch_findings(segments, found)
 
 
-__all__ = ["Hasher", "checksum_findings", "checksummed", "mismatch_findings", "object_checksum", "object_checksums",
-           "without_checksum"]
+__all__ = ["Hasher", "checksum_findings", "checksummed", "lacks_checksum", "mismatch_findings", "object_checksum",
+           "object_checksums", "without_checksum"]

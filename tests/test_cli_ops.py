@@ -329,7 +329,8 @@ def test_a_backend_failure_never_prints_the_credentials(tmp_path):
     cfg = tmp_path / "azure.toml"
     cfg.write_text(f'[tiered]\nstore_path = "{tmp_path / "store"}"\ndriver = "azure"\n[tiered.options]\n'
                    f'container = "c"\nconnection_string = "DefaultEndpointsProtocol=http;AccountName=acct;'
-                   f'AccountKey={secret};BlobEndpoint=http://127.0.0.1:1/acct"\n')
+                   f'AccountKey={secret};BlobEndpoint=http://127.0.0.1:1/acct"\n'
+                   'retries = 1\n')  # one retry goes through the retry layer's log; more only wait
     for extra in ([], ["--json"]):
         proc = tiered("put", "--config", str(cfg), "--topic", "orders", "--body", "x", "--dispatch", *extra)
         assert proc.returncode == ExitCode.BACKEND, proc.stdout + proc.stderr

@@ -49,23 +49,44 @@ def start_or_skip(emulator: E, setup: Callable[[E], None] | None = None) -> E:
 
 
 def emulator_fixture(factory: Callable[[os.PathLike], E], setup: Callable[[E], None] | None = None, *,
-                     name: str, doc: str) -> Callable[..., Iterator[E]]:
-    """A session fixture named ``name``: ``factory(data_dir)`` started and ``setup``, closed at the end.
+                     name: str, doc: str,
+                     after_module: Callable[[E], None] | None = None) -> Callable[..., Iterator[E]]:
+    """A fixture named ``name``: ``factory(data_dir)`` started and ``setup``, closed at the end.
 
     One emulator per test session, on a free port, with its data under pytest's temporary
-    directory.
+    directory. Without ``after_module`` it is a session fixture. With it, the fixture is
+    module-scoped over that same one emulator, and ``after_module(server)`` runs when each
+    test module that used it is done: e.g. to empty its buckets, so that every module starts
+    on the state ``setup`` made, whatever the modules before it stored.
     """
 
-    def fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E]:
-        server = start_or_skip(factory(tmp_path_factory.mktemp(name) / "data"), setup)
-        try:
+    def start(tmp_path_factory: pytest.TempPathFactory) -> E:
+        return start_or_skip(factory(tmp_path_factory.mktemp(name) / "data"), setup)
+
+    if after_module is None:
+        def fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E]:
+            server = start(tmp_path_factory)
+            try:
+                yield server
+            finally:
+                server.close()
+        scope = "session"
+    else:
+        key: pytest.StashKey[E] = pytest.StashKey()
+
+        def fixture(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[E]:
+            server = request.config.stash.get(key, None)
+            if server is None:  # the session's first module using it (or one after a failed start)
+                server = start(tmp_path_factory)
+                request.config.stash[key] = server
+                request.config.add_cleanup(server.close)
             yield server
-        finally:
-            server.close()
+            after_module(server)
+        scope = "module"
 
     fixture.__doc__ = doc
     fixture.__name__ = name
-    return pytest.fixture(scope="session", name=name)(fixture)
+    return pytest.fixture(scope=scope, name=name)(fixture)
 
 
 __all__ = ["ci_mode", "emulator_fixture", "start_or_skip", "unavailable"]

@@ -2,21 +2,61 @@
 
 :func:`snapshot` records every directory and file under the given paths (a path that does
 not exist is recorded as absent): for a file its size, modification time in nanoseconds and
-SHA-256. Two snapshots compare equal exactly when nothing was created, removed or changed.
+:func:`content_digest`. Two snapshots compare equal exactly when nothing was created, removed
+or changed.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 from typing import Any
 
 
+def content_digest(path: str) -> str:
+    """SHA-256 over the file's data regions and where each lies (Linux ``SEEK_DATA``): a store's
+    index files are preallocated sparse files of hundreds of MiB, mostly holes, which a plain
+    read would hash byte by byte (about 5 s per snapshot of one small store). Where the
+    filesystem cannot tell holes, the whole file is one region."""
+    digest = hashlib.sha256()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        for start, end in _data_regions(fd, size):
+            digest.update(f"{start}-{end}:".encode())
+            pos = start
+            while pos < end:
+                chunk = os.pread(fd, min(end - pos, 1 << 20), pos)
+                if not chunk:
+                    break
+                digest.update(chunk)
+                pos += len(chunk)
+    finally:
+        os.close(fd)
+    return digest.hexdigest()
+
+
+def _data_regions(fd: int, size: int) -> list[tuple[int, int]]:
+    if not hasattr(os, "SEEK_DATA"):
+        return [(0, size)]
+    regions, pos = [], 0
+    while pos < size:
+        try:
+            start = os.lseek(fd, pos, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # nothing but a hole from pos to the end
+                break
+            return [(0, size)]  # the filesystem cannot tell: read it all
+        end = os.lseek(fd, start, os.SEEK_HOLE)
+        regions.append((start, end))
+        pos = end
+    return regions
+
+
 def _file(path: str) -> tuple[int, int, str]:
     st = os.stat(path)
-    with open(path, "rb") as fh:
-        digest = hashlib.sha256(fh.read()).hexdigest()
-    return st.st_size, st.st_mtime_ns, digest
+    return st.st_size, st.st_mtime_ns, content_digest(path)
 
 
 def snapshot(*paths: Any) -> dict[str, Any]:

@@ -4,12 +4,12 @@ says what it did."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 
 import pytest
 from sample_store import SampleSpec, write_sample
+from snapshots import content_digest
 from spark_helpers import write_config
 from stream_helpers import run_available_now_into
 
@@ -37,9 +37,7 @@ def snapshot(*roots) -> dict:
                 if os.path.isdir(path) and not os.path.islink(path):
                     out[rel] = ("dir", st.st_mtime_ns)
                 else:
-                    with open(path, "rb") as fh:
-                        digest = hashlib.sha256(fh.read()).hexdigest()
-                    out[rel] = ("file", st.st_size, st.st_mtime_ns, digest)
+                    out[rel] = ("file", st.st_size, st.st_mtime_ns, content_digest(path))
     return out
 
 

@@ -25,32 +25,34 @@ os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSeri
 
 # -- parallel runs (pytest-xdist) ---------------------------------------------------------
 
-#: Test files that take longest, slowest first (measured with --durations; each file is one
-#: unit of work under ``--dist loadfile``). Under xdist they are handed out before the rest,
-#: so no worker starts a long file when the others are about to finish. A file not listed
-#: keeps its place after them; a stale entry only costs balance, never a test.
+#: Test files that take longest, slowest first (each test's wall time, summed per file; a
+#: file is one unit of work under ``--dist loadfile``). Under xdist they are handed out
+#: before the rest, so no worker starts a long file when the others are about to finish. A
+#: file not listed keeps its place after them; a stale entry only costs balance, never a test.
 SLOW_FILES_FIRST: tuple[str, ...] = (
-    # seconds per file (summed test durations) from one `-n 2 --dist loadfile --durations=0`
-    # run of the whole suite on this 2-core machine (a fresh clone of f189654); the order is
-    # what counts
-    "tests/spark/test_stream_kill.py",  # 219 s
-    "drivers/s3/tests/test_s3_conformance.py",  # 126 s
-    "tests/test_verify_backends.py",  # 120 s
-    "drivers/fsspec/tests/test_fsspec_s3_moto.py",  # 101 s
-    "tests/test_emulator_fault.py",  # 208 s, about 85 s since 2bfc8c2 (its three GCS tests: 24-27 s each)
-    "tests/test_store_data_safety.py",  # 61 s
-    "drivers/gcs/tests/test_gcs_conformance.py",  # 53 s
-    "tests/spark/test_stream_source.py",  # 53 s
-    "tests/test_store_faults.py",  # 48 s
-    "tests/test_repair.py",  # 48 s
-    "drivers/azure/tests/test_azure_conformance.py",  # 46 s
-    "drivers/fsspec/tests/test_fsspec_conformance.py",  # 41 s
-    "tests/test_verify.py",  # 34 s
-    "tests/test_store_restart.py",  # 33 s
-    "tests/test_crash.py",  # 26 s
-    "tests/test_speedups.py",  # 25 s
-    "tests/test_store_identity.py",  # 25 s
-    "tests/test_objectstore_layout.py",  # 19 s
+    # seconds per file (summed test wall times) from one `-n 2 --dist loadfile` run of the
+    # whole suite on this 2-core machine (cf9334b, before fake_gcs emptied its buckets between
+    # modules and snapshots skipped holes); the order is what counts
+    "tests/spark/test_stream_kill.py",  # 124 s
+    "tests/test_verify_backends.py",  # 119 s
+    "drivers/s3/tests/test_s3_conformance.py",  # 84 s
+    "drivers/fsspec/tests/test_fsspec_s3_moto.py",  # 83 s
+    "drivers/gcs/tests/test_gcs_conformance.py",  # 56 s
+    "tests/test_store_data_safety.py",  # 49 s
+    "tests/test_store_faults.py",  # 46 s
+    "tests/test_repair.py",  # 42 s
+    "drivers/fsspec/tests/test_fsspec_conformance.py",  # 39 s
+    "tests/spark/test_stream_source.py",  # 38 s
+    "tests/test_store_restart.py",  # 32 s
+    "tests/spark/test_spark_jobs.py",  # 32 s
+    "drivers/azure/tests/test_azure_conformance.py",  # 31 s
+    "tests/static_topic/test_crash_admin.py",  # 27 s
+    "tests/test_store_end_to_end.py",  # 26 s
+    "tests/test_crash.py",  # 25 s
+    "tests/spark/test_spark_cli_interrupt.py",  # 25 s
+    "tests/test_broken_drivers.py",  # 22 s
+    "tests/test_objectstore_layout.py",  # 21 s
+    "tests/test_cli_ops.py",  # 21 s
 )
 
 

@@ -28,8 +28,8 @@ from pathlib import Path
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from tree_copy import copy_tree
 
+from tiered_conformance.drills import copy_sparse
 from tiered_core import Message, StoreConfig
 from tiered_core.access.results import GetMessageStatus
 from tiered_core.access.tiered_store import TieredMessageStore
@@ -136,7 +136,7 @@ class OffsetMachine(RuleBasedStateMachine):
         self._step()
         self.store.close()
         target = self.tmp / f"snapshot{len(self.snapshots)}"
-        copy_tree(self.store_path, target)
+        shutil.copytree(self.store_path, target, copy_function=copy_sparse)
         self.snapshots.append((target, self.owner_id, self.epoch, dict(self.live)))
         self._reopen()
 
@@ -163,7 +163,7 @@ class OffsetMachine(RuleBasedStateMachine):
         target, snap_id, snap_epoch, snap_live = data.draw(st.sampled_from(self.snapshots))
         self.store.close()
         shutil.rmtree(self.store_path)
-        copy_tree(target, self.store_path)
+        shutil.copytree(target, self.store_path, copy_function=copy_sparse)
         take_over = snap_id != self.owner_id
         trusted = not take_over and snap_epoch == self.epoch
         self._keep_only_tiered()

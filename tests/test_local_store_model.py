@@ -10,8 +10,8 @@ import tempfile
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from tree_copy import copy_tree
 
+from tiered_conformance.drills import copy_sparse
 from tiered_core.codec import Message
 from tiered_core.local import LocalMessageStore, LocalStoreConfig
 
@@ -92,7 +92,7 @@ class LocalStoreModel(RuleBasedStateMachine):
         """The directory as a killed process leaves it, the last message partly written."""
         old = self._dir()
         self.generation += 1
-        copy_tree(old, self._dir())
+        shutil.copytree(old, self._dir(), copy_function=copy_sparse)
         self.store.close()
         last = self.log[-1]
         cl_dir = os.path.join(self._dir(), "commitlog")

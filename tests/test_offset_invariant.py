@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from store_workload import small_config as _small_config
-from tree_copy import copy_tree
+
+from tiered_conformance.drills import copy_sparse
 from tiered_core import BoundaryType, Message
 from tiered_core.access.dispatcher import MessageStoreDispatcher
 from tiered_core.index.coverage import COVERAGE_FILE
@@ -140,13 +141,13 @@ def test_restored_old_directory_continues_after_the_tier(tmp_path):
         sent = put(store, "a", 200)
         store.dispatch(force=True)
     backup = tmp_path / "backup"
-    copy_tree(cfg.store_path, backup)
+    shutil.copytree(cfg.store_path, backup, copy_function=copy_sparse)
     with TieredMessageStore.open(cfg) as store:
         sent.update(put(store, "b", 200))
         store.dispatch(force=True)
         b_ts = store.get_message("g", TOPIC, 0, 150, 1).messages[0].store_timestamp
     shutil.rmtree(cfg.store_path)
-    copy_tree(backup, cfg.store_path)
+    shutil.copytree(backup, cfg.store_path, copy_function=copy_sparse)
     with TieredMessageStore.open(cfg) as store:
         assert store.local.get_max_offset_in_queue(TOPIC, 0) == 200  # continued past the tier's 200
         # The backup's key index ends before the b messages: the open indexed them again from the tier.
@@ -181,14 +182,14 @@ def test_restored_old_directory_after_tiered_expiry_reads_as_expired(tmp_path):
         sent = put(store, "a", 2000)
         store.dispatch(force=True)
     backup = tmp_path / "backup"
-    copy_tree(cfg.store_path, backup)
+    shutil.copytree(cfg.store_path, backup, copy_function=copy_sparse)
     with TieredMessageStore.open(cfg) as store:
         tier_only(store)
         store.delete_expired_tiered(later)
         tiered_min = store.stat()[0].tiered_min
     assert 0 < tiered_min < 1000
     shutil.rmtree(cfg.store_path)
-    copy_tree(backup, cfg.store_path)
+    shutil.copytree(backup, cfg.store_path, copy_function=copy_sparse)
     with TieredMessageStore.open(cfg, read_only=True, clock=lambda: later) as store:
         assert [s.damage for s in store.stat()] == [[], []]
     with TieredMessageStore.open(cfg, clock=lambda: later) as store:
@@ -202,7 +203,7 @@ def test_restored_old_directory_after_tiered_expiry_reads_as_expired(tmp_path):
         assert sorted(after) == [(0, 1000), (1, 1000)]
     # Not past the reserve time (the clock of the restore): missing is damage, as before.
     shutil.rmtree(cfg.store_path)
-    copy_tree(backup, cfg.store_path)
+    shutil.copytree(backup, cfg.store_path, copy_function=copy_sparse)
     with TieredMessageStore.open(cfg, read_only=True) as store:
         assert all(s.damage and s.tiered_min == 0 for s in store.stat())
 
@@ -215,12 +216,12 @@ def restored_after(cfg, tag: str, later):
         put(store, tag, 3, queues=1)
         store.dispatch(force=True)
     backup = Path(cfg.store_path).with_name("backup")
-    copy_tree(cfg.store_path, backup)
+    shutil.copytree(cfg.store_path, backup, copy_function=copy_sparse)
     with TieredMessageStore.open(cfg) as store:
         result = later(store)
         store.dispatch(force=True)
     shutil.rmtree(cfg.store_path)
-    copy_tree(backup, cfg.store_path)
+    shutil.copytree(backup, cfg.store_path, copy_function=copy_sparse)
     return result
 
 
@@ -566,14 +567,14 @@ def test_local_history_from_before_a_takeover_is_given_up(tmp_path):
         store.dispatch(force=True)           # 0..49 of each queue tiered
         put(store, "u", 100)                 # 50..99 only on a's disk
     backup = tmp_path / "backup"
-    copy_tree(a.store_path, backup)
+    shutil.copytree(a.store_path, backup, copy_function=copy_sparse)
     b = config_at(tmp_path, "b")
     with TieredMessageStore.open(b, take_over=True) as store:  # a's disk is lost; b takes over
         sent.update(put(store, "b", 20))   # 50..59 of each queue, other messages than a's
         store.dispatch(force=True)
     assert all(o < 60 for _, o in sent)
     shutil.rmtree(a.store_path)
-    copy_tree(backup, a.store_path)
+    shutil.copytree(backup, a.store_path, copy_function=copy_sparse)
     with TieredMessageStore.open(a, take_over=True) as store:  # a comes back from the backup
         assert store.given_up_history is not None and os.path.isdir(store.given_up_history)  # moved, not deleted
         res = store.get_message("g", TOPIC, 0, 60, 1)  # before any put: the queue ends at the tier's end

@@ -9,7 +9,8 @@ import pytest
 from pathlib import Path
 
 from static_topic_helpers import read_logic_queue
-from tree_copy import copy_tree
+
+from tiered_conformance.drills import copy_sparse
 from tiered_core.cli import main
 from tiered_core.static_topic import Cluster
 from tiered_core.static_topic.mapping_file import mapping_path
@@ -116,13 +117,13 @@ def test_a_restored_brokers_unknown_objects_name_a_command_that_mends_it(tmp_pat
     c_dir = tmp_path / "cluster-data" / "broker-c"
     with Cluster.load(f) as cluster:
         cluster.create_static_topic("orders", 2, ["broker-a", "broker-b"])
-    copy_tree(c_dir, tmp_path / "backup-c")
+    shutil.copytree(c_dir, tmp_path / "backup-c", copy_function=copy_sparse)
     with Cluster.load(f) as cluster:
         cluster.remap_static_topic("orders", ["broker-c", "broker-b"])
         sent = [cluster.put_message(Message(topic="orders", body=b"m%d" % i), 0).queue_offset for i in range(3)]
         cluster.dispatch()
     shutil.rmtree(c_dir)
-    copy_tree(tmp_path / "backup-c", c_dir)
+    shutil.copytree(tmp_path / "backup-c", c_dir, copy_function=copy_sparse)
     code, doc = run(capsys, "static-topic", "status", "--cluster", f, "--topic", "orders", "--json")
     assert code == 5 and doc["error"]["code"] == "UNKNOWN_OBJECTS"
     fix = doc["error"]["fix"]
@@ -148,14 +149,14 @@ def test_a_leader_whose_own_mapping_is_older_names_the_take_over_that_mends_it(t
     c_dir = tmp_path / "cluster-data" / "broker-c"
     with Cluster.load(f) as cluster:
         cluster.create_static_topic("orders", 2, ["broker-a", "broker-b"])
-    copy_tree(c_dir, tmp_path / "backup-c")
+    shutil.copytree(c_dir, tmp_path / "backup-c", copy_function=copy_sparse)
     with Cluster.load(f) as cluster:
         cluster.remap_static_topic("orders", ["broker-c", "broker-b"])
         for i in range(3):
             cluster.put_message(Message(topic="orders", body=b"m%d" % i), 0)
         cluster.dispatch()
     shutil.rmtree(c_dir)
-    copy_tree(tmp_path / "backup-c", c_dir)
+    shutil.copytree(tmp_path / "backup-c", c_dir, copy_function=copy_sparse)
     with Cluster.load(f) as cluster:
         with pytest.raises(Fenced) as err:
             cluster.put_message(Message(topic="orders", body=b"x"), 0)

@@ -181,3 +181,38 @@ def test_a_prefix_the_s3_driver_laid_out_refuses_the_fsspec_driver_and_keeps_eve
         got = store.get_message("g", "t", 0, 0, 3)  # a pull is served by one tier: the tier's two
         assert [bytes(m.body) for m in got.messages] == [b"0-0", b"0-1"]
         assert [bytes(m.body) for m in store.get_message("g", "t", 0, 2, 1).messages] == [b"new"]
+
+
+def test_drivers_on_s3_share_one_botocore_session(s3_options):
+    """A client of a fresh botocore session loads S3's service model again (165 ms of CPU per
+    driver up to its first answer, 38 ms with the shared session): the drivers of a process
+    share one, unless an option shapes the session (``shared_session.with_shared_session``)."""
+    first = open_driver("fsspec", url=f"s3://{BUCKET}/share-a", storage_options=s3_options)
+    second = open_driver("fsspec", url=f"s3://{BUCKET}/share-b", storage_options=s3_options)
+    try:
+        assert first.innermost.fs.session is second.innermost.fs.session is not None
+        first.write("seg", 0, b"one")
+        second.write("seg", 0, b"two")
+        assert (first.read("seg", 0, 3), second.read("seg", 0, 3)) == (b"one", b"two")
+        assert "session" not in first.describe()["options"]["storage_options"]
+    finally:
+        first.close()
+        second.close()
+
+
+def test_session_options_get_a_session_of_their_own():
+    import s3fs
+
+    from tiered_driver_fsspec.shared_session import with_shared_session
+
+    plain = with_shared_session(s3fs.S3FileSystem, {"key": "k", "secret": "s", "client_kwargs": {}})
+    again = with_shared_session(s3fs.S3FileSystem, {"anon": True, "skip_instance_cache": True})
+    assert plain["session"] is again["session"] is not None
+    assert plain["key"] == "k"
+    assert "session" not in with_shared_session(s3fs.S3FileSystem, {"profile": "ops"})
+    mine = object()
+    assert with_shared_session(s3fs.S3FileSystem, {"session": mine})["session"] is mine
+    import fsspec.implementations.memory
+
+    assert "session" not in with_shared_session(fsspec.implementations.memory.MemoryFileSystem, {})
+    assert "session" not in with_shared_session(None, {})

@@ -18,6 +18,7 @@ from .guarantees import APPEND, OBJECT_STORES, Guarantees, guarantees_of, guaran
 from .options import (
     FORCED_OPTIONS, REDACTED, check_url, parse_storage_options, redact_tree, scrub, secret_values,
 )
+from .shared_session import with_shared_session
 
 log = logging.getLogger("tiered_driver_fsspec")
 
@@ -101,9 +102,9 @@ class FsspecDriver(SegmentDriver):
 
         _refuse_misspelt_options(self.url, storage)
         error: TieredStoreError
+        options = with_shared_session(_filesystem_class(self.url), {**storage, **FORCED_OPTIONS})
         try:
-            fs, root = _plain_filesystem(self.url, {**storage, **FORCED_OPTIONS}) or \
-                fsspec.core.url_to_fs(self.url, **{**storage, **FORCED_OPTIONS})
+            fs, root = _plain_filesystem(self.url, options) or fsspec.core.url_to_fs(self.url, **options)
         except ImportError as exc:  # fsspec names the package that implements the protocol
             error = InvalidOption(f"option 'url' of driver 'fsspec': protocol {self.protocol!r} needs a package "
                                   f"that is not installed: {scrub(str(exc), self._secrets)}", option="url")

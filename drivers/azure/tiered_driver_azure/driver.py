@@ -176,6 +176,7 @@ class AzureDriver(SegmentDriver):
                 raw_request_hook=_RequestHook(self),  # runs once per HTTP request sent
                 raw_response_hook=_lose_answer_if_asked,
                 user_agent=f"adlfs/{adlfs.__version__} tiered-store",
+                use_env_settings=_proxy_in_environment(),
             )
         _run(fs, built.close)  # adlfs's own client sent nothing yet
         fs.service_client = own
@@ -449,6 +450,20 @@ def _run(fs, make: Callable[[], Any]) -> Any:
         return await make()
 
     return sync(fs.loop, call)
+
+
+def _proxy_in_environment() -> bool:
+    """Whether the environment names an HTTP proxy (``HTTP_PROXY``, ``HTTPS_PROXY``...): the
+    only setting of aiohttp's ``trust_env`` an Azure client can use.
+
+    Without one, the client's session is made with ``trust_env=False``. Otherwise aiohttp
+    looks up ``~/.netrc`` on a worker thread before every request, to add a Basic
+    ``Authorization`` that an Azure request, signed in its own header, could not carry: 0.55 ms
+    of CPU per request against Azurite, a quarter of the client's share. A proxy set in the
+    environment keeps the default, so the client goes through it as before."""
+    import urllib.request
+
+    return any(scheme in ("http", "https", "ws", "wss") for scheme in urllib.request.getproxies_environment())
 
 
 def _account_from_url(url: str) -> str | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import json
 import logging
@@ -310,7 +309,7 @@ def _status(exc: BaseException) -> int | None:
 
 def _retryable(exc: BaseException) -> bool:
     """Whether the same call may succeed later (a timeout, a dropped connection, a 5xx)."""
-    if isinstance(exc, (TimeoutError, asyncio.TimeoutError, ConnectionError)):
+    if isinstance(exc, (TimeoutError, ConnectionError)):  # (asyncio.TimeoutError is TimeoutError since 3.11)
         return True
     status = _status(exc)
     if isinstance(status, int) and 400 <= status < 600:

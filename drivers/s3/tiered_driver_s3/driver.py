@@ -93,7 +93,6 @@ ownership fences the old owner before its writes reach the backend.
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import difflib
 import errno
@@ -582,6 +581,8 @@ class S3Driver(ChainedObjectDriver):
                 body.close()
 
         async def get_all() -> list[bytes]:
+            import asyncio  # here: every process that loads the plugins imports this module
+
             limit = asyncio.Semaphore(CONCURRENT_READS)
 
             async def one(read: tuple[ObjectInfo, int, int]) -> bytes:

@@ -8,14 +8,15 @@ or changed.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 from typing import Any
 
+from tiered_conformance.drills import data_regions
+
 
 def content_digest(path: str) -> str:
-    """SHA-256 over the file's data regions and where each lies (Linux ``SEEK_DATA``): a store's
+    """SHA-256 over the file's data regions and where each lies (:func:`data_regions`): a store's
     index files are preallocated sparse files of hundreds of MiB, mostly holes, which a plain
     read would hash byte by byte (about 5 s per snapshot of one small store). Where the
     filesystem cannot tell holes, the whole file is one region."""
@@ -23,7 +24,7 @@ def content_digest(path: str) -> str:
     fd = os.open(path, os.O_RDONLY)
     try:
         size = os.fstat(fd).st_size
-        for start, end in _data_regions(fd, size):
+        for start, end in data_regions(fd, size):
             digest.update(f"{start}-{end}:".encode())
             pos = start
             while pos < end:
@@ -35,23 +36,6 @@ def content_digest(path: str) -> str:
     finally:
         os.close(fd)
     return digest.hexdigest()
-
-
-def _data_regions(fd: int, size: int) -> list[tuple[int, int]]:
-    if not hasattr(os, "SEEK_DATA"):
-        return [(0, size)]
-    regions, pos = [], 0
-    while pos < size:
-        try:
-            start = os.lseek(fd, pos, os.SEEK_DATA)
-        except OSError as exc:
-            if exc.errno == errno.ENXIO:  # nothing but a hole from pos to the end
-                break
-            return [(0, size)]  # the filesystem cannot tell: read it all
-        end = os.lseek(fd, start, os.SEEK_HOLE)
-        regions.append((start, end))
-        pos = end
-    return regions
 
 
 def _file(path: str) -> tuple[int, int, str]:

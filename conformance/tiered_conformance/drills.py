@@ -25,6 +25,7 @@ object stores: gcs, azure, s3).
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from typing import Any
@@ -143,32 +144,42 @@ def _record_moved_identity(copy: Any) -> None:
         metadata.close()
 
 
+def data_regions(fd: int, size: int) -> list[tuple[int, int]]:
+    """The ``(start, end)`` byte ranges of the open file ``fd`` (``size`` bytes) that hold data,
+    in order; the rest are holes. Where the platform or the filesystem cannot tell
+    (no ``SEEK_DATA``, or it refuses), the whole file is one region: never a hole by guess."""
+    if not hasattr(os, "SEEK_DATA"):
+        return [(0, size)] if size else []
+    regions, pos = [], 0
+    while pos < size:
+        try:
+            start = os.lseek(fd, pos, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # nothing but a hole from pos to the end
+                break
+            return [(0, size)]
+        end = os.lseek(fd, start, os.SEEK_HOLE)
+        regions.append((start, end))
+        pos = end
+    return regions
+
+
 def copy_sparse(src: str, dst: str, *, follow_symlinks: bool = True) -> str:
     """``shutil.copy2`` that keeps holes: a store's local index files are large and mostly
     never written (sparse), and a plain copy would write every zero."""
-    try:
-        with open(src, "rb") as fin, open(dst, "wb") as fout:
-            size = os.fstat(fin.fileno()).st_size
-            pos = 0
-            while pos < size:
-                try:
-                    data = os.lseek(fin.fileno(), pos, os.SEEK_DATA)
-                except OSError:  # no data past pos (ENXIO), or no SEEK_DATA: one hole to the end
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        size = os.fstat(fin.fileno()).st_size
+        for start, end in data_regions(fin.fileno(), size):
+            fin.seek(start)
+            fout.seek(start)
+            remaining = end - start
+            while remaining:
+                chunk = fin.read(min(remaining, 8 << 20))
+                if not chunk:
                     break
-                hole = os.lseek(fin.fileno(), data, os.SEEK_HOLE)
-                fin.seek(data)
-                fout.seek(data)
-                remaining = hole - data
-                while remaining:
-                    chunk = fin.read(min(remaining, 8 << 20))
-                    if not chunk:
-                        break
-                    fout.write(chunk)
-                    remaining -= len(chunk)
-                pos = hole
-            fout.truncate(size)
-    except AttributeError:  # a platform without SEEK_DATA
-        return shutil.copy2(src, dst, follow_symlinks=follow_symlinks)
+                fout.write(chunk)
+                remaining -= len(chunk)
+        fout.truncate(size)
     shutil.copystat(src, dst, follow_symlinks=follow_symlinks)
     return dst
 
@@ -201,5 +212,5 @@ def segment_of(path: str) -> tuple[str, int, FileSegmentType, int] | None:
 
 assert set(FAULTS) == set(EXPECTED) == set(PLANTERS)
 
-__all__ = ["CHECKSUMS", "DEEP", "DRILL_OWNER_ID", "EXPECTED", "FAULTS", "LISTING", "PlantedFault", "copy_sparse", "copy_store", "plant",
+__all__ = ["CHECKSUMS", "DEEP", "DRILL_OWNER_ID", "EXPECTED", "FAULTS", "LISTING", "PlantedFault", "copy_sparse", "data_regions", "copy_store", "plant",
            "segment_of"]

@@ -2,7 +2,7 @@
 
 Loaded only through the ``tiered_conformance_environment`` hook or by a test suite; it
 needs the ``testing`` extra (``pip install tiered-driver-s3[testing]``: the kit in
-``tiered-conformance`` and ``moto[server]``).
+``tiered-conformance``, ``moto[s3]`` and flask for moto's server mode).
 
 moto runs as its own process on 127.0.0.1 and a free port, so the driver under test and
 the server do not share an interpreter lock, and a fault test can kill it. The process is

@@ -886,23 +886,29 @@ def test_batch_items_odd_arguments_agree():
 # -- the Arrow columns of the Spark read path (compiled message_columns vs the Arrow-kernel builder)
 
 
-def _arrow_both(units, buf, base, topic, queue_id, q0):
+def _arrow_both(units, buf, base, topic, queue_id, q0, *, from_cq=False, start=0, stop=None):
     """The batch, its record batch by the compiled columns, and by the Arrow-kernel reference.
-    The compiled kernel is put in place here: under ``TIERED_PURE_PYTHON=1`` the module's own
-    is None, and the comparison would be of the reference with itself."""
-    from tiered_core.flat.batch_check import check_batch
+    The compiled kernels are put in place here: under ``TIERED_PURE_PYTHON=1`` the module's own
+    are None, and the comparison would be of the reference with itself. ``from_cq``: the batch
+    keeps its units as consume-queue bytes (a segment read's batches), which the compiled
+    build reads itself (``message_columns_cq``)."""
+    from tiered_core.flat.batch_check import check_batch, check_cq_batch
     from tiered_core.spark.source import arrow_rows as arrow_batch
     from tiered_core.spark.source.schema import arrow_schema
 
-    batch = check_batch([tuple(u) for u in units], buf, base, topic=topic, queue_id=queue_id, queue_offset=q0)
+    if from_cq:
+        batch = check_cq_batch(_cq_bytes(units), buf, base, topic=topic, queue_id=queue_id, queue_offset=q0)
+        assert batch.cq_bytes() is not None
+    else:
+        batch = check_batch([tuple(u) for u in units], buf, base, topic=topic, queue_id=queue_id, queue_offset=q0)
     schema = arrow_schema()
-    chosen = arrow_batch.message_columns
-    arrow_batch.message_columns = compiled.message_columns
+    chosen = arrow_batch.message_columns, arrow_batch.message_columns_cq
+    arrow_batch.message_columns, arrow_batch.message_columns_cq = compiled.message_columns, compiled.message_columns_cq
     try:
-        got = arrow_batch.batch_to_arrow(batch, schema)
+        got = arrow_batch.batch_to_arrow(batch, schema, start=start, stop=stop)
     finally:
-        arrow_batch.message_columns = chosen
-    return batch, got, arrow_batch.batch_to_arrow(batch, schema, use_compiled=False)
+        arrow_batch.message_columns, arrow_batch.message_columns_cq = chosen
+    return batch, got, arrow_batch.batch_to_arrow(batch, schema, start=start, stop=stop, use_compiled=False)
 
 
 @SETTINGS
@@ -917,6 +923,42 @@ def test_message_columns_build_the_same_record_batch(batch):
     if len(checked):  # the compiled core really built it (no fallback for these messages)
         positions = [off - checked.base for off, _size, _tags in checked.units]
         assert compiled.message_columns(checked.data, positions) is not None
+
+
+@SETTINGS
+@given(st.data(), batches())
+def test_message_columns_from_consume_queue_bytes_build_the_same_record_batch(data, batch):
+    """A segment read's batch keeps its units as the consume queue stored them: the compiled
+    build takes the positions from those bytes and gives the reference's rows, whole or sliced."""
+    pytest.importorskip("pyarrow")
+    topic, queue_id, q0, base, units, buf = batch
+    start = data.draw(st.integers(0, len(units)))
+    stop = data.draw(st.one_of(st.none(), st.integers(start, len(units) + 2)))
+    checked, got, reference = _arrow_both(units, buf, base, topic, queue_id, q0, from_cq=True, start=start, stop=stop)
+    assert got.schema == reference.schema
+    assert got.equals(reference), (got.to_pylist(), reference.to_pylist())
+    assert got.num_rows == len(checked.units[start:stop])
+    cq = checked.cq_bytes(start, stop)
+    positions = [off - base for off, _size, _tags in checked.units[start:stop]]
+    assert compiled.message_columns_cq(buf, cq, base) == compiled.message_columns(buf, positions)
+    if positions:  # the compiled core really built it (no fallback for these messages)
+        assert compiled.message_columns_cq(buf, cq, base) is not None
+
+
+def test_message_columns_from_consume_queue_bytes_odd_arguments():
+    msg = Message("T", b"body", keys=["k"], tags="t")
+    raw = pure.encode_message(msg, queue_id=0, queue_offset=0, store_timestamp=5, physical_offset=100)
+    cq = _cq_bytes([(100, len(raw), 0)])
+    assert compiled.message_columns_cq(raw, cq, 100) == compiled.message_columns(raw, [0]) is not None
+    assert compiled.message_columns_cq(raw, cq[:-1], 100) is None  # not whole units
+    assert compiled.message_columns_cq(raw, bytearray(cq), 100) is None
+    assert compiled.message_columns_cq(bytearray(raw), cq, 100) is None
+    assert compiled.message_columns_cq(raw, cq, 101) is None  # lands inside the message
+    assert compiled.message_columns_cq(raw, cq, 99) is None
+    assert compiled.message_columns_cq(raw, cq, 200) is None  # before the buffer
+    assert compiled.message_columns_cq(raw, _cq_bytes([(-1 << 63, 10, 0)]), 1 << 62) is None  # wraps
+    assert compiled.message_columns_cq(raw, _cq_bytes([(100 + len(raw), 10, 0)]), 100) is None  # past the end
+    assert compiled.message_columns_cq(raw, b"", 100) == compiled.message_columns(raw, [])
 
 
 def test_message_columns_leave_repeated_names_to_the_reference():

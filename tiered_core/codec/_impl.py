@@ -81,8 +81,9 @@ def load_compiled() -> SimpleNamespace | None:
         from tiered_core._speedups import _core
     except ImportError:
         return None
-    missing = [name for name in (*KERNELS, "bind", "bind_batch", "bind_index", "bind_span", "zlib_crc32", "message_columns")
-               if not hasattr(_core, name)]
+    wanted = (*KERNELS, "bind", "bind_batch", "bind_index", "bind_span", "zlib_crc32", "message_columns",
+              "message_columns_cq")
+    missing = [name for name in wanted if not hasattr(_core, name)]
     if missing:  # a stale build from older sources: its twins would not match these oracles
         global STALE
         STALE = f"{_core.__file__} lacks {', '.join(missing)}"
@@ -114,7 +115,8 @@ def load_compiled() -> SimpleNamespace | None:
     })
     _core.bind_index(ORACLES)
     _core.bind_span(ORACLES)
-    return SimpleNamespace(**{name: getattr(_core, name) for name in (*KERNELS, "message_columns", "zlib_crc32")})
+    return SimpleNamespace(**{name: getattr(_core, name)
+                              for name in (*KERNELS, "message_columns", "message_columns_cq", "zlib_crc32")})
 
 
 compiled = None if forced_pure() else load_compiled()
@@ -126,6 +128,8 @@ check_units = _chosen.check_units
 #: Compiled only (None on the pure path): the Arrow buffers of validated messages for
 #: ``spark.source.arrow_rows``, whose pure builder is its reference.
 message_columns = compiled.message_columns if compiled is not None else None
+#: Compiled only: ``message_columns`` of the messages consume-queue units (their stored bytes) point at.
+message_columns_cq = compiled.message_columns_cq if compiled is not None else None
 decode_message = _chosen.decode_message
 validate_message = _chosen.validate_message
 peek_total_size = _chosen.peek_total_size

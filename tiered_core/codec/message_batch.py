@@ -49,6 +49,18 @@ class MessageBatch:
             units = self._units = list(CQ_UNIT.iter_unpack(self._cq))
         return units
 
+    def cq_bytes(self, start: int = 0, stop: int | None = None) -> bytes | None:
+        """The stored consume-queue bytes of ``units[start:stop]`` (``start`` and ``stop``
+        non-negative), or None when the batch was built from a list of units."""
+        if self._cq is None:
+            return None
+        size = CQ_UNIT.size
+        n = len(self._cq) // size
+        stop = n if stop is None else min(stop, n)
+        if start == 0 and stop == n:
+            return self._cq
+        return self._cq[start * size:max(start, stop) * size]
+
     def unit(self, i: int) -> tuple[int, int, int]:
         """``units[i]`` (negative ``i`` counts from the end), without decoding the others."""
         if self._units is not None:

@@ -20,7 +20,8 @@ from typing import Sequence
 from tiered_core.codec.message import (
     KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS, MessageExt, encode_message_ext, message_fields, parse_properties,
 )
-from tiered_core.codec._impl import message_columns
+from tiered_core.codec._impl import message_columns, message_columns_cq
+from tiered_core.codec.consume_queue import CQ_UNIT
 from tiered_core.codec.message_batch import MessageBatch
 
 #: ``wants_time(store_timestamp_ms) -> bool``: which messages a read keeps (None: all).
@@ -201,13 +202,24 @@ def batch_to_arrow(batch: MessageBatch, schema=None, wants_time: TimeFilter | No
     import pyarrow as pa
 
     schema = _schema(schema)
-    positions = [off - batch.base for off, _size, _tags in batch.units[start:stop]]
-    n = len(positions)
-    if n == 0:
-        return _empty(schema)
-    arrays = _build(batch.data, positions, schema, use_compiled)
-    arrays[0] = pa.array([batch.topic] * n, type=schema.field(0).type)
-    arrays[1] = pa.array([batch.queue_id] * n, type=schema.field(1).type)
+    arrays = None
+    cq = batch.cq_bytes(start, stop) if use_compiled and message_columns_cq is not None else None
+    if cq is not None:  # the units as stored: no tuple and no position per message in Python
+        n = len(cq) // CQ_UNIT.size
+        if n == 0:
+            return _empty(schema)
+        buffers = message_columns_cq(batch.data, cq, batch.base)
+        if buffers is not None:
+            arrays = _arrays_compiled(buffers, n, schema)
+    if arrays is None:
+        positions = [off - batch.base for off, _size, _tags in batch.units[start:stop]]
+        n = len(positions)
+        if n == 0:
+            return _empty(schema)
+        arrays = _build(batch.data, positions, schema, use_compiled)
+    # one value for every row, filled by Arrow rather than from a Python list per message
+    arrays[0] = pa.repeat(pa.scalar(batch.topic, schema.field(0).type), n)
+    arrays[1] = pa.repeat(pa.scalar(batch.queue_id, schema.field(1).type), n)
     out = pa.RecordBatch.from_arrays(arrays, schema=schema)
     if wants_time is not None:
         import pyarrow.compute as pc

@@ -3,8 +3,6 @@ conditional creates racing for one key, with moto's check-then-write window held
 
 from __future__ import annotations
 
-import http.client
-import os
 import threading
 import time
 import uuid
@@ -115,74 +113,3 @@ def test_moto_lists_its_modules_once(monkeypatch):
     assert "s3" in expected
     assert list(backends.list_of_moto_modules()) == expected
     assert list(backends.list_of_moto_modules()) == expected  # not a spent iterator
-
-
-def _group_members(pgid: int) -> list[int]:
-    """The live processes of process group ``pgid`` (zombies are gone already)."""
-    members = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                members.append(int(entry))
-    return members
-
-
-def test_the_server_keeps_connections_open(tmp_path):
-    """One connection carries a client's requests: moto's development server closed it after
-    every answer, so each S3 request paid a new TCP connection on both sides."""
-    with MotoServer(tmp_path / "moto") as server:
-        server.create_bucket("keep")
-        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
-        try:
-            for i in range(3):
-                conn.request("PUT", f"/keep/k{i}", body=b"x" * (i + 1))
-                answer = conn.getresponse()
-                assert answer.status == 200, answer.read()
-                answer.read()
-                assert (answer.getheader("Connection") or "").lower() != "close"
-                if i == 0:
-                    sock = conn.sock
-                assert conn.sock is sock is not None  # the same socket, still open
-            conn.request("GET", "/keep?list-type=2")  # unsigned: a listing answers, a GET would not
-            listing = conn.getresponse().read()
-            assert all(f"<Key>k{i}</Key><LastModified>".encode() in listing for i in range(3)), listing
-            assert conn.sock is sock
-        finally:
-            conn.close()
-
-
-def test_stop_is_quick_and_kill_leaves_no_process_of_the_server(tmp_path):
-    """The server runs as two processes (gunicorn's arbiter and its one worker): SIGTERM ends
-    both within seconds, even with a connection left open; SIGKILL of the group (a crash, in
-    fault tests) leaves neither behind, and the port is free for the restart."""
-    server = MotoServer(tmp_path / "moto").start()
-    try:
-        pgid = server.process.pid
-        assert len(_group_members(pgid)) == 2
-        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
-        conn.request("GET", "/moto-api/")
-        conn.getresponse().read()  # an idle kept-open connection
-        server.kill()
-        deadline = time.monotonic() + 10
-        while _group_members(pgid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert _group_members(pgid) == []
-        conn.close()
-        server.restart()
-        server.create_bucket("again")
-        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
-        conn.request("GET", "/moto-api/")
-        conn.getresponse().read()
-        pgid = server.process.pid
-        began = time.monotonic()
-        server.stop()
-        assert time.monotonic() - began < 5
-        assert _group_members(pgid) == []
-        conn.close()
-    finally:
-        server.close()

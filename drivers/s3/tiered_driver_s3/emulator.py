@@ -2,15 +2,13 @@
 
 Loaded only through the ``tiered_conformance_environment`` hook or by a test suite; it
 needs the ``testing`` extra (``pip install tiered-driver-s3[testing]``: the kit in
-``tiered-conformance``, ``moto[s3]``, flask and gunicorn for moto's server mode).
+``tiered-conformance``, ``moto[s3]`` and flask for moto's server mode).
 
 moto runs as its own process on 127.0.0.1 and a free port, so the driver under test and
 the server do not share an interpreter lock, and a fault test can kill it. The process is
-``python -m tiered_driver_s3.moto_atomic``: moto's application with each S3 request handled
+``python -m tiered_driver_s3.moto_atomic``: moto's server with each S3 request handled
 as one step, so a conditional write's check and its write cannot interleave with another
-request's, as on S3 (that module says what moto does without it), served by gunicorn with
-connections kept open (two processes in one group: a kill ends both). moto keeps objects in
-memory only: a killed server comes back empty.
+request's, as on S3 (that module says what moto does without it). moto keeps objects in memory only: a killed server comes back empty.
 Clients get fake credentials (:data:`FAKE_CREDENTIALS`), so botocore never looks for
 real ones (environment, profile files, instance metadata).
 """

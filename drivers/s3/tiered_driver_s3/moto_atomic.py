@@ -7,25 +7,16 @@ success. Under load this happened in about 4 of 1,000 races (``tests`` of the s3
 ``test_conditional_append_race``). S3 itself decides each conditional write atomically,
 and the driver's guarantees rest on that.
 
-``python -m tiered_driver_s3.moto_atomic -H HOST -p PORT`` serves moto's application (the
-one ``python -m moto.server`` serves) with every S3 request's handling under one lock, so a
-check and its write are one step, as on S3. Connections are still accepted and read on
-their own threads. moto's handlers hold the interpreter lock while they run, so the lock
-costs little throughput.
-
-The HTTP server is gunicorn's threaded worker (one process: moto keeps the objects in its
-memory), not the development server ``moto.server`` starts: that one closes the connection
-after every answer, so each request of a client paid a new TCP connection on both sides.
-With connections kept open, a test's S3 requests cost about a fifth less CPU in the client
-and in the server. SIGTERM stops it within a second; SIGKILL of its process group (a
-crash, in fault tests) ends both of its processes.
+``python -m tiered_driver_s3.moto_atomic`` takes the arguments of ``python -m moto.server``.
+It runs that server with every S3 request's handling under one lock, so a check and its
+write are one step, as on S3. Connections are still accepted and read on their own
+threads. moto's handlers hold the interpreter lock while they run, so the lock costs
+little throughput.
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
-import os
 import sys
 import threading
 from typing import Any, Callable, Iterator
@@ -79,40 +70,12 @@ def list_moto_modules_once() -> None:
     backends.list_of_moto_modules = list_of_moto_modules
 
 
-#: gunicorn's settings: one worker process (moto's state lives in it), its threads answering
-#: requests, idle connections kept longer than a client's pool keeps them (no request is sent
-#: on a connection the server is just closing), a quick stop, no access log.
-SERVER_SETTINGS = {"workers": 1, "worker_class": "gthread", "threads": 8, "keepalive": 75,
-                   "graceful_timeout": 1, "timeout": 300, "accesslog": None, "loglevel": "warning"}
+def main(argv: list[str] | None = None) -> None:
+    from moto.server import main as moto_main
 
-
-def serve(host: str, port: int) -> None:
-    """Serve moto's application on ``host:port`` until SIGTERM."""
-    from gunicorn.app.base import BaseApplication
-    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
-
-    os.environ.setdefault("MOTO_PORT", str(port))  # what moto.server sets for the answers it builds
     make_s3_requests_atomic()
     list_moto_modules_once()
-    app = DomainDispatcherApplication(create_backend_app)
-
-    class Server(BaseApplication):
-        def load_config(self) -> None:
-            for key, value in {**SERVER_SETTINGS, "bind": f"{host}:{port}"}.items():
-                self.cfg.set(key, value)
-
-        def load(self):
-            return app
-
-    Server().run()
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tiered_driver_s3.moto_atomic", description=__doc__.split("\n\n")[0])
-    parser.add_argument("-H", "--host", default="127.0.0.1")
-    parser.add_argument("-p", "--port", type=int, required=True)
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    serve(args.host, args.port)
+    moto_main(sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

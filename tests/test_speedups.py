@@ -938,8 +938,6 @@ def test_message_columns_from_consume_queue_bytes_build_the_same_record_batch(da
     assert got.schema == reference.schema
     assert got.equals(reference), (got.to_pylist(), reference.to_pylist())
     assert got.num_rows == len(checked.units[start:stop])
-    if start < 0 or (stop is not None and stop < 0):
-        return  # negative bounds take the units' path (above: the same rows)
     cq = checked.cq_bytes(start, stop)
     positions = [off - base for off, _size, _tags in checked.units[start:stop]]
     assert compiled.message_columns_cq(buf, cq, base) == compiled.message_columns(buf, positions)
@@ -949,7 +947,8 @@ def test_message_columns_from_consume_queue_bytes_build_the_same_record_batch(da
 
 def test_message_columns_from_consume_queue_bytes_slice_as_the_units_do():
     """``start`` and ``stop`` of a batch kept as consume-queue bytes mean what they mean on its
-    list of units, negative ones too (a positive start with a negative stop once gave no rows)."""
+    list of units, negative ones too (a positive start with a negative stop once gave no rows):
+    ``MessageBatch.cq_bytes`` slices as the list does."""
     pytest.importorskip("pyarrow")
     buf, units = bytearray(), []
     for i in range(5):
@@ -961,6 +960,7 @@ def test_message_columns_from_consume_queue_bytes_slice_as_the_units_do():
         checked, got, reference = _arrow_both(units, bytes(buf), 100, "T", 0, 0, from_cq=True, start=start, stop=stop)
         assert got.num_rows == len(checked.units[start:stop]) == reference.num_rows, (start, stop)
         assert got.equals(reference), (start, stop)
+        assert checked.cq_bytes(start, stop) == _cq_bytes(checked.units[start:stop]), (start, stop)
 
 
 def test_message_columns_from_consume_queue_bytes_odd_arguments():

@@ -212,5 +212,5 @@ def segment_of(path: str) -> tuple[str, int, FileSegmentType, int] | None:
 
 assert set(FAULTS) == set(EXPECTED) == set(PLANTERS)
 
-__all__ = ["CHECKSUMS", "DEEP", "DRILL_OWNER_ID", "EXPECTED", "FAULTS", "LISTING", "PlantedFault", "copy_sparse", "data_regions", "copy_store", "plant",
-           "segment_of"]
+__all__ = ["CHECKSUMS", "DEEP", "DRILL_OWNER_ID", "EXPECTED", "FAULTS", "LISTING", "PlantedFault", "copy_sparse",
+           "copy_store", "data_regions", "plant", "segment_of"]

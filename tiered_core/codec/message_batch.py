@@ -49,14 +49,14 @@ class MessageBatch:
             units = self._units = list(CQ_UNIT.iter_unpack(self._cq))
         return units
 
-    def cq_bytes(self, start: int = 0, stop: int | None = None) -> bytes | None:
-        """The stored consume-queue bytes of ``units[start:stop]`` (``start`` and ``stop``
-        non-negative), or None when the batch was built from a list of units."""
+    def cq_bytes(self, start: int | None = None, stop: int | None = None) -> bytes | None:
+        """The stored consume-queue bytes of ``units[start:stop]`` (the bounds as a list slice
+        takes them, negative ones too), or None when the batch was built from a list of units."""
         if self._cq is None:
             return None
         size = CQ_UNIT.size
         n = len(self._cq) // size
-        stop = n if stop is None else min(stop, n)
+        start, stop, _step = slice(start, stop).indices(n)
         if start == 0 and stop == n:
             return self._cq
         return self._cq[start * size:max(start, stop) * size]

@@ -203,8 +203,7 @@ def batch_to_arrow(batch: MessageBatch, schema=None, wants_time: TimeFilter | No
 
     schema = _schema(schema)
     arrays = None
-    stored = use_compiled and message_columns_cq is not None and start >= 0 and (stop is None or stop >= 0)
-    cq = batch.cq_bytes(start, stop) if stored else None  # (a negative bound slices the units below)
+    cq = batch.cq_bytes(start, stop) if use_compiled and message_columns_cq is not None else None
     if cq is not None:  # the units as stored: no tuple and no position per message in Python
         n = len(cq) // CQ_UNIT.size
         if n == 0:

@@ -7,16 +7,24 @@ success. Under load this happened in about 4 of 1,000 races (``tests`` of the s3
 ``test_conditional_append_race``). S3 itself decides each conditional write atomically,
 and the driver's guarantees rest on that.
 
-``python -m tiered_driver_s3.moto_atomic`` takes the arguments of ``python -m moto.server``.
-It runs that server with every S3 request's handling under one lock, so a check and its
-write are one step, as on S3. Connections are still accepted and read on their own
-threads. moto's handlers hold the interpreter lock while they run, so the lock costs
-little throughput.
+``python -m tiered_driver_s3.moto_atomic -H HOST -p PORT`` serves moto's application (the
+one ``python -m moto.server`` serves) with every S3 request's handling under one lock, so a
+check and its write are one step, as on S3. Connections are still accepted and read on
+their own threads. moto's handlers hold the interpreter lock while they run, so the lock
+costs little throughput.
+
+The server is werkzeug's threaded server, as in ``moto.server``, with connections kept
+open between requests (:mod:`tiered_driver_s3.http_keepalive` says how): moto's own closes
+the connection after every answer, so each S3 request of a test paid a new TCP connection
+on both sides. SIGTERM and SIGINT stop it.
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
+import os
+import signal
 import sys
 import threading
 from typing import Any, Callable, Iterator
@@ -70,12 +78,29 @@ def list_moto_modules_once() -> None:
     backends.list_of_moto_modules = list_of_moto_modules
 
 
-def main(argv: list[str] | None = None) -> None:
-    from moto.server import main as moto_main
+def serve(host: str, port: int) -> None:
+    """Serve moto's application on ``host:port`` until SIGTERM or SIGINT."""
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+    from werkzeug.serving import make_server
 
+    from tiered_driver_s3.http_keepalive import KeepAliveHandler
+
+    os.environ.setdefault("MOTO_PORT", str(port))  # as moto.server: the port its answers name
     make_s3_requests_atomic()
     list_moto_modules_once()
-    moto_main(sys.argv[1:] if argv is None else argv)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: sys.exit(0))
+    app = DomainDispatcherApplication(create_backend_app)
+    make_server(host, port, app, threaded=True, request_handler=KeepAliveHandler).serve_forever()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m tiered_driver_s3.moto_atomic",
+                                     description="moto's S3 server, each request one step, connections kept open")
+    parser.add_argument("-H", "--host", default="127.0.0.1")
+    parser.add_argument("-p", "--port", type=int, required=True)
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    serve(args.host, args.port)
 
 
 if __name__ == "__main__":

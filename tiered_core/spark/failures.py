@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator, TypeVar
 
 from tiered_core import errors
 from tiered_core.errors import DriverError, TieredStoreError
+from tiered_core.spark.worker_heap import freeze_survivors
 
 _TASK_ERROR = re.compile(r"tiered_core\.errors\.(\w+): \[\w+\] (.*)")
 _TAG = re.compile(r"TIERED_ERROR<<([A-Za-z0-9+/=]+)>>")
@@ -103,17 +104,34 @@ SPARK_METHODS = ("partitions", "read", "initialOffset", "latestOffset", "getDefa
                  "prepareForTriggerAvailableNow", "reportLatestOffset", "commit", "write", "abort")
 
 
+#: The methods Spark runs as tasks or planning calls in its reused Python workers, each of
+#: which then pays a full garbage collection (:mod:`tiered_core.spark.worker_heap`).
+TASK_METHODS = ("partitions", "read", "write")
+
+
 def spark_facing(cls: type, name: str, module: str) -> type:
     """A subclass of ``cls`` (named ``name``, to be bound at module level of ``module`` so
-    pickling finds it) whose :data:`SPARK_METHODS` tag :class:`TieredStoreError` s. Spark gets
-    this one; ``cls`` itself keeps raising the typed errors (tests, direct use)."""
+    pickling finds it) whose :data:`SPARK_METHODS` tag :class:`TieredStoreError` s, and whose
+    :data:`TASK_METHODS` first exempt what the worker holds from its later collections
+    (:func:`~tiered_core.spark.worker_heap.freeze_survivors`). Spark gets this one; ``cls``
+    itself keeps raising the typed errors (tests, direct use)."""
     namespace: dict[str, Any] = {"__module__": module, "__qualname__": name,
                                  "__doc__": f"{cls.__name__} as Spark calls it: typed errors leave it tagged."}
     for method in SPARK_METHODS:
         original = getattr(cls, method, None)
         if callable(original):
+            if method in TASK_METHODS:
+                original = _survivors_frozen(original)
             namespace[method] = _tagged_reader(original) if method == "read" else tagged(original)
     return type(name, (cls,), namespace)
+
+
+def _survivors_frozen(fn: F) -> F:
+    @functools.wraps(fn)
+    def task(*args: Any, **kwargs: Any) -> Any:
+        freeze_survivors()
+        return fn(*args, **kwargs)
+    return task  # type: ignore[return-value]
 
 
 def _tagged_reader(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -181,5 +199,5 @@ def _root_cause(text: str) -> str | None:
     return found.group(1).strip() if found else None
 
 
-__all__ = ["SPARK_METHODS", "TaggedTaskError", "decode_tag", "encode_tag", "spark_facing", "tagged", "tagged_iter",
+__all__ = ["SPARK_METHODS", "TASK_METHODS", "TaggedTaskError", "decode_tag", "encode_tag", "spark_facing", "tagged", "tagged_iter",
            "task_error"]

@@ -23,6 +23,7 @@ from tiered_core.spark.source.options import (
     parse_static_options, parse_static_stream_options, parse_stream_options, STREAM,
 )
 from tiered_core.spark.source.schema import spark_schema
+from tiered_core.spark.worker_heap import freeze_survivors
 
 if TYPE_CHECKING:
     from tiered_core.spark.source.batch import TieredReader
@@ -61,6 +62,7 @@ class TieredDataSource(DataSource):
 
     @tagged
     def schema(self):
+        freeze_survivors()  # Spark asks in a reused planning worker (tiered_core.spark.worker_heap)
         check_source_options(dict(self.options))  # at load(): bad options fail before any query starts
         return spark_schema()
 

@@ -996,3 +996,59 @@ def test_message_columns_odd_arguments():
     assert compiled.message_columns(b"x", (0,)) is None
     assert compiled.message_columns(b"\x00" * 100, [0]) is None  # not a message frame
     assert compiled.message_columns(b"", []) is not None  # nothing to build: empty buffers
+
+
+def _slot_table(slots) -> bytes:
+    return b"".join(pos.to_bytes(4, "big", signed=True) + length.to_bytes(4, "big", signed=True)
+                    for pos, length in slots)
+
+
+@SETTINGS
+@given(st.data(), st.integers(0, 5000), st.integers(0, 5000))
+def test_every_slot_fits_agrees(data, start, width):
+    end = start + width
+    # Mostly slots that fit (so a wrong one is often the only one), then every way of not fitting.
+    fitting = st.one_of(st.builds(lambda p, n: (p, n * 28), st.integers(start, end), st.integers(0, 8)),
+                        st.sampled_from([(start, 0), (end, 0)]))  # the area's edges are inside
+    position = st.one_of(st.integers(start, end), st.integers(start - 40, start - 1), st.integers(end + 1, end + 40),
+                         st.sampled_from([start - 1, start, end - 28, end - 27, end, end + 1]), int32)
+    length = st.one_of(st.just(0), st.integers(1, 8).map(lambda n: n * 28), st.integers(1, 300), st.integers(-300, -1),
+                       int32)
+    slots = data.draw(st.lists(st.one_of(fitting, fitting, fitting, st.tuples(position, length)), max_size=60))
+    table = _slot_table(slots)
+    same("every_slot_fits", table, start, end)
+    assert pure.every_slot_fits(table, start, end) == (
+        bool(slots) and all(start <= p <= end and (n == 0 or (n > 0 and n % 28 == 0 and p + n <= end))
+                            for p, n in slots))
+
+
+def test_every_slot_fits_odd_arguments_agree():
+    table = _slot_table([(40, 28), (96, 0), (68, 56)])
+    edges = [[(124, 0)], [(40, 0)], [(96, 28)], [(97, 28)], [(39, 0)], [(125, 0)], [(40, -28)], [(40, 27)]]
+    for slots in edges:  # inside: the area's two ends (empty) and a run ending at its end
+        same("every_slot_fits", _slot_table(slots), 40, 124)
+    assert [pure.every_slot_fits(_slot_table(slots), 40, 124) for slots in edges] == [True] * 3 + [False] * 5
+    for args in ((table, 40, 124), (table, 41, 124), (table, 40, 123), (b"", 0, 10), (table[:-4], 40, 124),
+                 (table[:-1], 40, 124), (bytearray(table), 40, 124), (memoryview(table), 40, 124),
+                 (table, -(1 << 70), 1 << 70), (table, 40, 1 << 70), (table, 40.0, 124), (table, None, 124),
+                 (_slot_table([(2**31 - 1, 2**31 - 1)]), 0, 2**33)):
+        same("every_slot_fits", *args)
+
+
+def test_every_slot_fits_judges_a_table_in_c():
+    """The twin answers a bytes table of whole slots itself: its oracle is not asked (the
+    hypothesis test compares answers, which the oracle alone would also get right)."""
+    from tiered_core._speedups import _core
+
+    def oracle(*args):
+        raise AssertionError(f"the oracle was asked: {args!r}")
+
+    table = _slot_table([(40, 28)] * 1000 + [(40, 0)])
+    try:
+        _core.bind_index({**_impl.ORACLES, "every_slot_fits": oracle})
+        assert compiled.every_slot_fits(table, 40, 68) is True
+        assert compiled.every_slot_fits(table, 40, 67) is False
+        with pytest.raises(AssertionError, match="oracle was asked"):
+            compiled.every_slot_fits(bytearray(table), 40, 68)
+    finally:
+        _core.bind_index(_impl.ORACLES)

@@ -1,4 +1,4 @@
-"""verify's check of a compacted index file's slot table (tiered_core.codec.tiered_index.compacted_file_problem):
+"""verify's check of a compacted index file's slot table (tiered_core.codec.compacted_check.compacted_file_problem):
 it judges whole columns at once, or skips runs of zero bytes, and must judge every table as
 the plain slot-by-slot loop below does: empty slots as zero bytes (skipped) or with a
 position in the item area (what compaction writes)."""
@@ -10,8 +10,8 @@ import struct
 
 import pytest
 
+from tiered_core.codec.compacted_check import compacted_file_problem
 from tiered_core.codec.tiered_index import COMPACT_ITEM_SIZE, END_MAGIC, HEADER, HEADER_SIZE, SLOT, SLOT_SIZE
-from tiered_core.codec.tiered_index import compacted_file_problem
 
 
 def slot_by_slot(data: bytes) -> str | None:

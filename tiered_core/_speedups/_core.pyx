@@ -1610,12 +1610,43 @@ def lazy_message_ext(raw, topic=None):
 # -- the key index insert loop (codec.index_batch) ---------------------------------------------
 
 cdef object p_link_items = None
+cdef object p_every_slot_fits = None
+cdef enum:
+    COMPACT_ITEM = 28  # codec.tiered_index.COMPACT_ITEM_SIZE: a compacted index item's bytes
 
 
 def bind_index(ns):
-    """Take link_items's oracle from ``ns`` (a mapping). Idempotent."""
-    global p_link_items
+    """Take link_items's and every_slot_fits's oracles from ``ns`` (a mapping). Idempotent."""
+    global p_link_items, p_every_slot_fits
     p_link_items = ns["link_items"]
+    p_every_slot_fits = ns["every_slot_fits"]
+
+
+def every_slot_fits(table, start, end):
+    """Twin of codec.tiered_index.every_slot_fits: one pass over the big-endian ``(position,
+    length)`` pairs, no Python object per slot. Anything but a non-empty bytes table of whole
+    slots and int bounds that fit 64 bits goes to the oracle."""
+    cdef const uint8_t* c
+    cdef Py_ssize_t n, k
+    cdef int64_t lo, hi, pos, length
+    if type(table) is not bytes or type(start) is not int or type(end) is not int \
+            or len(table) == 0 or len(table) % 8:
+        return p_every_slot_fits(table, start, end)
+    try:
+        lo = start
+        hi = end
+    except OverflowError:
+        return p_every_slot_fits(table, start, end)
+    n = len(table) // 8
+    c = <const uint8_t*>PyBytes_AS_STRING(table)
+    for k in range(n):
+        pos = r32(c + 8 * k)
+        if pos < lo or pos > hi:
+            return False
+        length = r32(c + 8 * k + 4)
+        if length != 0 and (length < 0 or length % COMPACT_ITEM != 0 or pos + length > hi):
+            return False
+    return True
 
 
 cdef inline uint32_t hash_units(uint32_t h, str s) except? 0xFFFFFFFF:

@@ -59,6 +59,7 @@ ORACLES = {
     "build_group": dispatch_batch.build_group,
     "lazy_message_ext": message.lazy_message_ext,
     "link_items": index_batch.link_items,
+    "every_slot_fits": tiered_index.every_slot_fits,
 }
 KERNELS = tuple(ORACLES)
 
@@ -156,6 +157,7 @@ batch_items = _chosen.batch_items
 build_group = _chosen.build_group
 lazy_message_ext = _chosen.lazy_message_ext
 link_items = _chosen.link_items
+every_slot_fits = _chosen.every_slot_fits
 #: ``zlib.crc32(data, value)`` (a segment's checksum): the compiled core's CLMUL kernel when it
 #: is built (14.5 GB/s against zlib's 1.9 GB/s on this machine, 4 MiB buffers), else zlib's own
 #: (the oracle: ``tests/test_speedups.py`` compares them).

@@ -233,52 +233,14 @@ def cut_short_size(data: bytes, size: int) -> int | None:
     return whole
 
 
-#: Slot-table bytes checked for all-zero at once: blocks of 4,096 slots, runs of 64.
-_BLOCK, _RUN = 4096 * SLOT_SIZE, 64 * SLOT_SIZE
-
-
-def compacted_file_problem(data: bytes, size: int | None = None) -> str | None:
-    """Why ``data`` (a file's header and slot table, or the whole file) is not a compacted
-    index file of ``size`` bytes (default ``len(data)``); None when it is."""
-    size = len(data) if size is None else size
-    if size < HEADER_SIZE + SLOT_SIZE or len(data) < HEADER_SIZE:
-        return f"only {size} bytes, less than a header and one slot"
-    header = IndexHeader.decode(data[:HEADER_SIZE], "index")
-    if header.magic != END_MAGIC:
-        return f"header magic {header.magic:#010x} is not the compacted file's {END_MAGIC:#010x}"
-    slots = compacted_slot_count(header, size)
-    if slots is None:
-        return f"{header.item_count} items do not fit {size} bytes with a whole slot table"
-    table = bytes(data[HEADER_SIZE:HEADER_SIZE + slots * SLOT_SIZE])
-    if len(table) < slots * SLOT_SIZE:
-        return None  # only the header was given: the slot table is checked by the caller's full read
-    start, end = HEADER_SIZE + slots * SLOT_SIZE, size
-    if _every_slot_fits(table, start, end):
-        return None
-    # Some slot is empty as all zero bytes, or wrong: judge slot by slot, in order, skipping
-    # blocks and runs of zero bytes (counted in C).
-    for block in range(0, len(table), _BLOCK):
-        if table.count(0, block, block + _BLOCK) == min(_BLOCK, len(table) - block):
-            continue
-        for base in range(block, min(block + _BLOCK, len(table)), _RUN):
-            run = table[base:base + _RUN]
-            if run.count(0) == len(run):
-                continue
-            for j, (pos, length) in enumerate(SLOT.iter_unpack(run)):
-                if length == 0 and pos == 0:
-                    continue
-                if length < 0 or length % COMPACT_ITEM_SIZE or pos < start or pos + length > end:
-                    i = base // SLOT_SIZE + j
-                    return f"slot {i} names the run ({pos}, {length}) outside the item area [{start}, {end})"
-    return None
-
-
-def _every_slot_fits(table: bytes, start: int, end: int) -> bool:
+def every_slot_fits(table: bytes, start: int, end: int) -> bool:
     """Whether every slot of ``table`` is a run of whole items inside ``[start, end)``, judged by
     whole columns: positions by their least and greatest, lengths only where non-zero. A
     compacted table gives every slot, empty or not, a position in the item area, so this is the
-    usual answer; False means "look slot by slot" (an all-zero empty slot, or a wrong one).
-    (A profiled verify drill spent 2.3 s judging its 8 files slot by slot, 0.54 s this way.)"""
+    usual answer; False means "look slot by slot" (an all-zero empty slot, or a wrong one), and
+    so does an empty table. (A profiled verify drill spent 2.3 s judging its 8 files slot by
+    slot, 0.54 s this way.) The oracle of the compiled twin, one C pass over the table
+    (:mod:`tiered_core.codec._impl`): py-spy found 652 samples (20 Hz) of a whole test run here."""
     positions, lengths = slot_columns(table)
     if not positions or min(positions) < start or max(positions) > end:
         return False
@@ -321,6 +283,7 @@ def pack_item(hash_code: int, topic_id: int, queue_id: int, offset: int, size: i
 
 
 __all__ = [
+    "every_slot_fits",
     "pack_item",
     "ITEM_SIZE",
     "COMPACT_ITEM_SIZE",
@@ -333,7 +296,6 @@ __all__ = [
     "ITEM_INDEX_POSITION",
     "IndexItem",
     "IndexEntry",
-    "compacted_file_problem",
     "compacted_size_from_head",
     "compacted_slot_count",
     "cut_short_size",

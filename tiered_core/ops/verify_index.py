@@ -26,13 +26,13 @@ from tiered_core.codec.checks import PropCrcPolicy, check_message
 from tiered_core.codec.hashing import index_key_hash
 from tiered_core.codec.index_keys import message_index_keys
 from tiered_core.codec.message import lazy_message_ext
+from tiered_core.codec.compacted_check import compacted_file_problem
 from tiered_core.codec.tiered_index import (
     COMPACT_ITEM,
     COMPACT_ITEM_SIZE,
     HEADER_SIZE,
     SLOT_SIZE,
     IndexHeader,
-    compacted_file_problem,
     compacted_slot_count,
 )
 from tiered_core.common import FileSegmentType, SegmentStatus

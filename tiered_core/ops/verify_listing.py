@@ -48,7 +48,7 @@ from tiered_core.flat.ownership import OWNER_DIR, is_reserved_path, segment_obje
 from tiered_core.flat.read_back import ReadBack, TailWitness, read_back_messages, read_back_units, tail_messages
 from tiered_core.ops.findings import Finding, FindingKind
 from tiered_core.ops.reconcile import backend_path
-from tiered_core.codec.tiered_index import compacted_file_problem
+from tiered_core.codec.compacted_check import compacted_file_problem
 from tiered_core.spi.driver import SegmentDriver
 from tiered_core.spi.metadata import FileSegmentMetadata, TieredMetadataStore
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import textwrap
 
-from tiered_core.spark import failures, worker_heap
+from tiered_core.spark import failures
 
 
 def _child(code: str) -> dict:
@@ -90,4 +90,3 @@ def test_every_method_spark_runs_as_a_task_freezes_first(monkeypatch):
     facing.latestOffset()
     assert calls == ["freeze", "partitions", "freeze", "read", "freeze", "write", "latestOffset"]
     assert set(failures.TASK_METHODS) <= set(failures.SPARK_METHODS)
-    assert worker_heap.FREEZES == 2

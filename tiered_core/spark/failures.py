@@ -199,5 +199,5 @@ def _root_cause(text: str) -> str | None:
     return found.group(1).strip() if found else None
 
 
-__all__ = ["SPARK_METHODS", "TASK_METHODS", "TaggedTaskError", "decode_tag", "encode_tag", "spark_facing", "tagged", "tagged_iter",
-           "task_error"]
+__all__ = ["SPARK_METHODS", "TASK_METHODS", "TaggedTaskError", "decode_tag", "encode_tag", "spark_facing", "tagged",
+           "tagged_iter", "task_error"]

@@ -29,6 +29,14 @@ def _connect(server: MotoServer) -> http.client.HTTPConnection:
     return http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
 
 
+@pytest.fixture
+def conn(moto):
+    """A client connection to the module's server, closed after the test."""
+    connection = _connect(moto)
+    yield connection
+    connection.close()
+
+
 def _object(server: MotoServer, key: str) -> bytes:
     """The object's bytes, through a signed client (moto refuses an unsigned GET)."""
     client = boto3.client("s3", endpoint_url=server.url, region_name=EMULATOR_REGION,
@@ -43,73 +51,57 @@ def _listing(conn: http.client.HTTPConnection, prefix: str) -> bytes:
     return answer.read()
 
 
-def test_one_connection_carries_many_requests(moto):
+def test_one_connection_carries_many_requests(conn):
     """moto's development server closed the connection after every answer."""
-    conn = _connect(moto)
-    try:
-        for i in range(5):
-            conn.request("PUT", f"/keep/many/k{i}", body=b"x" * (i + 1))
-            answer = conn.getresponse()
-            assert answer.status == 200, answer.read()
-            answer.read()
-            assert (answer.getheader("Connection") or "").lower() != "close"
-            if i == 0:
-                sock = conn.sock
-            assert conn.sock is sock is not None  # the same socket, still open
-        listing = _listing(conn, "many/")
-        assert all(f"<Key>many/k{i}</Key>".encode() in listing for i in range(5)), listing
-        assert conn.sock is sock
-    finally:
-        conn.close()
+    for i in range(5):
+        conn.request("PUT", f"/keep/many/k{i}", body=b"x" * (i + 1))
+        answer = conn.getresponse()
+        assert answer.status == 200, answer.read()
+        answer.read()
+        assert (answer.getheader("Connection") or "").lower() != "close"
+        if i == 0:
+            sock = conn.sock
+        assert conn.sock is sock is not None  # the same socket, still open
+    listing = _listing(conn, "many/")
+    assert all(f"<Key>many/k{i}</Key>".encode() in listing for i in range(5)), listing
+    assert conn.sock is sock
 
 
-def test_head_keeps_the_applications_length_and_sends_no_body(moto):
+def test_head_keeps_the_applications_length_and_sends_no_body(moto, conn):
     """A HEAD answer's Content-Length is the body a GET would carry; no body follows, so the
     next answer on the connection starts where it should."""
-    conn = _connect(moto)
-    try:
-        conn.request("GET", "/moto-api/")
-        page = conn.getresponse().read()
-        assert page
-        conn.request("HEAD", "/moto-api/")
-        answer = conn.getresponse()
-        assert answer.status == 200 and answer.getheader("Content-Length") == str(len(page))
-        assert answer.read() == b""
-        conn.request("PUT", "/keep/head/obj", body=b"y" * 1234)
-        assert conn.getresponse().status == 200
-        assert _object(moto, "head/obj") == b"y" * 1234
-    finally:
-        conn.close()
+    conn.request("GET", "/moto-api/")
+    page = conn.getresponse().read()
+    assert page
+    conn.request("HEAD", "/moto-api/")
+    answer = conn.getresponse()
+    assert answer.status == 200 and answer.getheader("Content-Length") == str(len(page))
+    assert answer.read() == b""
+    conn.request("PUT", "/keep/head/obj", body=b"y" * 1234)
+    assert conn.getresponse().status == 200
+    assert _object(moto, "head/obj") == b"y" * 1234
 
 
-def test_chunked_and_expect_continue_bodies_are_read_whole(moto):
-    conn = _connect(moto)
-    try:
-        conn.request("PUT", "/keep/chunked/obj", body=iter([b"abc", b"", b"defgh", b"i" * 5000]),
-                     encode_chunked=True, headers={"Transfer-Encoding": "chunked"})
-        answer = conn.getresponse()
-        assert answer.status == 200, answer.read()
-        answer.read()
-        conn.request("PUT", "/keep/expect/obj", body=b"z" * 3000, headers={"Expect": "100-continue"})
-        answer = conn.getresponse()  # http.client skips the interim 100 answer
-        assert answer.status == 200, answer.read()
-        answer.read()
-        assert _object(moto, "chunked/obj") == b"abcdefgh" + b"i" * 5000
-        assert _object(moto, "expect/obj") == b"z" * 3000
-    finally:
-        conn.close()
+def test_chunked_and_expect_continue_bodies_are_read_whole(moto, conn):
+    conn.request("PUT", "/keep/chunked/obj", body=iter([b"abc", b"", b"defgh", b"i" * 5000]),
+                 encode_chunked=True, headers={"Transfer-Encoding": "chunked"})
+    answer = conn.getresponse()
+    assert answer.status == 200, answer.read()
+    answer.read()
+    conn.request("PUT", "/keep/expect/obj", body=b"z" * 3000, headers={"Expect": "100-continue"})
+    answer = conn.getresponse()  # http.client skips the interim 100 answer
+    assert answer.status == 200, answer.read()
+    answer.read()
+    assert _object(moto, "chunked/obj") == b"abcdefgh" + b"i" * 5000
+    assert _object(moto, "expect/obj") == b"z" * 3000
 
 
-def test_connection_close_is_honoured(moto):
-    conn = _connect(moto)
-    try:
-        conn.request("GET", "/moto-api/", headers={"Connection": "close"})
-        answer = conn.getresponse()
-        answer.read()
-        assert answer.getheader("Connection", "").lower() == "close"
-        assert answer.will_close
-    finally:
-        conn.close()
+def test_connection_close_is_honoured(conn):
+    conn.request("GET", "/moto-api/", headers={"Connection": "close"})
+    answer = conn.getresponse()
+    answer.read()
+    assert answer.getheader("Connection", "").lower() == "close"
+    assert answer.will_close
 
 
 def test_a_client_killed_mid_body_leaves_other_connections_served(moto):

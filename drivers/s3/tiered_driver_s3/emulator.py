@@ -8,7 +8,8 @@ moto runs as its own process on 127.0.0.1 and a free port, so the driver under t
 the server do not share an interpreter lock, and a fault test can kill it. The process is
 ``python -m tiered_driver_s3.moto_atomic``: moto's server with each S3 request handled
 as one step, so a conditional write's check and its write cannot interleave with another
-request's, as on S3 (that module says what moto does without it). moto keeps objects in memory only: a killed server comes back empty.
+request's, as on S3 (that module says what moto does without it), and connections kept
+open between requests. moto keeps objects in memory only: a killed server comes back empty.
 Clients get fake credentials (:data:`FAKE_CREDENTIALS`), so botocore never looks for
 real ones (environment, profile files, instance metadata).
 """

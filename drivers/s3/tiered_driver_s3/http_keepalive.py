@@ -26,11 +26,11 @@ from typing import Any
 
 from moto.moto_server.werkzeug_app import MotoRequestHandler
 
-#: How long an idle kept-open connection waits for its next request before it is closed:
-#: longer than a client pool keeps an idle connection, so the server does not close one
-#: that a client is just sending on.
+#: How long an idle kept-open connection waits for its next request before it is closed (a
+#: client whose pooled connection was closed meanwhile opens a new one). Long: a test's
+#: clients go quiet for seconds between requests, and each open connection costs a thread.
 IDLE_TIMEOUT = 600.0
-#: Answers that carry no body (RFC 9110): no Content-Length is added to them.
+#: Answers that carry no body (RFC 9110; 1xx too): neither a body nor a Content-Length is sent.
 _NO_BODY = frozenset({204, 304})
 
 
@@ -95,15 +95,16 @@ class KeepAliveHandler(MotoRequestHandler):
     def _send(self, status: str, headers: list[tuple[str, str]], body: bytes) -> None:
         code = int(status.split(None, 1)[0])
         head = self.command == "HEAD"
+        with_body = not head and code >= 200 and code not in _NO_BODY
         kept = [(k, v) for k, v in headers if k.lower() not in ("connection", "transfer-encoding")
                 and (head or k.lower() != "content-length")]
-        if not head and code not in _NO_BODY and code >= 200:
+        if with_body:
             kept.append(("Content-Length", str(len(body))))
         if self.close_connection:
             kept.append(("Connection", "close"))
         lines = [f"{self.protocol_version} {status}"] + [f"{k}: {v}" for k, v in kept]
         payload = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-        if not head and code not in _NO_BODY:
+        if with_body:
             payload += body
         self.wfile.write(payload)
         self.wfile.flush()

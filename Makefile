@@ -64,8 +64,8 @@ demo: $(STAMP)
 	@$(BYTECODE)
 	$(VENV)/bin/tiered demo
 
-# The suite runs with the compiled core (when built), then the codec, fetcher and
-# dispatcher tests once more on the pure-Python path.
+# The codec, fetcher and dispatcher tests run on the pure-Python path first, then the whole
+# suite with the compiled core (when built).
 PURE_TESTS := tests/test_codec_*.py tests/test_speedups.py tests/test_store_end_to_end.py \
               tests/test_store_dispatch_rules.py tests/test_store_read_policies.py \
               tests/test_read_batch.py tests/test_dispatch_batch.py tests/test_golden_bytes.py tests/test_cache.py
@@ -86,13 +86,17 @@ XDIST_OPTS := --dist loadfile --no-loadscope-reorder
 # tiered_core/spark/jvm_archive.py says what it saves and why it is safe.
 # The venv, Azurite and the Java check are set up side by side (pip and npm mostly wait on
 # downloads and disk: on a fresh clone this saves the half minute npm takes).
+# The archive is built while lint-imports and the pure-Python pass run, none of which starts
+# Spark: the build keeps about one core busy for half a minute (JVM start, then one thread
+# writing the archive), so the pure pass takes the other. The main pass waits for it.
 test:
 	@$(MAKE) --no-print-directory -j3 setup tools java
 	@$(BYTECODE)
-	@$(PY) -m tiered_core.spark.jvm_archive
-	$(VENV)/bin/lint-imports
+	@$(PY) -m tiered_core.spark.jvm_archive & archive=$$!; \
+	  $(VENV)/bin/lint-imports && \
+	  TIERED_PURE_PYTHON=1 $(PY) -m pytest -n $(PURE_WORKERS) $(XDIST_OPTS) $(PYTEST_ARGS) $(PURE_TESTS); \
+	  rc=$$?; wait $$archive; exit $$rc
 	$(PY) -m pytest -n $(PYTEST_WORKERS) $(XDIST_OPTS) $(PYTEST_ARGS)
-	TIERED_PURE_PYTHON=1 $(PY) -m pytest -n $(PURE_WORKERS) $(XDIST_OPTS) $(PYTEST_ARGS) $(PURE_TESTS)
 
 bench: $(STAMP)
 	$(PY) bench/driver_throughput.py --driver posix

@@ -56,6 +56,41 @@ SLOW_FILES_FIRST: tuple[str, ...] = (
 )
 
 
+#: Test files whose tests use the ``spark`` fixture (tests/spark/conftest.py): one local
+#: SparkSession per pytest process. Under xdist they are one unit of work, so one worker starts
+#: Spark's driver JVM and its Python daemon for all of them, instead of each worker that happens
+#: to draw one (a start costs about 9 CPU-s of JVM plus the Python workers it forks, on a machine
+#: whose run is CPU-bound). ``tests/spark/test_spark_session_files.py`` keeps the list true.
+#: Files that start Spark in a child process (the CLI) need no place here.
+SPARK_SESSION_FILES: tuple[str, ...] = (
+    "tests/spark/test_stream_source.py",
+    "tests/spark/test_spark_jobs.py",
+    "tests/spark/test_spark_outputs.py",
+    "tests/spark/test_stream_static_topic.py",
+    "tests/spark/test_stream_sink.py",
+    "tests/spark/test_written_stores_continue.py",
+    "tests/spark/test_spark_read.py",
+    "tests/spark/test_spark_verify.py",
+    "tests/spark/test_spark_reindex.py",
+    "tests/spark/test_spark_static_topic.py",
+    "tests/spark/test_spark_validation.py",
+)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile``, with :data:`SPARK_SESSION_FILES` as one unit of work."""
+    if config.getoption("dist", None) != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SparkSessionOnOneWorker(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return "spark-session" if scope in SPARK_SESSION_FILES else scope
+
+    return SparkSessionOnOneWorker(config, log)
+
+
 def pytest_collection_modifyitems(config, items) -> None:
     """Under xdist, move :data:`SLOW_FILES_FIRST` to the front (stable: each file keeps its
     own order). Every worker sorts the same collection the same way, as xdist requires."""

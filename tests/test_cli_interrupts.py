@@ -204,8 +204,13 @@ def test_ctrl_c_while_the_command_imports_its_modules(as_json):
 def test_a_program_importing_the_cli_keeps_its_own_ctrl_c():
     """Only the `tiered` command gets that handler: a program (or a test run) that imports
     the CLI still gets its KeyboardInterrupt."""
-    code = ("import os, signal\nfrom tiered_core.cli import main\ntry:\n    os.kill(os.getpid(), signal.SIGINT)\n"
-            "    import time; time.sleep(5)\nexcept KeyboardInterrupt:\n    print('caught')\n")
+    # The program sets up its own Ctrl-C first: what this process hands its children (a SIGINT
+    # ignored or blocked while some test ran) is not the program's choice.
+    code = ("import os, signal\nsignal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})\n"
+            "signal.signal(signal.SIGINT, signal.default_int_handler)\nfrom tiered_core.cli import main\n"
+            "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler\ntry:\n"
+            "    os.kill(os.getpid(), signal.SIGINT)\n    import time; time.sleep(5)\nexcept KeyboardInterrupt:\n"
+            "    print('caught')\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "caught", proc.stderr
 

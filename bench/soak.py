@@ -77,7 +77,9 @@ Figures (``--json`` prints them as one object):
 * ``max_untiered_age_s``: the longest store uptime an acknowledged message taken by a fault
   had spent untiered; ``tier_lag_violations``: such messages older than ``--max-tier-lag``
   seconds of uptime (a dispatcher that stopped would otherwise hide behind the faults);
-* ``consumed_vanished``: (queue, offset, key) a consumer read during the run that the model
+* ``consumed_records``: records the consumers and replayers logged reading (their logs; the
+  run's ``consumed`` is from the children's stats lines, which a kill can cut short);
+  ``consumed_vanished``: (queue, offset, key) a consumer read during the run that the model
   still holds but the final store does not; ``consumed_lost_with_disk`` (informational):
   read, then taken by a fault; ``consumer_offset_conflicts``: a consumer read key K1 at an
   offset and later K2 at the same offset although no fault took K1 in between;
@@ -1540,8 +1542,8 @@ def harness(args: argparse.Namespace) -> int:
         result.update({k: verified[k] for k in (
             "acknowledged", "read_back", "lost", "lost_with_disk", "returned_after_loss", "duplicated",
             "offsets_reused", "offsets_reassigned_after_loss", "corrupted", "misplaced", "unreadable_offsets",
-            "given_up_offsets", "unacknowledged_found", "messages_in_store", "consumed_vanished",
-            "consumed_lost_with_disk", "consumer_offset_conflicts", "consumer_rereads_after_loss",
+            "given_up_offsets", "unacknowledged_found", "messages_in_store", "consumed_records",
+            "consumed_vanished", "consumed_lost_with_disk", "consumer_offset_conflicts", "consumer_rereads_after_loss",
             "consumer_skipped_messages", "skipped_given_up_offsets", "max_untiered_age_s", "tier_lag_violations",
             "served_by_tier")})
         result["faults"]["details"] = verified["fault_details"]

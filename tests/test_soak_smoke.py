@@ -62,7 +62,9 @@ def test_soak_survives_sigkills_lost_disk_and_restore(tmp_path):
     assert r["lost"] == r["duplicated"] == r["corrupted"] == r["misplaced"] == r["unreadable_offsets"] == 0
     assert r["offsets_reused"] == r["consumer_offset_conflicts"] == r["consumer_skipped_messages"] == 0
     assert r["tier_lag_violations"] == 0 and r["max_untiered_age_s"] <= 20
-    assert r["consumed"] > 0 and r["consumed_vanished"] == 0 and r["order_violations"] == 0
+    # consumers read (their logs, which the check reads; the run's "consumed" is the children's
+    # stats lines, which a kill under load can cut before the first one)
+    assert r["consumed_records"] > 0 and r["consumed_vanished"] == 0 and r["order_violations"] == 0
     assert r["served_by_tier"] == {"tiered": r["messages_in_store"]}
     final = r["key_lookups"]["final"]
     assert final["sample"]["ok"] > 0

@@ -204,8 +204,9 @@ def test_ctrl_c_while_the_command_imports_its_modules(as_json):
 def test_a_program_importing_the_cli_keeps_its_own_ctrl_c():
     """Only the `tiered` command gets that handler: a program (or a test run) that imports
     the CLI still gets its KeyboardInterrupt."""
-    # The program sets up its own Ctrl-C first: what this process hands its children (a SIGINT
-    # ignored or blocked while some test ran) is not the program's choice.
+    # The program sets up its own Ctrl-C first: a run started as a background job of a shell
+    # (`make test &`, CI wrappers) has SIGINT ignored, which Python keeps and children inherit,
+    # unless some earlier test on the same worker installed a handler (a SparkSession does).
     code = ("import os, signal\nsignal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})\n"
             "signal.signal(signal.SIGINT, signal.default_int_handler)\nfrom tiered_core.cli import main\n"
             "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler\ntry:\n"

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -86,3 +89,54 @@ def test_a_new_session_loads_sparks_classes_from_the_built_archive(tmp_path):
     spark_classes = [line for line in log.read_text().splitlines() if " org.apache.spark." in line]
     shared = [line for line in spark_classes if "source: shared objects file (top)" in line]
     assert spark_classes and len(shared) > len(spark_classes) // 2, spark_classes[:5]
+
+
+def _session_members(sid: int) -> list[int]:
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid and fields[0] != "Z":
+                members.append(int(entry))
+    return members
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_ctrl_c_stops_a_build_started_in_the_background_of_a_shell(tmp_path):
+    """`make test` starts the build with `&` in its recipe's shell, which starts it with SIGINT
+    ignored: a Ctrl-C of the terminal (SIGINT to the whole group) still ends the build, its
+    warm-up and Spark's JVM, and leaves no archive or partial one behind."""
+    check_java()
+    folder = tmp_path / "archives"
+    env = dict(os.environ, TIERED_SPARK_JVM_ARCHIVE_DIR=str(folder))
+    shell = subprocess.Popen(["sh", "-c", f"{sys.executable} -m tiered_core.spark.jvm_archive & wait"],
+                             env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not any("SparkSubmit" in _cmdline(pid) for pid in _session_members(shell.pid)):  # Spark's JVM is up
+            assert time.monotonic() < deadline and shell.poll() is None, "the warm-up started no JVM"
+            time.sleep(0.1)
+        os.killpg(shell.pid, signal.SIGINT)
+        _, err = shell.communicate(timeout=60)
+        deadline = time.monotonic() + 30
+        while _session_members(shell.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _session_members(shell.pid) == [], [_cmdline(p)[:200] for p in _session_members(shell.pid)]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(shell.pid, signal.SIGKILL)
+    assert "spark JVM archive: interrupted, not built" in err, err[-2000:]
+    assert not folder.exists() or os.listdir(folder) == []
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""

@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -155,10 +156,18 @@ def main(argv: list[str] | None = None) -> int:
     from tiered_core.errors import ConfigError
     from tiered_core.spark.java_runtime import check_java
 
+    # `make test` runs this in the background of its recipe's shell, which starts it with Ctrl-C
+    # ignored, and the warm-up (its Spark JVM too) would inherit that: a Ctrl-C of `make test`
+    # must stop the build as well (the partial archive is removed on the way out).
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         java_version = check_java()
         start = time.perf_counter()
         path, built = build(java_version)
+    except KeyboardInterrupt:
+        print("spark JVM archive: interrupted, not built", file=sys.stderr)
+        return 130
     except (ConfigError, ImportError, RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
         # Spark works without the archive, only slower to start: say so, do not fail the set-up.
         print(f"spark JVM archive: not built ({exc})", file=sys.stderr)

@@ -29,18 +29,19 @@ import os
 
 #: How many calls of a process freeze what is alive (see the module's docstring).
 FREEZES = 2
-_calls: dict[int, int] = {}  # process id -> calls so far (a forked worker counts afresh)
+_pid, _calls = 0, 0  # the process that made _calls calls (a forked worker counts afresh)
 
 
 def freeze_survivors() -> None:
     """On the first :data:`FREEZES` calls in this process, exempt every object alive now from
     later garbage collections (``gc.freeze()``: a constant-time move of the collector's
     lists); later calls do nothing. Never raises."""
+    global _pid, _calls
     pid = os.getpid()
-    calls = _calls.get(pid, 0)
-    if calls < FREEZES:
-        _calls.clear()
-        _calls[pid] = calls + 1
+    if pid != _pid:
+        _pid, _calls = pid, 0
+    if _calls < FREEZES:
+        _calls += 1
         gc.freeze()
 
 

@@ -617,3 +617,82 @@ def test_a_take_over_after_a_lost_disk_names_the_offsets_a_lost_first_commit_log
         in err and "a commit-log object was lost" in err, err
     assert main(["get", "--config", str(conf), "--topic", "t", "--key", f"k{first:02d}"]) == 0
     assert f"message-{first:02d}-" in capsys.readouterr().out
+
+
+def test_topic_ids_are_recovered_from_entries_at_an_unreferenced_copy_or_mid_life(tmp_path, capsys):
+    """A soak run (a restored copy, then a lost disk and a take-over) ended with every key
+    index entry of a topic named for another one: the only uploaded index file pointed at
+    copies of the topic's messages that a dispatch had appended to the commit log and then
+    died before its consume-queue units (its retry appended them again, and the units name
+    those), so the probe, which wanted the very offset of the unit, recovered no id, and the
+    new ids in sorted order gave the topic's old id to another topic. Now an entry at another
+    copy of the probed message names the id too, and a topic whose first and last messages
+    no uploaded file holds is probed at the messages the files span."""
+    from tiered_core.index.service import IndexConfig, IndexStoreService
+
+    conf = write_config(tmp_path)
+    cfg = StoreConfig.load(conf, environ={})
+    index_config = IndexConfig(max_hash_slots=64, max_items=500)
+    order = ["zeta", "mid", "alpha"]  # ids 0, 1, 2: sorted order would give other ids to all but mid
+    with cfg.open_driver() as driver, cfg.open_metadata() as metadata:
+        os.makedirs(cfg.store_path, exist_ok=True)  # (claimed as a store claims it)
+        PrefixOwnership(driver, cfg.cluster, cfg.broker, load_store_id(cfg.store_path), cfg.store_path).claim()
+        index = IndexStoreService(driver, metadata, cfg.store_path, cluster=cfg.cluster, broker=cfg.broker,
+                                  config=index_config)
+        ts = now_ms() - 60_000
+        flats = {topic: FlatMessageFile(driver, metadata, topic, 1, cfg.flat_config()) for topic in order}
+        for flat in flats.values():
+            flat.init_offset(0)
+        ids = {topic: flat.topic_metadata.topic_id for topic, flat in flats.items()}
+
+        def index_key(topic: str, q: int, offset: int, size: int, at: int) -> None:
+            assert index.put_key(topic, ids[topic], 1, [f"k{q}"], offset, size, at) is AppendResult.SUCCESS
+
+        # zeta: six messages appended, indexed, and never given units (the dispatch died) ...
+        zeta = flats["zeta"]
+        times = []
+        for q in range(6):
+            ts += 100
+            times.append(ts)
+            body = f"zeta/1/{q}".encode() * 3
+            raw = encode_message(Message(topic="zeta", body=body, keys=[f"k{q}"], tags="tag"),
+                                 queue_id=1, queue_offset=q, store_timestamp=ts)
+            offset = zeta.commit_log.append_offset
+            assert zeta.append_commit_log(raw) is AppendResult.SUCCESS
+            index_key("zeta", q, offset, len(raw), ts)
+        assert zeta.commit()
+        # ... then appended again by the retry, with units, and not indexed (its local index was lost).
+        for q in range(6):
+            put(zeta, q, times[q])
+        assert zeta.commit()
+        # alpha: indexed as usual.
+        for q in range(4):
+            ts += 100
+            offset = flats["alpha"].commit_log.append_offset
+            put(flats["alpha"], q, ts)
+            assert flats["alpha"].commit()
+            index_key("alpha", q, offset, len(flats["alpha"].get_message(q)), ts)
+        index.roll_file()
+        # mid: twelve messages; only the middle four are in an uploaded index file (the first
+        # ones' file expired, the last ones' is not uploaded yet).
+        for q in range(12):
+            ts += 100
+            offset = flats["mid"].commit_log.append_offset
+            put(flats["mid"], q, ts)
+            assert flats["mid"].commit()
+            if 4 <= q < 8:
+                index_key("mid", q, offset, len(flats["mid"].get_message(q)), ts)
+        index.roll_file()
+        assert index.compact_and_upload() >= 2
+        index.shutdown()
+        for flat in flats.values():
+            flat.shutdown()
+        original = {t.topic: t.topic_id for t in metadata.iterate_topics()}
+    assert original == {t: i for i, t in enumerate(order)}
+
+    delete_metadata(cfg)
+    assert main(["metadata", "rebuild", "--config", conf]) == 0
+    out = capsys.readouterr().out
+    with cfg.open_metadata() as metadata:
+        assert {t.topic: t.topic_id for t in metadata.iterate_topics()} == original
+    assert "topic ids: 3 recovered from the key index, 0 new" in out, out

@@ -25,12 +25,16 @@ alone. What the listing cannot tell is recovered by reading a few bytes:
   the last one / 20, a torn partial unit ignored. A queue without consume-queue segments
   gets -1/-1 (like a queue that was never initialised).
 * **topics**: the tiered key index stores topic ids, so ids are recovered from it where
-  possible (``topic_ids=True``): for a topic's first and last message, the uploaded index
-  files covering its store time are asked for its keys, and the entry pointing at that very
-  queue, offset and size names the id (a few ranged reads per topic). Topics the index does
-  not know get new ids in sorted topic order. The reserve time is unknown (-1: the
-  configured default). With ``force``, a topic already in the store keeps its entry (id
-  and reserve time).
+  possible (``topic_ids=True``): for a topic's first and last message, then the last one
+  stored by the end of each of up to four uploaded index files spanning its life, the
+  files covering its store time are asked for its keys, and the entry pointing at that
+  queue and size, at that very offset or at another copy of that message, names the id (a
+  few ranged reads per topic). Another copy: a dispatch that died between its commit-log
+  append and its consume-queue units left messages the key index may point at, and its
+  retry appended them again. Topics the index does not know get new ids in sorted topic
+  order, above the recovered ones. The reserve time is unknown (-1: the configured
+  default). With ``force``, a topic already in the store keeps its entry (id and reserve
+  time).
 
 Everything is written in one transaction of the target store: a failed rebuild leaves it
 as it was.
@@ -43,7 +47,7 @@ import functools
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, NamedTuple
+from typing import Callable, Iterable, NamedTuple, Sequence
 
 from tiered_core.common import LONG_MAX, NO_TIMESTAMP, FileSegmentType, SegmentStatus, now_ms
 from tiered_core.codec.checks import PropCrcPolicy
@@ -71,6 +75,9 @@ from tiered_core.spi.metadata import FileSegmentMetadata, QueueMetadata, TieredM
 log = logging.getLogger(__name__)
 
 _MAX_STRAYS_KEPT = 20
+#: Uploaded index files' spans probed per queue beyond its first and last message (each a
+#: bisect by store time: about 2 x log2(units) ranged reads).
+_PROBE_WINDOWS = 4
 
 Progress = Callable[[int, int], None]
 
@@ -459,8 +466,9 @@ def _topic_ids_from_index(driver: SegmentDriver, index_segments: list[_Seg],
 
 
 def _probe_topic_id(topic: str, queue_views: list[tuple[int, "_QueueTimes"]], readers: list) -> int | None:
+    windows = [(begin, end) for begin, end, _reader in readers]
     for queue_id, view in queue_views:
-        for q in view.probe_units():
+        for q in view.probe_units(windows):
             located = view.message(q)
             if located is None:
                 continue
@@ -476,7 +484,8 @@ def _probe_topic_id(topic: str, queue_views: list[tuple[int, "_QueueTimes"]], re
                     except TieredStoreError:
                         continue
                     for entry in entries:
-                        if (entry.queue_id, entry.offset, entry.size) == (queue_id, offset, size):
+                        if (entry.queue_id, entry.size) == (queue_id, size) and (
+                                entry.offset == offset or view.holds_copy(entry.offset, q, msg)):
                             return entry.topic_id
     return None
 
@@ -593,11 +602,43 @@ class _QueueTimes:
             return None
         return unit.commitlog_offset, unit.size, batch.message(0)
 
-    def probe_units(self) -> list[int]:
-        """The last and the first unit (the newest message is the likeliest still indexed)."""
+    def probe_units(self, windows: Sequence[tuple[int, int]] = ()) -> list[int]:
+        """The last and the first unit (the newest message is the likeliest still indexed),
+        then, for up to :data:`_PROBE_WINDOWS` of ``windows`` (uploaded index files' time
+        spans) that overlap this queue's life, the last unit stored by the window's end: a
+        queue whose first and last messages no uploaded file holds (their files expired, or
+        not uploaded yet) is still found by the messages in between."""
         if not self.ranges:
             return []
-        return sorted({self.ranges[-1][1] - 1, self.ranges[0][0]}, reverse=True)
+        lo, hi = self.ranges[0][0], self.ranges[-1][1]
+        units = sorted({hi - 1, lo}, reverse=True)
+        first, last = self.unit_time(lo), self.unit_time(hi - 1)
+        if first is None or last is None:
+            return units
+        ends = sorted({end for begin, end in windows if begin <= last and first <= end < last})
+        if len(ends) > _PROBE_WINDOWS:  # spread over the queue's life
+            step = len(ends) / _PROBE_WINDOWS
+            ends = [ends[int(i * step)] for i in range(_PROBE_WINDOWS)]
+        for end in ends:
+            try:
+                q = self.reader.offset_by_time(end + 1, lo, hi) - 1
+            except TieredStoreError:
+                continue
+            if lo <= q < hi and q not in units:
+                units.append(q)
+        return units
+
+    def holds_copy(self, offset: int, q: int, msg: MessageExt) -> bool:
+        """Whether commit-log ``offset`` holds another copy of ``msg`` (this queue's message
+        ``q``): a dispatch appends to the commit log before it commits consume-queue units, so
+        one that died in between left its messages there unreferenced, and the key index may
+        point at those while the retry's copies are the ones the units name."""
+        batch = self._checked(offset, None, q, None)
+        if batch is None:
+            return False
+        other = batch.message(0)
+        return ((other.store_timestamp, bytes(other.body), message_index_keys(other))
+                == (msg.store_timestamp, bytes(msg.body), message_index_keys(msg)))
 
     def unit_time(self, q: int) -> int | None:
         unit = self.unit(q)

@@ -29,7 +29,7 @@ that a driver's listing primitive produces (see
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, NamedTuple
 
 #: Separates a segment's key from its parts' names; a path or prefix may not contain it.
 PART_MARK = "#tiered-part/"
@@ -65,9 +65,9 @@ class ObjectInfo:
     checksum: str = ""
 
 
-@dataclass(frozen=True)
-class Part:
-    """A part object of a segment, with its position parsed from its name."""
+class Part(NamedTuple):
+    """A part object of a segment, with its position parsed from its name (a named tuple:
+    a listing of a long chain makes one per part, and each view is built anew)."""
 
     name: str
     segment_id: str
@@ -127,8 +127,11 @@ class SegmentView:
 
 def parse_part(key: str, info: ObjectInfo) -> Part | None:
     """The part ``info`` names below segment ``key``; None for a name that is not a part's."""
-    rest = info.name[len(key) + len(PART_MARK):]
-    seg_id, _, pos = rest.partition("/")
+    return _parse_part(len(key) + len(PART_MARK), info)
+
+
+def _parse_part(skip: int, info: ObjectInfo) -> Part | None:
+    seg_id, _, pos = info.name[skip:].partition("/")
     if not seg_id or not pos.isdigit():
         return None
     return Part(info.name, seg_id, int(pos), int(info.size), info.version, info.checksum)
@@ -138,8 +141,11 @@ def interpret(key: str, items: Iterable[ObjectInfo]) -> SegmentView:
     """Build the view of segment ``key`` from listed objects (others are ignored)."""
     view = SegmentView(key)
     parts: list[Part] = []
+    part_prefix = key + PART_MARK
+    skip = len(part_prefix)
     for item in items:
-        if item.name == key:
+        name = item.name
+        if name == key:
             meta = dict(item.metadata or {})
             view.exists = True
             view.base_size = int(item.size)
@@ -150,8 +156,8 @@ def interpret(key: str, items: Iterable[ObjectInfo]) -> SegmentView:
             sealed_size = meta.get(META_SEALED_SIZE, "")
             view.sealed_size = int(sealed_size) if view.sealed and sealed_size.isdigit() else None
             view.base_checksum = item.checksum
-        elif item.name.startswith(key + PART_MARK):
-            part = parse_part(key, item)
+        elif name.startswith(part_prefix):
+            part = _parse_part(skip, item)
             if part is not None:
                 parts.append(part)
     if not view.exists or not view.segment_id or (view.sealed and view.sealed_size is None):
@@ -159,14 +165,21 @@ def interpret(key: str, items: Iterable[ObjectInfo]) -> SegmentView:
         return view
     end = view.base_size
     limit = view.sealed_size
-    for part in sorted(parts, key=lambda p: (p.position, p.name)):
+    segment_id = view.segment_id
+    chain, garbage = view.chain, view.garbage
+    parts.sort(key=_position_then_name)
+    for part in parts:
         fits = limit is None or part.position + part.size <= limit
-        if part.segment_id == view.segment_id and part.position == end and part.size > 0 and fits:
-            view.chain.append(part)
+        if part.segment_id == segment_id and part.position == end and part.size > 0 and fits:
+            chain.append(part)
             end += part.size
         else:
-            view.garbage.append(part)
+            garbage.append(part)
     return view
+
+
+def _position_then_name(part: Part) -> tuple[int, str]:
+    return part.position, part.name
 
 
 def segment_key(name: str) -> str:

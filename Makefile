@@ -33,7 +33,10 @@ $(PY):
 
 # Cython first: setup.py builds the optional compiled core (tiered_core/_speedups) with the
 # machine's C compiler; without one (try CC=false) the install goes on, pure Python, and
-# the last command prints one line saying so.
+# the last command prints one line saying so. The build (about 10 s of one core: Cython, then
+# the C compiler) runs in place beside the install, which skips it (TIERED_NO_EXTENSIONS):
+# the editable install imports tiered_core from this tree, the built module included. The
+# build's own output (why it failed, when it did) goes to build/speedups.log.
 SPEEDUPS := setup.py $(wildcard tiered_core/_speedups/*.pyx tiered_core/_speedups/*.h)
 
 $(STAMP): $(PY) $(PYPROJECTS) $(SPEEDUPS)
@@ -41,8 +44,11 @@ $(STAMP): $(PY) $(PYPROJECTS) $(SPEEDUPS)
 	@# setuptools prints a note per editable project of our flat layout ("Editable installation:
 	@# folders named like the package may take precedence"): informational, not a deprecation,
 	@# and true of every checkout; only that note is filtered.
-	PYTHONWARNINGS="ignore:Editable installation" \
-	  $(PY) -m pip install -q --no-build-isolation $(foreach p,$(PROJECTS),-e $(p)) -e '.[dev]'
+	@mkdir -p build; $(PY) setup.py -q build_ext --inplace --build-temp build/speedups \
+	  > build/speedups.log 2>&1 & speedups=$$!; \
+	  PYTHONWARNINGS="ignore:Editable installation" TIERED_NO_EXTENSIONS=1 \
+	  $(PY) -m pip install -q --no-build-isolation $(foreach p,$(PROJECTS),-e $(p)) -e '.[dev]'; \
+	  rc=$$?; wait $$speedups; exit $$rc
 	@$(PY) -m tiered_core.codec._impl
 	touch $(STAMP)
 

@@ -696,3 +696,5 @@ def test_topic_ids_are_recovered_from_entries_at_an_unreferenced_copy_or_mid_lif
     with cfg.open_metadata() as metadata:
         assert {t.topic: t.topic_id for t in metadata.iterate_topics()} == original
     assert "topic ids: 3 recovered from the key index, 0 new" in out, out
+    # ...so every entry of the key index still names a message carrying its key.
+    assert main(["verify", "--deep", "--config", conf, "--json"]) == 0, capsys.readouterr().out

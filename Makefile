@@ -71,7 +71,10 @@ demo: $(STAMP)
 	$(VENV)/bin/tiered demo
 
 # The codec, fetcher and dispatcher tests run on the pure-Python path first, then the whole
-# suite with the compiled core (when built).
+# suite with the compiled core (when built). tests/test_speedups.py puts both kernels side by
+# side itself, the same in both passes: the pure pass draws 40 random cases a property
+# (SPEEDUPS_PURE_EXAMPLES), the main pass its default 120.
+SPEEDUPS_PURE_EXAMPLES ?= 40
 PURE_TESTS := tests/test_codec_*.py tests/test_speedups.py tests/test_store_end_to_end.py \
               tests/test_store_dispatch_rules.py tests/test_store_read_policies.py \
               tests/test_read_batch.py tests/test_dispatch_batch.py tests/test_golden_bytes.py tests/test_cache.py
@@ -100,7 +103,7 @@ test:
 	@$(BYTECODE)
 	@$(PY) -m tiered_core.spark.jvm_archive & archive=$$!; \
 	  $(VENV)/bin/lint-imports && \
-	  TIERED_PURE_PYTHON=1 $(PY) -m pytest -n $(PURE_WORKERS) $(XDIST_OPTS) $(PYTEST_ARGS) $(PURE_TESTS); \
+	  TIERED_PURE_PYTHON=1 TIERED_SPEEDUPS_EXAMPLES=$(SPEEDUPS_PURE_EXAMPLES) $(PY) -m pytest -n $(PURE_WORKERS) $(XDIST_OPTS) $(PYTEST_ARGS) $(PURE_TESTS); \
 	  rc=$$?; wait $$archive; exit $$rc
 	$(PY) -m pytest -n $(PYTEST_WORKERS) $(XDIST_OPTS) $(PYTEST_ARGS)
 

@@ -9,7 +9,7 @@ import sys
 import zipfile
 
 from tiered_core.spark import pyspark_bytecode
-from tiered_core.spark.pyspark_bytecode import add_bytecode, has_bytecode
+from tiered_core.spark.pyspark_bytecode import add_bytecode, has_bytecode, holds_test_suites
 
 SOURCES = {
     "pkg/__init__.py": "",
@@ -48,8 +48,9 @@ def test_every_module_gets_bytecode_that_zipimport_loads_and_the_sources_stay(tm
         names = set(archive.namelist())
         assert archive.read("pkg/mod.py") == SOURCES["pkg/mod.py"].encode()
         assert archive.read("pkg/mod.pyc")[:4] == importlib.util.MAGIC_NUMBER
-    assert set(SOURCES) | {"pkg/__init__.pyc", "pkg/mod.pyc"} == names  # no pyc for tests/ or the broken one
-    assert has_bytecode(path)
+    # no pyc for the broken one; the test suite is left out
+    assert set(SOURCES) - {"pkg/tests/test_mod.py"} | {"pkg/__init__.pyc", "pkg/mod.pyc"} == names
+    assert has_bytecode(path) and not holds_test_suites(path)
     assert import_from(path, "pkg.mod") == [f"{path}/pkg/mod.pyc", "42", f"{path}/pkg/mod.py"]
 
 
@@ -92,6 +93,20 @@ def test_the_command_compiles_each_zip_once(tmp_path, monkeypatch, capsys):
     assert pyspark_bytecode.main([]) == 0
     assert capsys.readouterr().out == ""
     assert all(has_bytecode(z) for z in zips)
+
+
+def test_a_zip_with_bytecode_and_test_suites_is_rewritten_without_them(tmp_path, monkeypatch, capsys):
+    """A zip prepared before test suites were left out (bytecode, and pkg/tests/) is rewritten once."""
+    path = make_zip(tmp_path / "lib.zip")
+    with zipfile.ZipFile(path, "a") as archive:  # as an earlier run left it: bytecode beside the suites
+        archive.writestr("pkg/mod.pyc", pyspark_bytecode._compiled(SOURCES["pkg/mod.py"].encode(), "mod"))
+    assert has_bytecode(path) and holds_test_suites(path)
+    monkeypatch.setattr(pyspark_bytecode, "spark_python_zips", lambda: [path])
+
+    assert pyspark_bytecode.main([]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"pyspark bytecode: compiled 2 modules into {path}"]
+    assert has_bytecode(path) and not holds_test_suites(path)
+    assert import_from(path, "pkg.mod") == [f"{path}/pkg/mod.pyc", "42", f"{path}/pkg/mod.py"]
 
 
 def test_the_installed_pyspark_zips_are_found():

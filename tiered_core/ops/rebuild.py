@@ -25,16 +25,16 @@ alone. What the listing cannot tell is recovered by reading a few bytes:
   the last one / 20, a torn partial unit ignored. A queue without consume-queue segments
   gets -1/-1 (like a queue that was never initialised).
 * **topics**: the tiered key index stores topic ids, so ids are recovered from it where
-  possible (``topic_ids=True``): for a topic's first and last message, then the last one
-  stored by the end of each of up to four uploaded index files spanning its life, the
-  files covering its store time are asked for its keys, and the entry pointing at that
-  queue and size, at that very offset or at another copy of that message, names the id (a
-  few ranged reads per topic). Another copy: a dispatch that died between its commit-log
-  append and its consume-queue units left messages the key index may point at, and its
-  retry appended them again. Topics the index does not know get new ids in sorted topic
-  order, above the recovered ones. The reserve time is unknown (-1: the configured
-  default). With ``force``, a topic already in the store keeps its entry (id and reserve
-  time).
+  possible (``topic_ids=True``): for each queue's first and last message (then, only if
+  none named the id, in the topic's first queue the last message stored by the end of
+  each of up to two uploaded index files spanning its life), the files covering its store
+  time are asked for its keys, and the entry pointing at that queue and size, at that very
+  offset or at another copy of that message, names the id (a few ranged reads per topic).
+  Another copy: a dispatch that died between its commit-log append and its consume-queue
+  units left messages the key index may point at, and its retry appended them again.
+  Topics the index does not know get new ids in sorted topic order, above the recovered
+  ones. The reserve time is unknown (-1: the configured default). With ``force``, a topic
+  already in the store keeps its entry (id and reserve time).
 
 Everything is written in one transaction of the target store: a failed rebuild leaves it
 as it was.
@@ -75,9 +75,9 @@ from tiered_core.spi.metadata import FileSegmentMetadata, QueueMetadata, TieredM
 log = logging.getLogger(__name__)
 
 _MAX_STRAYS_KEPT = 20
-#: Uploaded index files' spans probed per queue beyond its first and last message (each a
-#: bisect by store time: about 2 x log2(units) ranged reads).
-_PROBE_WINDOWS = 4
+#: Uploaded index files' spans probed in a topic whose queues' first and last messages named
+#: no id (each a bisect by store time: about 2 x log2(units) ranged reads).
+_PROBE_WINDOWS = 2
 
 Progress = Callable[[int, int], None]
 
@@ -466,27 +466,43 @@ def _topic_ids_from_index(driver: SegmentDriver, index_segments: list[_Seg],
 
 
 def _probe_topic_id(topic: str, queue_views: list[tuple[int, "_QueueTimes"]], readers: list) -> int | None:
-    windows = [(begin, end) for begin, end, _reader in readers]
-    for queue_id, view in queue_views:
-        for q in view.probe_units(windows):
-            located = view.message(q)
-            if located is None:
+    for queue_id, view in queue_views:  # each queue's last and first message
+        for q in view.probe_units():
+            topic_id = _entry_topic_id(topic, queue_id, view, q, readers)
+            if topic_id is not None:
+                return topic_id
+    if not queue_views:
+        return None
+    # None named the id: messages inside the uploaded files' spans, in the first queue alone
+    # (the id is the topic's; each window costs a bisect).
+    queue_id, view = queue_views[0]
+    for q in view.window_units([(begin, end) for begin, end, _reader in readers]):
+        topic_id = _entry_topic_id(topic, queue_id, view, q, readers)
+        if topic_id is not None:
+            return topic_id
+    return None
+
+
+def _entry_topic_id(topic: str, queue_id: int, view: "_QueueTimes", q: int, readers: list) -> int | None:
+    """The topic id of an uploaded index entry for unit ``q``'s message, if one points at it
+    (or at another copy of it)."""
+    located = view.message(q)
+    if located is None:
+        return None
+    offset, size, msg = located
+    for begin, end, reader in readers:
+        # Entries keep whole seconds since the file's begin: allow a second either side.
+        if not begin - 1000 <= msg.store_timestamp <= end + 1000:
+            continue
+        for key in message_index_keys(msg)[:4]:
+            try:
+                entries = reader.query(topic, key, 64, 0, LONG_MAX)
+            except TieredStoreError:
                 continue
-            offset, size, msg = located
-            keys = message_index_keys(msg)[:4]
-            for begin, end, reader in readers:
-                # Entries keep whole seconds since the file's begin: allow a second either side.
-                if not begin - 1000 <= msg.store_timestamp <= end + 1000:
-                    continue
-                for key in keys:
-                    try:
-                        entries = reader.query(topic, key, 64, 0, LONG_MAX)
-                    except TieredStoreError:
-                        continue
-                    for entry in entries:
-                        if (entry.queue_id, entry.size) == (queue_id, size) and (
-                                entry.offset == offset or view.holds_copy(entry.offset, q, msg)):
-                            return entry.topic_id
+            for entry in entries:
+                if (entry.queue_id, entry.size) == (queue_id, size) and (
+                        entry.offset == offset or view.holds_copy(entry.offset, q, msg)):
+                    return entry.topic_id
     return None
 
 
@@ -602,29 +618,35 @@ class _QueueTimes:
             return None
         return unit.commitlog_offset, unit.size, batch.message(0)
 
-    def probe_units(self, windows: Sequence[tuple[int, int]] = ()) -> list[int]:
-        """The last and the first unit (the newest message is the likeliest still indexed),
-        then, for up to :data:`_PROBE_WINDOWS` of ``windows`` (uploaded index files' time
-        spans) that overlap this queue's life, the last unit stored by the window's end: a
-        queue whose first and last messages no uploaded file holds (their files expired, or
-        not uploaded yet) is still found by the messages in between."""
+    def probe_units(self) -> list[int]:
+        """The last and the first unit (the newest message is the likeliest still indexed)."""
         if not self.ranges:
             return []
+        return sorted({self.ranges[-1][1] - 1, self.ranges[0][0]}, reverse=True)
+
+    def window_units(self, windows: Sequence[tuple[int, int]]) -> list[int]:
+        """For up to :data:`_PROBE_WINDOWS` of ``windows`` (uploaded index files' time spans)
+        that end inside this queue's life, the last unit stored by the window's end: a queue
+        whose first and last messages no uploaded file holds (their files expired, or not
+        uploaded yet) is still found by the messages in between. Two reads for the queue's
+        ends, then a bisect by store time per window."""
+        if not self.ranges or not windows:
+            return []
         lo, hi = self.ranges[0][0], self.ranges[-1][1]
-        units = sorted({hi - 1, lo}, reverse=True)
         first, last = self.unit_time(lo), self.unit_time(hi - 1)
         if first is None or last is None:
-            return units
+            return []
         ends = sorted({end for begin, end in windows if begin <= last and first <= end < last})
         if len(ends) > _PROBE_WINDOWS:  # spread over the queue's life
             step = len(ends) / _PROBE_WINDOWS
             ends = [ends[int(i * step)] for i in range(_PROBE_WINDOWS)]
+        units: list[int] = []
         for end in ends:
             try:
                 q = self.reader.offset_by_time(end + 1, lo, hi) - 1
             except TieredStoreError:
                 continue
-            if lo <= q < hi and q not in units:
+            if lo < q < hi - 1 and q not in units:
                 units.append(q)
         return units
 

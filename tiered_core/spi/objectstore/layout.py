@@ -46,9 +46,9 @@ def part_key(key: str, segment_id: str, position: int) -> str:
     return f"{key}{PART_MARK}{segment_id}/{position:020d}"
 
 
-@dataclass(frozen=True)
-class ObjectInfo:
-    """One stored object as a backend lists it, in backend-neutral terms.
+class ObjectInfo(NamedTuple):
+    """One stored object as a backend lists it, in backend-neutral terms (a named tuple: a
+    listing makes one per object).
 
     ``name`` is the object's full key in its bucket or container; ``version`` an opaque
     token that changes whenever the object is replaced or its metadata is updated where

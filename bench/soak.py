@@ -1315,6 +1315,9 @@ class Faults:
     def after_kill(self, kill: int, run: int) -> dict[str, bool]:
         """Take a copy and/or inject the fault due after kill number ``kill`` (of run ``run``);
         returns the open options the next child needs (``take_over``, ``rebuild``)."""
+        # Copies keep the holes of the local index files (a plain copy writes ~400 MiB of zeros each).
+        from tiered_conformance.drills import copy_sparse
+
         a = self.args
         # (a child killed early in its open may not have made its store_path yet: nothing to copy)
         take_copy = (a.restore_every > 0 and (kill + a.copy_age) % a.restore_every == 0
@@ -1328,7 +1331,7 @@ class Faults:
         self.fed = run + 1
         if take_copy:
             dest = os.path.join(self.work, "copies", f"copy-{kill:04d}")
-            shutil.copytree(self.store_path, dest, symlinks=True)
+            shutil.copytree(self.store_path, dest, symlinks=True, copy_function=copy_sparse)
             rec = {"event": "copy", "copy": kill, "after_run": run, "path": dest, "store_path": self.store_path,
                    "store_id": look_now["store_id"], "history_epoch": look_now["history_epoch"],
                    "tier_end": look_now["tier_end"]}
@@ -1365,7 +1368,7 @@ class Faults:
                                          or owner is None or copy["history_epoch"] == owner["epoch"])
             if os.path.exists(self.store_path):
                 shutil.rmtree(self.store_path)
-            shutil.copytree(copy["path"], self.store_path, symlinks=True)
+            shutil.copytree(copy["path"], self.store_path, symlinks=True, copy_function=copy_sparse)
             shutil.rmtree(copy["path"], ignore_errors=True)
             rec.update(copy=copy["copy"], copy_after_run=copy["after_run"], copy_store_id=copy["store_id"],
                        copy_history_epoch=copy["history_epoch"], take_over=take_over, trusted=trusted)

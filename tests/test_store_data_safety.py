@@ -26,6 +26,7 @@ from store_workload import (
     read_queue,
 )
 from store_workload import small_config as _small_config
+from tiered_conformance.drills import copy_sparse
 from tiered_core import Message
 from tiered_core.access.results import StoreTier
 from tiered_core.access.tiered_store import TieredMessageStore
@@ -229,7 +230,7 @@ def test_take_over_fences_the_old_writer(backend, tmp_path):
         # The new broker starts from a replica of the old one's local store (its own id,
         # no metadata): the failover of a real broker pair.
         store_a.local.flush()
-        shutil.copytree(config_a.store_path, config_b.store_path,
+        shutil.copytree(config_a.store_path, config_b.store_path, copy_function=copy_sparse,
                         ignore=shutil.ignore_patterns(STORE_ID_FILE, "tiered-metadata.db*", "lock"))
         store_b = TieredMessageStore.open(config_b, take_over=True)
         try:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tiered_conformance.drills import copy_sparse
 from tiered_core import Message, StoreConfig
 from tiered_core.access.tiered_store import TieredMessageStore
 from tiered_core.cli import main
@@ -80,10 +81,11 @@ def test_restored_old_directory_is_found_repaired_and_no_offset_is_reused(tmp_pa
     first = [b"first-%d" % i for i in range(30)]
     second = [b"second-%d" % i for i in range(30)]
     assert put(conf, first) == list(range(30))
-    shutil.copytree(tmp_path / "store", tmp_path / "backup", symlinks=True)
+    shutil.copytree(tmp_path / "store", tmp_path / "backup", symlinks=True, copy_function=copy_sparse)
     assert put(conf, second) == list(range(30, 60))
     shutil.rmtree(tmp_path / "store")
-    shutil.copytree(tmp_path / "backup", tmp_path / "store", symlinks=True)  # the old directory is back
+    shutil.copytree(tmp_path / "backup", tmp_path / "store", symlinks=True,  # the old directory is back
+                    copy_function=copy_sparse)
 
     code, report = run_json(capsys, "verify", "--config", str(conf))
     kinds = {f["kind"] for f in report["findings"] if f["severity"] != "info"}

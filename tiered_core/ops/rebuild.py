@@ -501,7 +501,7 @@ def _entry_topic_id(topic: str, queue_id: int, view: "_QueueTimes", q: int, read
                 continue
             for entry in entries:
                 if (entry.queue_id, entry.size) == (queue_id, size) and (
-                        entry.offset == offset or view.holds_copy(entry.offset, q, msg)):
+                        entry.offset == offset or view.holds_copy(entry.offset, size, q, msg)):
                     return entry.topic_id
     return None
 
@@ -571,11 +571,12 @@ class _QueueTimes:
             return None
         return unit if unit is not None and unit.is_valid else None
 
-    def _checked(self, offset: int, size: int | None, q: int | None, tags_code: int | None) -> MessageBatch | None:
+    def _checked(self, offset: int, size: int | None, q: int | None, tags_code: int | None, *,
+                 warn: bool = True) -> MessageBatch | None:
         """The message at commit-log ``offset`` (a batch of one) if it passes the read path's
         validation (:meth:`SegmentReader.message_at
         <tiered_core.flat.segment_reader.SegmentReader.message_at>`) as this queue's message
-        (``q``, ``tags_code``, ``size`` None: not known); else None."""
+        (``q``, ``tags_code``, ``size`` None: not known); else None (logged unless not ``warn``)."""
         i = bisect.bisect_right(self.cl_bases, offset) - 1
         if i < 0:
             return None
@@ -592,7 +593,8 @@ class _QueueTimes:
         except TieredStoreError:
             return None
         if batch.error is not None:
-            log.warning("rebuild: %s: %s; its store time is not used", seg.path, batch.error.message)
+            if warn:
+                log.warning("rebuild: %s: %s; its store time is not used", seg.path, batch.error.message)
             return None
         return batch
 
@@ -650,12 +652,12 @@ class _QueueTimes:
                 units.append(q)
         return units
 
-    def holds_copy(self, offset: int, q: int, msg: MessageExt) -> bool:
+    def holds_copy(self, offset: int, msg_size: int, q: int, msg: MessageExt) -> bool:
         """Whether commit-log ``offset`` holds another copy of ``msg`` (this queue's message
-        ``q``): a dispatch appends to the commit log before it commits consume-queue units, so
+        ``q``, ``msg_size`` bytes): a dispatch appends to the commit log before it commits consume-queue units, so
         one that died in between left its messages there unreferenced, and the key index may
         point at those while the retry's copies are the ones the units name."""
-        batch = self._checked(offset, None, q, None)
+        batch = self._checked(offset, msg_size, q, None, warn=False)  # (a probe: no store time is at stake)
         if batch is None:
             return False
         other = batch.message(0)

@@ -3,6 +3,7 @@ every queue's offsets, every segment and every message again."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import struct
@@ -294,39 +295,63 @@ def test_a_rebuild_with_no_store_directory_and_no_tiered_data_creates_nothing(tm
 
 
 
+def _index_service(cfg: StoreConfig, driver, metadata):
+    """The store's key-index service, with files small enough that a few dozen keys roll them."""
+    from tiered_core.index.service import IndexConfig, IndexStoreService
+
+    return IndexStoreService(driver, metadata, cfg.store_path, cluster=cfg.cluster, broker=cfg.broker,
+                             config=IndexConfig(max_hash_slots=64, max_items=500))
+
+
+@contextlib.contextmanager
+def claimed_store_with_key_index(tmp_path):
+    """``(config file, StoreConfig, driver, metadata, key-index service)`` of a posix store below
+    ``tmp_path`` whose prefix is claimed as a store claims it; the service is shut down on exit."""
+    conf = write_config(tmp_path)
+    cfg = StoreConfig.load(conf, environ={})
+    with cfg.open_driver() as driver, cfg.open_metadata() as metadata:
+        os.makedirs(cfg.store_path, exist_ok=True)
+        PrefixOwnership(driver, cfg.cluster, cfg.broker, load_store_id(cfg.store_path), cfg.store_path).claim()
+        index = _index_service(cfg, driver, metadata)
+        try:
+            yield conf, cfg, driver, metadata, index
+        finally:
+            index.shutdown()
+
+
+def put_committed(flat: FlatMessageFile, queue_offset: int, store_ts: int) -> tuple[int, int]:
+    """:func:`put` and commit; returns the message's ``(commit-log offset, size)``."""
+    offset = flat.commit_log.append_offset
+    put(flat, queue_offset, store_ts)
+    assert flat.commit()
+    return offset, len(flat.get_message(queue_offset))
+
+
+def index_key(index, flat: FlatMessageFile, queue_offset: int, offset: int, size: int, store_ts: int) -> None:
+    """Index key ``k{queue_offset}`` of ``flat``'s queue at commit-log ``offset`` (``size`` bytes)."""
+    assert index.put_key(flat.topic, flat.topic_metadata.topic_id, flat.queue_id, [f"k{queue_offset}"], offset,
+                         size, store_ts) is AppendResult.SUCCESS
+
+
 def test_topic_ids_are_recovered_from_the_uploaded_key_index(tmp_path, capsys):
     """Topics created in non-sorted order keep their ids, so tiered key lookups (which filter by
     topic id) still find their messages after a rebuild."""
-    from tiered_core.index.service import IndexConfig, IndexStoreService
-
-    conf = write_config(tmp_path)
-    cfg = StoreConfig.load(conf, environ={})
-    index_config = IndexConfig(max_hash_slots=64, max_items=500)
     order = ["zeta", "alpha", "mid", "unindexed"]  # ids 0, 1, 2, 3
     probes: dict[str, tuple[int, int, int]] = {}
-    with cfg.open_driver() as driver, cfg.open_metadata() as metadata:
-        os.makedirs(cfg.store_path, exist_ok=True)  # (claimed as a store claims it)
-        PrefixOwnership(driver, cfg.cluster, cfg.broker, load_store_id(cfg.store_path), cfg.store_path).claim()
-        index = IndexStoreService(driver, metadata, cfg.store_path, cluster=cfg.cluster, broker=cfg.broker,
-                                  config=index_config)
+    with claimed_store_with_key_index(tmp_path) as (conf, cfg, driver, metadata, index):
         ts = now_ms() - 60_000
         for topic in order:
             flat = FlatMessageFile(driver, metadata, topic, 1, cfg.flat_config())
             flat.init_offset(0)
             for q in range(12):
                 ts += 100
-                offset = flat.commit_log.append_offset
-                put(flat, q, ts)
-                assert flat.commit()
+                offset, size = put_committed(flat, q, ts)
                 if topic != "unindexed":
-                    size = len(flat.get_message(q))
-                    assert index.put_key(topic, flat.topic_metadata.topic_id, 1, [f"k{q}"], offset, size, ts) \
-                        is AppendResult.SUCCESS
+                    index_key(index, flat, q, offset, size, ts)
                     probes[topic] = (q, offset, size)
             flat.shutdown()
         index.roll_file()
         assert index.compact_and_upload() >= 1
-        index.shutdown()
         original = {t.topic: t.topic_id for t in metadata.iterate_topics()}
     assert original == {t: i for i, t in enumerate(order)}
 
@@ -338,8 +363,7 @@ def test_topic_ids_are_recovered_from_the_uploaded_key_index(tmp_path, capsys):
         rebuilt = {t.topic: t.topic_id for t in metadata.iterate_topics()}
         assert {t: rebuilt[t] for t in order[:3]} == {t: original[t] for t in order[:3]}
         assert rebuilt["unindexed"] not in {original[t] for t in order[:3]}
-        index = IndexStoreService(driver, metadata, cfg.store_path, cluster=cfg.cluster, broker=cfg.broker,
-                                  config=index_config)
+        index = _index_service(cfg, driver, metadata)
         try:
             for topic in order[:3]:
                 q, offset, size = probes[topic]
@@ -628,63 +652,41 @@ def test_topic_ids_are_recovered_from_entries_at_an_unreferenced_copy_or_mid_lif
     new ids in sorted order gave the topic's old id to another topic. Now an entry at another
     copy of the probed message names the id too, and a topic whose first and last messages
     no uploaded file holds is probed at the messages the files span."""
-    from tiered_core.index.service import IndexConfig, IndexStoreService
-
-    conf = write_config(tmp_path)
-    cfg = StoreConfig.load(conf, environ={})
-    index_config = IndexConfig(max_hash_slots=64, max_items=500)
     order = ["zeta", "mid", "alpha"]  # ids 0, 1, 2: sorted order would give other ids to all but mid
-    with cfg.open_driver() as driver, cfg.open_metadata() as metadata:
-        os.makedirs(cfg.store_path, exist_ok=True)  # (claimed as a store claims it)
-        PrefixOwnership(driver, cfg.cluster, cfg.broker, load_store_id(cfg.store_path), cfg.store_path).claim()
-        index = IndexStoreService(driver, metadata, cfg.store_path, cluster=cfg.cluster, broker=cfg.broker,
-                                  config=index_config)
+    with claimed_store_with_key_index(tmp_path) as (conf, cfg, driver, metadata, index):
         ts = now_ms() - 60_000
         flats = {topic: FlatMessageFile(driver, metadata, topic, 1, cfg.flat_config()) for topic in order}
         for flat in flats.values():
             flat.init_offset(0)
-        ids = {topic: flat.topic_metadata.topic_id for topic, flat in flats.items()}
-
-        def index_key(topic: str, q: int, offset: int, size: int, at: int) -> None:
-            assert index.put_key(topic, ids[topic], 1, [f"k{q}"], offset, size, at) is AppendResult.SUCCESS
-
         # zeta: six messages appended, indexed, and never given units (the dispatch died) ...
         zeta = flats["zeta"]
         times = []
         for q in range(6):
             ts += 100
             times.append(ts)
-            body = f"zeta/1/{q}".encode() * 3
-            raw = encode_message(Message(topic="zeta", body=body, keys=[f"k{q}"], tags="tag"),
+            raw = encode_message(Message(topic="zeta", body=f"zeta/1/{q}".encode() * 3, keys=[f"k{q}"], tags="tag"),
                                  queue_id=1, queue_offset=q, store_timestamp=ts)
             offset = zeta.commit_log.append_offset
             assert zeta.append_commit_log(raw) is AppendResult.SUCCESS
-            index_key("zeta", q, offset, len(raw), ts)
+            index_key(index, zeta, q, offset, len(raw), ts)
         assert zeta.commit()
         # ... then appended again by the retry, with units, and not indexed (its local index was lost).
         for q in range(6):
-            put(zeta, q, times[q])
-        assert zeta.commit()
+            put_committed(zeta, q, times[q])
         # alpha: indexed as usual.
         for q in range(4):
             ts += 100
-            offset = flats["alpha"].commit_log.append_offset
-            put(flats["alpha"], q, ts)
-            assert flats["alpha"].commit()
-            index_key("alpha", q, offset, len(flats["alpha"].get_message(q)), ts)
+            index_key(index, flats["alpha"], q, *put_committed(flats["alpha"], q, ts), ts)
         index.roll_file()
         # mid: twelve messages; only the middle four are in an uploaded index file (the first
         # ones' file expired, the last ones' is not uploaded yet).
         for q in range(12):
             ts += 100
-            offset = flats["mid"].commit_log.append_offset
-            put(flats["mid"], q, ts)
-            assert flats["mid"].commit()
+            offset, size = put_committed(flats["mid"], q, ts)
             if 4 <= q < 8:
-                index_key("mid", q, offset, len(flats["mid"].get_message(q)), ts)
+                index_key(index, flats["mid"], q, offset, size, ts)
         index.roll_file()
         assert index.compact_and_upload() >= 2
-        index.shutdown()
         for flat in flats.values():
             flat.shutdown()
         original = {t.topic: t.topic_id for t in metadata.iterate_topics()}

@@ -490,11 +490,12 @@ def _entry_topic_id(topic: str, queue_id: int, view: "_QueueTimes", q: int, read
     if located is None:
         return None
     offset, size, msg = located
+    keys = message_index_keys(msg)[:4]
     for begin, end, reader in readers:
         # Entries keep whole seconds since the file's begin: allow a second either side.
         if not begin - 1000 <= msg.store_timestamp <= end + 1000:
             continue
-        for key in message_index_keys(msg)[:4]:
+        for key in keys:
             try:
                 entries = reader.query(topic, key, 64, 0, LONG_MAX)
             except TieredStoreError:

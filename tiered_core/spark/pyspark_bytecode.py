@@ -41,11 +41,11 @@ import tempfile
 import warnings
 import zipfile
 
-#: Modules under these folders are pyspark's own test suites and testing helpers: never
-#: imported by a job, so not compiled.
-_SKIPPED_PARTS = ("/tests/", "/testing/")
 #: Entries under this folder are pyspark's own test suites: left out of the zip.
 _TEST_SUITES = "/tests/"
+#: Modules under these folders are pyspark's testing helpers (a public API for users' tests,
+#: kept in the zip): never imported by a job, so not compiled.
+_SKIPPED_PARTS = ("/testing/",)
 
 
 def _compiled(source: bytes, name: str) -> bytes | None:

@@ -164,8 +164,9 @@ KINDS: dict[FindingKind, KindInfo] = {
         Severity.WARNING, True, "repair moves the file into the quarantine and indexes the keys of the messages "
         "it covered again", "index"),
     FindingKind.INDEX_ENTRY_WRONG: KindInfo(
-        Severity.WARNING, False, "key queries skip the entry (each is checked against its message); rebuild the "
-        "key index with `tiered spark reindex` to drop it", "index"),
+        Severity.WARNING, False, "key queries skip the entry (each is checked against its message); it stays until "
+        "its index file expires (file_reserved_hours); `tiered spark reindex` indexes the messages' keys again "
+        "so that lookups find them", "index"),
     FindingKind.LOCAL_PENDING: KindInfo(
         Severity.INFO, False, "messages the local store holds that are not tiered yet: the dispatcher copies "
         "them", "local"),
